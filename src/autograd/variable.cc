@@ -1,0 +1,2 @@
+// placeholder replaced by the autograd layer in this session
+namespace strata {}
