@@ -1,0 +1,36 @@
+// strata: train neural networks in C++ on one device, many devices, or many machines.
+//
+// One header for everything public. A complete program, fitting y = 3x - 1 with a custom loop
+// (examples/linear_regression.cc):
+//
+//   #include <strata/strata.h>
+//   using namespace strata;
+//
+//   int main() {
+//     Generator gen(0);
+//     Variable x = init::uniform({256, 1}, gen, -1.0f, 1.0f);
+//     Variable y = affine(x, 3.0f, -1.0f);                       // the targets
+//     Variable w(Tensor::zeros({1, 1}), /*trainable=*/true, "w");
+//     Variable b(Tensor::zeros({1}), /*trainable=*/true, "b");
+//     for (int step = 0; step < 200; ++step) {
+//       GradientTape tape;                                         // records ops on w and b
+//       Variable loss = mean(square(matmul(x, w) + b - y));
+//       std::vector<Tensor> grads = tape.gradient(loss, {w, b});
+//       w.assign_sub(grads[0], /*scale=*/0.5f);                    // plain SGD
+//       b.assign_sub(grads[1], 0.5f);
+//     }
+//     // w ~ 3, b ~ -1
+//   }
+#pragma once
+
+#include "strata/device.h"
+#include "strata/dtype.h"
+#include "strata/error.h"
+#include "strata/gradient_tape.h"
+#include "strata/init.h"
+#include "strata/ops.h"
+#include "strata/random.h"
+#include "strata/shape.h"
+#include "strata/tensor.h"
+#include "strata/threading.h"
+#include "strata/variable.h"

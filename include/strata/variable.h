@@ -1,0 +1,93 @@
+// Variable: a tensor that takes part in differentiation.
+//
+// A Variable is a handle (cheap to copy; copies share one node) to a value Tensor plus a gradient
+// slot, a trainable flag and a name. Model parameters are trainable Variables; the results of ops
+// on Variables (see strata/ops.h) are Variables too, and while a GradientTape records, each result
+// remembers its inputs and how to send a gradient back to them. A Tensor converts implicitly into a
+// constant (non-trainable) Variable, so ops accept plain tensors.
+//
+// Variables made for a model should come from `make_variable`, which asks the innermost installed
+// VariableCreator (a distribution strategy's scope installs one, like TensorFlow's variable-creator
+// scopes) and otherwise builds a plain Variable.
+//
+// Thread-safety: reading a Variable from many threads is safe; `assign*` and `set_grad` must not race
+// with readers of the same Variable.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "strata/tensor.h"
+
+namespace strata {
+
+namespace detail {
+struct Node;
+}
+
+class Variable {
+ public:
+  // An undefined Variable.
+  Variable() = default;
+  // A constant (non-trainable) Variable holding `value`.
+  Variable(Tensor value);  // NOLINT(google-explicit-constructor): tensors pass where variables are expected
+  Variable(Tensor value, bool trainable, std::string name = "");
+
+  bool defined() const { return node_ != nullptr; }
+  const Tensor& value() const;
+  const Shape& shape() const { return value().shape(); }
+  DType dtype() const { return value().dtype(); }
+  bool trainable() const;
+  const std::string& name() const;
+  // A process-unique id (stable for the life of the node).
+  uint64_t id() const;
+
+  // The gradient slot (undefined until set). Optimizers and strategies may use it; GradientTape
+  // returns gradients directly and does not write here.
+  const Tensor& grad() const;
+  void set_grad(Tensor grad);
+
+  // In-place updates of the value (same shape and dtype), like tf.Variable.assign*:
+  // value = v; value += scale * delta; value -= scale * delta.
+  void assign(const Tensor& value);
+  void assign_add(const Tensor& delta, float scale = 1.0f);
+  void assign_sub(const Tensor& delta, float scale = 1.0f);
+
+  // Whether this Variable was produced by a recorded op (it has a gradient function).
+  bool has_grad_fn() const;
+
+  bool same_as(const Variable& other) const { return node_ == other.node_; }
+  const std::shared_ptr<detail::Node>& node() const { return node_; }
+  explicit Variable(std::shared_ptr<detail::Node> node) : node_(std::move(node)) {}
+
+ private:
+  std::shared_ptr<detail::Node> node_;
+};
+
+// How a new model variable should be made.
+struct VariableOptions {
+  std::string name;
+  bool trainable = true;
+};
+
+// A hook that makes variables: receives the initial value, the options, and the next creator down
+// the stack (call it to get the default behaviour). Install with ScopedVariableCreator.
+using VariableCreator =
+    std::function<Variable(const Tensor& initial_value, const VariableOptions& options,
+                           const std::function<Variable(const Tensor&, const VariableOptions&)>& next)>;
+
+// Installs `creator` for the calling thread until destroyed (creators nest; innermost runs first).
+class ScopedVariableCreator {
+ public:
+  explicit ScopedVariableCreator(VariableCreator creator);
+  ~ScopedVariableCreator();
+  ScopedVariableCreator(const ScopedVariableCreator&) = delete;
+  ScopedVariableCreator& operator=(const ScopedVariableCreator&) = delete;
+};
+
+// Makes a model variable through the installed creators.
+Variable make_variable(const Tensor& initial_value, const VariableOptions& options = {});
+
+}  // namespace strata
