@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Sets strata up on a fresh Debian 12 machine and then does one thing:
+#   scripts/setup.sh --main    install, build, run the main job on Fashion-MNIST
+#   scripts/setup.sh --test    install, build, run every test (then the sanitizer build's tests)
+#   scripts/setup.sh --bench   install (with PyTorch as the peer), build, run the benchmarks
+#   scripts/setup.sh --build   install and build only
+# Installing is idempotent: packages already present are not asked for again.
+set -euo pipefail
+
+mode="${1:---build}"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+build="${STRATA_BUILD_DIR:-$root/build}"
+jobs="$(nproc)"
+
+packages=(
+  build-essential cmake ninja-build ccache pkg-config git
+  libdnnl-dev ocl-icd-opencl-dev libopenblas-dev
+  libgloo-dev libopenmpi-dev openmpi-bin
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  nlohmann-json3-dev libcli11-dev zlib1g-dev libyaml-cpp-dev libspdlog-dev libfmt-dev
+  libgtest-dev libgmock-dev libbenchmark-dev
+  python3 python3-numpy dataset-fashion-mnist
+)
+[ "$mode" = "--bench" ] && packages+=(python3-torch)
+
+install_packages() {
+  local missing=()
+  for p in "${packages[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+  done
+  [ ${#missing[@]} -eq 0 ] && return 0
+  local sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  echo "== installing: ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}"
+}
+
+build_tree() {  # build_tree DIR [cmake args...]
+  local dir="$1"
+  shift
+  cmake -S "$root" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release "$@" >/dev/null
+  cmake --build "$dir" -j "$jobs"
+}
+
+install_packages
+echo "== building in $build"
+build_tree "$build"
+
+case "$mode" in
+  --build) ;;
+  --main)
+    "$build/examples/fashion_mnist_mlp" /usr/share/datasets/fashion-mnist
+    ;;
+  --test)
+    # Fast suites in parallel, the ones labelled slow one at a time.
+    ctest --test-dir "$build" --output-on-failure -j "$jobs" -LE slow
+    ctest --test-dir "$build" --output-on-failure -L slow
+    # The same tests under AddressSanitizer + UBSan (no benchmarks or examples: they add nothing here).
+    echo "== sanitizer build"
+    build_tree "$build-asan" -DSTRATA_SANITIZE=ON -DSTRATA_BUILD_BENCH=OFF -DSTRATA_BUILD_EXAMPLES=OFF
+    ASAN_OPTIONS=detect_leaks=0 ctest --test-dir "$build-asan" --output-on-failure -j "$jobs"
+    ;;
+  --bench)
+    for script in "$root"/bench/*.py; do
+      STRATA_BUILD_DIR="$build" /usr/bin/python3 "$script"
+    done
+    ;;
+  *)
+    echo "usage: $0 [--main|--test|--bench|--build]" >&2
+    exit 2
+    ;;
+esac
