@@ -23,7 +23,8 @@
 
 namespace strata {
 
-// Reference-counted raw memory on one device. Host memory is 64-byte aligned.
+// Reference-counted raw memory on one device. Host memory is 64-byte aligned; device memory is
+// allocated through the device's runtime (CUDA builds only).
 class Storage {
  public:
   Storage(size_t nbytes, Device device);
@@ -94,12 +95,14 @@ class Tensor {
   Tensor transpose(const std::vector<int>& perm = {}) const;
   // A copy with its own storage.
   Tensor clone() const;
+  // A copy on `device` (host <-> CUDA copies need a build with STRATA_WITH_CUDA).
+  Tensor to(Device device) const;
   // A copy converted to `dtype` (float <-> integer conversions truncate toward zero).
   Tensor to(DType dtype) const;
 
   // Sets every element to `value`.
   void fill_(double value);
-  // Copies the elements of `src` (same shape, dtype, device) into this tensor's storage.
+  // Copies the elements of `src` (same shape and dtype, any device) into this tensor's storage.
   void copy_(const Tensor& src);
 
   // The single element of a one-element tensor, converted to T.

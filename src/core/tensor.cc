@@ -1,6 +1,8 @@
 // Tensor and Storage: allocation, views, copies and conversions.
 #include "strata/tensor.h"
 
+#include "core/device_memory.h"
+
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
@@ -11,8 +13,6 @@
 namespace strata {
 
 namespace {
-constexpr size_t kAlignment = 64;
-
 // Calls fn(T*) with the tensor's typed pointer, whatever its dtype.
 template <class Fn>
 void visit_dtype(DType dtype, void* p, Fn&& fn) {
@@ -42,15 +42,10 @@ void require_host(const Tensor& t, const char* op) {
 }
 }  // namespace
 
-Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device) {
-  STRATA_CHECK(device.is_cpu(), Unavailable,
-               "cannot allocate on " << device.str() << ": this build of strata has no CUDA support");
-  const size_t rounded = (std::max<size_t>(nbytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
-  data_ = std::aligned_alloc(kAlignment, rounded);
-  if (!data_) throw std::bad_alloc();
-}
+Storage::Storage(size_t nbytes, Device device)
+    : data_(detail::device_alloc(nbytes, device)), nbytes_(nbytes), device_(device) {}
 
-Storage::~Storage() { std::free(data_); }
+Storage::~Storage() { detail::device_free(data_, device_); }
 
 Tensor::Tensor(std::shared_ptr<Storage> storage, size_t offset_bytes, Shape shape, DType dtype)
     : storage_(std::move(storage)),
@@ -68,6 +63,7 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
 }
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
+  if (!device.is_cpu()) return zeros(shape, dtype).to(device);
   Tensor t = empty(shape, dtype, device);
   std::memset(t.raw_data(), 0, t.nbytes());
   return t;
@@ -76,6 +72,7 @@ Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
 Tensor Tensor::ones(const Shape& shape, DType dtype, Device device) { return full(shape, 1.0, dtype, device); }
 
 Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device) {
+  if (!device.is_cpu()) return full(shape, value, dtype).to(device);
   Tensor t = empty(shape, dtype, device);
   t.fill_(value);
   return t;
@@ -182,9 +179,11 @@ Tensor Tensor::transpose(const std::vector<int>& perm_in) const {
   return out;
 }
 
-Tensor Tensor::clone() const {
-  Tensor out = empty(shape_, dtype_, device_);
-  out.copy_(*this);
+Tensor Tensor::clone() const { return to(device_); }
+
+Tensor Tensor::to(Device device) const {
+  Tensor out = empty(shape_, dtype_, device);
+  detail::copy_bytes(out.raw_data(), device, raw_data(), device_, nbytes());
   return out;
 }
 
@@ -216,9 +215,7 @@ void Tensor::copy_(const Tensor& src) {
   STRATA_CHECK(src.shape_ == shape_ && src.dtype_ == dtype_, InvalidArgument,
                "copy_: source " << dtype_name(src.dtype_) << src.shape_str() << " does not match destination "
                                 << dtype_name(dtype_) << shape_str());
-  check_same_device("copy_", {this, &src});
-  require_host(*this, "copy_");
-  if (nbytes()) std::memmove(raw_data(), src.raw_data(), nbytes());
+  detail::copy_bytes(raw_data(), device_, src.raw_data(), src.device_, nbytes());
 }
 
 template <class T>
@@ -229,7 +226,7 @@ T Tensor::item() const {
 
 template <class T>
 std::vector<T> Tensor::to_vector() const {
-  require_host(*this, "to_vector");
+  if (!device_.is_cpu()) return to(Device::cpu()).to_vector<T>();
   std::vector<T> out(static_cast<size_t>(numel_));
   visit_dtype(dtype_, const_cast<void*>(raw_data()), [&](auto* src) {
     for (int64_t i = 0; i < numel_; ++i) out[i] = convert<T>(src[i]);
@@ -241,15 +238,12 @@ std::string Tensor::str(int64_t max_elements) const {
   if (!defined()) return "Tensor(undefined)";
   std::ostringstream os;
   os << "Tensor(" << dtype_name(dtype_) << shape_str();
-  if (device_.is_cpu()) {
-    const auto v = to_vector<double>();
-    os << " {";
-    for (int64_t i = 0; i < std::min<int64_t>(numel_, max_elements); ++i) os << (i ? ", " : "") << v[i];
-    if (numel_ > max_elements) os << ", ...";
-    os << "}";
-  } else {
-    os << " on " << device_.str();
-  }
+  if (!device_.is_cpu()) os << " on " << device_.str();
+  const auto v = to_vector<double>();
+  os << " {";
+  for (int64_t i = 0; i < std::min<int64_t>(numel_, max_elements); ++i) os << (i ? ", " : "") << v[i];
+  if (numel_ > max_elements) os << ", ...";
+  os << "}";
   os << ")";
   return os.str();
 }

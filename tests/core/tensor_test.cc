@@ -5,6 +5,8 @@
 
 #include <cstdint>
 
+#include "core/device_memory.h"
+
 namespace strata {
 namespace {
 
@@ -98,8 +100,19 @@ TEST(TensorTest, WrongDtypeAccessNamesBothTypes) {
   }
 }
 
-TEST(TensorTest, CudaWithoutCudaBuildIsUnavailable) {
-  EXPECT_THROW(Tensor::zeros({2}, DType::kFloat32, Device::cuda(0)), Unavailable);
+TEST(TensorTest, CudaRoundTripOrUnavailable) {
+  const Tensor host = Tensor::from_vector<float>({1, 2, 3}, {3});
+  if (detail::cuda_device_count() == 0) {
+    // No CUDA build, or no GPU: a clear Unavailable, never a crash.
+    EXPECT_THROW(Tensor::zeros({2}, DType::kFloat32, Device::cuda(0)), Unavailable);
+    EXPECT_THROW(host.to(Device::cuda(0)), Unavailable);
+    return;
+  }
+  const Tensor device = host.to(Device::cuda(0));
+  EXPECT_EQ(device.device(), Device::cuda(0));
+  EXPECT_EQ(device.to_vector<float>(), (std::vector<float>{1, 2, 3}));
+  EXPECT_EQ(Tensor::full({2}, 4.0, DType::kFloat32, Device::cuda(0)).to_vector<float>(), (std::vector<float>{4, 4}));
+  EXPECT_EQ(device.clone().to(Device::cpu()).to_vector<float>(), (std::vector<float>{1, 2, 3}));
 }
 
 TEST(TensorTest, MixingDevicesIsAClearError) {
