@@ -1,0 +1,340 @@
+// Elementwise CPU kernels: binary ops with NumPy broadcasting, affine/axpy, unary ops and their
+// gradients, leaky ReLU, ELU and clip. Plain loops the compiler vectorises, split across
+// strata::num_threads() threads by parallel_for in chunks of at least cpu::kGrain elements.
+//
+// Broadcasting walks the output in contiguous runs (cpu::BroadcastPlan), so same-shape, scalar,
+// row and column broadcasts all become tight inner loops; other layouts take the same path with
+// an odometer over the outer dimensions.
+// Thread-safety: safe to call concurrently on distinct outputs.
+#include <cmath>
+
+#include "kernels/cpu/cpu_util.h"
+#include "kernels/kernels.h"
+
+namespace strata::kernels {
+
+namespace {
+
+using cpu::kGrain;
+
+const char* binary_name(BinaryOp op) {
+  switch (op) {
+    case BinaryOp::kAdd:
+      return "add";
+    case BinaryOp::kSub:
+      return "sub";
+    case BinaryOp::kMul:
+      return "mul";
+    case BinaryOp::kDiv:
+      return "div";
+    case BinaryOp::kPow:
+      return "pow";
+    case BinaryOp::kMaximum:
+      return "maximum";
+    case BinaryOp::kMinimum:
+      return "minimum";
+    case BinaryOp::kEqual:
+      return "equal";
+    case BinaryOp::kGreater:
+      return "greater";
+  }
+  return "binary";
+}
+
+const char* unary_name(UnaryOp op) {
+  switch (op) {
+    case UnaryOp::kNeg:
+      return "neg";
+    case UnaryOp::kExp:
+      return "exp";
+    case UnaryOp::kLog:
+      return "log";
+    case UnaryOp::kSqrt:
+      return "sqrt";
+    case UnaryOp::kAbs:
+      return "abs";
+    case UnaryOp::kSquare:
+      return "square";
+    case UnaryOp::kSign:
+      return "sign";
+    case UnaryOp::kRelu:
+      return "relu";
+    case UnaryOp::kSigmoid:
+      return "sigmoid";
+    case UnaryOp::kTanh:
+      return "tanh";
+    case UnaryOp::kGelu:
+      return "gelu";
+  }
+  return "unary";
+}
+
+// out[e] = f(a[...], b[...]) over a broadcast plan; the three inner loops cover same-shape runs and
+// runs where one side is constant (scalar, row or column broadcast).
+template <class F>
+void run_binary(const cpu::BroadcastPlan& p, const float* a, const float* b, float* out, F f) {
+  const int64_t sa = p.strides[0].back();
+  const int64_t sb = p.strides[1].back();
+  parallel_for(0, p.numel, kGrain, [&](int64_t e0, int64_t e1) {
+    cpu::for_each_segment(p, e0, e1, [&](int64_t o, int64_t ia, int64_t ib, int64_t len) {
+      float* __restrict__ y = out + o;
+      const float* __restrict__ x0 = a + ia;
+      const float* __restrict__ x1 = b + ib;
+      if (sa == 1 && sb == 1) {
+        for (int64_t i = 0; i < len; ++i) y[i] = f(x0[i], x1[i]);
+      } else if (sa == 1 && sb == 0) {
+        const float v = *x1;
+        for (int64_t i = 0; i < len; ++i) y[i] = f(x0[i], v);
+      } else if (sa == 0 && sb == 1) {
+        const float v = *x0;
+        for (int64_t i = 0; i < len; ++i) y[i] = f(v, x1[i]);
+      } else {
+        for (int64_t i = 0; i < len; ++i) y[i] = f(x0[i * sa], x1[i * sb]);
+      }
+    });
+  });
+}
+
+// y[i] = f(x[i]) for a flat range.
+template <class F>
+Tensor map1(const Tensor& x, F f) {
+  Tensor out = Tensor::empty(x.shape());
+  const float* px = x.data<float>();
+  float* py = out.data<float>();
+  parallel_for(0, x.numel(), kGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) py[i] = f(px[i]);
+  });
+  return out;
+}
+
+// out[i] = f(x[i], y[i]) for flat, same-shape inputs.
+template <class F>
+Tensor map2(const Tensor& x, const Tensor& y, F f) {
+  Tensor out = Tensor::empty(x.shape());
+  const float* px = x.data<float>();
+  const float* py = y.data<float>();
+  float* po = out.data<float>();
+  parallel_for(0, x.numel(), kGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) po[i] = f(px[i], py[i]);
+  });
+  return out;
+}
+
+// out[i] = f(x[i], y[i], z[i]).
+template <class F>
+Tensor map3(const Tensor& x, const Tensor& y, const Tensor& z, F f) {
+  Tensor out = Tensor::empty(x.shape());
+  const float* px = x.data<float>();
+  const float* py = y.data<float>();
+  const float* pz = z.data<float>();
+  float* po = out.data<float>();
+  parallel_for(0, x.numel(), kGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) po[i] = f(px[i], py[i], pz[i]);
+  });
+  return out;
+}
+
+// NaN-propagating max/min, like NumPy's maximum/minimum.
+inline float nan_max(float a, float b) { return (a > b || a != a) ? a : b; }
+inline float nan_min(float a, float b) { return (a < b || a != a) ? a : b; }
+
+// 1 / (1 + exp(-x)) without overflow: exp is only taken of -|x|.
+inline float stable_sigmoid(float x) {
+  const float z = std::exp(-std::fabs(x));
+  const float r = 1.0f / (1.0f + z);
+  return x >= 0.0f ? r : z * r;
+}
+
+constexpr float kInvSqrt2 = 0.70710678118654752440f;
+constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
+
+inline float gelu(float x) { return 0.5f * x * (1.0f + std::erf(x * kInvSqrt2)); }
+// d/dx x * Phi(x) = Phi(x) + x * phi(x).
+inline float gelu_grad(float x) {
+  return 0.5f * (1.0f + std::erf(x * kInvSqrt2)) + x * kInvSqrt2Pi * std::exp(-0.5f * x * x);
+}
+
+inline float sign(float x) { return static_cast<float>((x > 0.0f) - (x < 0.0f)); }
+
+void check_unary_input(const char* op, const Tensor& x) {
+  cpu::require_host(op, {&x});
+  cpu::require_float(op, {&x});
+}
+
+}  // namespace
+
+Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
+  const char* name = binary_name(op);
+  cpu::require_host(name, {&a, &b});
+  cpu::require_float(name, {&a, &b});
+  const Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
+  Tensor out = Tensor::empty(shape);
+  if (out.numel() == 0) return out;
+  const cpu::BroadcastPlan p = cpu::plan_broadcast(shape, {&a.shape(), &b.shape()});
+  const float* pa = a.data<float>();
+  const float* pb = b.data<float>();
+  float* po = out.data<float>();
+  switch (op) {
+    case BinaryOp::kAdd:
+      run_binary(p, pa, pb, po, [](float x, float y) { return x + y; });
+      break;
+    case BinaryOp::kSub:
+      run_binary(p, pa, pb, po, [](float x, float y) { return x - y; });
+      break;
+    case BinaryOp::kMul:
+      run_binary(p, pa, pb, po, [](float x, float y) { return x * y; });
+      break;
+    case BinaryOp::kDiv:
+      run_binary(p, pa, pb, po, [](float x, float y) { return x / y; });
+      break;
+    case BinaryOp::kPow:
+      run_binary(p, pa, pb, po, [](float x, float y) { return std::pow(x, y); });
+      break;
+    case BinaryOp::kMaximum:
+      run_binary(p, pa, pb, po, [](float x, float y) { return nan_max(x, y); });
+      break;
+    case BinaryOp::kMinimum:
+      run_binary(p, pa, pb, po, [](float x, float y) { return nan_min(x, y); });
+      break;
+    case BinaryOp::kEqual:
+      run_binary(p, pa, pb, po, [](float x, float y) { return x == y ? 1.0f : 0.0f; });
+      break;
+    case BinaryOp::kGreater:
+      run_binary(p, pa, pb, po, [](float x, float y) { return x > y ? 1.0f : 0.0f; });
+      break;
+  }
+  return out;
+}
+
+Tensor affine(const Tensor& x, float scale, float shift) {
+  check_unary_input("affine", x);
+  return map1(x, [scale, shift](float v) { return v * scale + shift; });
+}
+
+void axpy_(Tensor& y, float alpha, const Tensor& x) {
+  cpu::require_host("axpy_", {&y, &x});
+  cpu::require_float("axpy_", {&y, &x});
+  cpu::require_same_shape("axpy_", y, "y", x, "x");
+  float* __restrict__ py = y.data<float>();
+  const float* __restrict__ px = x.data<float>();
+  if (py == px) {  // y += alpha * y
+    parallel_for(0, y.numel(), kGrain, [&](int64_t b, int64_t e) {
+      for (int64_t i = b; i < e; ++i) py[i] *= 1.0f + alpha;
+    });
+    return;
+  }
+  parallel_for(0, y.numel(), kGrain, [&](int64_t b, int64_t e) {
+    for (int64_t i = b; i < e; ++i) py[i] += alpha * px[i];
+  });
+}
+
+Tensor unary(UnaryOp op, const Tensor& x) {
+  check_unary_input(unary_name(op), x);
+  switch (op) {
+    case UnaryOp::kNeg:
+      return map1(x, [](float v) { return -v; });
+    case UnaryOp::kExp:
+      return map1(x, [](float v) { return std::exp(v); });
+    case UnaryOp::kLog:
+      return map1(x, [](float v) { return std::log(v); });
+    case UnaryOp::kSqrt:
+      return map1(x, [](float v) { return std::sqrt(v); });
+    case UnaryOp::kAbs:
+      return map1(x, [](float v) { return std::fabs(v); });
+    case UnaryOp::kSquare:
+      return map1(x, [](float v) { return v * v; });
+    case UnaryOp::kSign:
+      return map1(x, [](float v) { return sign(v); });
+    case UnaryOp::kRelu:
+      return map1(x, [](float v) { return v > 0.0f ? v : 0.0f; });
+    case UnaryOp::kSigmoid:
+      return map1(x, [](float v) { return stable_sigmoid(v); });
+    case UnaryOp::kTanh:
+      return map1(x, [](float v) { return std::tanh(v); });
+    case UnaryOp::kGelu:
+      return map1(x, [](float v) { return gelu(v); });
+  }
+  STRATA_THROW(InvalidArgument, "unary: unknown op " << static_cast<int>(op));
+}
+
+// Which of x and y each gradient reads; the one not read may be passed undefined.
+Tensor unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy) {
+  const char* name = unary_name(op);
+  const bool needs_x = op == UnaryOp::kLog || op == UnaryOp::kAbs || op == UnaryOp::kSquare || op == UnaryOp::kRelu ||
+                       op == UnaryOp::kGelu;
+  const bool needs_y = op == UnaryOp::kExp || op == UnaryOp::kSqrt || op == UnaryOp::kSigmoid || op == UnaryOp::kTanh;
+  const Tensor& in = needs_y ? y : x;  // the forward tensor this gradient reads
+  if (needs_x || needs_y) {
+    cpu::require_host(name, {&in, &dy});
+    cpu::require_float(name, {&in, &dy});
+    cpu::require_same_shape(name, in, needs_y ? "y" : "x", dy, "dy");
+  } else {
+    check_unary_input(name, dy);
+  }
+  switch (op) {
+    case UnaryOp::kNeg:
+      return map1(dy, [](float g) { return -g; });
+    case UnaryOp::kSign:
+      return Tensor::zeros(dy.shape());
+    case UnaryOp::kExp:
+      return map2(in, dy, [](float v, float g) { return g * v; });
+    case UnaryOp::kLog:
+      return map2(in, dy, [](float v, float g) { return g / v; });
+    case UnaryOp::kSqrt:
+      return map2(in, dy, [](float v, float g) { return g * 0.5f / v; });
+    case UnaryOp::kAbs:
+      return map2(in, dy, [](float v, float g) { return g * sign(v); });
+    case UnaryOp::kSquare:
+      return map2(in, dy, [](float v, float g) { return 2.0f * v * g; });
+    case UnaryOp::kRelu:
+      return map2(in, dy, [](float v, float g) { return v > 0.0f ? g : 0.0f; });
+    case UnaryOp::kSigmoid:
+      return map2(in, dy, [](float v, float g) { return g * v * (1.0f - v); });
+    case UnaryOp::kTanh:
+      return map2(in, dy, [](float v, float g) { return g * (1.0f - v * v); });
+    case UnaryOp::kGelu:
+      return map2(in, dy, [](float v, float g) { return g * gelu_grad(v); });
+  }
+  STRATA_THROW(InvalidArgument, "unary_backward: unknown op " << static_cast<int>(op));
+}
+
+Tensor leaky_relu(const Tensor& x, float alpha) {
+  check_unary_input("leaky_relu", x);
+  return map1(x, [alpha](float v) { return v > 0.0f ? v : alpha * v; });
+}
+
+Tensor leaky_relu_backward(const Tensor& x, const Tensor& dy, float alpha) {
+  cpu::require_host("leaky_relu_backward", {&x, &dy});
+  cpu::require_float("leaky_relu_backward", {&x, &dy});
+  cpu::require_same_shape("leaky_relu_backward", x, "x", dy, "dy");
+  return map2(x, dy, [alpha](float v, float g) { return v > 0.0f ? g : alpha * g; });
+}
+
+Tensor elu(const Tensor& x, float alpha) {
+  check_unary_input("elu", x);
+  return map1(x, [alpha](float v) { return v > 0.0f ? v : alpha * std::expm1(v); });
+}
+
+// For x <= 0, d/dx alpha * (exp(x) - 1) = alpha * exp(x) = y + alpha.
+Tensor elu_backward(const Tensor& x, const Tensor& y, const Tensor& dy, float alpha) {
+  cpu::require_host("elu_backward", {&x, &y, &dy});
+  cpu::require_float("elu_backward", {&x, &y, &dy});
+  cpu::require_same_shape("elu_backward", x, "x", y, "y");
+  cpu::require_same_shape("elu_backward", x, "x", dy, "dy");
+  return map3(x, y, dy, [alpha](float v, float out, float g) { return v > 0.0f ? g : g * (out + alpha); });
+}
+
+Tensor clip(const Tensor& x, float low, float high) {
+  check_unary_input("clip", x);
+  STRATA_CHECK(low <= high, InvalidArgument, "clip: low " << low << " is greater than high " << high);
+  return map1(x, [low, high](float v) { return v < low ? low : (v > high ? high : v); });
+}
+
+Tensor clip_backward(const Tensor& x, const Tensor& dy, float low, float high) {
+  cpu::require_host("clip_backward", {&x, &dy});
+  cpu::require_float("clip_backward", {&x, &dy});
+  cpu::require_same_shape("clip_backward", x, "x", dy, "dy");
+  return map2(x, dy, [low, high](float v, float g) { return (v >= low && v <= high) ? g : 0.0f; });
+}
+
+}  // namespace strata::kernels
