@@ -59,7 +59,7 @@ case "$mode" in
     # The same tests under AddressSanitizer + UBSan (no benchmarks or examples: they add nothing here).
     echo "== sanitizer build"
     build_tree "$build-asan" -DSTRATA_SANITIZE=ON -DSTRATA_BUILD_BENCH=OFF -DSTRATA_BUILD_EXAMPLES=OFF
-    ASAN_OPTIONS=detect_leaks=0 ctest --test-dir "$build-asan" --output-on-failure -j "$jobs"
+    ASAN_OPTIONS=detect_leaks=0 ctest --test-dir "$build-asan" --output-on-failure -j "$jobs" -LE package
     ;;
   --bench)
     for script in "$root"/bench/*.py; do
