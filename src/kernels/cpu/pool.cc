@@ -1,0 +1,187 @@
+// 2-D max and average pooling on the CPU through oneDNN, forward and backward, NHWC.
+//
+// Max pooling returns oneDNN's workspace (where each maximum came from) as an opaque uint8 tensor,
+// so the backward pass routes each gradient to its argmax without searching again. Padding is
+// VALID or SAME with TensorFlow's rule (see window_geometry); padded cells never win a max, and
+// average pooling divides by the number of cells inside the input (Keras's SAME, oneDNN's
+// pooling_avg_exclude_padding). Tensors stay NHWC: oneDNN's jit pooling reads it directly.
+//
+// Thread-safety: safe to call concurrently (see dnnl_util.h).
+#include "kernels/cpu/cpu_util.h"
+#include "kernels/cpu/dnnl_util.h"
+#include "kernels/kernels.h"
+
+namespace strata::kernels {
+
+namespace {
+
+using cpu::CacheKey;
+using dnnl::memory;
+using tag = memory::format_tag;
+
+struct PoolGeometry {
+  int64_t n = 0, h = 0, w = 0, c = 0, oh = 0, ow = 0;
+  int64_t pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
+  Shape y_shape() const { return {n, oh, ow, c}; }
+};
+
+PoolGeometry pool_geometry(const char* op, const Shape& x, const Pool2DParams& p) {
+  STRATA_CHECK(p.pool_h >= 1 && p.pool_w >= 1 && p.stride_h >= 1 && p.stride_w >= 1, InvalidArgument,
+               op << ": pool size and strides must be >= 1, got pool (" << p.pool_h << ", " << p.pool_w
+                  << ") and strides (" << p.stride_h << ", " << p.stride_w << ")");
+  STRATA_CHECK(x.size() == 4, ShapeError, op << ": input must be [N, H, W, C], got " << shape_str(x));
+  PoolGeometry g;
+  g.n = x[0], g.h = x[1], g.w = x[2], g.c = x[3];
+  const bool fits_h = cpu::window_geometry(g.h, p.pool_h, p.stride_h, 1, p.padding, g.oh, g.pad_top, g.pad_bottom);
+  const bool fits_w = cpu::window_geometry(g.w, p.pool_w, p.stride_w, 1, p.padding, g.ow, g.pad_left, g.pad_right);
+  STRATA_CHECK(fits_h && fits_w, ShapeError,
+               op << ": pool (" << p.pool_h << ", " << p.pool_w << ") does not fit input " << shape_str(x)
+                  << " with VALID padding");
+  return g;
+}
+
+CacheKey pool_key(const char* op, const PoolGeometry& g, const Pool2DParams& p) {
+  CacheKey key(op);
+  key << g.n << g.h << g.w << g.c << p.pool_h << p.pool_w << p.stride_h << p.stride_w << g.pad_top << g.pad_bottom
+      << g.pad_left << g.pad_right;
+  return key;
+}
+
+memory::desc x_desc(const PoolGeometry& g) { return cpu::f32_desc({g.n, g.c, g.h, g.w}, tag::nhwc); }
+memory::desc y_desc(const PoolGeometry& g) { return cpu::f32_desc({g.n, g.c, g.oh, g.ow}, tag::nhwc); }
+
+dnnl::pooling_forward::primitive_desc forward_pd(const PoolGeometry& g, const Pool2DParams& p, dnnl::algorithm alg) {
+  return dnnl::pooling_forward::primitive_desc({dnnl::prop_kind::forward_training,
+                                                alg,
+                                                x_desc(g),
+                                                y_desc(g),
+                                                {p.stride_h, p.stride_w},
+                                                {p.pool_h, p.pool_w},
+                                                {g.pad_top, g.pad_left},
+                                                {g.pad_bottom, g.pad_right}},
+                                               cpu::default_attr(), cpu::dnnl_engine());
+}
+
+struct ForwardEntry {
+  dnnl::pooling_forward::primitive_desc pd;
+  dnnl::pooling_forward prim;
+};
+struct BackwardEntry {
+  dnnl::pooling_backward::primitive_desc pd;
+  dnnl::pooling_backward prim;
+};
+
+std::shared_ptr<const ForwardEntry> forward_entry(const char* op, const PoolGeometry& g, const Pool2DParams& p,
+                                                  dnnl::algorithm alg) {
+  return cpu::cached<ForwardEntry>(pool_key(op, g, p), [&] {
+    return cpu::dnnl_call(op, [&] {
+      auto pd = forward_pd(g, p, alg);
+      return std::make_shared<const ForwardEntry>(ForwardEntry{pd, dnnl::pooling_forward(pd)});
+    });
+  });
+}
+
+std::shared_ptr<const BackwardEntry> backward_entry(const char* op, const PoolGeometry& g, const Pool2DParams& p,
+                                                    dnnl::algorithm alg) {
+  return cpu::cached<BackwardEntry>(pool_key(op, g, p), [&] {
+    return cpu::dnnl_call(op, [&] {
+      const auto hint = forward_pd(g, p, alg);
+      dnnl::pooling_backward::primitive_desc pd({alg,
+                                                 x_desc(g),
+                                                 y_desc(g),
+                                                 {p.stride_h, p.stride_w},
+                                                 {p.pool_h, p.pool_w},
+                                                 {g.pad_top, g.pad_left},
+                                                 {g.pad_bottom, g.pad_right}},
+                                                cpu::default_attr(), cpu::dnnl_engine(), hint);
+      return std::make_shared<const BackwardEntry>(BackwardEntry{pd, dnnl::pooling_backward(pd)});
+    });
+  });
+}
+
+void check_dy(const char* op, const Tensor& dy, const PoolGeometry& g, const Shape& x_shape) {
+  STRATA_CHECK(dy.shape() == g.y_shape(), ShapeError,
+               op << ": output gradient " << dy.shape_str() << " does not match the output " << shape_str(g.y_shape())
+                  << " of input " << shape_str(x_shape));
+}
+
+}  // namespace
+
+MaxPoolResult max_pool2d(const Tensor& x, const Pool2DParams& p) {
+  const char* op = "max_pool2d";
+  cpu::require_host(op, {&x});
+  cpu::require_float(op, {&x});
+  const PoolGeometry g = pool_geometry(op, x.shape(), p);
+  MaxPoolResult r;
+  r.y = Tensor::empty(g.y_shape());
+  if (r.y.numel() == 0) {
+    r.workspace = Tensor::empty({0}, DType::kUInt8);
+    return r;
+  }
+  auto entry = forward_entry(op, g, p, dnnl::algorithm::pooling_max);
+  const memory::desc ws_desc = entry->pd.workspace_desc();
+  r.workspace = Tensor::empty({static_cast<int64_t>(ws_desc.get_size())}, DType::kUInt8);
+  cpu::execute(op, entry->prim, entry->pd,
+               {{DNNL_ARG_SRC, cpu::wrap(x_desc(g), x)},
+                {DNNL_ARG_DST, cpu::wrap(y_desc(g), r.y)},
+                {DNNL_ARG_WORKSPACE, cpu::wrap(ws_desc, r.workspace)}});
+  return r;
+}
+
+Tensor max_pool2d_backward(const Tensor& dy, const Tensor& workspace, const Shape& x_shape, const Pool2DParams& p) {
+  const char* op = "max_pool2d_backward";
+  cpu::require_host(op, {&dy, &workspace});
+  cpu::require_float(op, {&dy});
+  check_dtype(op, workspace, DType::kUInt8);
+  const PoolGeometry g = pool_geometry(op, x_shape, p);
+  check_dy(op, dy, g, x_shape);
+  Tensor dx = Tensor::empty(x_shape);
+  if (dx.numel() == 0) return dx;
+  if (dy.numel() == 0) {
+    dx.fill_(0.0);
+    return dx;
+  }
+  auto entry = backward_entry(op, g, p, dnnl::algorithm::pooling_max);
+  const memory::desc ws_desc = entry->pd.workspace_desc();
+  STRATA_CHECK(workspace.nbytes() == ws_desc.get_size(), InvalidArgument,
+               op << ": workspace of " << workspace.nbytes() << " bytes is not the " << ws_desc.get_size()
+                  << " bytes max_pool2d made for input " << shape_str(x_shape));
+  cpu::execute(op, entry->prim, entry->pd,
+               {{DNNL_ARG_DIFF_DST, cpu::wrap(y_desc(g), dy)},
+                {DNNL_ARG_WORKSPACE, cpu::wrap(ws_desc, workspace)},
+                {DNNL_ARG_DIFF_SRC, cpu::wrap(x_desc(g), dx)}});
+  return dx;
+}
+
+Tensor avg_pool2d(const Tensor& x, const Pool2DParams& p) {
+  const char* op = "avg_pool2d";
+  cpu::require_host(op, {&x});
+  cpu::require_float(op, {&x});
+  const PoolGeometry g = pool_geometry(op, x.shape(), p);
+  Tensor y = Tensor::empty(g.y_shape());
+  if (y.numel() == 0) return y;
+  auto entry = forward_entry(op, g, p, dnnl::algorithm::pooling_avg_exclude_padding);
+  cpu::execute(op, entry->prim, entry->pd,
+               {{DNNL_ARG_SRC, cpu::wrap(x_desc(g), x)}, {DNNL_ARG_DST, cpu::wrap(y_desc(g), y)}});
+  return y;
+}
+
+Tensor avg_pool2d_backward(const Tensor& dy, const Shape& x_shape, const Pool2DParams& p) {
+  const char* op = "avg_pool2d_backward";
+  cpu::require_host(op, {&dy});
+  cpu::require_float(op, {&dy});
+  const PoolGeometry g = pool_geometry(op, x_shape, p);
+  check_dy(op, dy, g, x_shape);
+  Tensor dx = Tensor::empty(x_shape);
+  if (dx.numel() == 0) return dx;
+  if (dy.numel() == 0) {
+    dx.fill_(0.0);
+    return dx;
+  }
+  auto entry = backward_entry(op, g, p, dnnl::algorithm::pooling_avg_exclude_padding);
+  cpu::execute(op, entry->prim, entry->pd,
+               {{DNNL_ARG_DIFF_DST, cpu::wrap(y_desc(g), dy)}, {DNNL_ARG_DIFF_SRC, cpu::wrap(x_desc(g), dx)}});
+  return dx;
+}
+
+}  // namespace strata::kernels
