@@ -14,6 +14,7 @@
 #include "strata/gradient_tape.h"
 #include "strata/init.h"
 #include "strata/ops.h"
+#include "test_util.h"
 
 namespace strata::testing {
 
@@ -64,11 +65,7 @@ inline void check_gradients(const OpFn& f, const std::vector<Tensor>& inputs, Gr
   }
 }
 
-// A float32 tensor of `shape` with values uniform in [low, high), reproducible from `seed`.
-inline Tensor random_tensor(const Shape& shape, uint64_t seed, float low = -1.0f, float high = 1.0f) {
-  Generator gen(seed);
-  return init::uniform(shape, gen, low, high);
-}
+using test::random_tensor;
 
 // Values spread at least `gap` apart in a shuffled order, so max/relu-style kinks are far from every
 // element (finite differences of a kink are meaningless).

@@ -6,20 +6,16 @@
 #include <cmath>
 
 #include "kernels/kernels.h"
+#include "test_util.h"
 #include "strata/random.h"
 #include "strata/threading.h"
 
 namespace strata::kernels {
 namespace {
 
-using ::testing::HasSubstr;
+using test::random_tensor;
 
-Tensor random_tensor(const Shape& shape, uint64_t seed, float low = -1.0f, float high = 1.0f) {
-  Tensor t = Tensor::empty(shape);
-  Generator gen(seed);
-  gen.fill_uniform(t.data<float>(), t.numel(), low, high);
-  return t;
-}
+using ::testing::HasSubstr;
 
 void expect_close(const Tensor& got, const std::vector<double>& want, const char* what, double tol = 1e-4) {
   ASSERT_EQ(static_cast<size_t>(got.numel()), want.size()) << what;

@@ -10,20 +10,16 @@
 
 #include "kernels/cpu/dnnl_util.h"
 #include "kernels/kernels.h"
+#include "test_util.h"
 #include "strata/random.h"
 #include "strata/threading.h"
 
 namespace strata::kernels {
 namespace {
 
-using ::testing::HasSubstr;
+using test::random_tensor;
 
-Tensor random_tensor(const Shape& shape, uint64_t seed) {
-  Tensor t = Tensor::empty(shape);
-  Generator gen(seed);
-  gen.fill_uniform(t.data<float>(), t.numel(), -1.0f, 1.0f);
-  return t;
-}
+using ::testing::HasSubstr;
 
 // The geometry TensorFlow defines, written out again independently of the kernel.
 struct Axis {

@@ -7,20 +7,16 @@
 #include <limits>
 
 #include "kernels/kernels.h"
+#include "test_util.h"
 #include "strata/random.h"
 #include "strata/threading.h"
 
 namespace strata::kernels {
 namespace {
 
-using ::testing::HasSubstr;
+using test::random_tensor;
 
-Tensor random_tensor(const Shape& shape, uint64_t seed) {
-  Tensor t = Tensor::empty(shape);
-  Generator gen(seed);
-  gen.fill_uniform(t.data<float>(), t.numel(), -1.0f, 1.0f);
-  return t;
-}
+using ::testing::HasSubstr;
 
 TEST(Dropout, KeepsOneMinusRateAndScales) {
   const Tensor x = random_tensor({200, 1000}, 1);

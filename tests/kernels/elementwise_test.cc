@@ -10,30 +10,15 @@
 
 #include "kernels/kernels.h"
 #include "strata/threading.h"
+#include "test_util.h"
 
 namespace strata::kernels {
 namespace {
 
+using test::message_of;
+using test::random_tensor;
+
 using ::testing::HasSubstr;
-
-Tensor random_tensor(const Shape& shape, uint32_t seed, float lo = -2.0f, float hi = 2.0f) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(shape_numel(shape));
-  for (float& x : v) x = dist(gen);
-  return Tensor::from_vector(v, shape);
-}
-
-template <class E, class F>
-std::string message_of(F f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an exception";
-  return "";
-}
 
 // Element of `t` (shape `s`) read at the output multi-index `idx` of a broadcast (NumPy rules).
 double broadcast_read(const Tensor& t, const Shape& out, const std::vector<int64_t>& idx) {
@@ -115,11 +100,13 @@ TEST(BinaryTest, BroadcastingCasesMatchReference) {
 TEST(BinaryTest, LargeTensorsUseEveryPathAtTwoThreads) {
   ScopedNumThreads scope(2);
   const Tensor a = random_tensor({300, 257}, 3, 0.5f, 2.0f);
-  expect_binary_matches(BinaryOp::kAdd, a, random_tensor({300, 257}, 4), {300, 257});
-  expect_binary_matches(BinaryOp::kMul, a, random_tensor({257}, 5), {300, 257});
-  expect_binary_matches(BinaryOp::kSub, a, random_tensor({300, 1}, 6), {300, 257});
-  expect_binary_matches(BinaryOp::kDiv, random_tensor({300, 1, 257}, 7), random_tensor({1, 70, 1}, 8), {300, 70, 257});
-  expect_binary_matches(BinaryOp::kMaximum, random_tensor({40000, 2}, 9), random_tensor({40000, 1}, 10), {40000, 2});
+  expect_binary_matches(BinaryOp::kAdd, a, random_tensor({300, 257}, 4, -2.0f, 2.0f), {300, 257});
+  expect_binary_matches(BinaryOp::kMul, a, random_tensor({257}, 5, -2.0f, 2.0f), {300, 257});
+  expect_binary_matches(BinaryOp::kSub, a, random_tensor({300, 1}, 6, -2.0f, 2.0f), {300, 257});
+  expect_binary_matches(BinaryOp::kDiv, random_tensor({300, 1, 257}, 7, -2.0f, 2.0f),
+                        random_tensor({1, 70, 1}, 8, -2.0f, 2.0f), {300, 70, 257});
+  expect_binary_matches(BinaryOp::kMaximum, random_tensor({40000, 2}, 9, -2.0f, 2.0f),
+                        random_tensor({40000, 1}, 10, -2.0f, 2.0f), {40000, 2});
 }
 
 TEST(BinaryTest, ComparisonsAndNaN) {
@@ -147,15 +134,15 @@ TEST(BinaryTest, ErrorsNameTheOpAndShapes) {
 }
 
 TEST(AffineTest, ScalesAndShifts) {
-  const Tensor x = random_tensor({50000}, 11);
+  const Tensor x = random_tensor({50000}, 11, -2.0f, 2.0f);
   const Tensor y = affine(x, 3.0f, -1.0f);
   for (int64_t i = 0; i < x.numel(); ++i) ASSERT_NEAR(y.data<float>()[i], 3.0 * x.data<float>()[i] - 1.0, 1e-5);
   EXPECT_EQ(affine(Tensor::zeros({0}), 2.0f, 1.0f).numel(), 0);
 }
 
 TEST(AxpyTest, AccumulatesInPlace) {
-  Tensor y = random_tensor({40000}, 12);
-  const Tensor x = random_tensor({40000}, 13);
+  Tensor y = random_tensor({40000}, 12, -2.0f, 2.0f);
+  const Tensor x = random_tensor({40000}, 13, -2.0f, 2.0f);
   const std::vector<float> y0 = y.to_vector<float>();
   axpy_(y, -0.5f, x);
   for (int64_t i = 0; i < y.numel(); ++i) ASSERT_NEAR(y.data<float>()[i], y0[i] - 0.5 * x.data<float>()[i], 1e-6);
@@ -202,7 +189,8 @@ bool positive_domain(UnaryOp op) { return op == UnaryOp::kLog || op == UnaryOp::
 
 TEST(UnaryTest, MatchesReference) {
   for (UnaryOp op : kAllUnary) {
-    const Tensor x = positive_domain(op) ? random_tensor({3, 7001}, 14, 0.1f, 3.0f) : random_tensor({3, 7001}, 14);
+    const Tensor x =
+        positive_domain(op) ? random_tensor({3, 7001}, 14, 0.1f, 3.0f) : random_tensor({3, 7001}, 14, -2.0f, 2.0f);
     const Tensor y = unary(op, x);
     ASSERT_EQ(y.shape(), x.shape());
     for (int64_t i = 0; i < x.numel(); ++i) {
@@ -239,9 +227,9 @@ TEST(UnaryTest, StableAtLargeMagnitudes) {
 // kinks of abs, relu and sign).
 TEST(UnaryTest, BackwardMatchesFiniteDifferences) {
   for (UnaryOp op : kAllUnary) {
-    Tensor x = positive_domain(op) ? random_tensor({1000}, 15, 0.2f, 3.0f) : random_tensor({1000}, 15);
+    Tensor x = positive_domain(op) ? random_tensor({1000}, 15, 0.2f, 3.0f) : random_tensor({1000}, 15, -2.0f, 2.0f);
     const Tensor y = unary(op, x);
-    const Tensor dy = random_tensor({1000}, 16);
+    const Tensor dy = random_tensor({1000}, 16, -2.0f, 2.0f);
     const Tensor dx = unary_backward(op, x, y, dy);
     const double h = 1e-6;
     for (int64_t i = 0; i < x.numel(); ++i) {
@@ -255,7 +243,7 @@ TEST(UnaryTest, BackwardMatchesFiniteDifferences) {
 }
 
 TEST(UnaryTest, BackwardChecksShapesAndAllowsTheUnusedInputUndefined) {
-  const Tensor x = random_tensor({4}, 17);
+  const Tensor x = random_tensor({4}, 17, -2.0f, 2.0f);
   EXPECT_NO_THROW(unary_backward(UnaryOp::kRelu, x, Tensor(), Tensor::ones({4})));
   EXPECT_NO_THROW(unary_backward(UnaryOp::kSigmoid, Tensor(), unary(UnaryOp::kSigmoid, x), Tensor::ones({4})));
   EXPECT_THAT(message_of<ShapeError>([&] { unary_backward(UnaryOp::kRelu, x, Tensor(), Tensor::ones({5})); }),
@@ -265,7 +253,7 @@ TEST(UnaryTest, BackwardChecksShapesAndAllowsTheUnusedInputUndefined) {
 
 TEST(ActivationTest, LeakyReluEluClipAndTheirGradients) {
   const Tensor x = random_tensor({20001}, 18, -3.0f, 3.0f);
-  const Tensor dy = random_tensor({20001}, 19);
+  const Tensor dy = random_tensor({20001}, 19, -2.0f, 2.0f);
   const Tensor lr = leaky_relu(x, 0.2f);
   const Tensor lrb = leaky_relu_backward(x, dy, 0.2f);
   const Tensor e = elu(x, 1.5f);

@@ -7,20 +7,16 @@
 #include <thread>
 
 #include "kernels/kernels.h"
+#include "test_util.h"
 #include "strata/threading.h"
 
 namespace strata::kernels {
 namespace {
 
-using ::testing::HasSubstr;
+using test::random_tensor;
+using test::message_of;
 
-Tensor random_tensor(const Shape& shape, uint32_t seed) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-  std::vector<float> v(shape_numel(shape));
-  for (float& x : v) x = dist(gen);
-  return Tensor::from_vector(v, shape);
-}
+using ::testing::HasSubstr;
 
 // C[M, N] = op(A) op(B) in double, for one matrix each (A at pa, B at pb).
 std::vector<double> reference(const float* pa, const float* pb, int64_t M, int64_t N, int64_t K, bool ta, bool tb) {
@@ -141,17 +137,6 @@ TEST(MatmulTest, EmptyOperands) {
   ASSERT_EQ(c.shape(), (Shape{2, 3}));
   for (float v : c.to_vector<float>()) EXPECT_EQ(v, 0.0f);
   EXPECT_EQ(matmul(Tensor::zeros({0, 2, 4}), Tensor::zeros({4, 3})).shape(), (Shape{0, 2, 3}));
-}
-
-template <class E, class F>
-std::string message_of(F f) {
-  try {
-    f();
-  } catch (const E& e) {
-    return e.what();
-  }
-  ADD_FAILURE() << "expected an exception";
-  return "";
 }
 
 TEST(MatmulTest, BadShapesRaiseShapeErrorNamingTheOp) {

@@ -8,20 +8,15 @@
 #include <random>
 
 #include "kernels/kernels.h"
+#include "test_util.h"
 #include "strata/threading.h"
 
 namespace strata::kernels {
 namespace {
 
-using ::testing::HasSubstr;
+using test::random_tensor;
 
-Tensor random_tensor(const Shape& shape, uint32_t seed, float lo = -1.0f, float hi = 1.0f) {
-  std::mt19937 gen(seed);
-  std::uniform_real_distribution<float> dist(lo, hi);
-  std::vector<float> v(shape_numel(shape));
-  for (float& x : v) x = dist(gen);
-  return Tensor::from_vector(v, shape);
-}
+using ::testing::HasSubstr;
 
 enum class Red { kSum, kMean, kMax };
 
