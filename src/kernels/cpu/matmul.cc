@@ -1,6 +1,6 @@
 // Matrix products on the CPU through oneDNN's sgemm (row-major, OpenMP-threaded).
 //
-// oneDNN was chosen over OpenBLAS's cblas_sgemm by measurement on this machine (Xeon, AVX-512):
+// oneDNN was chosen over OpenBLAS's cblas_sgemm by measurement on this machine (x86-64 with AVX-512):
 // it was as fast or faster on 256x784x128, its two backward products and 1024^3, at 1 and 2
 // threads, and it threads through OpenMP, whose thread count is a per-thread setting, so
 // strata::num_threads() of the calling thread is honoured without touching a global pool.
