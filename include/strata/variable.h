@@ -63,6 +63,9 @@ class Variable {
   explicit Variable(std::shared_ptr<detail::Node> node) : node_(std::move(node)) {}
 
  private:
+  // value += scale * delta, with errors naming `op`.
+  void add_scaled(const char* op, const Tensor& delta, float scale);
+
   std::shared_ptr<detail::Node> node_;
 };
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <unordered_map>
+#include <unordered_set>
 
 #include "autograd/node.h"
 #include "kernels/kernels.h"
@@ -71,10 +72,10 @@ std::vector<Tensor> GradientTape::gradient(const Variable& target, const std::ve
   NoGradGuard no_grad;
 
   using NodePtr = detail::Node*;
-  std::unordered_map<NodePtr, bool> is_source;
+  std::unordered_set<NodePtr> is_source;
   for (const Variable& s : sources) {
     STRATA_CHECK(s.defined(), InvalidArgument, "GradientTape::gradient: undefined source");
-    is_source[s.node().get()] = true;
+    is_source.insert(s.node().get());
   }
 
   // Post-order over the recorded graph (inputs before the ops that use them), iteratively.
@@ -82,15 +83,12 @@ std::vector<Tensor> GradientTape::gradient(const Variable& target, const std::ve
   std::unordered_map<NodePtr, bool> relevant;  // leads to a source
   {
     std::vector<std::pair<NodePtr, size_t>> stack = {{target.node().get(), 0}};
-    std::unordered_map<NodePtr, bool> visited = {{target.node().get(), true}};
+    std::unordered_set<NodePtr> visited = {target.node().get()};
     while (!stack.empty()) {
       auto& [node, next_input] = stack.back();
       if (node->backward && next_input < node->inputs.size()) {
         NodePtr child = node->inputs[next_input++].node().get();
-        if (!visited[child]) {
-          visited[child] = true;
-          stack.push_back({child, 0});
-        }
+        if (visited.insert(child).second) stack.push_back({child, 0});
         continue;
       }
       bool r = is_source.count(node) > 0;

@@ -63,20 +63,15 @@ void Variable::assign(const Tensor& value) {
   node_->value.copy_(value);
 }
 
-void Variable::assign_add(const Tensor& delta, float scale) {
-  checked(node_);
-  STRATA_CHECK(delta.shape() == node_->value.shape(), ShapeError,
-               "assign_add: delta " << delta.shape_str() << " for variable '" << node_->name << "' of shape "
-                                    << node_->value.shape_str());
-  kernels::axpy_(node_->value, scale, delta);
-}
+void Variable::assign_add(const Tensor& delta, float scale) { add_scaled("assign_add", delta, scale); }
+void Variable::assign_sub(const Tensor& delta, float scale) { add_scaled("assign_sub", delta, -scale); }
 
-void Variable::assign_sub(const Tensor& delta, float scale) {
+void Variable::add_scaled(const char* op, const Tensor& delta, float scale) {
   checked(node_);
   STRATA_CHECK(delta.shape() == node_->value.shape(), ShapeError,
-               "assign_sub: delta " << delta.shape_str() << " for variable '" << node_->name << "' of shape "
-                                    << node_->value.shape_str());
-  kernels::axpy_(node_->value, -scale, delta);
+               op << ": delta " << delta.shape_str() << " for variable '" << node_->name << "' of shape "
+                  << node_->value.shape_str());
+  kernels::axpy_(node_->value, scale, delta);
 }
 
 ScopedVariableCreator::ScopedVariableCreator(VariableCreator creator) { t_creators.push_back(std::move(creator)); }

@@ -4,7 +4,6 @@
 #include "core/device_memory.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
 #include <numeric>
 #include <ostream>

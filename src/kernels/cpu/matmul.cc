@@ -5,12 +5,12 @@
 // threads, and it threads through OpenMP, whose thread count is a per-thread setting, so
 // strata::num_threads() of the calling thread is honoured without touching a global pool.
 // Thread-safety: safe to call concurrently; each call sets only the calling thread's OpenMP count.
-#include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 
 #include <atomic>
 
 #include "kernels/cpu/cpu_util.h"
+#include "kernels/cpu/dnnl_util.h"
 #include "kernels/kernels.h"
 
 namespace strata::kernels {
@@ -20,14 +20,6 @@ namespace {
 // Below this many multiply-adds per matrix a batch runs one matrix per thread instead of
 // threading each product.
 constexpr int64_t kSmallGemm = int64_t{1} << 21;
-
-// oneDNN reads the OpenMP thread count of the calling thread; keep it equal to num_threads()
-// (a thread that never called set_num_threads may have a different OpenMP default).
-void sync_openmp_threads() {
-  if (omp_in_parallel()) return;  // nested: oneDNN runs single-threaded anyway
-  const int want = num_threads();
-  if (omp_get_max_threads() != want) omp_set_num_threads(want);
-}
 
 // C[M, N] = op(A) op(B), row-major. Returns the oneDNN status.
 dnnl_status_t sgemm(bool ta, bool tb, int64_t M, int64_t N, int64_t K, const float* A, const float* B, float* C) {
@@ -77,7 +69,7 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   const float* pa = a.data<float>();
   const float* pb = b.data<float>();
   float* pc = out.data<float>();
-  sync_openmp_threads();
+  cpu::sync_dnnl_threads();  // dnnl_sgemm threads like the other oneDNN calls
 
   // One product: both 2-D, or a batch of A rows against a shared B ([B*M, K] x [K, N]).
   if (!batched || (a.rank() == 3 && b.rank() == 2 && !trans_a)) {

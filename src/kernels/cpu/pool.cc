@@ -99,10 +99,23 @@ std::shared_ptr<const BackwardEntry> backward_entry(const char* op, const PoolGe
   });
 }
 
-void check_dy(const char* op, const Tensor& dy, const PoolGeometry& g, const Shape& x_shape) {
+// The part both backward passes share: checks dy against the pooling of x_shape and allocates dx.
+// Returns false when dx is already complete (empty, or zeros because dy is empty).
+bool begin_backward(const char* op, const Tensor& dy, const Shape& x_shape, const Pool2DParams& p, PoolGeometry& g,
+                    Tensor& dx) {
+  cpu::require_host(op, {&dy});
+  cpu::require_float(op, {&dy});
+  g = pool_geometry(op, x_shape, p);
   STRATA_CHECK(dy.shape() == g.y_shape(), ShapeError,
                op << ": output gradient " << dy.shape_str() << " does not match the output " << shape_str(g.y_shape())
                   << " of input " << shape_str(x_shape));
+  dx = Tensor::empty(x_shape);
+  if (dx.numel() == 0) return false;
+  if (dy.numel() == 0) {
+    dx.fill_(0.0);
+    return false;
+  }
+  return true;
 }
 
 }  // namespace
@@ -130,17 +143,11 @@ MaxPoolResult max_pool2d(const Tensor& x, const Pool2DParams& p) {
 
 Tensor max_pool2d_backward(const Tensor& dy, const Tensor& workspace, const Shape& x_shape, const Pool2DParams& p) {
   const char* op = "max_pool2d_backward";
-  cpu::require_host(op, {&dy, &workspace});
-  cpu::require_float(op, {&dy});
+  cpu::require_host(op, {&workspace});
   check_dtype(op, workspace, DType::kUInt8);
-  const PoolGeometry g = pool_geometry(op, x_shape, p);
-  check_dy(op, dy, g, x_shape);
-  Tensor dx = Tensor::empty(x_shape);
-  if (dx.numel() == 0) return dx;
-  if (dy.numel() == 0) {
-    dx.fill_(0.0);
-    return dx;
-  }
+  PoolGeometry g;
+  Tensor dx;
+  if (!begin_backward(op, dy, x_shape, p, g, dx)) return dx;
   auto entry = backward_entry(op, g, p, dnnl::algorithm::pooling_max);
   const memory::desc ws_desc = entry->pd.workspace_desc();
   STRATA_CHECK(workspace.nbytes() == ws_desc.get_size(), InvalidArgument,
@@ -168,16 +175,9 @@ Tensor avg_pool2d(const Tensor& x, const Pool2DParams& p) {
 
 Tensor avg_pool2d_backward(const Tensor& dy, const Shape& x_shape, const Pool2DParams& p) {
   const char* op = "avg_pool2d_backward";
-  cpu::require_host(op, {&dy});
-  cpu::require_float(op, {&dy});
-  const PoolGeometry g = pool_geometry(op, x_shape, p);
-  check_dy(op, dy, g, x_shape);
-  Tensor dx = Tensor::empty(x_shape);
-  if (dx.numel() == 0) return dx;
-  if (dy.numel() == 0) {
-    dx.fill_(0.0);
-    return dx;
-  }
+  PoolGeometry g;
+  Tensor dx;
+  if (!begin_backward(op, dy, x_shape, p, g, dx)) return dx;
   auto entry = backward_entry(op, g, p, dnnl::algorithm::pooling_avg_exclude_padding);
   cpu::execute(op, entry->prim, entry->pd,
                {{DNNL_ARG_DIFF_DST, cpu::wrap(y_desc(g), dy)}, {DNNL_ARG_DIFF_SRC, cpu::wrap(x_desc(g), dx)}});
