@@ -20,6 +20,7 @@
 #include <unistd.h>
 
 #include "data/nodes.h"
+#include "data/shuffle_buffer.h"
 #include "strata/random.h"
 
 namespace strata::data::detail {
@@ -60,9 +61,11 @@ class ShuffleNode : public UnaryNode {
 class ShuffleIterator : public IteratorImpl {
  public:
   explicit ShuffleIterator(const ShuffleNode* node)
-      : node_(node), in_(node->input()->make_iterator()), epoch_(node->take_epoch()), gen_(node->seed_, epoch_) {
-    buffer_.reserve(static_cast<size_t>(std::min<int64_t>(node->buffer_, 1 << 16)));
-  }
+      : node_(node),
+        in_(node->input()->make_iterator()),
+        epoch_(node->take_epoch()),
+        gen_(node->seed_, epoch_),
+        buffer_(static_cast<size_t>(node->buffer_)) {}
   std::optional<Element> next() override {
     while (!input_done_ && static_cast<int64_t>(buffer_.size()) < node_->buffer_) {
       auto e = in_->next();
@@ -83,18 +86,16 @@ class ShuffleIterator : public IteratorImpl {
       ahead_ = 0;
       i = static_cast<size_t>(gen_.uniform_int(buffer_.size()));
     }
-    Element out = std::move(buffer_[i]);
+    Element out = buffer_.take(i);
     std::optional<Element> refill;
     if (!input_done_) {
       refill = in_->next();
       if (!refill) input_done_ = true;
     }
-    if (refill) {
-      buffer_[i] = std::move(*refill);
-    } else {
-      buffer_[i] = std::move(buffer_.back());
-      buffer_.pop_back();
-    }
+    if (refill)
+      buffer_.replace(i, std::move(*refill));
+    else
+      buffer_.remove(i);
     draw_ahead();
     return out;
   }
@@ -104,7 +105,7 @@ class ShuffleIterator : public IteratorImpl {
     w.put_uint("epoch", epoch_).put_uint("seed", s.seed).put_uint("stream", s.stream).put_uint("offset", s.offset);
     w.put_int("input_done", input_done_).put("input", in_->save_state());
     w.put_int("buffered", static_cast<int64_t>(buffer_.size()));
-    for (size_t i = 0; i < buffer_.size(); ++i) w.put_element(slot_key(i), buffer_[i]);
+    for (size_t i = 0; i < buffer_.size(); ++i) w.put_element(slot_key(i), buffer_.at(i));
     return w.str();
   }
   void restore_state(const std::string& state) override {
@@ -124,13 +125,12 @@ class ShuffleIterator : public IteratorImpl {
   // Draws the slots the next two calls hand out (the same draws they would make, in the same order:
   // while the input lasts the buffer stays full, after it ends it shrinks by one a call, so the ranges
   // are known; a draw whose range turns out wrong is undone from the state saved before it) and
-  // prefetches those elements: the buffer has gone cold in the cache by then, and batch's copy would
-  // otherwise wait on a chain of misses (element -> tensor -> storage -> bytes). Two calls ahead the
-  // element's tensor array is fetched, one call ahead its storage and bytes. save_state saves the
-  // state before the first pending draw, so a restored iterator draws them again.
+  // prefetches those slots: the buffer has gone cold in the cache by then. Two calls ahead a slot is
+  // prefetched shallow (an element's tensor array), one call ahead deep (its bytes). save_state saves
+  // the state before the first pending draw, so a restored iterator draws them again.
   void draw_ahead() {
     if (!input_done_ && static_cast<int64_t>(buffer_.size()) < node_->buffer_) return;
-    if (ahead_ == 1 && drawn_[0].slot < buffer_.size()) prefetch_bytes(buffer_[drawn_[0].slot]);
+    if (ahead_ == 1 && drawn_[0].slot < buffer_.size()) buffer_.prefetch(drawn_[0].slot, true);
     while (ahead_ < 2) {
       const size_t shrink = input_done_ ? static_cast<size_t>(ahead_) : 0;
       if (buffer_.size() <= shrink) return;
@@ -139,21 +139,8 @@ class ShuffleIterator : public IteratorImpl {
       d.before = gen_.state();
       d.range = range;
       d.slot = static_cast<size_t>(gen_.uniform_int(range));
-      const Element& e = buffer_[std::min(d.slot, buffer_.size() - 1)];
-      if (ahead_ == 0)
-        prefetch_bytes(e);
-      else if (!e.components().empty())
-        for (size_t off = 0; off < e.size() * sizeof(Tensor); off += 64)
-          __builtin_prefetch(reinterpret_cast<const char*>(e.components().data()) + off);
+      buffer_.prefetch(std::min(d.slot, buffer_.size() - 1), ahead_ == 0);
       ++ahead_;
-    }
-  }
-  static void prefetch_bytes(const Element& e) {
-    for (const Tensor& t : e.components()) {
-      if (!t.defined() || !t.device().is_cpu()) continue;
-      const char* p = static_cast<const char*>(t.raw_data());
-      const size_t n = std::min<size_t>(t.nbytes(), 4096);
-      for (size_t off = 0; off < n; off += 64) __builtin_prefetch(p + off);
     }
   }
 
@@ -161,7 +148,7 @@ class ShuffleIterator : public IteratorImpl {
   std::unique_ptr<IteratorImpl> in_;
   uint64_t epoch_;
   Generator gen_;
-  std::vector<Element> buffer_;
+  ShuffleBuffer buffer_;
   bool input_done_ = false;
   struct Draw {
     size_t slot = 0, range = 0;  // drawn over `range` slots

@@ -48,6 +48,17 @@ TEST(DatasetStateTest, ShuffleBufferAndEpochsSurviveARestart) {
   // Mid-way through the second of three reshuffled epochs.
   expect_resumes_at([] { return Dataset::range(20).shuffle(20, 5).repeat(3); }, {7, 25, 41, 59});
   expect_resumes_at([] { return Dataset::range(20).shuffle(4, 5, false).repeat(2).shuffle(6, 9); }, {13, 30});
+  // Elements that change structure part-way (held as slab rows, then as Elements), and wider rows.
+  auto changing = [] {
+    return Dataset::range(30)
+        .map([](const Element& e) {
+          const int64_t v = value(e);
+          return v < 12 ? e : Element({Tensor::from_vector<int64_t>({v, v, v})});
+        })
+        .shuffle(8, 4);
+  };
+  expect_resumes_at(changing, {0, 3, 9, 20});
+  expect_resumes_at([] { return Dataset::range(40).batch(4).shuffle(5, 2); }, {1, 6});
 }
 
 TEST(DatasetStateTest, ParallelStagesSaveTheirBufferedResults) {

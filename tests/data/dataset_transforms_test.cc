@@ -149,6 +149,33 @@ TEST(DatasetShuffleTest, MatchesTheBufferAlgorithmDrawnOneCallAtATime) {
   }
 }
 
+// Elements 0..29 as int64 tensors whose structure changes part-way: scalars, then from `change` on
+// vectors of (value % 3 + 1) copies of the value, and a name list that differs too.
+Dataset changing_structure(int64_t n, int64_t change) {
+  return Dataset::range(n).map([change](const Element& e) {
+    const int64_t v = value(e);
+    if (v < change) return e;
+    return Element({Tensor::from_vector<int64_t>(std::vector<int64_t>(static_cast<size_t>(v % 3 + 1), v))}, {"x"});
+  });
+}
+
+TEST(DatasetShuffleTest, OrderDoesNotDependOnHowElementsAreHeld) {
+  // The buffer keeps same-structured elements as rows of one slab and falls back to Elements at the
+  // first one that differs: the order and the values must be those of plain scalars either way.
+  for (const int64_t change : {0, 1, 5, 12, 30}) {
+    std::vector<int64_t> firsts;
+    auto it = changing_structure(30, change).shuffle(8, 4).make_iterator();
+    while (auto e = it.next()) {
+      const auto v = (*e)[0].to_vector<int64_t>();
+      ASSERT_FALSE(v.empty());
+      EXPECT_EQ(static_cast<int64_t>(v.size()), v[0] < change ? 1 : v[0] % 3 + 1) << "value " << v[0];
+      EXPECT_EQ(e->has("x"), v[0] >= change) << "value " << v[0];
+      firsts.push_back(v[0]);
+    }
+    EXPECT_EQ(firsts, collect_ints(Dataset::range(30).shuffle(8, 4))) << "change at " << change;
+  }
+}
+
 TEST(DatasetShuffleTest, ReshufflesEachIterationUnlessAskedNot) {
   auto ds = Dataset::range(50).shuffle(50, 1);
   const auto e0 = collect_ints(ds), e1 = collect_ints(ds);
