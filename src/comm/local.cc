@@ -1,0 +1,520 @@
+// The "local" backend (strata/comm/local.h): ranks are threads of one process and collectives work directly
+// on each other's tensors in shared memory.
+//
+// Issuing a collective queues it on the rank's worker thread and returns a LocalWork. The worker runs the
+// queue in order. For collective #s a rank publishes a Descriptor (its tensors as a flat Bucket, shapes, op,
+// root, any local problem) in its slot s % 2, then every step of the collective ends at the group barrier:
+//   arrive  -> every rank checks every descriptor (the same verdict everywhere: run, or InvalidArgument)
+//   work    -> each rank writes only its own tensors, reading the others' (see the algorithms below)
+//   depart  -> no rank returns (letting its caller reuse the tensors) while another still reads them.
+// Two slots suffice: a rank writes slot s % 2 again only for #s+2, after every rank arrived at #s+1, that is
+// after every rank is done reading #s.
+// Thread-safety: one thread per rank issues collectives (guarded by mu_); the worker owns everything else.
+#include "strata/comm/local.h"
+
+#include <array>
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "comm/bucket.h"
+#include "comm/group_barrier.h"
+
+namespace strata::comm {
+namespace {
+
+using detail::Bucket;
+using detail::GroupBarrier;
+using Clock = std::chrono::steady_clock;
+
+enum class Kind : int { kNone, kAllReduce, kBroadcast, kAllGather, kBarrier };
+
+const char* kind_name(Kind kind) {
+  switch (kind) {
+    case Kind::kNone: return "nothing";
+    case Kind::kAllReduce: return "all_reduce";
+    case Kind::kBroadcast: return "broadcast";
+    case Kind::kAllGather: return "all_gather";
+    case Kind::kBarrier: return "barrier";
+  }
+  return "?";
+}
+
+class LocalWork final : public Work {
+ public:
+  bool is_completed() const override { return done_.load(std::memory_order_acquire); }
+
+  void wait() override {
+    for (int i = 0; i < 512 && !is_completed(); ++i) {
+      if (i < 256) {
+        detail::spin_pause();
+      } else {
+        std::this_thread::yield();
+      }
+    }
+    if (!is_completed()) {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return is_completed(); });
+    }
+    if (error_) std::rethrow_exception(error_);
+  }
+
+  void finish(std::exception_ptr error) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      error_ = std::move(error);
+      done_.store(true, std::memory_order_release);
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  std::atomic<bool> done_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::exception_ptr error_;  // written once, before done_
+};
+
+// What one rank passed to the collective it is running; read by every rank between arrive and depart.
+struct Descriptor {
+  Kind kind = Kind::kNone;
+  ReduceOp op = ReduceOp::kSum;
+  int root = 0;
+  std::vector<Shape> shapes;  // all_gather: {input, output}
+  Bucket bucket;              // the tensors' elements; all_gather: {input, output}
+  std::string local_error;    // a problem with this rank's own arguments
+};
+
+// Where a rank is, for the messages of the other ranks' timeouts. Written by the rank, read by anyone.
+struct RankStatus {
+  std::atomic<int64_t> issued{0};  // collectives issued so far (#1, #2, ...)
+  std::atomic<int> issued_kind{0};
+  std::atomic<int64_t> running{0};  // the collective its worker is in, 0 when idle
+  std::atomic<int> running_kind{0};
+  std::atomic<uint64_t> steps{0};  // barrier arrivals so far
+};
+
+struct LocalGroup {
+  LocalGroup(int size, LocalGroupOptions options)
+      : size(size), options(options), barrier(size), status(size), slots(size) {}
+  const int size;
+  const LocalGroupOptions options;
+  GroupBarrier barrier;
+  std::vector<RankStatus> status;
+  std::vector<std::array<Descriptor, 2>> slots;  // [rank][seq % 2], written by the rank before it arrives
+};
+
+struct Op {
+  Kind kind = Kind::kNone;
+  int64_t seq = 0;
+  ReduceOp reduce = ReduceOp::kSum;
+  int root = 0;
+  std::vector<Tensor> tensors;  // all_gather: {input, output}
+  std::shared_ptr<LocalWork> work;
+};
+
+std::string op_name(const Op& op) { return std::string(kind_name(op.kind)) + " #" + std::to_string(op.seq); }
+
+std::string describe_tensors(const Descriptor& d) {
+  std::ostringstream out;
+  int64_t numel = 0;
+  out << d.shapes.size() << (d.shapes.size() == 1 ? " tensor" : " tensors");
+  for (const Shape& s : d.shapes) {
+    out << " " << shape_str(s);
+    numel += shape_numel(s);
+  }
+  out << " (" << numel << " elements)";
+  return out.str();
+}
+
+class LocalCommunicator final : public Communicator {
+ public:
+  LocalCommunicator(std::shared_ptr<LocalGroup> group, int rank) : group_(std::move(group)), rank_(rank) {
+    if (group_->size > 1) worker_ = std::thread([this] { worker_loop(); });
+  }
+
+  ~LocalCommunicator() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_one();
+    if (worker_.joinable()) worker_.join();  // runs what is queued first
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return group_->size; }
+  std::string backend() const override { return "local"; }
+
+  std::shared_ptr<Work> all_reduce(std::vector<Tensor> tensors, ReduceOp op) override {
+    return issue(Kind::kAllReduce, std::move(tensors), op, 0);
+  }
+  std::shared_ptr<Work> broadcast(std::vector<Tensor> tensors, int root) override {
+    return issue(Kind::kBroadcast, std::move(tensors), ReduceOp::kSum, root);
+  }
+  std::shared_ptr<Work> all_gather(Tensor input, Tensor output) override {
+    return issue(Kind::kAllGather, {std::move(input), std::move(output)}, ReduceOp::kSum, 0);
+  }
+  void barrier() override { issue(Kind::kBarrier, {}, ReduceOp::kSum, 0)->wait(); }
+
+ private:
+  std::shared_ptr<Work> issue(Kind kind, std::vector<Tensor> tensors, ReduceOp reduce, int root);
+  void run_alone(Op& op);
+  void worker_loop();
+  void execute(Op& op);
+  void describe(Op& op, Descriptor& d) const;
+  void validate(const Op& op) const;
+  void step(const Op& op, const std::string& what);
+  std::string timeout_message(const Op& op, const std::string& what, uint64_t step) const;
+  std::string missing_ranks(const Op& op, uint64_t step) const;
+  void run_all_reduce(const Op& op);
+
+  const Descriptor& slot(int rank, const Op& op) const { return group_->slots[rank][op.seq & 1]; }
+  const Bucket& view(int rank, const Op& op) const { return slot(rank, op).bucket; }
+  // This rank's elements [begin, end) of the bucket = the same elements of `src`'s.
+  void copy_from(const Op& op, int src, int64_t begin, int64_t end) const {
+    const Bucket& mine = view(rank_, op);
+    const Bucket& theirs = view(src, op);
+    mine.for_each_piece(begin, end, [&](size_t seg, int64_t offset, int64_t length) {
+      std::memcpy(mine.segment(seg) + offset, theirs.segment(seg) + offset, static_cast<size_t>(length) * 4);
+    });
+  }
+  // This rank's elements [begin, end) = the reduction of `ranks`' elements, in the order given.
+  void reduce_into_mine(const Op& op, int64_t begin, int64_t end, const std::vector<int>& ranks, float divisor) {
+    const Bucket& mine = view(rank_, op);
+    inputs_.resize(ranks.size());
+    mine.for_each_piece(begin, end, [&](size_t seg, int64_t offset, int64_t length) {
+      for (size_t k = 0; k < ranks.size(); ++k) inputs_[k] = view(ranks[k], op).segment(seg) + offset;
+      detail::reduce_piece(mine.segment(seg) + offset, inputs_.data(), static_cast<int>(ranks.size()), length,
+                           op.reduce, divisor);
+    });
+  }
+
+  const std::shared_ptr<LocalGroup> group_;
+  const int rank_;
+  std::vector<const float*> inputs_;  // worker scratch
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Op> queue_;  // guarded by mu_
+  bool stop_ = false;     // guarded by mu_
+  int64_t issued_ = 0;    // guarded by mu_
+  std::thread worker_;    // last: starts once the members above exist
+};
+
+std::shared_ptr<Work> LocalCommunicator::issue(Kind kind, std::vector<Tensor> tensors, ReduceOp reduce, int root) {
+  auto work = std::make_shared<LocalWork>();
+  Op op{kind, 0, reduce, root, std::move(tensors), work};
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    op.seq = ++issued_;
+    RankStatus& status = group_->status[rank_];
+    status.issued_kind.store(static_cast<int>(kind), std::memory_order_relaxed);
+    status.issued.store(op.seq, std::memory_order_release);
+    if (group_->size > 1) {
+      queue_.push_back(std::move(op));
+    }
+  }
+  if (group_->size == 1) {
+    run_alone(op);
+  } else {
+    cv_.notify_one();
+  }
+  return work;
+}
+
+// A group of one: nothing to wait for; all_gather copies, the others leave the tensors as they are.
+void LocalCommunicator::run_alone(Op& op) {
+  std::exception_ptr error;
+  try {
+    Descriptor d;
+    describe(op, d);
+    if (!d.local_error.empty()) STRATA_THROW(InvalidArgument, op_name(op) << " (local group of 1): " << d.local_error);
+    if (op.kind == Kind::kAllGather && d.bucket.segment(0) != d.bucket.segment(1)) {
+      std::memcpy(d.bucket.segment(1), d.bucket.segment(0), op.tensors[0].nbytes());
+    }
+  } catch (...) {
+    error = std::current_exception();
+  }
+  op.work->finish(error);
+}
+
+void LocalCommunicator::worker_loop() {
+  RankStatus& status = group_->status[rank_];
+  while (true) {
+    Op op;
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      if (queue_.empty()) return;
+      op = std::move(queue_.front());
+      queue_.pop_front();
+    }
+    status.running_kind.store(static_cast<int>(op.kind), std::memory_order_relaxed);
+    status.running.store(op.seq, std::memory_order_release);
+    std::exception_ptr error;
+    try {
+      execute(op);
+    } catch (...) {
+      error = std::current_exception();
+    }
+    status.running.store(0, std::memory_order_release);
+    op.tensors.clear();
+    op.work->finish(error);
+  }
+}
+
+void LocalCommunicator::describe(Op& op, Descriptor& d) const {
+  d.kind = op.kind;
+  d.op = op.reduce;
+  d.root = op.root;
+  d.shapes.clear();
+  d.bucket.clear();
+  d.local_error.clear();
+  auto fail = [&](const std::string& message) {
+    if (d.local_error.empty()) d.local_error = message;
+  };
+  for (size_t i = 0; i < op.tensors.size(); ++i) {
+    Tensor& t = op.tensors[i];
+    const std::string what =
+        op.kind == Kind::kAllGather ? (i == 0 ? "input" : "output") : "tensor " + std::to_string(i);
+    d.shapes.push_back(t.defined() ? t.shape() : Shape{});
+    if (!t.defined()) {
+      fail(what + " is undefined");
+    } else if (t.dtype() != DType::kFloat32) {
+      fail(what + " is " + dtype_name(t.dtype()) + ", wants float32");
+    } else if (!t.device().is_cpu()) {
+      fail(what + " is on " + t.device().str() + ", wants host memory");
+    } else {
+      d.bucket.add(t.data<float>(), t.numel());
+    }
+  }
+  const int size = group_->size;
+  if (op.kind == Kind::kBroadcast && (op.root < 0 || op.root >= size)) {
+    fail("root " + std::to_string(op.root) + " is not a rank of a group of " + std::to_string(size));
+  }
+  if (op.kind == Kind::kAllGather && d.local_error.empty()) {
+    const Shape& in = d.shapes[0];
+    Shape want = in.empty() ? Shape{static_cast<int64_t>(size)} : in;
+    if (!in.empty()) want[0] *= size;
+    if (d.shapes[1] != want) {
+      fail("output is " + shape_str(d.shapes[1]) + ", wants " + shape_str(want) + " (" + std::to_string(size) +
+           " x input " + shape_str(in) + ")");
+    }
+  }
+}
+
+void LocalCommunicator::validate(const Op& op) const {
+  const int size = group_->size;
+  const std::string where = op_name(op) + " (local group of " + std::to_string(size) + ")";
+  std::ostringstream problems;
+  for (int q = 0; q < size; ++q) {
+    if (!slot(q, op).local_error.empty()) problems << (problems.tellp() > 0 ? "; " : "") << "rank " << q << ": "
+                                                   << slot(q, op).local_error;
+  }
+  if (problems.tellp() > 0) STRATA_THROW(InvalidArgument, where << ": " << problems.str());
+
+  auto list = [&](auto&& describe_rank) {
+    std::ostringstream out;
+    for (int q = 0; q < size; ++q) out << (q ? "; " : "") << "rank " << q << ": " << describe_rank(slot(q, op));
+    return out.str();
+  };
+  const Descriptor& first = slot(0, op);
+  for (int q = 1; q < size; ++q) {
+    if (slot(q, op).kind != first.kind) {
+      STRATA_THROW(InvalidArgument, "collective #" << op.seq << " (local group of " << size
+                                                   << "): the ranks called different collectives: "
+                                                   << list([](const Descriptor& d) { return kind_name(d.kind); }));
+    }
+  }
+  for (int q = 1; q < size; ++q) {
+    const Descriptor& d = slot(q, op);
+    if (op.kind == Kind::kAllReduce && d.op != first.op) {
+      STRATA_THROW(InvalidArgument, where << ": the ranks reduce with different ops: "
+                                          << list([](const Descriptor& e) { return to_string(e.op); }));
+    }
+    if (op.kind == Kind::kBroadcast && d.root != first.root) {
+      STRATA_THROW(InvalidArgument, where << ": the ranks name different roots: "
+                                          << list([](const Descriptor& e) { return std::to_string(e.root); }));
+    }
+    if (d.shapes != first.shapes) {
+      STRATA_THROW(InvalidArgument, where << ": the ranks passed different tensors: " << list(describe_tensors));
+    }
+  }
+}
+
+std::string LocalCommunicator::missing_ranks(const Op& op, uint64_t step) const {
+  std::vector<int> missing;
+  for (int q = 0; q < group_->size; ++q) {
+    if (group_->status[q].steps.load(std::memory_order_acquire) < step) missing.push_back(q);
+  }
+  std::ostringstream out;
+  out << (missing.size() == 1 ? "rank" : "ranks");
+  for (size_t i = 0; i < missing.size(); ++i) out << (i ? ", " : " ") << missing[i];
+  out << " had not arrived";
+  for (int q : missing) {
+    const RankStatus& s = group_->status[q];
+    const int64_t issued = s.issued.load(std::memory_order_acquire);
+    const int64_t running = s.running.load(std::memory_order_acquire);
+    out << "; rank " << q;
+    if (issued < op.seq) {
+      if (issued == 0) {
+        out << " has issued no collective";
+      } else {
+        out << " has issued only " << issued << " (the last: "
+            << kind_name(static_cast<Kind>(s.issued_kind.load(std::memory_order_relaxed))) << " #" << issued << ")";
+      }
+    } else if (running == op.seq) {
+      out << " is in " << op_name(op) << " but had not reached this step";
+    } else if (running != 0) {
+      out << " is still in " << kind_name(static_cast<Kind>(s.running_kind.load(std::memory_order_relaxed))) << " #"
+          << running;
+    } else {
+      out << " has issued it but not started it";
+    }
+  }
+  return out.str();
+}
+
+std::string LocalCommunicator::timeout_message(const Op& op, const std::string& what, uint64_t step) const {
+  std::ostringstream out;
+  out << "local group of " << group_->size << ": " << op_name(op) << " on rank " << rank_ << " timed out after "
+      << group_->options.timeout.count() << " ms at step '" << what << "': " << missing_ranks(op, step);
+  return strata::detail::with_location(out.str(), __FILE__, __LINE__);
+}
+
+void LocalCommunicator::step(const Op& op, const std::string& what) {
+  const uint64_t step = group_->status[rank_].steps.fetch_add(1, std::memory_order_relaxed) + 1;
+  const auto deadline = Clock::now() + group_->options.timeout;
+  const auto result =
+      group_->barrier.arrive_and_wait(deadline, [&] { return timeout_message(op, what, step); });
+  switch (result) {
+    case GroupBarrier::Result::kPassed:
+      return;
+    case GroupBarrier::Result::kTimedOut:
+      throw Timeout(group_->barrier.abort_reason());
+    case GroupBarrier::Result::kAborted:
+      STRATA_THROW(Timeout, "local group of " << group_->size << ": " << op_name(op) << " on rank " << rank_
+                                              << " gave up at step '" << what << "' (" << missing_ranks(op, step)
+                                              << ") because the group was aborted: "
+                                              << group_->barrier.abort_reason());
+  }
+}
+
+void LocalCommunicator::execute(Op& op) {
+  if (group_->barrier.aborted()) {
+    STRATA_THROW(Timeout, "local group of " << group_->size << ": " << op_name(op) << " on rank " << rank_
+                                            << " was not run: the group was aborted: "
+                                            << group_->barrier.abort_reason());
+  }
+  describe(op, group_->slots[rank_][op.seq & 1]);
+  step(op, "arrive");
+  validate(op);
+
+  const Bucket& mine = view(rank_, op);
+  switch (op.kind) {
+    case Kind::kAllReduce:
+      run_all_reduce(op);
+      return;
+    case Kind::kBroadcast:
+      if (mine.numel() == 0) return;
+      if (rank_ != op.root) copy_from(op, op.root, 0, mine.numel());
+      step(op, "copy from root");
+      return;
+    case Kind::kAllGather: {
+      const auto n = static_cast<size_t>(shape_numel(slot(rank_, op).shapes[0]));
+      if (n == 0) return;
+      for (int q = 0; q < group_->size; ++q) {
+        const float* src = view(q, op).segment(0);
+        float* dst = mine.segment(1) + q * n;
+        if (src != dst) std::memcpy(dst, src, n * sizeof(float));
+      }
+      step(op, "copy inputs");
+      return;
+    }
+    case Kind::kBarrier:
+    case Kind::kNone:
+      return;
+  }
+}
+
+void LocalCommunicator::run_all_reduce(const Op& op) {
+  const int size = group_->size;
+  const int64_t numel = view(rank_, op).numel();
+  if (numel == 0) return;
+  const float divisor = op.reduce == ReduceOp::kMean ? static_cast<float>(size) : 0.0f;
+  std::vector<int> everyone(size);
+  for (int q = 0; q < size; ++q) everyone[q] = q;
+
+  switch (group_->options.algorithm) {
+    case AllReduceAlgorithm::kRing: {
+      // Reduce-scatter: this rank owns chunk `rank_` and reduces it over every rank, in rank order.
+      const auto [begin, end] = detail::chunk_range(numel, size, rank_);
+      reduce_into_mine(op, begin, end, everyone, divisor);
+      step(op, "reduce-scatter");
+      // All-gather: copy every other chunk from its owner (who no longer writes it).
+      for (int q = 0; q < size; ++q) {
+        if (q == rank_) continue;
+        const auto [b, e] = detail::chunk_range(numel, size, q);
+        copy_from(op, q, b, e);
+      }
+      step(op, "all-gather");
+      return;
+    }
+    case AllReduceAlgorithm::kReduceToOne:
+      if (rank_ == 0) reduce_into_mine(op, 0, numel, everyone, divisor);
+      step(op, "reduce to rank 0");
+      if (rank_ != 0) copy_from(op, 0, 0, numel);
+      step(op, "copy from rank 0");
+      return;
+    case AllReduceAlgorithm::kTree:
+      // Step s: rank r (a multiple of 2s) adds rank r+s into itself; rank r+s is idle from then on.
+      for (int s = 1; s < size; s *= 2) {
+        if (rank_ % (2 * s) == 0 && rank_ + s < size) {
+          const bool last = rank_ == 0 && 2 * s >= size;
+          reduce_into_mine(op, 0, numel, {rank_, rank_ + s}, last ? divisor : 0.0f);
+        }
+        step(op, "tree distance " + std::to_string(s));
+      }
+      if (rank_ != 0) copy_from(op, 0, 0, numel);
+      step(op, "copy from rank 0");
+      return;
+  }
+}
+
+}  // namespace
+
+std::vector<std::shared_ptr<Communicator>> make_local_group(int size, LocalGroupOptions options) {
+  STRATA_CHECK(size >= 1, InvalidArgument, "make_local_group: size must be at least 1, got " << size);
+  STRATA_CHECK(options.timeout.count() > 0, InvalidArgument,
+               "make_local_group: timeout must be positive, got " << options.timeout.count() << " ms");
+  auto group = std::make_shared<LocalGroup>(size, options);
+  std::vector<std::shared_ptr<Communicator>> ranks;
+  ranks.reserve(size);
+  for (int r = 0; r < size; ++r) ranks.push_back(std::make_shared<LocalCommunicator>(group, r));
+  return ranks;
+}
+
+std::string to_string(AllReduceAlgorithm algorithm) {
+  switch (algorithm) {
+    case AllReduceAlgorithm::kReduceToOne: return "reduction_to_one_device";
+    case AllReduceAlgorithm::kRing: return "ring";
+    case AllReduceAlgorithm::kTree: return "tree";
+  }
+  return "?";
+}
+
+AllReduceAlgorithm all_reduce_algorithm_from_string(const std::string& name) {
+  for (auto a : {AllReduceAlgorithm::kReduceToOne, AllReduceAlgorithm::kRing, AllReduceAlgorithm::kTree}) {
+    if (to_string(a) == name) return a;
+  }
+  STRATA_THROW(InvalidArgument, "unknown all-reduce algorithm '" << name
+                                                                 << "'; choices: reduction_to_one_device, ring, tree");
+}
+
+}  // namespace strata::comm
