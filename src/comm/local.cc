@@ -45,6 +45,28 @@ const char* kind_name(Kind kind) {
   return "?";
 }
 
+// Throws a new exception of the same strata type and message as `error`, so that every waiter owns what it
+// catches (the stored one stays with the Work, whichever thread drops the Work last).
+[[noreturn]] void rethrow_copy(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const ShapeError& e) {
+    throw ShapeError(e.what());
+  } catch (const InvalidArgument& e) {
+    throw InvalidArgument(e.what());
+  } catch (const Timeout& e) {
+    throw Timeout(e.what());
+  } catch (const Unavailable& e) {
+    throw Unavailable(e.what());
+  } catch (const IoError& e) {
+    throw IoError(e.what());
+  } catch (const DataCorrupt& e) {
+    throw DataCorrupt(e.what());
+  } catch (const Error& e) {
+    throw Error(e.what());
+  }
+}
+
 class LocalWork final : public Work {
  public:
   bool is_completed() const override { return done_.load(std::memory_order_acquire); }
@@ -61,7 +83,7 @@ class LocalWork final : public Work {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return is_completed(); });
     }
-    if (error_) std::rethrow_exception(error_);
+    if (error_) rethrow_copy(error_);
   }
 
   void finish(std::exception_ptr error) {
@@ -201,8 +223,10 @@ class LocalCommunicator final : public Communicator {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Op> queue_;  // guarded by mu_
-  bool stop_ = false;     // guarded by mu_
+  std::deque<Op> queue_;              // guarded by mu_
+  std::atomic<int64_t> pending_{0};   // queue_.size(), readable without mu_
+  bool worker_sleeping_ = false;      // guarded by mu_: the worker blocks on cv_ and needs a notify
+  bool stop_ = false;                 // guarded by mu_
   int64_t issued_ = 0;    // guarded by mu_
   std::thread worker_;    // last: starts once the members above exist
 };
@@ -210,6 +234,7 @@ class LocalCommunicator final : public Communicator {
 std::shared_ptr<Work> LocalCommunicator::issue(Kind kind, std::vector<Tensor> tensors, ReduceOp reduce, int root) {
   auto work = std::make_shared<LocalWork>();
   Op op{kind, 0, reduce, root, std::move(tensors), work};
+  bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     op.seq = ++issued_;
@@ -218,11 +243,13 @@ std::shared_ptr<Work> LocalCommunicator::issue(Kind kind, std::vector<Tensor> te
     status.issued.store(op.seq, std::memory_order_release);
     if (group_->size > 1) {
       queue_.push_back(std::move(op));
+      pending_.fetch_add(1, std::memory_order_release);
+      wake = worker_sleeping_;
     }
   }
   if (group_->size == 1) {
     run_alone(op);
-  } else {
+  } else if (wake) {
     cv_.notify_one();
   }
   return work;
@@ -247,13 +274,19 @@ void LocalCommunicator::run_alone(Op& op) {
 void LocalCommunicator::worker_loop() {
   RankStatus& status = group_->status[rank_];
   while (true) {
+    // Collectives often come back to back (one bucket after another): look for the next one for a few
+    // microseconds before sleeping, so issuing it needs no wake-up.
+    for (int i = 0; i < 256 && pending_.load(std::memory_order_acquire) == 0; ++i) detail::spin_pause();
     Op op;
     {
       std::unique_lock<std::mutex> lock(mu_);
+      worker_sleeping_ = true;
       cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+      worker_sleeping_ = false;
       if (queue_.empty()) return;
       op = std::move(queue_.front());
       queue_.pop_front();
+      pending_.fetch_sub(1, std::memory_order_relaxed);
     }
     status.running_kind.store(static_cast<int>(op.kind), std::memory_order_relaxed);
     status.running.store(op.seq, std::memory_order_release);
