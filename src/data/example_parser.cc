@@ -290,16 +290,14 @@ ExampleParser::ExampleParser(ExampleSpec spec) {
   }
 }
 
-void ExampleParser::parse(std::string_view record, const RecordLocation& where, std::vector<ParsedFeature>* out) const {
-  const size_t n = names_.size();
-  // Small specs (the usual case): finds on the stack, linear name lookup (cheaper than hashing a few keys).
-  constexpr size_t kStack = 16;
-  Found stack_found[kStack];
-  std::vector<Found> heap_found(n > kStack ? n : 0);
-  Found* found = n > kStack ? heap_found.data() : stack_found;
+namespace {
+// Finds each of `names` in the serialized Example (found[k].kind stays -1 for a missing one).
+void find_features(const std::vector<std::string>& names, std::string_view record, const RecordLocation& where,
+                   Found* found) {
+  const size_t n = names.size();
+  uint32_t field = 0, wire = 0;
   Wire ex(record);
   while (!ex.done()) {
-    uint32_t field = 0, wire = 0;
     if (!ex.tag(&field, &wire)) malformed(where, "Example");
     if (field != 1 || wire != kLen) {
       if (!ex.skip(wire)) malformed(where, "Example");
@@ -331,13 +329,24 @@ void ExampleParser::parse(std::string_view record, const RecordLocation& where, 
         }
       }
       for (size_t k = 0; k < n; ++k) {
-        if (names_[k] == key) {
+        if (names[k] == key) {
           found[k] = has_value ? parse_feature(value, where) : Found{0, {}};
           break;
         }
       }
     }
   }
+}
+}  // namespace
+
+void ExampleParser::parse(std::string_view record, const RecordLocation& where, std::vector<ParsedFeature>* out) const {
+  const size_t n = names_.size();
+  // Small specs (the usual case): finds on the stack, linear name lookup (cheaper than hashing a few keys).
+  constexpr size_t kStack = 16;
+  Found stack_found[kStack];
+  std::vector<Found> heap_found(n > kStack ? n : 0);
+  Found* found = n > kStack ? heap_found.data() : stack_found;
+  find_features(names_, record, where, found);
 
   out->resize(n);
   for (size_t k = 0; k < n; ++k) {
@@ -403,6 +412,80 @@ void ExampleParser::parse(std::string_view record, const RecordLocation& where, 
         if (count) read_numbers(f.list, dst.values.data<int64_t>(), where);
         break;
     }
+  }
+}
+
+bool ExampleParser::fixed_size() const {
+  for (const FeatureSpec& s : specs_) {
+    if (s.kind != FeatureSpec::Kind::kFixedLen || (!s.decode_raw && s.type == FeatureType::kBytes)) return false;
+    for (int64_t d : s.shape)
+      if (d < 0) return false;
+  }
+  return true;
+}
+
+DType ExampleParser::output_dtype(size_t k) const {
+  const FeatureSpec& s = specs_[k];
+  if (s.decode_raw) return *s.decode_raw;
+  return s.type == FeatureType::kFloat ? DType::kFloat32 : DType::kInt64;
+}
+
+void ExampleParser::parse_into(std::string_view record, const RecordLocation& where, void* const* dst) const {
+  const size_t n = names_.size();
+  constexpr size_t kStack = 16;
+  Found stack_found[kStack];
+  std::vector<Found> heap_found(n > kStack ? n : 0);
+  Found* found = n > kStack ? heap_found.data() : stack_found;
+  find_features(names_, record, where, found);
+  // The same checks and messages as parse(); values go to dst[k] instead of a new tensor.
+  for (size_t k = 0; k < n; ++k) {
+    const FeatureSpec& s = specs_[k];
+    const std::string& name = names_[k];
+    const Found& f = found[k];
+    const size_t nbytes = static_cast<size_t>(shape_numel(s.shape)) * dtype_size(output_dtype(k));
+    if (f.kind < 0 || (f.kind == 0 && s.default_value)) {
+      STRATA_CHECK(s.default_value, InvalidArgument,
+                   "feature '" << name << "' (" << feature_type_name(s.type) << ") is required but missing in "
+                               << describe(where));
+      if (s.decode_raw) {
+        const std::string& raw = s.default_value->bytes[0];
+        if (raw.size() != nbytes) decode_raw(raw, *s.decode_raw, s.shape);  // throws the size mismatch
+        if (nbytes) std::memcpy(dst[k], raw.data(), nbytes);
+      } else if (s.type == FeatureType::kFloat) {
+        if (nbytes) std::memcpy(dst[k], s.default_value->floats.data(), nbytes);
+      } else {
+        if (nbytes) std::memcpy(dst[k], s.default_value->int64s.data(), nbytes);
+      }
+      continue;
+    }
+    const FeatureType got = f.kind == 0 ? s.type : kind_type(f.kind);
+    STRATA_CHECK(got == s.type, InvalidArgument,
+                 "feature '" << name << "' is a " << feature_type_name(got) << " but the spec wants a "
+                             << feature_type_name(s.type) << " in " << describe(where));
+    if (s.decode_raw) {
+      std::string_view raw;
+      STRATA_CHECK(f.kind != 0 && single_bytes(f.list, &raw), InvalidArgument,
+                   "feature '" << name << "' must hold exactly one bytes value to decode, has "
+                               << (f.kind == 0 ? 0 : count_values(got, f.list, where)) << " in " << describe(where));
+      if (raw.size() != nbytes) {
+        try {
+          decode_raw(raw, *s.decode_raw, s.shape);  // throws the size mismatch
+        } catch (const InvalidArgument& e) {
+          STRATA_THROW(InvalidArgument, "feature '" << name << "' in " << describe(where) << ": " << e.what());
+        }
+      }
+      if (nbytes) std::memcpy(dst[k], raw.data(), nbytes);
+      continue;
+    }
+    const int64_t count = f.kind == 0 ? 0 : count_values(got, f.list, where);
+    STRATA_CHECK(count == numel_[k], InvalidArgument,
+                 "feature '" << name << "' has " << count << " values but shape " << shape_str(s.shape) << " wants "
+                             << numel_[k] << " in " << describe(where));
+    if (!count) continue;
+    if (s.type == FeatureType::kFloat)
+      read_numbers(f.list, static_cast<float*>(dst[k]), where);
+    else
+      read_numbers(f.list, static_cast<int64_t*>(dst[k]), where);
   }
 }
 

@@ -8,79 +8,73 @@ namespace strata::data::detail {
 namespace {
 // Elements up to this size go in rows; larger ones gain nothing from it (their bytes dominate).
 constexpr size_t kMaxRowBytes = size_t{1} << 16;
-
-bool same_shape(const Shape& a, const Shape& b) {
-  if (a.size() != b.size()) return false;
-  for (size_t i = 0; i < a.size(); ++i)
-    if (a[i] != b[i]) return false;
-  return true;
-}
 }  // namespace
+
+void ShuffleBuffer::clear() {
+  mode_ = Mode::kUnset;
+  elements_.clear();
+  slab_.reset();
+  rows_ = row_capacity_ = 0;
+}
 
 void ShuffleBuffer::start_rows(const Element& e) {
   mode_ = Mode::kElements;
-  if (e.empty()) return;
-  size_t total = 0;
-  for (const Tensor& t : e.components()) {
-    if (!t.defined() || !t.device().is_cpu()) return;
-    total += t.nbytes();
-  }
-  if (total == 0 || total > kMaxRowBytes) return;
-  names_ = e.shared_names();
-  shapes_.clear();
-  dtypes_.clear();
-  bytes_.clear();
-  offsets_.clear();
-  row_bytes_ = 0;
-  for (const Tensor& t : e.components()) {
-    shapes_.push_back(t.shape());
-    dtypes_.push_back(t.dtype());
-    bytes_.push_back(t.nbytes());
-    offsets_.push_back(row_bytes_);
-    row_bytes_ += t.nbytes();
-  }
+  if (e.empty() || !layout_.assign(e) || layout_.row_bytes == 0 || layout_.row_bytes > kMaxRowBytes) return;
   mode_ = Mode::kRows;
 }
 
-bool ShuffleBuffer::fits(const Element& e) const {
-  if (e.size() != shapes_.size()) return false;
-  const auto& names = e.shared_names();
-  if (names != names_ && (!names || !names_ || *names != *names_)) return false;
-  const auto& comps = e.components();
-  for (size_t c = 0; c < comps.size(); ++c) {
-    const Tensor& t = comps[c];
-    if (!t.defined() || t.dtype() != dtypes_[c] || !same_shape(t.shape(), shapes_[c]) || !t.device().is_cpu())
-      return false;
+void ShuffleBuffer::push_back(Element&& e) {
+  if (mode_ == Mode::kUnset) start_rows(e);
+  if (mode_ == Mode::kRows && !layout_.matches(e)) to_elements();
+  if (mode_ == Mode::kElements) {
+    elements_.push_back(std::move(e));
+    return;
   }
-  return true;
+  append_row();
+  layout_.write(e, row(rows_ - 1));
+}
+
+void ShuffleBuffer::replace(size_t i, Element&& e) {
+  if (mode_ == Mode::kRows && !layout_.matches(e)) to_elements();
+  if (mode_ == Mode::kElements) {
+    elements_[i] = std::move(e);
+    return;
+  }
+  layout_.write(e, row(i));
+}
+
+void ShuffleBuffer::remove(size_t i) {
+  if (mode_ == Mode::kElements) {
+    elements_[i] = std::move(elements_.back());
+    elements_.pop_back();
+    return;
+  }
+  --rows_;
+  if (i != rows_) std::memcpy(row(i), row(rows_), layout_.row_bytes);
+}
+
+const std::vector<char*>& ShuffleBuffer::row_pointers(size_t i) {
+  pointers_.resize(layout_.size());
+  for (size_t c = 0; c < layout_.size(); ++c) pointers_[c] = row(i) + layout_.offsets[c];
+  return pointers_;
 }
 
 void ShuffleBuffer::grow() {
   // The first allocation holds the whole buffer when that is modest, else grows by doubling.
-  size_t want = row_capacity_ == 0 ? std::min(capacity_, std::max<size_t>(1, (size_t{64} << 20) / row_bytes_))
+  const size_t rb = layout_.row_bytes;
+  size_t want = row_capacity_ == 0 ? std::min(capacity_, std::max<size_t>(1, (size_t{64} << 20) / rb))
                                    : 2 * row_capacity_;
   want = std::max<size_t>(want, rows_ + 1);
-  std::unique_ptr<char[]> slab(new char[want * row_bytes_]);
-  if (rows_) std::memcpy(slab.get(), slab_.get(), rows_ * row_bytes_);
+  std::unique_ptr<char[]> slab(new char[want * rb]);
+  if (rows_) std::memcpy(slab.get(), slab_.get(), rows_ * rb);
   slab_ = std::move(slab);
   row_capacity_ = want;
-}
-
-Element ShuffleBuffer::read_row(size_t i) const {
-  const char* src = row(i);
-  std::vector<Tensor> comps;
-  comps.reserve(shapes_.size());
-  for (size_t c = 0; c < shapes_.size(); ++c) {
-    comps.push_back(Tensor::empty(shapes_[c], dtypes_[c]));
-    std::memcpy(comps.back().raw_data(), src + offsets_[c], bytes_[c]);
-  }
-  return Element(std::move(comps), names_);
 }
 
 void ShuffleBuffer::to_elements() {
   std::vector<Element> elements;
   elements.reserve(std::max(rows_, std::min<size_t>(capacity_, 1 << 16)));
-  for (size_t i = 0; i < rows_; ++i) elements.push_back(read_row(i));
+  for (size_t i = 0; i < rows_; ++i) elements.push_back(layout_.read(row(i)));
   elements_ = std::move(elements);
   slab_.reset();
   rows_ = row_capacity_ = 0;
@@ -90,7 +84,7 @@ void ShuffleBuffer::to_elements() {
 void ShuffleBuffer::prefetch(size_t i, bool deep) const {
   if (mode_ == Mode::kRows) {
     const char* p = row(i);
-    const size_t n = std::min<size_t>(row_bytes_, 4096);
+    const size_t n = std::min<size_t>(layout_.row_bytes, 4096);
     for (size_t off = 0; off < n; off += 64) __builtin_prefetch(p + off);
     return;
   }

@@ -13,6 +13,7 @@
 #include <mutex>
 #include <thread>
 
+#include "data/rows.h"
 #include "strata/error.h"
 #include "strata/threading.h"
 
@@ -20,12 +21,17 @@ namespace strata::data {
 namespace {
 
 using NodePtr = std::shared_ptr<const DatasetNode>;
+using detail::RowIterator;
+using detail::RowLayout;
 
 struct Config {
   std::vector<std::string> files;
   TFRecordDatasetOptions options;
   std::shared_ptr<const ExampleParser> parser;  // null: elements are the records' bytes
   std::shared_ptr<const std::vector<std::string>> names;
+  // The parsed elements' structure when every feature has a fixed size (parser->fixed_size()): then
+  // records can be parsed straight into a consumer's rows.
+  std::optional<RowLayout> rows;
 };
 
 // Reads one file from an offset and converts each record.
@@ -42,14 +48,7 @@ class FileCursor {
 
   bool next(Element* out) {
     std::string_view bytes;
-    const bool got = reader_.read(&bytes);
-    if (reader_.corrupt_records() != corrupt_seen_) {
-      if (corrupt_seen_ == 0)
-        std::fprintf(stderr, "strata: skipping corrupt records: %s\n", reader_.first_corruption().c_str());
-      if (cfg_.options.corrupt_records) *cfg_.options.corrupt_records += reader_.corrupt_records() - corrupt_seen_;
-      corrupt_seen_ = reader_.corrupt_records();
-    }
-    if (!got) return false;
+    if (!read(&bytes)) return false;
     if (!cfg_.parser) {
       std::vector<Tensor> comps(1);
       comps[0] = Tensor::empty({static_cast<int64_t>(bytes.size())}, DType::kUInt8);
@@ -69,10 +68,32 @@ class FileCursor {
     ++record_;
     return true;
   }
+  // Parses the next record into dst[k] (cfg.rows' layout). REQUIRES: cfg.rows.
+  bool next_row(char* const* dst) {
+    std::string_view bytes;
+    if (!read(&bytes)) return false;
+    const RecordLocation where{
+        .file = reader_.path(), .index = record_, .offset = static_cast<int64_t>(reader_.last_record_offset())};
+    cfg_.parser->parse_into(bytes, where, reinterpret_cast<void* const*>(dst));
+    ++record_;
+    return true;
+  }
   uint64_t offset() const { return reader_.offset(); }
   int64_t record() const { return record_; }
 
  private:
+  // The next record's bytes (counting and reporting skipped corrupt ones).
+  bool read(std::string_view* bytes) {
+    const bool got = reader_.read(bytes);
+    if (reader_.corrupt_records() != corrupt_seen_) {
+      if (corrupt_seen_ == 0)
+        std::fprintf(stderr, "strata: skipping corrupt records: %s\n", reader_.first_corruption().c_str());
+      if (cfg_.options.corrupt_records) *cfg_.options.corrupt_records += reader_.corrupt_records() - corrupt_seen_;
+      corrupt_seen_ = reader_.corrupt_records();
+    }
+    return got;
+  }
+
   const Config& cfg_;
   TFRecordReader reader_;
   int64_t record_;
@@ -90,24 +111,18 @@ struct Position {
 const char* kState = "TFRecordDataset";
 
 // ---- one file after another, on the caller's thread
-class SequentialIterator : public IteratorImpl {
+class SequentialIterator : public IteratorImpl, public RowIterator {
  public:
   explicit SequentialIterator(std::shared_ptr<const Config> cfg) : cfg_(std::move(cfg)) {}
 
   std::optional<Element> next() override {
-    const int64_t n = static_cast<int64_t>(cfg_->files.size());
-    while (pos_.file < n) {
-      if (!cursor_) cursor_.emplace(*cfg_, pos_.file, pos_.offset, pos_.record);
-      Element e;
-      if (cursor_->next(&e)) {
-        pos_.offset = cursor_->offset();
-        pos_.record = cursor_->record();
-        return e;
-      }
-      cursor_.reset();
-      pos_ = {pos_.file + 1, 0, 0};
-    }
-    return std::nullopt;
+    Element e;
+    if (!advance([&](FileCursor& c) { return c.next(&e); })) return std::nullopt;
+    return e;
+  }
+  Result next_row(const RowLayout& layout, char* const* dst) override {
+    if (!cfg_->rows || !layout.same(*cfg_->rows)) return Result::kElement;
+    return advance([&](FileCursor& c) { return c.next_row(dst); }) ? Result::kRow : Result::kEnd;
   }
   std::string save_state() const override {
     return StateWriter(kState)
@@ -123,14 +138,33 @@ class SequentialIterator : public IteratorImpl {
   }
 
  private:
+  // Reads the next record with read(cursor), moving on to the next file at the end of one.
+  template <class Read>
+  bool advance(Read read) {
+    const int64_t n = static_cast<int64_t>(cfg_->files.size());
+    while (pos_.file < n) {
+      if (!cursor_) cursor_.emplace(*cfg_, pos_.file, pos_.offset, pos_.record);
+      if (read(*cursor_)) {
+        pos_.offset = cursor_->offset();
+        pos_.record = cursor_->record();
+        return true;
+      }
+      cursor_.reset();
+      pos_ = {pos_.file + 1, 0, 0};
+    }
+    return false;
+  }
+
   std::shared_ptr<const Config> cfg_;
   Position pos_;
   std::optional<FileCursor> cursor_;
 };
 
 // ---- n files at once: slot k reads files k, k+n, ... on its own thread; records are handed out
-// round-robin over the slots that still have files.
-class ParallelIterator : public IteratorImpl {
+// round-robin over the slots that still have files. A slot's thread hands its records over in chunks
+// (one lock per chunk): rows of the parsed structure when it has a fixed size (cfg.rows), so a record
+// crosses threads as bytes in a shared buffer, else Elements.
+class ParallelIterator : public IteratorImpl, public RowIterator {
  public:
   ParallelIterator(std::shared_ptr<const Config> cfg, int64_t n)
       : cfg_(std::move(cfg)), slots_(static_cast<size_t>(n)) {
@@ -139,31 +173,13 @@ class ParallelIterator : public IteratorImpl {
   ~ParallelIterator() override { stop(); }
 
   std::optional<Element> next() override {
-    if (!started_) start();
-    const size_t n = slots_.size();
-    for (size_t tries = 0; tries < n;) {
-      Slot& s = slots_[cur_];
-      if (s.finished) {
-        cur_ = (cur_ + 1) % n;
-        ++tries;
-        continue;
-      }
-      Item item = pop(s);
-      if (item.error) {
-        s.finished = true;
-        std::rethrow_exception(item.error);
-      }
-      if (item.end) {
-        s.finished = true;
-        cur_ = (cur_ + 1) % n;
-        tries = 0;
-        continue;
-      }
-      s.pos = item.pos;
-      cur_ = (cur_ + 1) % n;
-      return std::move(item.element);
-    }
-    return std::nullopt;
+    Element e;
+    if (!advance(nullptr, &e)) return std::nullopt;
+    return e;
+  }
+  Result next_row(const RowLayout& layout, char* const* dst) override {
+    if (!cfg_->rows || !layout.same(*cfg_->rows)) return Result::kElement;
+    return advance(dst, nullptr) ? Result::kRow : Result::kEnd;
   }
 
   std::string save_state() const override {
@@ -190,15 +206,22 @@ class ParallelIterator : public IteratorImpl {
       Slot& s = slots_[k];
       s.pos = {r.get_int("file" + key), r.get_uint("offset" + key), r.get_int("record" + key)};
       s.queue.clear();
+      s.queued = 0;
+      s.head = Item();
+      s.head_next = 0;
       s.finished = false;
       s.stop = false;
     }
   }
 
  private:
+  // What a slot's thread hands over: a chunk of `count` records (rows, or one Element), the end of
+  // its files, or the error that stopped it.
   struct Item {
-    Element element;
-    Position pos;  // after this record
+    size_t count = 0;
+    Element element;                 // count == 1, without cfg.rows
+    std::unique_ptr<char[]> rows;    // count rows of cfg.rows' layout
+    std::vector<Position> pos;       // after each record
     bool end = false;
     std::exception_ptr error;
   };
@@ -206,13 +229,66 @@ class ParallelIterator : public IteratorImpl {
     std::mutex mu;
     std::condition_variable cv;
     std::deque<Item> queue;
+    size_t queued = 0;  // records in queue
     bool stop = false;
     bool producer_waiting = false, consumer_waiting = false;
-    Position pos;           // consumer side: the next record to hand out
-    bool finished = false;  // consumer side
+    // Consumer side.
+    Position pos;  // the next record to hand out
+    Item head;     // the chunk being handed out, from record head_next
+    size_t head_next = 0;
+    bool finished = false;
     std::thread thread;
   };
-  static constexpr size_t kCapacity = 256, kChunk = 16;
+  // Records a slot may hold ahead of the consumer, and per chunk of rows / of Elements.
+  static constexpr size_t kCapacity = 256, kRowChunk = 32, kElementChunk = 16;
+
+  // Hands out the next record: its row into dst (REQUIRES: cfg.rows), or its Element into *out.
+  bool advance(char* const* dst, Element* out) {
+    if (!started_) start();
+    const size_t n = slots_.size();
+    for (size_t tries = 0; tries < n;) {
+      Slot& s = slots_[cur_];
+      if (s.finished) {
+        cur_ = (cur_ + 1) % n;
+        ++tries;
+        continue;
+      }
+      if (s.head_next >= s.head.count && !s.head.end && !s.head.error) {
+        s.head = pop(s);
+        s.head_next = 0;
+      }
+      Item& item = s.head;
+      if (item.error) {
+        s.finished = true;
+        std::exception_ptr error = item.error;
+        item = Item();
+        std::rethrow_exception(error);
+      }
+      if (item.end) {
+        s.finished = true;
+        item = Item();
+        cur_ = (cur_ + 1) % n;
+        tries = 0;
+        continue;
+      }
+      const size_t r = s.head_next++;
+      s.pos = item.pos[r];
+      if (item.rows) {
+        const RowLayout& layout = *cfg_->rows;
+        const char* src = item.rows.get() + r * layout.row_bytes;
+        if (dst) {
+          for (size_t c = 0; c < layout.size(); ++c) std::memcpy(dst[c], src + layout.offsets[c], layout.bytes[c]);
+        } else {
+          *out = layout.read(src);
+        }
+      } else {
+        *out = std::move(item.element);
+      }
+      cur_ = (cur_ + 1) % n;
+      return true;
+    }
+    return false;
+  }
 
   void start() {
     started_ = true;
@@ -232,15 +308,18 @@ class ParallelIterator : public IteratorImpl {
     started_ = false;
   }
 
-  // Moves `chunk` into the slot's queue, waiting for room; false when asked to stop.
-  bool push(Slot& s, std::vector<Item>& chunk) {
+  // Moves `items` into the slot's queue, waiting for room; false when asked to stop.
+  bool push(Slot& s, std::vector<Item>& items) {
+    size_t records = 0;
+    for (const Item& it : items) records += it.count;
     std::unique_lock<std::mutex> lock(s.mu);
     s.producer_waiting = true;
-    s.cv.wait(lock, [&] { return s.stop || s.queue.size() < kCapacity; });
+    s.cv.wait(lock, [&] { return s.stop || s.queued < kCapacity; });
     s.producer_waiting = false;
     if (s.stop) return false;
-    for (Item& it : chunk) s.queue.push_back(std::move(it));
-    chunk.clear();
+    for (Item& it : items) s.queue.push_back(std::move(it));
+    s.queued += records;
+    items.clear();
     if (s.consumer_waiting) s.cv.notify_all();
     return true;
   }
@@ -253,7 +332,8 @@ class ParallelIterator : public IteratorImpl {
     }
     Item item = std::move(s.queue.front());
     s.queue.pop_front();
-    if (s.producer_waiting && s.queue.size() < kCapacity / 2) s.cv.notify_all();
+    s.queued -= item.count;
+    if (s.producer_waiting && s.queued < kCapacity / 2) s.cv.notify_all();
     return item;
   }
 
@@ -261,28 +341,54 @@ class ParallelIterator : public IteratorImpl {
     set_num_threads(1);
     const int64_t n = static_cast<int64_t>(slots_.size());
     const int64_t nfiles = static_cast<int64_t>(cfg_->files.size());
-    std::vector<Item> chunk;
-    chunk.reserve(kChunk);
+    const RowLayout* layout = cfg_->rows ? &*cfg_->rows : nullptr;
+    std::vector<Item> pending;
+    Item chunk;
+    std::vector<char*> dst(layout ? layout->size() : 0);
+    auto flush_rows = [&] {
+      if (chunk.count) pending.push_back(std::move(chunk));
+      chunk = Item();
+    };
     try {
       for (int64_t f = start.file; f < nfiles; f += n) {
         FileCursor cursor(*cfg_, f, f == start.file ? start.offset : 0, f == start.file ? start.record : 0);
+        if (layout) {
+          for (;;) {
+            if (!chunk.rows) {
+              chunk.rows.reset(new char[kRowChunk * layout->row_bytes]);
+              chunk.pos.reserve(kRowChunk);
+            }
+            char* row = chunk.rows.get() + chunk.count * layout->row_bytes;
+            for (size_t c = 0; c < dst.size(); ++c) dst[c] = row + layout->offsets[c];
+            if (!cursor.next_row(dst.data())) break;
+            chunk.pos.push_back({f, cursor.offset(), cursor.record()});
+            if (++chunk.count == kRowChunk) {
+              flush_rows();
+              if (!push(s, pending)) return;
+            }
+          }
+          continue;
+        }
         Item item;
         while (cursor.next(&item.element)) {
-          item.pos = {f, cursor.offset(), cursor.record()};
-          chunk.push_back(std::move(item));
+          item.count = 1;
+          item.pos.push_back({f, cursor.offset(), cursor.record()});
+          pending.push_back(std::move(item));
           item = Item();
-          if (chunk.size() >= kChunk && !push(s, chunk)) return;
+          if (pending.size() >= kElementChunk && !push(s, pending)) return;
         }
       }
+      flush_rows();
       Item end;
       end.end = true;
-      chunk.push_back(std::move(end));
+      pending.push_back(std::move(end));
     } catch (...) {
+      flush_rows();
       Item err;
       err.error = std::current_exception();
-      chunk.push_back(std::move(err));
+      pending.push_back(std::move(err));
     }
-    push(s, chunk);
+    push(s, pending);
   }
 
   std::shared_ptr<const Config> cfg_;
@@ -342,6 +448,13 @@ Dataset make_example_dataset(std::vector<std::string> files, ExampleSpec spec, T
   cfg->options = std::move(options);
   cfg->parser = std::make_shared<const ExampleParser>(std::move(spec));
   cfg->names = std::make_shared<const std::vector<std::string>>(cfg->parser->names());
+  if (cfg->parser->fixed_size()) {
+    RowLayout rows;
+    rows.names = cfg->names;
+    for (size_t k = 0; k < cfg->parser->specs().size(); ++k)
+      rows.add(cfg->parser->output_dtype(k), cfg->parser->specs()[k].shape);
+    cfg->rows = std::move(rows);
+  }
   return Dataset::from_node(std::make_shared<TFRecordNode>(std::move(cfg)));
 }
 

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "data/nodes.h"
+#include "data/rows.h"
 
 namespace strata::data::detail {
 
@@ -48,7 +49,8 @@ class BatchNode : public UnaryNode {
 
 class BatchIterator : public IteratorImpl {
  public:
-  explicit BatchIterator(const BatchNode* node) : node_(node), in_(node->input()->make_iterator()) {}
+  explicit BatchIterator(const BatchNode* node)
+      : node_(node), in_(node->input()->make_iterator()), in_rows_(dynamic_cast<RowIterator*>(in_.get())) {}
   std::optional<Element> next() override {
     if (ended_) return std::nullopt;
     auto first = in_->next();
@@ -70,8 +72,21 @@ class BatchIterator : public IteratorImpl {
       out.push_back(Tensor::empty(s, t.dtype()));
       std::memcpy(out.back().raw_data(), t.raw_data(), t.nbytes());
     }
+    // Elements of the first one's structure are written by the input straight into their rows.
+    const bool rows = in_rows_ && layout_.assign(*first);
+    dst_.resize(nc);
     int64_t k = 1;
     for (; k < b; ++k) {
+      if (rows) {
+        for (size_t i = 0; i < nc; ++i)
+          dst_[i] = static_cast<char*>(out[i].raw_data()) + static_cast<size_t>(k) * layout_.bytes[i];
+        const RowIterator::Result r = in_rows_->next_row(layout_, dst_.data());
+        if (r == RowIterator::Result::kRow) continue;
+        if (r == RowIterator::Result::kEnd) {
+          ended_ = true;
+          break;
+        }
+      }
       auto e = in_->next();
       if (!e) {
         ended_ = true;
@@ -111,6 +126,9 @@ class BatchIterator : public IteratorImpl {
  private:
   const BatchNode* node_;
   std::unique_ptr<IteratorImpl> in_;
+  RowIterator* in_rows_;  // in_ when it can write rows, else null
+  RowLayout layout_;      // the current batch's element structure
+  std::vector<char*> dst_;
   bool ended_ = false;
 };
 std::unique_ptr<IteratorImpl> BatchNode::make_iterator() const { return std::make_unique<BatchIterator>(this); }

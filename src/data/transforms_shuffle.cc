@@ -58,46 +58,31 @@ class ShuffleNode : public UnaryNode {
   mutable std::atomic<uint64_t> next_epoch_{0};
 };
 
-class ShuffleIterator : public IteratorImpl {
+class ShuffleIterator : public IteratorImpl, public RowIterator {
  public:
   explicit ShuffleIterator(const ShuffleNode* node)
       : node_(node),
         in_(node->input()->make_iterator()),
+        in_rows_(dynamic_cast<RowIterator*>(in_.get())),
         epoch_(node->take_epoch()),
         gen_(node->seed_, epoch_),
         buffer_(static_cast<size_t>(node->buffer_)) {}
   std::optional<Element> next() override {
-    while (!input_done_ && static_cast<int64_t>(buffer_.size()) < node_->buffer_) {
-      auto e = in_->next();
-      if (!e) {
-        input_done_ = true;
-        break;
-      }
-      buffer_.push_back(std::move(*e));
-    }
+    fill();
     if (buffer_.empty()) return std::nullopt;
-    size_t i;
-    if (ahead_ > 0 && drawn_[0].range == buffer_.size()) {
-      i = drawn_[0].slot;
-      drawn_[0] = drawn_[1];
-      --ahead_;
-    } else {
-      if (ahead_ > 0) gen_.set_state(drawn_[0].before);
-      ahead_ = 0;
-      i = static_cast<size_t>(gen_.uniform_int(buffer_.size()));
-    }
+    const size_t i = draw();
     Element out = buffer_.take(i);
-    std::optional<Element> refill;
-    if (!input_done_) {
-      refill = in_->next();
-      if (!refill) input_done_ = true;
-    }
-    if (refill)
-      buffer_.replace(i, std::move(*refill));
-    else
-      buffer_.remove(i);
-    draw_ahead();
+    refill(i);
     return out;
+  }
+  Result next_row(const RowLayout& layout, char* const* dst) override {
+    fill();
+    if (buffer_.empty()) return Result::kEnd;
+    if (!buffer_.layout() || !buffer_.layout()->same(layout)) return Result::kElement;
+    const size_t i = draw();
+    buffer_.copy_row(i, dst);
+    refill(i);
+    return Result::kRow;
   }
   std::string save_state() const override {
     StateWriter w("shuffle");
@@ -122,6 +107,69 @@ class ShuffleIterator : public IteratorImpl {
   }
 
  private:
+  // The next element of the input: written straight into a new last slot when the buffer holds rows
+  // and the input can, else through next().
+  void fill() {
+    while (!input_done_ && static_cast<int64_t>(buffer_.size()) < node_->buffer_) {
+      if (in_rows_ && buffer_.layout()) {
+        buffer_.append_row();
+        Result r;
+        try {
+          r = in_rows_->next_row(*buffer_.layout(), buffer_.row_pointers(buffer_.size() - 1).data());
+        } catch (...) {
+          buffer_.pop_row();
+          throw;
+        }
+        if (r == Result::kRow) continue;
+        buffer_.pop_row();
+        if (r == Result::kEnd) {
+          input_done_ = true;
+          break;
+        }
+      }
+      auto e = in_->next();
+      if (!e) {
+        input_done_ = true;
+        break;
+      }
+      buffer_.push_back(std::move(*e));
+    }
+  }
+  // The slot this call hands out.
+  size_t draw() {
+    if (ahead_ > 0 && drawn_[0].range == buffer_.size()) {
+      const size_t i = drawn_[0].slot;
+      drawn_[0] = drawn_[1];
+      --ahead_;
+      return i;
+    }
+    if (ahead_ > 0) gen_.set_state(drawn_[0].before);
+    ahead_ = 0;
+    return static_cast<size_t>(gen_.uniform_int(buffer_.size()));
+  }
+  // Refills slot i (just handed out) from the input, or drops it when the input has ended.
+  void refill(size_t i) {
+    while (!input_done_) {
+      if (in_rows_ && buffer_.layout()) {
+        const Result r = in_rows_->next_row(*buffer_.layout(), buffer_.row_pointers(i).data());
+        if (r == Result::kRow) break;
+        if (r == Result::kEnd) {
+          input_done_ = true;
+          break;
+        }
+      }
+      auto e = in_->next();
+      if (!e) {
+        input_done_ = true;
+        break;
+      }
+      buffer_.replace(i, std::move(*e));
+      break;
+    }
+    if (input_done_) buffer_.remove(i);
+    draw_ahead();
+  }
+
   // Draws the slots the next two calls hand out (the same draws they would make, in the same order:
   // while the input lasts the buffer stays full, after it ends it shrinks by one a call, so the ranges
   // are known; a draw whose range turns out wrong is undone from the state saved before it) and
@@ -146,6 +194,7 @@ class ShuffleIterator : public IteratorImpl {
 
   const ShuffleNode* node_;
   std::unique_ptr<IteratorImpl> in_;
+  RowIterator* in_rows_;  // in_ when it can write rows, else null
   uint64_t epoch_;
   Generator gen_;
   ShuffleBuffer buffer_;

@@ -160,6 +160,77 @@ TEST_F(TFRecordDatasetTest, BadFeaturesNameTheRecord) {
   EXPECT_THROW(TFRecordDataset(files, {.num_parallel_reads = 0}), InvalidArgument);
 }
 
+// A batch's components as int64 (id) and int64-widened (pix, scale, fill) lists.
+std::vector<std::vector<int64_t>> batch_values(const Element& b) {
+  std::vector<std::vector<int64_t>> out;
+  for (const Tensor& t : b.components())
+    out.push_back(t.dtype() == DType::kFloat32 ? std::vector<int64_t>(t.numel(), -1) : t.to_vector<int64_t>());
+  for (size_t c = 0; c < b.size(); ++c)
+    if (b[c].dtype() == DType::kFloat32)
+      for (int64_t i = 0; i < b[c].numel(); ++i) out[c][i] = static_cast<int64_t>(b[c].data<float>()[i] * 10);
+  return out;
+}
+
+std::vector<std::vector<std::vector<int64_t>>> all_batches(Iterator& it) {
+  std::vector<std::vector<std::vector<int64_t>>> out;
+  while (auto b = it.next()) out.push_back(batch_values(*b));
+  return out;
+}
+
+TEST_F(TFRecordDatasetTest, RowsThroughShuffleAndBatchMatchElements) {
+  // make_example_dataset -> shuffle -> batch moves fixed-size records as rows (parsed straight into
+  // the shuffle slab, copied straight into the batch); a map in between makes every stage use
+  // Elements. Both must give the same batches, also with defaults filled in, and resume exactly.
+  const auto files = write_files({7, 5, 9, 0, 4}, Compression::kGzip);
+  ExampleSpec with_defaults = spec();
+  with_defaults["fill"] = FixedLenFeature(FeatureType::kInt64, {2}, Feature::of_int64s({7, 8}));
+  with_defaults["scale"] = FixedLenFeature(FeatureType::kFloat, {}, Feature::of_floats({0.5f}));
+  for (int64_t reads : {1, 2, 3}) {
+    SCOPED_TRACE("num_parallel_reads " + std::to_string(reads));
+    const auto source = [&] {
+      return make_example_dataset(files, with_defaults, {.compression = Compression::kGzip, .num_parallel_reads = reads});
+    };
+    const auto make = [&] { return source().shuffle(6, 3).batch(4); };
+    auto rows = make().make_iterator();
+    auto elements = source().map([](const Element& e) { return e; }).shuffle(6, 3).batch(4).make_iterator();
+    const auto want = all_batches(elements);
+    ASSERT_EQ(want.size(), 7u);
+    EXPECT_EQ(want[0][0], (std::vector<int64_t>{7, 8, 7, 8, 7, 8, 7, 8}));  // fill (the spec is sorted by name)
+    EXPECT_EQ(want[0][3], (std::vector<int64_t>{5, 5, 5, 5}));              // scale * 10
+    EXPECT_EQ(all_batches(rows), want);
+    for (size_t stop : {0, 1, 3, 6}) {
+      auto it = make().make_iterator();
+      for (size_t i = 0; i < stop; ++i) ASSERT_TRUE(it.next());
+      auto resumed = make().make_iterator();
+      resumed.restore_state(it.save_state());
+      EXPECT_EQ(all_batches(resumed), std::vector(want.begin() + static_cast<long>(stop), want.end())) << "stop " << stop;
+    }
+  }
+}
+
+TEST_F(TFRecordDatasetTest, BadRecordsOnTheRowPathNameTheRecord) {
+  // Record 1 of file 0 has 5 pixel bytes for a [2, 2] image; batch asks for it as a row.
+  std::vector<std::string> files = {(dir_ / "a").string(), (dir_ / "b").string()};
+  for (size_t f = 0; f < 2; ++f) {
+    TFRecordWriter w(files[f]);
+    for (int i = 0; i < 2; ++i)
+      w.write(Example().set_int64s("id", {i}).set_bytes("pix", std::string(f == 0 && i == 1 ? 5 : 4, 'x')).serialize());
+    w.close();
+  }
+  for (int64_t reads : {1, 2}) {
+    const auto ds = make_example_dataset(files, spec(), {.num_parallel_reads = reads});
+    const std::string want = test::message_of<InvalidArgument>([&] { ids(ds); });
+    const std::string got = test::message_of<InvalidArgument>([&] {
+      auto it = ds.batch(3).make_iterator();
+      while (it.next()) {
+      }
+    });
+    EXPECT_EQ(got.substr(0, got.find(" [src/")), want.substr(0, want.find(" [src/")));  // the same but for lines
+    EXPECT_NE(got.find("feature 'pix' in record 1 (byte offset"), std::string::npos) << got;
+    EXPECT_NE(got.find(files[0]), std::string::npos) << got;
+  }
+}
+
 TEST_F(TFRecordDatasetTest, ExposesFilesForSharding) {
   const auto files = write_files({1, 1, 1});
   auto ds = make_example_dataset(files, spec());

@@ -125,6 +125,14 @@ class ExampleParser {
 
   // Parses one serialized Example into out[k] for names()[k] (out is resized; its tensors are replaced).
   void parse(std::string_view record, const RecordLocation& where, std::vector<ParsedFeature>* out) const;
+  // Whether every feature parses to one fixed dtype and shape: a FixedLenFeature of floats or int64s,
+  // or decode_raw to a shape with no -1. Then parse_into can write a record straight into memory.
+  bool fixed_size() const;
+  // The dtype feature k parses to (float32, int64, or its decode_raw dtype).
+  DType output_dtype(size_t k) const;
+  // Like parse() (the same values, checks and errors), writing feature k's values to dst[k]:
+  // specs()[k].shape elements of output_dtype(k). REQUIRES: fixed_size().
+  void parse_into(std::string_view record, const RecordLocation& where, void* const* dst) const;
   // The same as a map from feature name.
   std::map<std::string, ParsedFeature> parse(std::string_view record, const RecordLocation& where = {}) const;
 
