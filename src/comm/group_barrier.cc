@@ -79,7 +79,7 @@ GroupBarrier::Result GroupBarrier::arrive_and_wait(std::chrono::steady_clock::ti
       if (cv_.wait_until(lock, deadline) != std::cv_status::timeout) continue;
       s = state_.load(std::memory_order_seq_cst);
       if (generation(s) != gen || (s & kAbortBit)) continue;  // decided above
-      if (arrived(s) >= size_) {  // the last rank is releasing the barrier right now
+      if (arrived(s) >= size_) {                              // the last rank is releasing the barrier right now
         lock.unlock();
         std::this_thread::yield();
         lock.lock();

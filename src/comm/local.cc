@@ -36,11 +36,16 @@ enum class Kind : int { kNone, kAllReduce, kBroadcast, kAllGather, kBarrier };
 
 const char* kind_name(Kind kind) {
   switch (kind) {
-    case Kind::kNone: return "nothing";
-    case Kind::kAllReduce: return "all_reduce";
-    case Kind::kBroadcast: return "broadcast";
-    case Kind::kAllGather: return "all_gather";
-    case Kind::kBarrier: return "barrier";
+    case Kind::kNone:
+      return "nothing";
+    case Kind::kAllReduce:
+      return "all_reduce";
+    case Kind::kBroadcast:
+      return "broadcast";
+    case Kind::kAllGather:
+      return "all_gather";
+    case Kind::kBarrier:
+      return "barrier";
   }
   return "?";
 }
@@ -223,12 +228,12 @@ class LocalCommunicator final : public Communicator {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Op> queue_;              // guarded by mu_
-  std::atomic<int64_t> pending_{0};   // queue_.size(), readable without mu_
-  bool worker_sleeping_ = false;      // guarded by mu_: the worker blocks on cv_ and needs a notify
-  bool stop_ = false;                 // guarded by mu_
-  int64_t issued_ = 0;    // guarded by mu_
-  std::thread worker_;    // last: starts once the members above exist
+  std::deque<Op> queue_;             // guarded by mu_
+  std::atomic<int64_t> pending_{0};  // queue_.size(), readable without mu_
+  bool worker_sleeping_ = false;     // guarded by mu_: the worker blocks on cv_ and needs a notify
+  bool stop_ = false;                // guarded by mu_
+  int64_t issued_ = 0;               // guarded by mu_
+  std::thread worker_;               // last: starts once the members above exist
 };
 
 std::shared_ptr<Work> LocalCommunicator::issue(Kind kind, std::vector<Tensor> tensors, ReduceOp reduce, int root) {
@@ -347,8 +352,8 @@ void LocalCommunicator::validate(const Op& op) const {
   const std::string where = op_name(op) + " (local group of " + std::to_string(size) + ")";
   std::ostringstream problems;
   for (int q = 0; q < size; ++q) {
-    if (!slot(q, op).local_error.empty()) problems << (problems.tellp() > 0 ? "; " : "") << "rank " << q << ": "
-                                                   << slot(q, op).local_error;
+    if (!slot(q, op).local_error.empty())
+      problems << (problems.tellp() > 0 ? "; " : "") << "rank " << q << ": " << slot(q, op).local_error;
   }
   if (problems.tellp() > 0) STRATA_THROW(InvalidArgument, where << ": " << problems.str());
 
@@ -399,8 +404,9 @@ std::string LocalCommunicator::missing_ranks(const Op& op, uint64_t step) const 
       if (issued == 0) {
         out << " has issued no collective";
       } else {
-        out << " has issued only " << issued << " (the last: "
-            << kind_name(static_cast<Kind>(s.issued_kind.load(std::memory_order_relaxed))) << " #" << issued << ")";
+        out << " has issued only " << issued
+            << " (the last: " << kind_name(static_cast<Kind>(s.issued_kind.load(std::memory_order_relaxed))) << " #"
+            << issued << ")";
       }
     } else if (running == op.seq) {
       out << " is in " << op_name(op) << " but had not reached this step";
@@ -424,8 +430,7 @@ std::string LocalCommunicator::timeout_message(const Op& op, const std::string& 
 void LocalCommunicator::step(const Op& op, const std::string& what) {
   const uint64_t step = group_->status[rank_].steps.fetch_add(1, std::memory_order_relaxed) + 1;
   const auto deadline = Clock::now() + group_->options.timeout;
-  const auto result =
-      group_->barrier.arrive_and_wait(deadline, [&] { return timeout_message(op, what, step); });
+  const auto result = group_->barrier.arrive_and_wait(deadline, [&] { return timeout_message(op, what, step); });
   switch (result) {
     case GroupBarrier::Result::kPassed:
       return;
@@ -434,16 +439,15 @@ void LocalCommunicator::step(const Op& op, const std::string& what) {
     case GroupBarrier::Result::kAborted:
       STRATA_THROW(Timeout, "local group of " << group_->size << ": " << op_name(op) << " on rank " << rank_
                                               << " gave up at step '" << what << "' (" << missing_ranks(op, step)
-                                              << ") because the group was aborted: "
-                                              << group_->barrier.abort_reason());
+                                              << ") because the group was aborted: " << group_->barrier.abort_reason());
   }
 }
 
 void LocalCommunicator::execute(Op& op) {
   if (group_->barrier.aborted()) {
-    STRATA_THROW(Timeout, "local group of " << group_->size << ": " << op_name(op) << " on rank " << rank_
-                                            << " was not run: the group was aborted: "
-                                            << group_->barrier.abort_reason());
+    STRATA_THROW(Timeout, "local group of "
+                              << group_->size << ": " << op_name(op) << " on rank " << rank_
+                              << " was not run: the group was aborted: " << group_->barrier.abort_reason());
   }
   describe(op, group_->slots[rank_][op.seq & 1]);
   step(op, "arrive");
@@ -535,9 +539,12 @@ std::vector<std::shared_ptr<Communicator>> make_local_group(int size, LocalGroup
 
 std::string to_string(AllReduceAlgorithm algorithm) {
   switch (algorithm) {
-    case AllReduceAlgorithm::kReduceToOne: return "reduction_to_one_device";
-    case AllReduceAlgorithm::kRing: return "ring";
-    case AllReduceAlgorithm::kTree: return "tree";
+    case AllReduceAlgorithm::kReduceToOne:
+      return "reduction_to_one_device";
+    case AllReduceAlgorithm::kRing:
+      return "ring";
+    case AllReduceAlgorithm::kTree:
+      return "tree";
   }
   return "?";
 }
@@ -546,8 +553,8 @@ AllReduceAlgorithm all_reduce_algorithm_from_string(const std::string& name) {
   for (auto a : {AllReduceAlgorithm::kReduceToOne, AllReduceAlgorithm::kRing, AllReduceAlgorithm::kTree}) {
     if (to_string(a) == name) return a;
   }
-  STRATA_THROW(InvalidArgument, "unknown all-reduce algorithm '" << name
-                                                                 << "'; choices: reduction_to_one_device, ring, tree");
+  STRATA_THROW(InvalidArgument,
+               "unknown all-reduce algorithm '" << name << "'; choices: reduction_to_one_device, ring, tree");
 }
 
 }  // namespace strata::comm

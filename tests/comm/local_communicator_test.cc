@@ -64,9 +64,15 @@ std::vector<Tensor> reference_all_reduce(const std::vector<std::vector<Tensor>>&
       for (int64_t i = 0; i < acc.numel(); ++i) {
         switch (op) {
           case ReduceOp::kSum:
-          case ReduceOp::kMean: a[i] = a[i] + x[i]; break;
-          case ReduceOp::kMax: a[i] = std::max(a[i], x[i]); break;
-          case ReduceOp::kMin: a[i] = std::min(a[i], x[i]); break;
+          case ReduceOp::kMean:
+            a[i] = a[i] + x[i];
+            break;
+          case ReduceOp::kMax:
+            a[i] = std::max(a[i], x[i]);
+            break;
+          case ReduceOp::kMin:
+            a[i] = std::min(a[i], x[i]);
+            break;
         }
       }
     }
@@ -159,10 +165,10 @@ TEST(LocalCommunicatorTest, QueuedCollectivesRunInIssueOrder) {
     b[r] = Tensor::full({1}, 10 * r);
   }
   run_ranks(group, [&](int r, Communicator& comm) {
-    auto w1 = comm.all_reduce({a[r]});           // a = 6
+    auto w1 = comm.all_reduce({a[r]});             // a = 6
     auto w2 = comm.all_gather(a[r], gathered[r]);  // sees a after w1
-    auto w3 = comm.all_reduce({a[r]});           // a = 18
-    auto w4 = comm.broadcast({b[r]}, 2);         // b = 20
+    auto w3 = comm.all_reduce({a[r]});             // a = 18
+    auto w4 = comm.broadcast({b[r]}, 2);           // b = 20
     auto w5 = comm.all_reduce({b[r]}, ReduceOp::kMean);
     w5->wait();  // waiting on the last one first is fine: the earlier ones are done by then
     EXPECT_TRUE(w1->is_completed() && w2->is_completed() && w3->is_completed() && w4->is_completed());
@@ -325,8 +331,7 @@ TEST(LocalCommunicatorTest, TimeoutInALaterStepNamesTheCollective) {
     messages[r] = message_of<Timeout>([&] { c.broadcast({t}, 0)->wait(); });
   });
   EXPECT_NE(messages[0].find("broadcast #2 on rank 0 timed out"), std::string::npos) << messages[0];
-  EXPECT_NE(messages[0].find("rank 1 has issued only 1 (the last: all_reduce #1)"), std::string::npos)
-      << messages[0];
+  EXPECT_NE(messages[0].find("rank 1 has issued only 1 (the last: all_reduce #1)"), std::string::npos) << messages[0];
 }
 
 TEST(LocalCommunicatorTest, AlgorithmNames) {
