@@ -1,14 +1,37 @@
 // ShuffleBuffer (see shuffle_buffer.h). Thread-safety: one object per thread.
 #include "data/shuffle_buffer.h"
 
+#include <sys/mman.h>
+
 #include <algorithm>
+#include <cstdlib>
 
 namespace strata::data::detail {
 
 namespace {
 // Elements up to this size go in rows; larger ones gain nothing from it (their bytes dominate).
 constexpr size_t kMaxRowBytes = size_t{1} << 16;
+// A slab of `bytes`; one of 2 MiB or more is asked for in huge pages, since rows are read at random
+// and with 4 KiB pages nearly every one would miss the TLB.
+constexpr size_t kHuge = size_t{2} << 20;
+char* allocate_slab(size_t bytes) {
+  if (bytes < kHuge) return static_cast<char*>(::operator new(bytes));
+  const size_t rounded = (bytes + kHuge - 1) / kHuge * kHuge;
+  void* p = std::aligned_alloc(kHuge, rounded);
+  if (!p) throw std::bad_alloc();
+#ifdef MADV_HUGEPAGE
+  ::madvise(p, rounded, MADV_HUGEPAGE);  // a hint: without it the slab still works
+#endif
+  return static_cast<char*>(p);
+}
 }  // namespace
+
+void SlabFree::operator()(char* p) const {
+  if (bytes < kHuge)
+    ::operator delete(p);
+  else
+    std::free(p);
+}
 
 void ShuffleBuffer::clear() {
   mode_ = Mode::kUnset;
@@ -65,7 +88,7 @@ void ShuffleBuffer::grow() {
   size_t want = row_capacity_ == 0 ? std::min(capacity_, std::max<size_t>(1, (size_t{64} << 20) / rb))
                                    : 2 * row_capacity_;
   want = std::max<size_t>(want, rows_ + 1);
-  std::unique_ptr<char[]> slab(new char[want * rb]);
+  std::unique_ptr<char, SlabFree> slab(allocate_slab(want * rb), SlabFree{want * rb});
   if (rows_) std::memcpy(slab.get(), slab_.get(), rows_ * rb);
   slab_ = std::move(slab);
   row_capacity_ = want;

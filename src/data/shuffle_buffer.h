@@ -19,6 +19,12 @@
 
 namespace strata::data::detail {
 
+// Frees a slab of `bytes` (one made by shuffle_buffer.cc's allocate_slab).
+struct SlabFree {
+  size_t bytes = 0;
+  void operator()(char* p) const;
+};
+
 class ShuffleBuffer {
  public:
   // `capacity` is the most slots the buffer will hold (a hint for the first allocation).
@@ -70,7 +76,7 @@ class ShuffleBuffer {
   Mode mode_ = Mode::kUnset;
   std::vector<Element> elements_;  // kElements
   RowLayout layout_;               // kRows
-  std::unique_ptr<char[]> slab_;
+  std::unique_ptr<char, SlabFree> slab_;
   size_t rows_ = 0, row_capacity_ = 0;
   std::vector<char*> pointers_;  // row_pointers' result
 };
