@@ -10,14 +10,21 @@
 // VariableCreator (a distribution strategy's scope installs one, like TensorFlow's variable-creator
 // scopes) and otherwise builds a plain Variable.
 //
+// Distributed variables: a strategy's creator may make a variable with one component per replica
+// (a mirrored variable) and mark it with the strategy's id (its owner). On a thread inside
+// ScopedReplica(r, owner), value() is component r, assign* write component r, and reading a model
+// variable of another owner (one created outside the strategy's scope) is an InvalidArgument naming
+// it. Elsewhere value() is component 0 and assign* write every component.
+//
 // Thread-safety: reading a Variable from many threads is safe; `assign*` and `set_grad` must not race
-// with readers of the same Variable.
+// with readers of the same Variable (replicas each write only their own component).
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "strata/tensor.h"
 
@@ -58,6 +65,16 @@ class Variable {
   // Whether this Variable was produced by a recorded op (it has a gradient function).
   bool has_grad_fn() const;
 
+  // ---- distributed variables (see the top of this file)
+  // 1 for an ordinary variable, N for one mirrored over N replicas.
+  int num_components() const;
+  // Component i's value (0 <= i < num_components()); component 0 is what value() gives outside replicas.
+  const Tensor& component(int i) const;
+  // The id of the strategy whose creator made this variable (0: none).
+  uint64_t owner() const;
+  // Whether make_variable (or a strategy's creator) made it: a model's weight rather than an op's value.
+  bool is_model_variable() const;
+
   bool same_as(const Variable& other) const { return node_ == other.node_; }
   const std::shared_ptr<detail::Node>& node() const { return node_; }
   explicit Variable(std::shared_ptr<detail::Node> node) : node_(std::move(node)) {}
@@ -65,6 +82,9 @@ class Variable {
  private:
   // value += scale * delta, with errors naming `op`.
   void add_scaled(const char* op, const Tensor& delta, float scale);
+  // The components assign* write on this thread: its replica's, or all of them outside replicas.
+  template <class F>
+  void for_each_written_component(F&& fn) const;
 
   std::shared_ptr<detail::Node> node_;
 };
@@ -92,5 +112,24 @@ class ScopedVariableCreator {
 
 // Makes a model variable through the installed creators.
 Variable make_variable(const Tensor& initial_value, const VariableOptions& options = {});
+
+// For strategies' creators: a model variable with these components (one per replica; they must share
+// shape and dtype; component 0 is the value outside replicas), owned by strategy `owner` (non-zero).
+Variable make_distributed_variable(std::vector<Tensor> components, const VariableOptions& options, uint64_t owner);
+
+// Makes this thread a replica: value() resolves to component `replica` of variables with several
+// components, and model variables not owned by `owner` are refused. Restores the previous state when
+// destroyed. owner 0 turns replica resolution off.
+class ScopedReplica {
+ public:
+  ScopedReplica(int replica, uint64_t owner);
+  ~ScopedReplica();
+  ScopedReplica(const ScopedReplica&) = delete;
+  ScopedReplica& operator=(const ScopedReplica&) = delete;
+
+ private:
+  int previous_replica_;
+  uint64_t previous_owner_;
+};
 
 }  // namespace strata

@@ -6,6 +6,7 @@
 #include <unordered_set>
 
 #include "autograd/node.h"
+#include "strata/aggregation.h"
 #include "kernels/kernels.h"
 
 namespace strata {
@@ -77,6 +78,15 @@ std::vector<Tensor> GradientTape::gradient(const Variable& target, const std::ve
     STRATA_CHECK(s.defined(), InvalidArgument, "GradientTape::gradient: undefined source");
     is_source.insert(s.node().get());
   }
+  // On a replica, the strategy's aggregator hears of each source's gradient as soon as it is final.
+  GradientAggregator* aggregator = current_gradient_aggregator();
+  std::unordered_map<NodePtr, size_t> source_index;  // first position of each source
+  std::vector<bool> reported;
+  if (aggregator) {
+    for (size_t i = 0; i < sources.size(); ++i) source_index.try_emplace(sources[i].node().get(), i);
+    reported.assign(sources.size(), false);
+    aggregator->begin_gradients(sources);
+  }
 
   // Post-order over the recorded graph (inputs before the ops that use them), iteratively.
   std::vector<NodePtr> order;
@@ -104,6 +114,17 @@ std::vector<Tensor> GradientTape::gradient(const Variable& target, const std::ve
   grads[target.node().get()] = seed;
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     NodePtr node = *it;
+    if (aggregator) {  // every consumer of `node` came earlier in this order: its gradient is final
+      const auto s = source_index.find(node);
+      if (s != source_index.end()) {
+        const auto g = grads.find(node);
+        const Tensor final_grad = g != grads.end() ? g->second : Tensor();
+        if (final_grad.defined() || unconnected == UnconnectedGradients::kNone) {
+          aggregator->gradient_ready(s->second, final_grad);
+          reported[s->second] = true;
+        }
+      }
+    }
     if (!node->backward || !relevant[node]) continue;
     auto found = grads.find(node);
     if (found == grads.end() || !found->second.defined()) continue;
@@ -132,6 +153,12 @@ std::vector<Tensor> GradientTape::gradient(const Variable& target, const std::ve
     } else {
       result.push_back(unconnected == UnconnectedGradients::kZero ? Tensor::zeros(s.shape()) : Tensor());
     }
+  }
+  if (aggregator) {
+    for (size_t i = 0; i < sources.size(); ++i) {  // unconnected sources, and repeats of a source
+      if (!reported[i]) aggregator->gradient_ready(i, result[i]);
+    }
+    aggregator->end_gradients(result);
   }
   return result;
 }

@@ -25,6 +25,10 @@ struct Node {
   const char* op = nullptr;
   std::vector<Variable> inputs;
   BackwardFn backward;
+  // Distributed variables: components 1..N-1 (component 0 is `value`) and the owning strategy's id.
+  std::vector<Tensor> components;
+  uint64_t owner = 0;
+  bool model_variable = false;
 };
 
 // True when the tape would differentiate through `v` (watched leaf, or result of a recorded op).

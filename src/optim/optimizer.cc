@@ -64,7 +64,9 @@ std::vector<std::string> Optimizer::slot_names() const {
 std::vector<Tensor>& Optimizer::slots_of(const Variable& var) {
   auto [it, inserted] = slots_.try_emplace(var.id());
   if (inserted) {
-    for (const SlotSpec& s : slot_specs_) it->second.push_back(Tensor::full(var.shape(), s.initial_value));
+    for (int c = 0; c < var.num_components(); ++c) {
+      for (const SlotSpec& s : slot_specs_) it->second.push_back(Tensor::full(var.shape(), s.initial_value));
+    }
   }
   return it->second;
 }
@@ -80,14 +82,34 @@ Tensor Optimizer::slot(const Variable& var, const std::string& slot_name) {
   STRATA_THROW(InvalidArgument, name() << ": no slot named '" << slot_name << "'");
 }
 
+// The optimizer's update in the three parts a strategy's aggregator schedules.
+class Optimizer::Applier final : public GradientApplier {
+ public:
+  explicit Applier(Optimizer& optimizer) : optimizer_(optimizer) {}
+  bool prepared(const std::vector<Variable>& vars) const override {
+    for (const Variable& v : vars) {
+      if (optimizer_.slots_.count(v.id()) == 0) return false;
+    }
+    return true;
+  }
+  void prepare(const std::vector<Variable>& vars) override { optimizer_.build(vars); }
+  void update(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, int component) override {
+    optimizer_.update_component(grads, vars, component);
+  }
+  void finish() override { ++optimizer_.iterations_; }
+
+ private:
+  Optimizer& optimizer_;
+};
+
 void Optimizer::apply_gradients(const std::vector<std::pair<Tensor, Variable>>& grads_and_vars) {
-  std::vector<const Tensor*> grads;
-  std::vector<const Variable*> vars;
+  std::vector<Tensor> grads;
+  std::vector<Variable> vars;
   grads.reserve(grads_and_vars.size());
   vars.reserve(grads_and_vars.size());
   for (const auto& [g, v] : grads_and_vars) {
-    grads.push_back(&g);
-    vars.push_back(&v);
+    grads.push_back(g);
+    vars.push_back(v);
   }
   apply(grads, vars);
 }
@@ -95,26 +117,18 @@ void Optimizer::apply_gradients(const std::vector<std::pair<Tensor, Variable>>& 
 void Optimizer::apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars) {
   STRATA_CHECK(grads.size() == vars.size(), InvalidArgument,
                name() << ".apply_gradients: " << grads.size() << " gradients for " << vars.size() << " variables");
-  std::vector<const Tensor*> g;
-  std::vector<const Variable*> v;
-  g.reserve(grads.size());
-  v.reserve(vars.size());
-  for (size_t i = 0; i < grads.size(); ++i) {
-    g.push_back(&grads[i]);
-    v.push_back(&vars[i]);
-  }
-  apply(g, v);
+  apply(grads, vars);
 }
 
-void Optimizer::apply(const std::vector<const Tensor*>& grads, const std::vector<const Variable*>& vars) {
+void Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Variable>& vars) {
   bool any = false;
   for (size_t i = 0; i < grads.size(); ++i) {
-    const Tensor& g = *grads[i];
-    const Variable& v = *vars[i];
+    const Tensor& g = grads[i];
+    const Variable& v = vars[i];
     STRATA_CHECK(v.defined(), InvalidArgument, name() << ".apply_gradients: variable " << i << " is undefined");
     if (!g.defined()) continue;
     any = true;
-    STRATA_CHECK(g.device().is_cpu() && v.value().device().is_cpu(), Unavailable,
+    STRATA_CHECK(g.device().is_cpu() && v.component(0).device().is_cpu(), Unavailable,
                  name() << ".apply_gradients: variable '" << v.name() << "' or its gradient is not on the host");
     STRATA_CHECK(v.dtype() == DType::kFloat32 && g.dtype() == DType::kFloat32, InvalidArgument,
                  name() << ".apply_gradients: variable '" << v.name() << "' (" << dtype_name(v.dtype())
@@ -125,6 +139,20 @@ void Optimizer::apply(const std::vector<const Tensor*>& grads, const std::vector
   }
   STRATA_CHECK(any, InvalidArgument, name() << ".apply_gradients: no gradients provided for any variable");
 
+  Applier applier(*this);
+  if (GradientAggregator* aggregator = current_gradient_aggregator()) {
+    aggregator->apply_gradients(grads, vars, applier);
+    return;
+  }
+  // Not on a replica: update every component (all of a mirrored variable's copies) here.
+  applier.prepare(vars);
+  int components = 1;
+  for (const Variable& v : vars) components = std::max(components, v.num_components());
+  for (int c = 0; c < components; ++c) applier.update(grads, vars, c);
+  applier.finish();
+}
+
+void Optimizer::update_component(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, int component) {
   StepContext ctx;
   ctx.lr = learning_rate();
   ctx.step = iterations_ + 1;
@@ -132,26 +160,28 @@ void Optimizer::apply(const std::vector<const Tensor*>& grads, const std::vector
   ctx.decay = config_.weight_decay ? *config_.weight_decay * ctx.lr : 0.0f;
   if (config_.global_clipnorm) {
     double s = 0;
-    for (const Tensor* g : grads) {
-      if (g->defined()) s += sum_of_squares(*g);
+    for (const Tensor& g : grads) {
+      if (g.defined()) s += sum_of_squares(g);
     }
     const double norm = std::sqrt(s), clip = *config_.global_clipnorm;
     ctx.grad_scale = static_cast<float>(clip / std::max(norm, clip));
   }
+  const size_t num_slots = slot_specs_.size();
   for (size_t i = 0; i < grads.size(); ++i) {
-    const Tensor& g = *grads[i];
-    if (!g.defined()) continue;
+    const Tensor& g = grads[i];
+    if (!g.defined() || component >= vars[i].num_components()) continue;
     StepContext c = ctx;
     if (config_.clipnorm) {
       const double norm = std::sqrt(sum_of_squares(g)), clip = *config_.clipnorm;
       c.grad_scale = static_cast<float>(clip / std::max(norm, clip));
     }
-    Tensor value = vars[i]->value();  // shares the variable's storage
+    Tensor value = vars[i].component(component);  // shares the variable's storage
     float* var = value.data<float>();
     const float* grad = g.data<float>();
-    std::vector<Tensor>& slots = slots_of(*vars[i]);
+    const auto found = slots_.find(vars[i].id());
+    STRATA_CHECK(found != slots_.end(), Error, name() << ": no slots for variable '" << vars[i].name() << "'");
     std::array<float*, kMaxSlots> base{};
-    for (size_t s = 0; s < slots.size(); ++s) base[s] = slots[s].data<float>();
+    for (size_t s = 0; s < num_slots; ++s) base[s] = found->second[component * num_slots + s].data<float>();
     const int64_t n = g.numel();
     if (n < 2 * kGrain || num_threads() == 1) {
       update(var, grad, base, n, c);
@@ -159,11 +189,10 @@ void Optimizer::apply(const std::vector<const Tensor*>& grads, const std::vector
     }
     parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
       std::array<float*, kMaxSlots> chunk{};
-      for (size_t s = 0; s < slots.size(); ++s) chunk[s] = base[s] + begin;
+      for (size_t s = 0; s < num_slots; ++s) chunk[s] = base[s] + begin;
       update(var + begin, grad + begin, chunk, end - begin, c);
     });
   }
-  ++iterations_;
 }
 
 std::vector<std::pair<std::string, Tensor>> Optimizer::state(const std::vector<Variable>& vars) const {
@@ -217,8 +246,11 @@ void Optimizer::load_state(const std::vector<std::pair<std::string, Tensor>>& st
   }
   size_t k = 0;
   for (const Variable& v : vars) {
-    std::vector<Tensor>& slots = slots_of(v);
-    for (Tensor& slot : slots) slot.copy_(*slot_values[k++]);
+    std::vector<Tensor>& slots = slots_of(v);  // every component gets the saved slots
+    for (size_t c = 0; c < slots.size(); c += slot_specs_.size()) {
+      for (size_t s = 0; s < slot_specs_.size(); ++s) slots[c + s].copy_(*slot_values[k + s]);
+    }
+    k += slot_specs_.size();
   }
   iterations_ = it.item<int64_t>();
 }

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <future>
 
+#include "strata/distribute/strategy.h"
 #include "strata/error.h"
 #include "strata/gradient_tape.h"
 #include "strata/ops.h"
@@ -84,6 +85,8 @@ void Model::compile(std::shared_ptr<losses::Loss> loss, std::shared_ptr<optim::O
     metrics_.push_back(std::move(m));
   }
   loss_tracker_ = std::make_shared<metrics::Mean>();
+  main_trackers_ = {loss_tracker_, metrics_};
+  replica_trackers_.clear();
 }
 
 optim::Optimizer& Model::optimizer() const {
@@ -129,33 +132,75 @@ void run_callbacks(const std::vector<std::shared_ptr<Callback>>& callbacks, F fn
 }
 }  // namespace
 
+namespace {
+// This thread's replica (0 outside strategy.run) and the number in sync.
+int replica_id() {
+  const distribute::ReplicaContext* ctx = distribute::get_replica_context();
+  return ctx ? ctx->replica_id_in_sync_group() : 0;
+}
+int replicas_in_sync() {
+  const distribute::ReplicaContext* ctx = distribute::get_replica_context();
+  return ctx ? ctx->num_replicas_in_sync() : 1;
+}
+}  // namespace
+
 Model::StepResult Model::forward_and_loss(const data::Element& batch, bool training) {
   const auto [x, y, sample_weight] = unpack(batch, name());
   Variable y_pred = (*this)(Variable(x), training);
   Variable total = (*loss_)(y, y_pred, sample_weight);
-  if (Variable reg = regularization_loss(); reg.defined()) total = total + reg;
+  // On one of several replicas the loss is this replica's share of the global batch's: summed over the
+  // replicas (as the gradients are) it is what one replica would compute on the whole batch.
+  const int64_t rows = x.rank() >= 1 ? x.dim(0) : 1;
+  const int64_t global_rows = step_global_rows_ > 0 ? step_global_rows_ : rows;
+  if (global_rows != rows && loss_->reduction() == losses::Reduction::kSumOverBatchSize)
+    total = affine(total, static_cast<float>(static_cast<double>(rows) / static_cast<double>(global_rows)));
+  if (Variable reg = regularization_loss(); reg.defined())
+    total = total + (replicas_in_sync() > 1 ? distribute::scale_regularization_loss(reg) : reg);
   return {total, y_pred};
 }
 
 double Model::update_trackers(const data::Element& batch, const StepResult& step) {
   const auto [x, y, sample_weight] = unpack(batch, name());
-  const double loss_value = step.loss.value().item<float>();
-  loss_tracker_->update(loss_value, static_cast<double>(x.dim(0)));
-  for (const auto& m : metrics_) m->update_state(y, step.y_pred.value(), sample_weight);
-  return loss_value;
+  const double share = step.loss.value().item<float>();
+  const int64_t rows = x.rank() >= 1 ? x.dim(0) : 1;
+  const int64_t global_rows = step_global_rows_ > 0 ? step_global_rows_ : rows;
+  Trackers& trackers = trackers_of_this_replica();
+  // Summed over replicas: total = (global loss) * global rows, count = global rows.
+  trackers.loss->update(share * static_cast<double>(global_rows) / static_cast<double>(rows), static_cast<double>(rows));
+  for (const auto& m : trackers.metrics) m->update_state(y, step.y_pred.value(), sample_weight);
+  return share;
 }
 
+Model::Trackers& Model::trackers_of_this_replica() {
+  const int r = replica_id();
+  if (r == 0) return main_trackers_;
+  STRATA_CHECK(static_cast<size_t>(r) <= replica_trackers_.size(), Error,
+               "model '" << name() << "': no metrics for replica " << r << " (run steps through fit/evaluate)");
+  return replica_trackers_[static_cast<size_t>(r) - 1];
+}
+
+namespace {
+bool empty_batch(const data::Element& batch) { return batch.size() >= 1 && batch[0].rank() >= 1 && batch[0].dim(0) == 0; }
+}  // namespace
+
 double Model::train_step(const data::Element& batch) {
+  const std::vector<Variable> vars = trainable_variables();
+  if (empty_batch(batch)) {
+    // A replica that got no rows of an uneven last batch still takes part: zero gradients, reduced as usual.
+    GradientTape tape;
+    optimizer_->apply_gradients(tape.gradient(Variable(Tensor::scalar(0.0f)), vars, UnconnectedGradients::kZero), vars);
+    return 0;
+  }
   GradientTape tape;
   const StepResult step = forward_and_loss(batch, /*training=*/true);
-  const std::vector<Variable> vars = trainable_variables();
   optimizer_->apply_gradients(tape.gradient(step.loss, vars), vars);
   return update_trackers(batch, step);
 }
 
-void Model::test_step(const data::Element& batch) {
+double Model::test_step(const data::Element& batch) {
+  if (empty_batch(batch)) return 0;
   NoGradGuard no_grad;
-  update_trackers(batch, forward_and_loss(batch, /*training=*/false));
+  return update_trackers(batch, forward_and_loss(batch, /*training=*/false));
 }
 
 Logs Model::metric_logs() const {
@@ -169,6 +214,82 @@ Logs Model::metric_logs() const {
 void Model::reset_metrics() {
   if (loss_tracker_) loss_tracker_->reset_state();
   for (const auto& m : metrics_) m->reset_state();
+  for (Trackers& t : replica_trackers_) {
+    t.loss->reset_state();
+    for (const auto& m : t.metrics) m->reset_state();
+  }
+}
+
+// ---- strategies
+
+distribute::Strategy& Model::strategy_for(const char* what, const data::Element& sample) {
+  distribute::Strategy* strategy = &distribute::get_strategy();
+  if (!built()) {
+    STRATA_CHECK(sample.size() >= 1, InvalidArgument, what << ": an element has no components");
+    std::unique_ptr<ScopedVariableCreator> in_scope;  // what strategy.scope() installs
+    if (strategy != &distribute::default_strategy()) {
+      in_scope = std::make_unique<ScopedVariableCreator>(
+          [strategy](const Tensor& initial, const VariableOptions& options, const auto&) {
+            return strategy->create_variable(initial, options);
+          });
+    }
+    build_for(sample[0].shape(), sample[0].dtype());
+  }
+  // The model belongs to the strategy that made its variables (like Keras's model._distribution_strategy).
+  uint64_t owner = 0;
+  std::string first_name;
+  for (const Variable& v : variables()) {
+    if (first_name.empty()) {
+      owner = v.owner();
+      first_name = v.name();
+    } else {
+      STRATA_CHECK(v.owner() == owner, InvalidArgument,
+                   "model '" << name() << "': variables '" << first_name << "' and '" << v.name()
+                             << "' were created under different strategies");
+    }
+  }
+  if (strategy == &distribute::default_strategy() && owner != 0) {
+    strategy = distribute::find_strategy(owner);
+    STRATA_CHECK(strategy != nullptr, InvalidArgument,
+                 "model '" << name() << "' was created in the scope of a strategy that no longer exists");
+  }
+  const uint64_t expected = strategy == &distribute::default_strategy() ? 0 : strategy->id();
+  if (owner != expected && !first_name.empty()) {
+    STRATA_THROW(InvalidArgument, what << ": model '" << name() << "' was created outside " << strategy->name()
+                                       << ".scope() (variable '" << first_name
+                                       << "'); create and build the model inside `auto scope = strategy.scope();`");
+  }
+  // Replicas 1..N-1 keep their own metric states; merge_replica_trackers folds them into the model's.
+  const size_t extra = static_cast<size_t>(strategy->num_replicas_in_sync() - 1);
+  if (loss_tracker_ && replica_trackers_.size() != extra) {
+    replica_trackers_.clear();
+    for (size_t r = 0; r < extra; ++r) {
+      Trackers t{std::make_shared<metrics::Mean>(), {}};
+      for (const auto& m : metrics_) t.metrics.push_back(m->clone());
+      replica_trackers_.push_back(std::move(t));
+    }
+  }
+  return *strategy;
+}
+
+void Model::merge_replica_trackers() {
+  for (Trackers& t : replica_trackers_) {
+    loss_tracker_->merge_state(*t.loss);
+    t.loss->reset_state();
+    for (size_t i = 0; i < metrics_.size(); ++i) {
+      metrics_[i]->merge_state(*t.metrics[i]);
+      t.metrics[i]->reset_state();
+    }
+  }
+}
+
+double Model::distributed_step(distribute::Strategy& strategy, const data::Element& batch, bool training) {
+  const auto parts = distribute::split_batch(batch, strategy.num_replicas_in_sync());
+  step_global_rows_ = distribute::batch_rows(batch);
+  const auto shares = strategy.run([&](const data::Element& b) { return training ? train_step(b) : test_step(b); }, parts);
+  step_global_rows_ = 0;
+  merge_replica_trackers();
+  return strategy.reduce(distribute::ReduceOp::kSum, shares);
 }
 
 // ---- the loops
@@ -211,6 +332,7 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
     return std::make_pair(std::move(it), std::move(first));
   };
   bool exhausted = false;
+  distribute::Strategy* strategy = nullptr;  // chosen at the first batch (which may build the model)
   for (int64_t epoch = first_epoch; epoch < options.epochs && !stop_training && !exhausted; ++epoch) {
     reset_metrics();
     run_callbacks(callbacks, [&](Callback& cb) { cb.on_epoch_begin(epoch, Logs()); });
@@ -240,8 +362,9 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
         }
         break;
       }
+      if (strategy == nullptr) strategy = &strategy_for("fit", *batch);
       run_callbacks(callbacks, [&](Callback& cb) { cb.on_train_batch_begin(steps, Logs()); });
-      train_step(*batch);
+      distributed_step(*strategy, *batch, /*training=*/true);
       const Logs logs = metric_logs();
       run_callbacks(callbacks, [&](Callback& cb) { cb.on_train_batch_end(steps, logs); });
       ++steps;
@@ -280,10 +403,12 @@ Logs Model::evaluate(const data::Dataset& dataset, const EvaluateOptions& option
   run_callbacks(callbacks, [](Callback& cb) { cb.on_test_begin(Logs()); });
   data::Iterator it = dataset.make_iterator();
   int64_t steps = 0;
+  distribute::Strategy* strategy = nullptr;
   while (options.steps == 0 || steps < options.steps) {
     std::optional<data::Element> batch = it.next();
     if (!batch) break;
-    test_step(*batch);
+    if (strategy == nullptr) strategy = &strategy_for("evaluate", *batch);
+    distributed_step(*strategy, *batch, /*training=*/false);
     const Logs logs = metric_logs();
     run_callbacks(callbacks, [&](Callback& cb) { cb.on_test_batch_end(steps, logs); });
     ++steps;
@@ -298,11 +423,21 @@ Tensor Model::predict(const data::Dataset& dataset, int64_t steps) {
   NoGradGuard no_grad;
   std::vector<Variable> outputs;
   data::Iterator it = dataset.make_iterator();
+  distribute::Strategy* strategy = nullptr;
   for (int64_t step = 0; steps == 0 || step < steps; ++step) {
     std::optional<data::Element> batch = it.next();
     if (!batch) break;
     STRATA_CHECK(batch->size() >= 1, InvalidArgument, "predict: an element has no components");
-    outputs.push_back((*this)(Variable((*batch)[0]), /*training=*/false));
+    if (strategy == nullptr) strategy = &strategy_for("predict", *batch);
+    const auto parts = distribute::split_batch(data::Element({(*batch)[0]}), strategy->num_replicas_in_sync());
+    const auto out = strategy->run(
+        [&](const data::Element& b) {
+          NoGradGuard no_grad_in_replica;
+          return empty_batch(b) ? Tensor() : (*this)(Variable(b[0]), /*training=*/false).value();
+        },
+        parts);
+    for (const Tensor& t : out)
+      if (t.defined()) outputs.push_back(Variable(t));
   }
   STRATA_CHECK(!outputs.empty(), InvalidArgument, "predict: the dataset gave no batches");
   if (outputs.size() == 1) return outputs[0].value();

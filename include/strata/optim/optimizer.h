@@ -16,8 +16,14 @@
 // scalar); load_state restores them. Variable names must be unique among `vars` (unnamed variables
 // are called "variable_<index>").
 //
-// Thread-safety: not synchronised. One thread at a time may call the non-const methods; a
-// distribution strategy applies the aggregated gradients once, from one thread.
+// Distribution: on a replica thread (a strategy's GradientAggregator installed, see strata/aggregation.h)
+// apply_gradients hands the gradients to the aggregator, which reduces them across replicas and runs
+// this optimizer's update where the variables live: once for variables stored once, or on every replica
+// for its own component of a mirrored variable. Each component has its own slots; state() saves
+// component 0's (mirrored components are equal) and load_state writes every component.
+//
+// Thread-safety: not synchronised. One thread at a time may call the non-const methods, except that
+// the replicas of a strategy may call apply_gradients together (the aggregator orders the shared parts).
 #pragma once
 
 #include <algorithm>
@@ -31,6 +37,7 @@
 #include <utility>
 #include <vector>
 
+#include "strata/aggregation.h"
 #include "strata/optim/schedules.h"
 #include "strata/variable.h"
 
@@ -80,7 +87,7 @@ class Optimizer {
   // Restores what state(vars) returned. Checks everything before changing anything: throws
   // InvalidArgument naming a missing or unexpected name, or a slot whose shape or dtype differs.
   void load_state(const std::vector<std::pair<std::string, Tensor>>& state, const std::vector<Variable>& vars);
-  // The slot tensor of `var` (creating it), for tests and tools.
+  // The slot tensor of `var` (creating it; component 0), for tests and tools.
   Tensor slot(const Variable& var, const std::string& slot_name);
 
   virtual std::string name() const = 0;
@@ -109,8 +116,12 @@ class Optimizer {
   static float clipped(float g, float scale, float clip) { return std::min(std::max(g * scale, -clip), clip); }
 
  private:
+  class Applier;  // this optimizer as a GradientApplier
+  // The slots of every component of `var` (component c's at [c * slots, (c + 1) * slots)), made on first sight.
   std::vector<Tensor>& slots_of(const Variable& var);
-  void apply(const std::vector<const Tensor*>& grads, const std::vector<const Variable*>& vars);
+  void apply(const std::vector<Tensor>& grads, const std::vector<Variable>& vars);
+  // The update of one component of each variable at this step (iterations() is not advanced).
+  void update_component(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, int component);
 
   OptimizerConfig config_;
   std::vector<SlotSpec> slot_specs_;

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "strata/data/dataset.h"
+#include "strata/distribute/strategy.h"
 #include "strata/nn/functional.h"
 #include "strata/nn/layer.h"
 #include "strata/optim/losses.h"
@@ -108,11 +109,13 @@ class Model : public nn::Layer {
   // The model's outputs for every element's x, concatenated along the batch axis.
   Tensor predict(const data::Dataset& dataset, int64_t steps = 0);
 
-  // One optimization step on a batch (x, y[, sample_weight]); returns the batch's loss. fit calls it,
-  // and subclasses may override it (Keras's train_step). Metrics are updated.
+  // One optimization step on a batch (x, y[, sample_weight]); returns the batch's loss. fit calls it on
+  // every replica of the model's strategy with that replica's part of the global batch (then the loss is
+  // the replica's share: the shares sum to the global batch's loss), and subclasses may override it
+  // (Keras's train_step). The loss tracker and metrics (the replica's own, under a strategy) are updated.
   virtual double train_step(const data::Element& batch);
-  // One evaluation step: updates the loss tracker and metrics.
-  virtual void test_step(const data::Element& batch);
+  // One evaluation step: updates the loss tracker and metrics; returns the loss (share), like train_step.
+  virtual double test_step(const data::Element& batch);
 
   // Current values of the loss tracker and the metrics ("loss", then each metric by its compile name).
   Logs metric_logs() const;
@@ -157,6 +160,20 @@ class Model : public nn::Layer {
     Variable loss, y_pred;
   };
   StepResult forward_and_loss(const data::Element& batch, bool training);
+  // The loss tracker and metrics a replica updates.
+  struct Trackers {
+    std::shared_ptr<metrics::Mean> loss;
+    std::vector<std::shared_ptr<metrics::Metric>> metrics;
+  };
+  Trackers& trackers_of_this_replica();
+  // The strategy fit/evaluate/predict run under: the open scope's, else the one that made the model's
+  // variables, else the default. Builds the model (inside that scope) from `sample` if needed, and refuses
+  // a model made outside the strategy's scope.
+  distribute::Strategy& strategy_for(const char* what, const data::Element& sample);
+  // One train (or test) step of a global batch split over the strategy's replicas; returns the batch's loss.
+  double distributed_step(distribute::Strategy& strategy, const data::Element& batch, bool training);
+  // Folds replicas 1..N-1's metric states into the model's (and resets theirs).
+  void merge_replica_trackers();
   // Feeds a step's loss and predictions to the loss tracker and the metrics; returns the loss.
   double update_trackers(const data::Element& batch, const StepResult& step);
   void check_compiled(const char* what) const;
@@ -168,6 +185,9 @@ class Model : public nn::Layer {
   std::vector<std::shared_ptr<metrics::Metric>> metrics_;
   std::vector<std::string> metric_names_;
   std::shared_ptr<metrics::Mean> loss_tracker_;
+  Trackers main_trackers_;                 // replica 0's: loss_tracker_ and metrics_
+  std::vector<Trackers> replica_trackers_;  // replicas 1..N-1 of the current strategy
+  int64_t step_global_rows_ = 0;            // rows of the global batch of the step in progress (0: none)
   std::optional<int64_t> resume_epoch_;
   double input_wait_fraction_ = 0;
 };

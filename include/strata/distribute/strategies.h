@@ -1,0 +1,102 @@
+// The strategies of one machine: OneDeviceStrategy, MirroredStrategy and CentralStorageStrategy.
+//
+//   distribute::OneDeviceStrategy one("/cpu:0");                  // one replica, on the calling thread
+//   distribute::MirroredStrategy mirrored({"/cpu:0", "/cpu:1"});  // two replicas, each a thread with half the cores
+//   auto two = distribute::MirroredStrategy::cpu_replicas(2);     // the same
+//   distribute::CentralStorageStrategy central({"/cpu:0", "/cpu:1"});
+//
+// MirroredStrategy keeps one copy of every variable per replica. Each replica's gradients are gathered
+// into buckets of about `bucket_bytes` in reverse variable order (the order backward produces them);
+// a bucket's all-reduce (sum) starts on the communicator's thread as soon as backward has produced all
+// of it, while backward goes on; apply_gradients waits for the buckets, then every replica applies the
+// same update to its own copy, so the copies stay bit-identical. CentralStorageStrategy keeps one copy
+// on the host: replicas compute on it, their gradients are summed once, the update runs once (with all
+// the cores) while the replicas wait, and they read the new values in place.
+//
+// A "/gpu:N" device needs the CUDA build and the GPU issue's kernels: here it is Unavailable.
+//
+// Thread-safety: as Strategy (one driving thread).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "strata/comm/local.h"
+#include "strata/distribute/strategy.h"
+
+namespace strata::distribute {
+
+// One replica on one device; variables are placed there (tf.distribute.OneDeviceStrategy).
+class OneDeviceStrategy final : public Strategy {
+ public:
+  explicit OneDeviceStrategy(const std::string& device = "/cpu:0");
+  std::string name() const override { return "OneDeviceStrategy"; }
+  Variable create_variable(const Tensor& initial_value, const VariableOptions& options) override;
+};
+
+// How MirroredStrategy reduces gradients across its replicas (tf's cross_device_ops).
+struct CrossDeviceOps {
+  comm::AllReduceAlgorithm algorithm = comm::AllReduceAlgorithm::kRing;
+  // Gradients are reduced in buckets of about this many bytes (a larger variable is a bucket of its own).
+  int64_t bucket_bytes = 256 << 10;
+
+  static CrossDeviceOps reduction_to_one_device() { return {comm::AllReduceAlgorithm::kReduceToOne}; }
+  static CrossDeviceOps ring_all_reduce() { return {comm::AllReduceAlgorithm::kRing}; }
+  static CrossDeviceOps tree_all_reduce() { return {comm::AllReduceAlgorithm::kTree}; }
+  // "reduction_to_one_device", "ring", "tree"; "nccl" is Unavailable without the CUDA build.
+  static CrossDeviceOps from_name(const std::string& name);
+};
+
+struct MirroredOptions {
+  CrossDeviceOps cross_device_ops;
+  int threads_per_replica = 0;  // 0: this thread's num_threads() split evenly over the replicas
+};
+
+class MirroredStrategy final : public Strategy {
+ public:
+  // devices: "/cpu:0", "/cpu:1", ... (each a replica; empty means one replica on "/cpu:0").
+  explicit MirroredStrategy(std::vector<std::string> devices = {}, MirroredOptions options = {});
+  ~MirroredStrategy() override;
+  // n CPU replicas: "/cpu:0" ... "/cpu:<n-1>".
+  static std::vector<std::string> cpu_devices(int n);
+  static std::unique_ptr<MirroredStrategy> cpu_replicas(int n, MirroredOptions options = {});
+
+  std::string name() const override { return "MirroredStrategy"; }
+  const CrossDeviceOps& cross_device_ops() const { return options_.cross_device_ops; }
+  Variable create_variable(const Tensor& initial_value, const VariableOptions& options) override;
+
+ protected:
+  GradientAggregator* aggregator(int replica) override;
+
+ private:
+  class Aggregator;
+  MirroredOptions options_;
+  std::vector<std::shared_ptr<comm::Communicator>> comms_;
+  std::vector<std::unique_ptr<Aggregator>> aggregators_;
+};
+
+class CentralStorageStrategy final : public Strategy {
+ public:
+  explicit CentralStorageStrategy(std::vector<std::string> devices = {}, int threads_per_replica = 0);
+  ~CentralStorageStrategy() override;
+  std::string name() const override { return "CentralStorageStrategy"; }
+  Variable create_variable(const Tensor& initial_value, const VariableOptions& options) override;
+
+ protected:
+  GradientAggregator* aggregator(int replica) override;
+
+ private:
+  class Aggregator;
+  struct Shared;
+  std::unique_ptr<Shared> shared_;
+  std::vector<std::unique_ptr<Aggregator>> aggregators_;
+};
+
+// A strategy by its CLI name: "one_device" (or "default"), "mirrored", "central_storage", with `replicas`
+// CPU replicas (ignored for one_device). InvalidArgument lists the choices.
+std::unique_ptr<Strategy> make_strategy(const std::string& name, int replicas = 1,
+                                        const std::string& cross_device_ops = "ring");
+
+}  // namespace strata::distribute

@@ -1,0 +1,216 @@
+// Strategy: the base of every distribution strategy (tf.distribute.Strategy), the replica context,
+// and the loss helpers of custom training loops.
+//
+//   distribute::MirroredStrategy strategy({"/cpu:0", "/cpu:1"});
+//   Sequential model;  optim::SGD sgd;
+//   {
+//     auto scope = strategy.scope();          // variables made now are mirrored, one copy per replica
+//     model = Sequential({nn::Dense(64, "relu"), nn::Dense(10)});
+//     model.build_for({1, 784});
+//   }
+//   auto step = [&](const data::Element& batch) {
+//     GradientTape tape;
+//     Variable per_example = loss_fn.call(batch[1], model(Variable(batch[0]), true));
+//     Variable loss = distribute::compute_average_loss(per_example, global_batch);
+//     sgd.apply_gradients(tape.gradient(loss, model.trainable_variables()), model.trainable_variables());
+//     return loss.value();
+//   };
+//   auto dist = strategy.experimental_distribute_dataset(train);
+//   auto it = dist.make_iterator();
+//   while (auto batch = it.next())
+//     Tensor loss = strategy.reduce(distribute::ReduceOp::kSum, strategy.run(step, *batch));
+//
+// Variables made inside scope() go through the strategy's variable creator; a model built outside and
+// run inside is an InvalidArgument naming a variable. Layers must be built (their variables made) before
+// run: replicas share the model object and only read it. Inside run each replica is a thread (or the
+// calling thread when there is one replica) with its own share of the cores; there
+// get_replica_context() says which replica it is, and Optimizer::apply_gradients reduces the gradients
+// across replicas through the strategy (SUM: scale the loss by the global batch, as compute_average_loss
+// does). An error in one replica stops all of them and is rethrown by run.
+//
+// Thread-safety: one thread drives a strategy (scope, run, reduce); replicas run on their own threads.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <type_traits>
+#include <vector>
+
+#include "strata/aggregation.h"
+#include "strata/distribute/input.h"
+#include "strata/distribute/values.h"
+#include "strata/tensor.h"
+#include "strata/variable.h"
+
+namespace strata::distribute {
+
+class Strategy;
+
+// Where replicas post values for a cross-replica reduction inside run (ReplicaContext::all_reduce).
+struct Exchange {
+  std::vector<Tensor> tensors;
+  std::vector<double> numbers;
+  Tensor tensor_result;
+  double number_result = 0;
+};
+
+// What a replica can ask while run() is executing it (tf.distribute.ReplicaContext).
+class ReplicaContext {
+ public:
+  int replica_id_in_sync_group() const { return replica_; }
+  int num_replicas_in_sync() const;
+  Strategy& strategy() const { return strategy_; }
+  // Sum or mean of `value` over the replicas; every replica must call it, in the same order.
+  Tensor all_reduce(ReduceOp op, const Tensor& value);
+  double all_reduce(ReduceOp op, double value);
+  // Waits for every replica, runs `fn` once (on one of the replica threads, with all the strategy's
+  // cores), then lets them all go on: TF's merge_call, for work that must happen once per step.
+  void merge_call(const std::function<void(Strategy&)>& fn);
+
+ private:
+  friend class Strategy;
+  ReplicaContext(Strategy& strategy, int replica) : strategy_(strategy), replica_(replica) {}
+  Strategy& strategy_;
+  int replica_;
+};
+
+// The context of the replica running on this thread, or nullptr (cross-replica context).
+ReplicaContext* get_replica_context();
+bool in_cross_replica_context();
+// The strategy of this replica, else of the innermost scope on this thread, else the default strategy.
+Strategy& get_strategy();
+// Whether a non-default strategy is current (a scope is open, or this thread is one of its replicas).
+bool has_strategy();
+// The live strategy with this id (Strategy::id(), Variable::owner()), or nullptr.
+Strategy* find_strategy(uint64_t id);
+
+class Strategy {
+ public:
+  virtual ~Strategy();
+  Strategy(const Strategy&) = delete;
+  Strategy& operator=(const Strategy&) = delete;
+
+  // "MirroredStrategy", ...
+  virtual std::string name() const = 0;
+  int num_replicas_in_sync() const { return static_cast<int>(devices_.size()); }
+  // One device string per replica ("/cpu:0", ...).
+  const std::vector<std::string>& devices() const { return devices_; }
+  // Intra-op threads each replica's kernels use.
+  int threads_per_replica() const { return threads_per_replica_; }
+  // Process-unique id; variables this strategy makes carry it (Variable::owner()).
+  uint64_t id() const { return id_; }
+
+  // While alive: variables made on this thread go through this strategy, and get_strategy() returns it.
+  class Scope {
+   public:
+    ~Scope();
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    friend class Strategy;
+    explicit Scope(Strategy& strategy);
+    Strategy& strategy_;
+    std::unique_ptr<ScopedVariableCreator> creator_;
+  };
+  [[nodiscard]] Scope scope() { return Scope(*this); }
+
+  // Runs fn on every replica. PerReplica arguments give each replica its own value; other arguments are
+  // shared. Returns PerReplica<result> (nothing for void).
+  template <class F, class... Args>
+  auto run(F&& fn, const Args&... args);
+
+  // Reduces per-replica values to one: the element-wise sum or mean over replicas (axis nullopt), or,
+  // with an axis, the sum or mean over that axis of the values concatenated along it (tf semantics).
+  Tensor reduce(ReduceOp op, const PerReplica<Tensor>& value, std::optional<int> axis = std::nullopt) const;
+  double reduce(ReduceOp op, const PerReplica<double>& value) const;
+  // The per-replica tensors concatenated along `axis` in replica order.
+  Tensor gather(const PerReplica<Tensor>& value, int axis = 0) const;
+
+  // Global batches split across replicas (see strata/distribute/input.h).
+  DistributedDataset experimental_distribute_dataset(const data::Dataset& dataset) const;
+  DistributedDataset distribute_datasets_from_function(
+      const std::function<data::Dataset(const InputContext&)>& dataset_fn) const;
+
+  // ---- for Model::fit and the strategies
+  // Runs fn(replica) on every replica's thread with its replica context, and waits; rethrows the first
+  // error after stopping the others.
+  void run_replicas(const std::function<void(int replica)>& fn);
+  // How this strategy makes a model variable (the creator scope() installs).
+  virtual Variable create_variable(const Tensor& initial_value, const VariableOptions& options) = 0;
+  // Waits for all replicas and runs fn once (see ReplicaContext::merge_call). Replica threads only.
+  void merge_call(int replica, const std::function<void()>& fn);
+
+ private:
+  friend class ReplicaContext;
+  // Every replica posts into the shared Exchange, `combine` runs once, every replica reads its result.
+  template <class Post, class Combine, class Read>
+  auto exchange(int replica, Post post, Combine combine, Read read) {
+    Exchange& ex = exchange_slot();
+    post(ex);
+    merge_call(replica, [&] { combine(ex); });
+    auto result = read(ex);
+    merge_call(replica, [] {});  // all have read before a later exchange overwrites
+    return result;
+  }
+  Exchange& exchange_slot();
+
+ protected:
+  // `devices`: one per replica. `threads_per_replica` 0: the constructing thread's num_threads() split
+  // evenly (at least 1 each).
+  Strategy(std::vector<std::string> devices, int threads_per_replica = 0);
+  // The aggregator replica `replica` installs (nullptr: none; the optimizer updates directly).
+  virtual GradientAggregator* aggregator(int replica);
+  // Whether replicas run as threads of this strategy (else on the calling thread, one replica).
+  bool uses_replica_threads() const { return num_replicas_in_sync() > 1; }
+
+ private:
+  class Impl;
+  std::vector<std::string> devices_;
+  int threads_per_replica_;
+  uint64_t id_;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The strategy in effect when no scope is open: one replica on the calling thread, plain variables.
+Strategy& default_strategy();
+
+// sum(per_example_loss * sample_weight) / global_batch_size (tf.nn.compute_average_loss); a global batch
+// of 0 means per-replica rows × replicas in sync. Summed over replicas this is the global batch's mean.
+Variable compute_average_loss(const Variable& per_example_loss, int64_t global_batch_size = 0,
+                              const Tensor& sample_weight = {});
+// regularization_loss / replicas in sync (tf.nn.scale_regularization_loss).
+Variable scale_regularization_loss(const Variable& regularization_loss);
+
+// ---- run's unpacking
+namespace detail {
+template <class A>
+const auto& replica_arg(const A& arg, int replica) {
+  if constexpr (is_per_replica<A>::value) {
+    return arg[replica];
+  } else {
+    return arg;
+  }
+}
+}  // namespace detail
+
+template <class F, class... Args>
+auto Strategy::run(F&& fn, const Args&... args) {
+  using R = std::invoke_result_t<F&, decltype(detail::replica_arg(args, 0))...>;
+  if constexpr (std::is_void_v<R>) {
+    run_replicas([&](int r) { fn(detail::replica_arg(args, r)...); });
+  } else {
+    using V = std::decay_t<R>;
+    std::vector<std::optional<V>> results(static_cast<size_t>(num_replicas_in_sync()));
+    run_replicas([&](int r) { results[static_cast<size_t>(r)].emplace(fn(detail::replica_arg(args, r)...)); });
+    std::vector<V> values;
+    values.reserve(results.size());
+    for (auto& v : results) values.push_back(std::move(*v));
+    return PerReplica<V>(std::move(values));
+  }
+}
+
+}  // namespace strata::distribute
