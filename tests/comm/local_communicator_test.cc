@@ -184,6 +184,35 @@ TEST(LocalCommunicatorTest, QueuedCollectivesRunInIssueOrder) {
   }
 }
 
+TEST(LocalCommunicatorTest, CollectivesRunInTheBackground) {
+  // Rank 1 issues only after rank 0's all_reduce has returned: issuing must not wait for the other ranks.
+  const Group group = make_group(2, AllReduceAlgorithm::kRing, std::chrono::seconds(5));
+  std::atomic<bool> issued{false};
+  std::vector<Tensor> t = {Tensor::full({3}, 1.0), Tensor::full({3}, 2.0)};
+  run_ranks(group, [&](int r, Communicator& c) {
+    if (r == 0) {
+      auto work = c.all_reduce({t[0]});
+      EXPECT_FALSE(work->is_completed());
+      issued.store(true);
+      work->wait();
+    } else {
+      while (!issued.load()) std::this_thread::yield();
+      c.all_reduce({t[1]})->wait();
+    }
+  });
+  EXPECT_EQ(t[0].to_vector<float>(), std::vector<float>(3, 3.0f));
+  EXPECT_EQ(t[1].to_vector<float>(), std::vector<float>(3, 3.0f));
+}
+
+TEST(LocalCommunicatorTest, DroppedWorkStillRunsBeforeTheGroupCloses) {
+  std::vector<Tensor> t = {Tensor::full({5}, 1.0), Tensor::full({5}, 4.0), Tensor::full({5}, 7.0)};
+  {
+    const Group group = make_group(3);
+    run_ranks(group, [&](int r, Communicator& c) { c.all_reduce({t[r]}, ReduceOp::kMax); });  // never waited
+  }  // the communicators' destructors run what is queued
+  for (const Tensor& x : t) EXPECT_EQ(x.to_vector<float>(), std::vector<float>(5, 7.0f));
+}
+
 TEST(LocalCommunicatorTest, BroadcastFromEveryRoot) {
   for (int size = 1; size <= 4; ++size) {
     for (int root = 0; root < size; ++root) {
