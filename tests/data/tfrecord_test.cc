@@ -74,6 +74,21 @@ TEST(Crc32cTest, KnownAnswers) {
   for (size_t cut = 0; cut <= text.size(); ++cut)
     EXPECT_EQ(detail::crc32c_extend(crc32c(text.data(), cut), text.data() + cut, text.size() - cut),
               crc32c(text.data(), text.size()));
+  // Long inputs run as interleaved streams: the same CRC as 5-byte pieces (one stream each), at every
+  // length around the stream sizes and from unaligned starts.
+  std::string noise(5000, '\0');
+  uint32_t x = 12345;
+  for (char& c : noise) c = static_cast<char>((x = x * 1103515245u + 12345u) >> 24);
+  for (size_t len : {383, 384, 385, 767, 768, 769, 800, 1151, 1152, 4999}) {
+    for (size_t start : {0, 1, 3}) {
+      const char* d = noise.data() + start;
+      uint32_t pieces = 0;
+      for (size_t i = 0; i < len; i += 5) pieces = detail::crc32c_extend(pieces, d + i, std::min<size_t>(5, len - i));
+      EXPECT_EQ(crc32c(d, len), pieces) << "length " << len << " from " << start;
+      EXPECT_EQ(detail::crc32c_extend(0x1234u, d, len),
+                detail::crc32c_extend(detail::crc32c_extend(0x1234u, d, 1), d + 1, len - 1));
+    }
+  }
   EXPECT_EQ(unmask_crc(mask_crc(0xE3069283u)), 0xE3069283u);
   EXPECT_NE(mask_crc(0xE3069283u), 0xE3069283u);
 }
