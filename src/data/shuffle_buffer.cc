@@ -85,8 +85,8 @@ const std::vector<char*>& ShuffleBuffer::row_pointers(size_t i) {
 void ShuffleBuffer::grow() {
   // The first allocation holds the whole buffer when that is modest, else grows by doubling.
   const size_t rb = layout_.row_bytes;
-  size_t want = row_capacity_ == 0 ? std::min(capacity_, std::max<size_t>(1, (size_t{64} << 20) / rb))
-                                   : 2 * row_capacity_;
+  size_t want =
+      row_capacity_ == 0 ? std::min(capacity_, std::max<size_t>(1, (size_t{64} << 20) / rb)) : 2 * row_capacity_;
   want = std::max<size_t>(want, rows_ + 1);
   std::unique_ptr<char, SlabFree> slab(allocate_slab(want * rb), SlabFree{want * rb});
   if (rows_) std::memcpy(slab.get(), slab_.get(), rows_ * rb);

@@ -219,9 +219,9 @@ class ParallelIterator : public IteratorImpl, public RowIterator {
   // its files, or the error that stopped it.
   struct Item {
     size_t count = 0;
-    Element element;                 // count == 1, without cfg.rows
-    std::unique_ptr<char[]> rows;    // count rows of cfg.rows' layout
-    std::vector<Position> pos;       // after each record
+    Element element;               // count == 1, without cfg.rows
+    std::unique_ptr<char[]> rows;  // count rows of cfg.rows' layout
+    std::vector<Position> pos;     // after each record
     bool end = false;
     std::exception_ptr error;
   };

@@ -188,7 +188,8 @@ TEST_F(TFRecordDatasetTest, RowsThroughShuffleAndBatchMatchElements) {
   for (int64_t reads : {1, 2, 3}) {
     SCOPED_TRACE("num_parallel_reads " + std::to_string(reads));
     const auto source = [&] {
-      return make_example_dataset(files, with_defaults, {.compression = Compression::kGzip, .num_parallel_reads = reads});
+      return make_example_dataset(files, with_defaults,
+                                  {.compression = Compression::kGzip, .num_parallel_reads = reads});
     };
     const auto make = [&] { return source().shuffle(6, 3).batch(4); };
     auto rows = make().make_iterator();
@@ -203,7 +204,8 @@ TEST_F(TFRecordDatasetTest, RowsThroughShuffleAndBatchMatchElements) {
       for (size_t i = 0; i < stop; ++i) ASSERT_TRUE(it.next());
       auto resumed = make().make_iterator();
       resumed.restore_state(it.save_state());
-      EXPECT_EQ(all_batches(resumed), std::vector(want.begin() + static_cast<long>(stop), want.end())) << "stop " << stop;
+      EXPECT_EQ(all_batches(resumed), std::vector(want.begin() + static_cast<long>(stop), want.end()))
+          << "stop " << stop;
     }
   }
 }
