@@ -239,8 +239,10 @@ class ParallelIterator : public IteratorImpl, public RowIterator {
     bool finished = false;
     std::thread thread;
   };
-  // Records a slot may hold ahead of the consumer, and per chunk of rows / of Elements.
-  static constexpr size_t kCapacity = 256, kRowChunk = 32, kElementChunk = 16;
+  // Records a slot may hold ahead of the consumer, and per chunk of rows / of Elements. A consumer
+  // that waits for a slot is woken when the slot holds kWake records (or its end): one wake-up (two
+  // context switches) per many records rather than per chunk.
+  static constexpr size_t kCapacity = 512, kRowChunk = 64, kElementChunk = 16, kWake = 256;
 
   // Hands out the next record: its row into dst (REQUIRES: cfg.rows), or its Element into *out.
   bool advance(char* const* dst, Element* out) {
@@ -317,10 +319,11 @@ class ParallelIterator : public IteratorImpl, public RowIterator {
     s.cv.wait(lock, [&] { return s.stop || s.queued < kCapacity; });
     s.producer_waiting = false;
     if (s.stop) return false;
+    const bool last = !items.empty() && (items.back().end || items.back().error);
     for (Item& it : items) s.queue.push_back(std::move(it));
     s.queued += records;
     items.clear();
-    if (s.consumer_waiting) s.cv.notify_all();
+    if (s.consumer_waiting && (s.queued >= kWake || last)) s.cv.notify_all();
     return true;
   }
   Item pop(Slot& s) {
