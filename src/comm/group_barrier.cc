@@ -26,6 +26,18 @@ GroupBarrier::GroupBarrier(int size) : size_(static_cast<uint64_t>(size)) {}
 
 bool GroupBarrier::aborted() const { return state_.load(std::memory_order_acquire) & kAbortBit; }
 
+void GroupBarrier::abort(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(mu_);
+  uint64_t s = state_.load(std::memory_order_seq_cst);
+  while (!(s & kAbortBit)) {
+    if (state_.compare_exchange_weak(s, s | kAbortBit, std::memory_order_seq_cst)) {
+      abort_reason_ = reason;
+      break;
+    }
+  }
+  cv_.notify_all();
+}
+
 std::string GroupBarrier::abort_reason() const {
   std::lock_guard<std::mutex> lock(mu_);
   return abort_reason_;

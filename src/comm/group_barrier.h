@@ -43,6 +43,8 @@ class GroupBarrier {
   Result arrive_and_wait(std::chrono::steady_clock::time_point deadline,
                          const std::function<std::string()>& describe_timeout);
   bool aborted() const;
+  // Aborts the group now (a no-op if it already is): every waiting and later arrival gets kAborted.
+  void abort(const std::string& reason);
   // Why the group was aborted; empty while it is not.
   std::string abort_reason() const;
 

@@ -188,6 +188,7 @@ class LocalCommunicator final : public Communicator {
     return issue(Kind::kAllGather, {std::move(input), std::move(output)}, ReduceOp::kSum, 0);
   }
   void barrier() override { issue(Kind::kBarrier, {}, ReduceOp::kSum, 0)->wait(); }
+  void abort(const std::string& reason) override { group_->barrier.abort(reason); }
 
  private:
   std::shared_ptr<Work> issue(Kind kind, std::vector<Tensor> tensors, ReduceOp reduce, int root);

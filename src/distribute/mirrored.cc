@@ -232,6 +232,10 @@ GradientAggregator* MirroredStrategy::aggregator(int replica) {
   return aggregators_.empty() ? nullptr : aggregators_[static_cast<size_t>(replica)].get();
 }
 
+void MirroredStrategy::on_replica_failure(const std::string& reason) {
+  if (!comms_.empty()) comms_[0]->abort(name() + ": " + reason);  // one rank aborts the whole group
+}
+
 // ---- OneDeviceStrategy
 
 OneDeviceStrategy::OneDeviceStrategy(const std::string& device) : Strategy({device}) {

@@ -34,6 +34,26 @@ struct ReplicaStopped : Error {
   ReplicaStopped() : Error("stopped because another replica failed") {}
 };
 
+bool is_stopped(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const ReplicaStopped&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+std::string what(const std::exception_ptr& e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    return ex.what();
+  } catch (...) {
+    return "unknown error";
+  }
+}
+
 // Sets (and restores) this thread's replica context.
 class ScopedContext {
  public:
@@ -95,26 +115,16 @@ class Strategy::Impl {
       aborted_ = false;
     }
     errors_.assign(static_cast<size_t>(n), nullptr);
+    first_failure_ = -1;
     job_ = &fn;
     done_ = 0;
     ++job_generation_;
     job_cv_.notify_all();
     done_cv_.wait(lock, [&] { return done_ == n; });
     job_ = nullptr;
-    std::exception_ptr first, stopped;
-    for (const auto& e : errors_) {
-      if (!e) continue;
-      try {
-        std::rethrow_exception(e);
-      } catch (const ReplicaStopped&) {
-        if (!stopped) stopped = e;
-      } catch (...) {
-        if (!first) first = e;
-      }
-    }
-    if (first || stopped) {
+    if (first_failure_ >= 0) {
       broken_ = true;
-      std::rethrow_exception(first ? first : stopped);
+      std::rethrow_exception(errors_[static_cast<size_t>(first_failure_)]);
     }
   }
 
@@ -172,6 +182,11 @@ class Strategy::Impl {
         (*job)(replica);
       } catch (...) {
         error = std::current_exception();
+        {
+          std::lock_guard<std::mutex> lock(mutex_);
+          if (first_failure_ < 0) first_failure_ = replica;  // the cause; later failures are its consequences
+        }
+        if (!is_stopped(error)) strategy_.on_replica_failure("replica " + std::to_string(replica) + " failed: " + what(error));
         std::lock_guard<std::mutex> merge_lock(merge_mutex_);
         aborted_ = true;
         merge_cv_.notify_all();
@@ -195,6 +210,7 @@ class Strategy::Impl {
   bool stopping_ = false;
   bool broken_ = false;
   std::vector<std::exception_ptr> errors_;
+  int first_failure_ = -1;  // the replica that failed first in this run
   // merge_call's barrier.
   std::mutex merge_mutex_;
   std::condition_variable merge_cv_;
@@ -247,6 +263,7 @@ Strategy::Scope::~Scope() {
 }
 
 GradientAggregator* Strategy::aggregator(int) { return nullptr; }
+void Strategy::on_replica_failure(const std::string&) {}
 Exchange& Strategy::exchange_slot() { return impl_->exchange(); }
 
 void Strategy::run_replicas(const std::function<void(int)>& fn) {

@@ -350,6 +350,21 @@ TEST(LocalCommunicatorTest, TimeoutNamesTheRankThatNeverCame) {
   EXPECT_NE(late.find("rank 2 had not arrived"), std::string::npos) << late;
 }
 
+TEST(LocalCommunicatorTest, AbortWakesWaitingRanksAtOnce) {
+  const Group group = make_group(2);  // the default five-minute timeout: only abort can end the wait
+  std::string message;
+  run_ranks(group, [&](int r, Communicator& c) {
+    if (r == 1) {
+      c.abort("rank 1 gave up");
+      return;
+    }
+    Tensor t = Tensor::ones({8});
+    message = message_of<Timeout>([&] { c.all_reduce({t})->wait(); });
+  });
+  EXPECT_NE(message.find("rank 1 gave up"), std::string::npos) << message;
+  EXPECT_THROW(group[1]->barrier(), Timeout);
+}
+
 TEST(LocalCommunicatorTest, TimeoutInALaterStepNamesTheCollective) {
   const Group group = make_group(2, AllReduceAlgorithm::kTree, std::chrono::milliseconds(200));
   std::vector<std::string> messages(2);

@@ -55,6 +55,10 @@ class Communicator {
   virtual std::shared_ptr<Work> all_gather(Tensor input, Tensor output) = 0;
   // Blocks until every rank has called it (with the group timeout).
   virtual void barrier() = 0;
+  // Gives up on the whole group at once (e.g. a replica failed and will issue no more collectives): every
+  // pending and later collective on every rank fails with Timeout quoting `reason`. The group cannot be
+  // used again.
+  virtual void abort(const std::string& reason) = 0;
 };
 
 }  // namespace strata::comm

@@ -69,6 +69,7 @@ class MirroredStrategy final : public Strategy {
 
  protected:
   GradientAggregator* aggregator(int replica) override;
+  void on_replica_failure(const std::string& reason) override;
 
  private:
   class Aggregator;

@@ -164,6 +164,8 @@ class Strategy {
   Strategy(std::vector<std::string> devices, int threads_per_replica = 0);
   // The aggregator replica `replica` installs (nullptr: none; the optimizer updates directly).
   virtual GradientAggregator* aggregator(int replica);
+  // A replica failed with `reason`: wake the others from whatever they wait on (e.g. abort communicators).
+  virtual void on_replica_failure(const std::string& reason);
   // Whether replicas run as threads of this strategy (else on the calling thread, one replica).
   bool uses_replica_threads() const { return num_replicas_in_sync() > 1; }
 
