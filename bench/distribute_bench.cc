@@ -1,0 +1,78 @@
+// Trains the Keras tutorial CNN on Fashion-MNIST with Model::fit under a distribution strategy and prints
+// the images/s of one steady-state epoch (after a warm-up epoch) as JSON. bench/distribute_bench.py runs it
+// for MirroredStrategy and OneDeviceStrategy beside the same training in PyTorch.
+//
+//   distribute_bench --strategy one_device|mirrored|central_storage --replicas N --threads T
+//                    [--batch 128] [--epochs 1] [--data DIR] [--cross-device-ops ring]
+//
+// --batch is the global batch; --threads the cores in all (one_device: its intra-op threads; the others:
+// split evenly over the replicas).
+#include <chrono>
+#include <cstdio>
+#include <string>
+
+#include "strata/data/convert.h"
+#include "strata/data/dataset.h"
+#include "strata/distribute/strategies.h"
+#include "strata/nn/nn.h"
+#include "strata/optim/losses.h"
+#include "strata/optim/optimizers.h"
+#include "strata/random.h"
+#include "strata/threading.h"
+#include "strata/train/model.h"
+
+using namespace strata;
+
+int main(int argc, char** argv) {
+  std::string strategy_name = "mirrored", dir = "/usr/share/datasets/fashion-mnist", cross_device_ops = "ring";
+  int replicas = 2, threads = 2;
+  int64_t epochs = 1, batch = 128;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--strategy") strategy_name = argv[i + 1];
+    else if (flag == "--replicas") replicas = std::stoi(argv[i + 1]);
+    else if (flag == "--threads") threads = std::stoi(argv[i + 1]);
+    else if (flag == "--data") dir = argv[i + 1];
+    else if (flag == "--epochs") epochs = std::stoll(argv[i + 1]);
+    else if (flag == "--batch") batch = std::stoll(argv[i + 1]);
+    else if (flag == "--cross-device-ops") cross_device_ops = argv[i + 1];
+  }
+  set_num_threads(threads);
+  manual_seed(0);
+  auto strategy = distribute::make_strategy(strategy_name, replicas, cross_device_ops);
+  std::optional<Sequential> model;
+  {
+    auto scope = strategy->scope();
+    model.emplace(std::vector<nn::LayerRef>{nn::Conv2D(32, 3, "relu"), nn::MaxPool2D(2), nn::Flatten(),
+                                            nn::Dense(64, "relu"), nn::Dense(10)});
+    model->build_for({batch, 28, 28, 1});
+  }
+  model->compile(losses::SparseCategoricalCrossentropy({.from_logits = true}), optim::Adam(), {"accuracy"});
+  auto prep = [&](data::Split split, bool shuffle) {
+    data::Dataset ds = data::Dataset::from_idx(dir, split);
+    if (shuffle) ds = ds.shuffle(60000, 0);
+    return ds.batch(batch)
+        .map([](const data::Element& e) { return data::Element({data::to_float(e[0], 1.0f / 255.0f), e[1]}); })
+        .prefetch(data::kAutotune);
+  };
+  const data::Dataset train = prep(data::Split::kTrain, true), test = prep(data::Split::kTest, false);
+  // Epoch 1 warms up (oneDNN primitives, allocator, gradient buckets); the figure is the epochs after it.
+  struct EpochTimer : Callback {
+    std::chrono::steady_clock::time_point start;
+    double seconds = 0;
+    void on_epoch_begin(int64_t epoch, const Logs&) override {
+      if (epoch == 1) start = std::chrono::steady_clock::now();
+    }
+    void on_train_end(const Logs&) override {
+      seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
+  };
+  auto timer = std::make_shared<EpochTimer>();
+  const History h = model->fit(train, {.epochs = epochs + 1, .callbacks = {timer}, .verbose = 0});
+  const Logs logs = model->evaluate(test);
+  std::printf("{\"strategy\": \"%s\", \"replicas\": %d, \"threads\": %d, \"batch\": %lld, \"images_per_s\": %.1f, "
+              "\"input_wait\": %.4f, \"test_accuracy\": %.4f}\n",
+              strategy->name().c_str(), strategy->num_replicas_in_sync(), threads, static_cast<long long>(batch),
+              60000.0 * static_cast<double>(epochs) / timer->seconds, h.input_wait_fraction.back(), logs.at("accuracy"));
+  return 0;
+}
