@@ -33,6 +33,7 @@
 #include "strata/shape.h"
 #include "strata/tensor.h"
 #include "strata/threading.h"
+#include "strata/aggregation.h"
 #include "strata/variable.h"
 
 #include "strata/nn/functional.h"
@@ -55,5 +56,11 @@
 #include "strata/data/tfrecord.h"
 #include "strata/data/tfrecord_dataset.h"
 
+#include "strata/comm/communicator.h"
+#include "strata/comm/local.h"
+#include "strata/distribute/input.h"
+#include "strata/distribute/strategies.h"
+#include "strata/distribute/strategy.h"
+#include "strata/distribute/values.h"
 #include "strata/train/callbacks.h"
 #include "strata/train/model.h"
