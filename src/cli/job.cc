@@ -264,6 +264,33 @@ Job load_job(const std::string& path) {
   job.checkpoint_dir = top.string("checkpoint_dir");
   job.metrics = top.strings("metrics");
 
+  // Distribution (see distribution.h): checked here so a bad value names the file and line.
+  job.strategy.name = top.string("strategy", "one_device");
+  check_strategy_name(job.strategy.name, top.where(top.get("strategy")) + "strategy");
+  if (top.has("replicas")) job.strategy.replicas = static_cast<int>(top.positive("replicas", 1));
+  STRATA_CHECK(job.strategy.name != "one_device" || job.strategy.replicas <= 1, InvalidArgument,
+               top.where(top.get("replicas")) << "replicas: " << job.strategy.replicas
+                                              << " needs strategy: mirrored or central_storage (one_device has one)");
+  job.strategy.cross_device_ops = top.string("cross_device_ops", "ring");
+  check_cross_device_ops(job.strategy.cross_device_ops, top.where(top.get("cross_device_ops")) + "cross_device_ops");
+  STRATA_CHECK(!top.has("cross_device_ops") || job.strategy.name == "mirrored", InvalidArgument,
+               top.where(top.get("cross_device_ops")) << "cross_device_ops: only strategy: mirrored all-reduces "
+                                                         "gradients (this job's strategy is "
+                                                      << job.strategy.name << ")");
+  job.lr_scaling.rule = top.string("lr_scaling", "none");
+  check_lr_scaling(job.lr_scaling.rule, top.where(top.get("lr_scaling")) + "lr_scaling");
+  job.lr_scaling.base_batch_size = top.positive("base_batch_size", 64);
+  job.lr_scaling.warmup_epochs = top.number("warmup_epochs", 0);
+  STRATA_CHECK(job.lr_scaling.warmup_epochs >= 0, InvalidArgument,
+               top.where(top.get("warmup_epochs"))
+                   << "warmup_epochs: must not be negative, got " << job.lr_scaling.warmup_epochs);
+  STRATA_CHECK(job.lr_scaling.warmup_epochs == 0 || job.lr_scaling.rule == "linear", InvalidArgument,
+               top.where(top.get("warmup_epochs"))
+                   << "warmup_epochs: needs lr_scaling: linear (the warmup ramps from the optimizer's "
+                      "learning_rate to the scaled one)");
+  STRATA_CHECK(!top.has("base_batch_size") || job.lr_scaling.rule == "linear", InvalidArgument,
+               top.where(top.get("base_batch_size")) << "base_batch_size: needs lr_scaling: linear");
+
   Section data(top.get("data"), "data", path);
   STRATA_CHECK(top.has("data"), InvalidArgument, path << ": the job needs a 'data' section");
   DataSpec& d = job.data;
@@ -343,7 +370,7 @@ std::shared_ptr<Sequential> build_model(const Job& job) {
   return model;
 }
 
-void compile_model(const Job& job, Model& model) {
+void compile_model(const Job& job, Model& model, int64_t steps_per_epoch) {
   // loss: a name, or {name, from_logits, reduction}
   std::shared_ptr<losses::Loss> loss;
   if (job.loss.IsScalar()) {
@@ -368,6 +395,15 @@ void compile_model(const Job& job, Model& model) {
     }
     s.finish();
   }
+  std::shared_ptr<optim::Optimizer> optimizer = make_optimizer(job);
+  // lr_scaling: the configured (or the optimizer's default) rate is the base the global batch scales.
+  optimizer->set_learning_rate(
+      scaled_learning_rate(job.lr_scaling, optimizer->learning_rate(), job.batch_size, steps_per_epoch));
+  std::vector<MetricSpec> metrics(job.metrics.begin(), job.metrics.end());
+  model.compile(loss, optimizer, metrics);
+}
+
+std::shared_ptr<optim::Optimizer> make_optimizer(const Job& job) {
   // optimizer: a name, or {name, learning_rate, momentum, nesterov, beta_1, ...}
   std::shared_ptr<optim::Optimizer> optimizer;
   if (job.optimizer.IsScalar()) {
@@ -430,8 +466,7 @@ void compile_model(const Job& job, Model& model) {
     }
     s.finish();
   }
-  std::vector<MetricSpec> metrics(job.metrics.begin(), job.metrics.end());
-  model.compile(loss, optimizer, metrics);
+  return optimizer;
 }
 
 Shape input_shape(const Job& job) {

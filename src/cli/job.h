@@ -12,7 +12,9 @@
 //   optimizer: {name: adam, learning_rate: 0.001}
 //   metrics: [accuracy]
 //   epochs: 10
-//   batch_size: 64
+//   batch_size: 64            # the GLOBAL batch: a strategy splits it across its replicas
+//   strategy: mirrored        # optional; with replicas, cross_device_ops, lr_scaling, base_batch_size and
+//   replicas: 2               #   warmup_epochs (see distribution.h)
 //
 // `data` may instead name TFRecord shards of tf.train.Example (see configs/fashion_mnist_cnn_tfrecord.yaml):
 //   data: {format: tfrecord, train: [shards/train-*], test: [shards/test-*], compression: gzip,
@@ -29,6 +31,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include "cli/distribution.h"
 #include "strata/data/dataset.h"
 #include "strata/train/model.h"
 
@@ -56,17 +59,23 @@ struct Job {
   YAML::Node optimizer;
   std::vector<std::string> metrics;
   int64_t epochs = 1;
-  int64_t batch_size = 32;
+  int64_t batch_size = 32;  // global: split across the strategy's replicas
   uint64_t seed = 0;
   std::string checkpoint_dir;
+  StrategySpec strategy;
+  LrScalingSpec lr_scaling;
 };
 
 // Reads and checks a job file.
 Job load_job(const std::string& path);
 
-// The pieces the job describes. build_model returns an unbuilt Sequential; compile_model compiles it.
+// The pieces the job describes. build_model returns an unbuilt Sequential (create it inside the strategy's
+// scope); compile_model compiles it, with the optimizer's learning rate scaled to the global batch as the
+// job's lr_scaling says (a warmup needs `steps_per_epoch`, the training set's batches; 0: no warmup).
 std::shared_ptr<Sequential> build_model(const Job& job);
-void compile_model(const Job& job, Model& model);
+void compile_model(const Job& job, Model& model, int64_t steps_per_epoch = 0);
+// The optimizer the job names, at its configured learning rate (before lr_scaling).
+std::shared_ptr<optim::Optimizer> make_optimizer(const Job& job);
 data::Dataset train_dataset(const Job& job);
 data::Dataset test_dataset(const Job& job);
 // The shape of one batch of x (batch dimension included), for building the model before training.

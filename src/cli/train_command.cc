@@ -5,6 +5,8 @@
 
 #include "cli/commands.h"
 #include "cli/job.h"
+#include "cli/distribution.h"
+#include "strata/distribute/strategies.h"
 #include "strata/random.h"
 #include "strata/threading.h"
 #include "strata/train/callbacks.h"
@@ -22,6 +24,7 @@ struct TrainArgs {
   std::string csv_log;
   int threads = 0;
   int verbose = 1;
+  StrategyFlags strategy;
 };
 
 struct EvaluateArgs {
@@ -29,6 +32,7 @@ struct EvaluateArgs {
   std::string checkpoint;
   int64_t batch_size = 0;
   int threads = 0;
+  StrategyFlags strategy;
 };
 
 // "test loss 0.2512 - test accuracy 0.9134": how every run ends.
@@ -43,6 +47,26 @@ void print_test_line(const Logs& logs) {
   std::fflush(stdout);
 }
 
+// The job's strategy (flags over the file), announced on one line. Call after set_num_threads: replicas
+// share the calling thread's cores.
+std::unique_ptr<distribute::Strategy> open_strategy(Job& job, const StrategyFlags& flags) {
+  job.strategy = resolve_strategy(job.strategy, flags);
+  std::unique_ptr<distribute::Strategy> strategy = make_job_strategy(job.strategy);
+  std::printf("%s\n", strategy_line(*strategy, job.batch_size).c_str());
+  std::fflush(stdout);
+  return strategy;
+}
+
+// The job's model, created, compiled and built inside the strategy's scope so that its variables are the
+// strategy's (mirrored, or stored once); fit and evaluate then run under that strategy.
+std::shared_ptr<Sequential> make_model(const Job& job, distribute::Strategy& strategy, int64_t steps_per_epoch) {
+  auto scope = strategy.scope();
+  std::shared_ptr<Sequential> model = build_model(job);
+  compile_model(job, *model, steps_per_epoch);
+  model->build_for(input_shape(job));
+  return model;
+}
+
 void run_train(const TrainArgs& args) {
   if (args.threads > 0) set_num_threads(args.threads);
   Job job = load_job(args.job);
@@ -51,11 +75,24 @@ void run_train(const TrainArgs& args) {
   if (!args.checkpoint_dir.empty()) job.checkpoint_dir = args.checkpoint_dir;
   STRATA_CHECK(!args.resume || !job.checkpoint_dir.empty(), InvalidArgument,
                "--resume needs --checkpoint-dir (or checkpoint_dir in " << job.file << ")");
+  const std::unique_ptr<distribute::Strategy> strategy = open_strategy(job, args.strategy);
 
+  const data::Dataset train = train_dataset(job);
+  int64_t steps_per_epoch = 0;
+  if (job.lr_scaling.warmup_epochs > 0) {
+    steps_per_epoch = train.cardinality();
+    if (steps_per_epoch < 0) {  // e.g. TFRecord files: count one pass of batches
+      steps_per_epoch = 0;
+      for (data::Iterator it = train.make_iterator(); it.next();) ++steps_per_epoch;
+    }
+  }
   manual_seed(job.seed);
-  std::shared_ptr<Sequential> model = build_model(job);
-  compile_model(job, *model);
-  model->build_for(input_shape(job));
+  std::shared_ptr<Sequential> model = make_model(job, *strategy, steps_per_epoch);
+  if (const std::string lr =
+          learning_rate_line(job.lr_scaling, make_optimizer(job)->learning_rate(), job.batch_size, steps_per_epoch);
+      !lr.empty()) {
+    std::printf("%s\n", lr.c_str());
+  }
   model->print_summary();
 
   FitOptions fit;
@@ -69,7 +106,7 @@ void run_train(const TrainArgs& args) {
     fit.callbacks.push_back(
         std::make_shared<callbacks::CSVLogger>(args.csv_log, callbacks::CSVLogger::Options{.append = args.resume}));
   }
-  model->fit(train_dataset(job), fit);
+  model->fit(train, fit);
   print_test_line(model->evaluate(test_dataset(job)));
 }
 
@@ -77,9 +114,8 @@ void run_evaluate(const EvaluateArgs& args) {
   if (args.threads > 0) set_num_threads(args.threads);
   Job job = load_job(args.job);
   if (args.batch_size > 0) job.batch_size = args.batch_size;
-  std::shared_ptr<Sequential> model = build_model(job);
-  compile_model(job, *model);
-  model->build_for(input_shape(job));
+  const std::unique_ptr<distribute::Strategy> strategy = open_strategy(job, args.strategy);
+  std::shared_ptr<Sequential> model = make_model(job, *strategy, 0);
   struct stat st {};
   STRATA_CHECK(::stat(args.checkpoint.c_str(), &st) == 0, IoError, "no checkpoint at '" << args.checkpoint << "'");
   if (S_ISDIR(st.st_mode)) {
@@ -90,6 +126,19 @@ void run_evaluate(const EvaluateArgs& args) {
   print_test_line(model->evaluate(test_dataset(job)));
 }
 
+// --strategy, --replicas and --cross-device-ops on `command`.
+void add_strategy_options(CLI::App* command, StrategyFlags& flags) {
+  command->add_option("--strategy", flags.strategy,
+                      "distribution strategy: one_device, mirrored or central_storage (overrides the job's "
+                      "`strategy:`; default one_device)");
+  command->add_option("--replicas", flags.replicas,
+                      "CPU replicas for mirrored / central_storage, each a thread with its share of the cores "
+                      "(overrides `replicas:`; default one per core)");
+  command->add_option("--cross-device-ops", flags.cross_device_ops,
+                      "how mirrored all-reduces gradients: ring, tree or reduction_to_one_device (overrides "
+                      "`cross_device_ops:`; default ring)");
+}
+
 }  // namespace
 
 void add_train_commands(CLI::App& app) {
@@ -98,11 +147,14 @@ void add_train_commands(CLI::App& app) {
       "train",
       "Train the model a job file describes, then print the test-set result on one line "
       "(\"test loss 0.2512 - test accuracy 0.9134\").");
-  train->add_option("job", train_args->job, "job YAML file (data, model, loss, optimizer, metrics, epochs, batch_size)")
+  train
+      ->add_option("job", train_args->job,
+                   "job YAML file (data, model, loss, optimizer, metrics, epochs, batch_size, strategy)")
       ->required()
       ->check(CLI::ExistingFile);
   train->add_option("--epochs", train_args->epochs, "override the job's epochs")->check(CLI::PositiveNumber);
-  train->add_option("--batch-size", train_args->batch_size, "override the job's batch_size")->check(CLI::PositiveNumber);
+  train->add_option("--batch-size", train_args->batch_size, "override the job's batch_size (the global batch)")
+      ->check(CLI::PositiveNumber);
   train->add_option("--checkpoint-dir", train_args->checkpoint_dir,
                     "write a full training checkpoint (weights, optimizer, epoch, RNG) here after every epoch");
   train->add_flag("--resume", train_args->resume,
@@ -113,6 +165,7 @@ void add_train_commands(CLI::App& app) {
   train->add_option("--verbose", train_args->verbose,
                     "0 silent, 1 progress bar (a line per epoch when not a terminal), 2 a line per epoch")
       ->check(CLI::Range(0, 2));
+  add_strategy_options(train, train_args->strategy);
   train->callback([train_args] { run_train(*train_args); });
 
   auto eval_args = std::make_shared<EvaluateArgs>();
@@ -127,6 +180,7 @@ void add_train_commands(CLI::App& app) {
   evaluate->add_option("--batch-size", eval_args->batch_size, "override the job's batch_size")->check(CLI::PositiveNumber);
   evaluate->add_option("--threads", eval_args->threads, "CPU threads for the math (default: all cores)")
       ->check(CLI::PositiveNumber);
+  add_strategy_options(evaluate, eval_args->strategy);
   evaluate->callback([eval_args] { run_evaluate(*eval_args); });
 }
 

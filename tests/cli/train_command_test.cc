@@ -173,6 +173,87 @@ TEST(TrainCommandTest, TrainsFromTFRecordShardsThatDataConvertWrote) {
   EXPECT_GT(std::stod(m[2]), 0.9) << out2;
 }
 
+// "test loss X - test accuracy Y" -> {X, Y}.
+std::pair<double, double> test_result(const std::string& output) {
+  std::smatch m;
+  const std::string line = last_line(output);
+  EXPECT_TRUE(std::regex_match(line, m, std::regex(R"(test loss ([0-9.]+) - test accuracy ([0-9.]+))"))) << output;
+  if (m.size() != 3) return {-1, -1};
+  return {std::stod(m[1]), std::stod(m[2])};
+}
+
+TEST(TrainCommandTest, MirroredAndCentralStorageTrainToTheOneDeviceResult) {
+  Scratch s("strategy");
+  write_tiny_idx(s.dir, "train", 256, 5);
+  write_tiny_idx(s.dir, "t10k", 96, 6);
+  const std::string job = write_job(s.dir, tiny_job(s.dir));
+  const std::string train = std::string(STRATA_BINARY) + " train " + job + " --threads 2 ";
+  auto [rc1, one] = run(train + "--strategy one_device");
+  ASSERT_EQ(rc1, 0) << one;
+  EXPECT_NE(one.find("strategy: OneDeviceStrategy, 1 replica (2 threads), global batch 32\n"), std::string::npos)
+      << one;
+  const auto expected = test_result(one);
+  EXPECT_GT(expected.second, 0.8) << one;
+
+  const fs::path ckpt = s.dir / "ckpt";
+  auto [rc2, mirrored] = run(train + "--strategy mirrored --replicas 2 --checkpoint-dir " + ckpt.string());
+  ASSERT_EQ(rc2, 0) << mirrored;
+  EXPECT_NE(mirrored.find("strategy: MirroredStrategy, 2 replicas (1 thread each), ring all-reduce, global batch 32 "
+                          "(16 per replica)\n"),
+            std::string::npos)
+      << mirrored;
+  EXPECT_NE(mirrored.find("Epoch 2/2"), std::string::npos) << mirrored;
+  // N replicas with the global batch train like one replica with it (to float tolerance).
+  const auto got = test_result(mirrored);
+  EXPECT_NEAR(got.first, expected.first, 2e-4) << mirrored;
+  EXPECT_NEAR(got.second, expected.second, 1.5 / 96) << mirrored;
+
+  // A mirrored checkpoint evaluates to the same line under any strategy.
+  auto [rc3, eval] = run(std::string(STRATA_BINARY) + " evaluate " + job + " --checkpoint " + ckpt.string() +
+                         " --strategy mirrored --replicas 3 --threads 2");
+  ASSERT_EQ(rc3, 0) << eval;
+  EXPECT_NE(eval.find("strategy: MirroredStrategy, 3 replicas"), std::string::npos) << eval;
+  EXPECT_EQ(last_line(eval), last_line(mirrored));
+  auto [rc4, eval1] = run(std::string(STRATA_BINARY) + " evaluate " + job + " --checkpoint " + ckpt.string());
+  ASSERT_EQ(rc4, 0) << eval1;
+  EXPECT_EQ(last_line(eval1), last_line(mirrored));
+
+  // The job file's keys work as the flags do, and lr_scaling says what it did.
+  const std::string job2 =
+      write_job(s.dir, tiny_job(s.dir) + "strategy: central_storage\nreplicas: 3\nlr_scaling: linear\n"
+                                         "base_batch_size: 32\nwarmup_epochs: 1\n");
+  auto [rc5, central] = run(std::string(STRATA_BINARY) + " train " + job2 + " --threads 2");
+  ASSERT_EQ(rc5, 0) << central;
+  EXPECT_NE(central.find("strategy: CentralStorageStrategy, 3 replicas (1 thread each), global batch 32 (11 or fewer "
+                         "per replica)"),
+            std::string::npos)
+      << central;
+  EXPECT_NE(central.find("learning rate: 0.01 -> 0.01 (linear scaling: global batch 32 / base 32), warmup 1 epoch "
+                         "(8 steps) from 0.01"),
+            std::string::npos)
+      << central;
+  const auto central_result = test_result(central);
+  EXPECT_NEAR(central_result.first, expected.first, 2e-4) << central;
+}
+
+TEST(TrainCommandTest, BadStrategyFlagsNameTheFlagAndTheChoices) {
+  Scratch s("strategy_flags");
+  const std::string job = write_job(s.dir, tiny_job(s.dir));
+  auto [rc, out] = run(std::string(STRATA_BINARY) + " train " + job + " --strategy mirorred");
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_NE(out.find("strata: error: --strategy: unknown strategy 'mirorred'; choose one of one_device, mirrored, "
+                     "central_storage"),
+            std::string::npos)
+      << out;
+  auto [rc2, out2] = run(std::string(STRATA_BINARY) + " train " + job + " --strategy one_device --replicas 2");
+  EXPECT_EQ(rc2, 1) << out2;
+  EXPECT_NE(out2.find("--replicas 2: one_device has one replica"), std::string::npos) << out2;
+  auto [rc3, out3] = run(std::string(STRATA_BINARY) + " evaluate " + job +
+                         " --checkpoint /nonexistent --strategy mirrored --cross-device-ops nccl");
+  EXPECT_EQ(rc3, 1) << out3;
+  EXPECT_NE(out3.find("--cross-device-ops: unknown cross-device ops 'nccl'"), std::string::npos) << out3;
+}
+
 TEST(TrainCommandTest, BadJobKeysNameTheKeyAndLine) {
   Scratch s("keys");
   write_tiny_idx(s.dir, "train", 8, 1);
@@ -201,7 +282,8 @@ TEST(TrainCommandTest, HelpIsCompleteAndUsageErrorsFail) {
   EXPECT_NE(out.find("data"), std::string::npos);
   auto [rc2, out2] = run(std::string(STRATA_BINARY) + " train --help");
   EXPECT_EQ(rc2, 0);
-  for (const char* flag : {"--epochs", "--batch-size", "--checkpoint-dir", "--resume", "--csv-log", "--threads"}) {
+  for (const char* flag : {"--epochs", "--batch-size", "--checkpoint-dir", "--resume", "--csv-log", "--threads",
+                           "--strategy", "--replicas", "--cross-device-ops"}) {
     EXPECT_NE(out2.find(flag), std::string::npos) << flag << "\n" << out2;
   }
   auto [rc3, out3] = run(std::string(STRATA_BINARY) + " train /nonexistent.yaml");

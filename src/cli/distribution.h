@@ -1,0 +1,71 @@
+// How a job is distributed and how its learning rate follows the global batch: the `strategy:`,
+// `replicas:`, `cross_device_ops:`, `lr_scaling:`, `base_batch_size:` and `warmup_epochs:` keys of a job
+// file and the `--strategy` / `--replicas` / `--cross-device-ops` flags that override them.
+//
+//   strategy: mirrored          # one_device (the default) | mirrored | central_storage
+//   replicas: 2                 # mirrored / central_storage: CPU replicas (default: one per core)
+//   cross_device_ops: ring      # mirrored: ring | tree | reduction_to_one_device
+//   batch_size: 128             # the GLOBAL batch, split across the replicas (as in TF)
+//   lr_scaling: linear          # lr = learning_rate * batch_size / base_batch_size (Goyal et al.)
+//   base_batch_size: 64         # the batch the optimizer's learning_rate was tuned for (default 64)
+//   warmup_epochs: 2            # ramp from learning_rate to the scaled rate over 2 epochs' steps
+//
+// Thread-safety: plain functions of values; the strategy they make is driven by one thread.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "strata/distribute/strategy.h"
+#include "strata/optim/schedules.h"
+
+namespace strata::cli {
+
+struct StrategySpec {
+  std::string name = "one_device";  // one_device, mirrored or central_storage
+  int replicas = 0;                 // 0: one_device 1; mirrored / central_storage one per core (num_threads())
+  std::string cross_device_ops = "ring";
+};
+
+struct LrScalingSpec {
+  std::string rule = "none";     // "none" or "linear"
+  int64_t base_batch_size = 64;  // lr_scaling linear: the batch the configured learning rate is for
+  double warmup_epochs = 0;      // gradual warmup from the base to the scaled rate (0: none)
+};
+
+// InvalidArgument "<where>: unknown ...; choose one of ..." unless `name` is a known choice. `where` names
+// the flag ("--strategy") or the file, line and key ("job.yaml:3: strategy").
+void check_strategy_name(const std::string& name, const std::string& where);
+void check_cross_device_ops(const std::string& name, const std::string& where);
+void check_lr_scaling(const std::string& rule, const std::string& where);
+
+// The command-line overrides; empty / 0 leave the job's value.
+struct StrategyFlags {
+  std::string strategy;
+  int replicas = 0;
+  std::string cross_device_ops;
+};
+// The job's strategy with the flags applied. A flag that contradicts the strategy it ends up with (say
+// --replicas 2 with one_device, or --cross-device-ops with central_storage) is an InvalidArgument; the
+// job file's replicas / cross_device_ops are ignored when --strategy picks a strategy they do not apply to.
+StrategySpec resolve_strategy(const StrategySpec& from_job, const StrategyFlags& flags);
+
+// The strategy `spec` names, with CPU replicas whose threads share the calling thread's num_threads().
+std::unique_ptr<distribute::Strategy> make_job_strategy(const StrategySpec& spec);
+// "strategy: MirroredStrategy, 2 replicas (1 thread each), global batch 128".
+std::string strategy_line(const distribute::Strategy& strategy, int64_t global_batch);
+
+// The rate an optimizer configured with `base_lr` trains at: base_lr unless lr_scaling is linear, then
+// scale_lr(base_lr, global_batch, base_batch_size); with warmup_epochs W > 0 and steps_per_epoch > 0 it
+// rises linearly from base_lr at step 0 to the scaled rate at ceil(W * steps_per_epoch) steps, and stays
+// there (Goyal et al.'s gradual warmup).
+optim::LearningRate scaled_learning_rate(const LrScalingSpec& spec, float base_lr, int64_t global_batch,
+                                         int64_t steps_per_epoch);
+// The number of warmup steps scaled_learning_rate uses.
+int64_t warmup_steps(const LrScalingSpec& spec, int64_t steps_per_epoch);
+// "learning rate: 0.001 -> 0.002 (linear scaling: global batch 128 / base 64), warmup 2 epochs (938 steps)",
+// or "" when the job neither scales nor warms up.
+std::string learning_rate_line(const LrScalingSpec& spec, float base_lr, int64_t global_batch, int64_t steps_per_epoch);
+
+}  // namespace strata::cli

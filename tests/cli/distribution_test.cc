@@ -1,0 +1,199 @@
+// The job file's strategy and lr_scaling keys, the flags that override them, and the learning rate a
+// job trains at (linear scaling and gradual warmup, Goyal et al.).
+#include "cli/distribution.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <regex>
+
+#include "cli/job.h"
+#include "strata/distribute/strategies.h"
+#include "strata/error.h"
+#include "strata/threading.h"
+#include "test_util.h"
+
+namespace strata::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+// A job file with `extra` appended (the data directory is never opened by load_job).
+std::string job_file(const std::string& extra) {
+  const fs::path path = fs::temp_directory_path() / ("strata_distribution_test_" + std::to_string(::getpid()) + ".yaml");
+  std::ofstream(path) << "data: {format: idx, directory: /nonexistent}\n"
+                         "model:\n  - flatten\n  - dense: {units: 10}\n"
+                         "loss: {name: sparse_categorical_crossentropy, from_logits: true}\n"
+                         "optimizer: {name: sgd, learning_rate: 0.1}\n"
+                         "batch_size: 256\n"
+                      << extra;
+  return path.string();
+}
+
+std::string load_error(const std::string& extra) {
+  const std::string path = job_file(extra);
+  return test::message_of<InvalidArgument>([&] { load_job(path); });
+}
+
+TEST(DistributionTest, JobKeysAreReadWithTheirDefaults) {
+  const Job plain = load_job(job_file(""));
+  EXPECT_EQ(plain.strategy.name, "one_device");
+  EXPECT_EQ(plain.strategy.replicas, 0);
+  EXPECT_EQ(plain.strategy.cross_device_ops, "ring");
+  EXPECT_EQ(plain.lr_scaling.rule, "none");
+  EXPECT_EQ(plain.lr_scaling.base_batch_size, 64);
+  EXPECT_EQ(plain.lr_scaling.warmup_epochs, 0);
+
+  const Job job = load_job(job_file(
+      "strategy: mirrored\nreplicas: 3\ncross_device_ops: tree\nlr_scaling: linear\nbase_batch_size: 32\n"
+      "warmup_epochs: 2\n"));
+  EXPECT_EQ(job.strategy.name, "mirrored");
+  EXPECT_EQ(job.strategy.replicas, 3);
+  EXPECT_EQ(job.strategy.cross_device_ops, "tree");
+  EXPECT_EQ(job.lr_scaling.rule, "linear");
+  EXPECT_EQ(job.lr_scaling.base_batch_size, 32);
+  EXPECT_EQ(job.lr_scaling.warmup_epochs, 2);
+}
+
+TEST(DistributionTest, BadKeysNameTheLineAndListTheChoices) {
+  std::string msg = load_error("strategy: mirorred\n");
+  EXPECT_NE(msg.find(".yaml:8: strategy: unknown strategy 'mirorred'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("one_device, mirrored, central_storage"), std::string::npos) << msg;
+  msg = load_error("strategy: mirrored\ncross_device_ops: nccl2\n");
+  EXPECT_NE(msg.find(":9: cross_device_ops: unknown cross-device ops 'nccl2'"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("ring, tree, reduction_to_one_device"), std::string::npos) << msg;
+  msg = load_error("strategy: central_storage\ncross_device_ops: tree\n");
+  EXPECT_NE(msg.find("cross_device_ops: only strategy: mirrored"), std::string::npos) << msg;
+  msg = load_error("replicas: 2\n");
+  EXPECT_NE(msg.find("replicas: 2 needs strategy: mirrored or central_storage"), std::string::npos) << msg;
+  msg = load_error("strategy: mirrored\nreplicas: 0\n");
+  EXPECT_NE(msg.find("replicas: must be positive"), std::string::npos) << msg;
+  msg = load_error("lr_scaling: sqrt\n");
+  EXPECT_NE(msg.find("lr_scaling: unknown lr_scaling rule 'sqrt'; choose one of none, linear"), std::string::npos)
+      << msg;
+  msg = load_error("warmup_epochs: 2\n");
+  EXPECT_NE(msg.find("warmup_epochs: needs lr_scaling: linear"), std::string::npos) << msg;
+  msg = load_error("lr_scaling: linear\nwarmup_epochs: -1\n");
+  EXPECT_NE(msg.find("warmup_epochs: must not be negative"), std::string::npos) << msg;
+  msg = load_error("base_batch_size: 32\n");
+  EXPECT_NE(msg.find("base_batch_size: needs lr_scaling: linear"), std::string::npos) << msg;
+}
+
+TEST(DistributionTest, FlagsOverrideTheJob) {
+  const StrategySpec mirrored{.name = "mirrored", .replicas = 3, .cross_device_ops = "tree"};
+  // No flags: the job's own.
+  StrategySpec s = resolve_strategy(mirrored, {});
+  EXPECT_EQ(s.name, "mirrored");
+  EXPECT_EQ(s.replicas, 3);
+  EXPECT_EQ(s.cross_device_ops, "tree");
+  // --replicas overrides replicas only.
+  s = resolve_strategy(mirrored, {.replicas = 2});
+  EXPECT_EQ(s.replicas, 2);
+  EXPECT_EQ(s.cross_device_ops, "tree");
+  // --strategy one_device drops the file's replicas and cross-device ops; central_storage keeps replicas.
+  s = resolve_strategy(mirrored, {.strategy = "one_device"});
+  EXPECT_EQ(s.name, "one_device");
+  EXPECT_EQ(s.replicas, 0);
+  s = resolve_strategy(mirrored, {.strategy = "central_storage"});
+  EXPECT_EQ(s.replicas, 3);
+  EXPECT_EQ(s.cross_device_ops, "ring");
+  s = resolve_strategy({}, {.strategy = "mirrored", .replicas = 2, .cross_device_ops = "reduction_to_one_device"});
+  EXPECT_EQ(s.name, "mirrored");
+  EXPECT_EQ(s.replicas, 2);
+  EXPECT_EQ(s.cross_device_ops, "reduction_to_one_device");
+
+  auto error = [](const StrategySpec& job, const StrategyFlags& flags) {
+    return test::message_of<InvalidArgument>([&] { resolve_strategy(job, flags); });
+  };
+  std::string msg = error({}, {.strategy = "mirror"});
+  EXPECT_NE(msg.find("--strategy: unknown strategy 'mirror'; choose one of one_device, mirrored, central_storage"),
+            std::string::npos)
+      << msg;
+  msg = error({}, {.replicas = 2});
+  EXPECT_NE(msg.find("--replicas 2: one_device has one replica"), std::string::npos) << msg;
+  msg = error({}, {.replicas = -1});
+  EXPECT_NE(msg.find("--replicas: must be positive"), std::string::npos) << msg;
+  msg = error(mirrored, {.cross_device_ops = "butterfly"});
+  EXPECT_NE(msg.find("--cross-device-ops: unknown cross-device ops 'butterfly'"), std::string::npos) << msg;
+  msg = error({}, {.strategy = "central_storage", .cross_device_ops = "tree"});
+  EXPECT_NE(msg.find("only the mirrored strategy"), std::string::npos) << msg;
+}
+
+TEST(DistributionTest, MakesTheStrategyAndDescribesIt) {
+  ScopedNumThreads four(4);
+  auto one = make_job_strategy({});
+  EXPECT_EQ(one->name(), "OneDeviceStrategy");
+  EXPECT_EQ(strategy_line(*one, 64), "strategy: OneDeviceStrategy, 1 replica (4 threads), global batch 64");
+
+  auto two = make_job_strategy({.name = "mirrored", .replicas = 2, .cross_device_ops = "tree"});
+  ASSERT_EQ(two->num_replicas_in_sync(), 2);
+  EXPECT_EQ(strategy_line(*two, 128),
+            "strategy: MirroredStrategy, 2 replicas (2 threads each), tree all-reduce, global batch 128 "
+            "(64 per replica)");
+
+  // Replicas default to one per core; an uneven global batch is said so.
+  auto central = make_job_strategy({.name = "central_storage"});
+  EXPECT_EQ(central->num_replicas_in_sync(), 4);
+  EXPECT_EQ(strategy_line(*central, 30),
+            "strategy: CentralStorageStrategy, 4 replicas (1 thread each), global batch 30 (8 or fewer per replica)");
+}
+
+TEST(DistributionTest, LinearScalingAndGradualWarmup) {
+  LrScalingSpec none;
+  EXPECT_FLOAT_EQ(scaled_learning_rate(none, 0.1f, 1024, 100)(0), 0.1f);
+  EXPECT_EQ(learning_rate_line(none, 0.1f, 1024, 100), "");
+
+  // lr = base * global / base_batch: Goyal et al.'s 0.1 for 256 becomes 3.2 for 8192.
+  LrScalingSpec linear{.rule = "linear", .base_batch_size = 256};
+  const optim::LearningRate scaled = scaled_learning_rate(linear, 0.1f, 8192, 100);
+  EXPECT_TRUE(scaled.is_constant());
+  EXPECT_FLOAT_EQ(scaled(0), 3.2f);
+  EXPECT_FLOAT_EQ(scaled(100000), 3.2f);
+
+  // Warmup over 2.5 epochs of 10 steps: 25 steps from the base rate to the scaled one, then constant.
+  LrScalingSpec warm{.rule = "linear", .base_batch_size = 64, .warmup_epochs = 2.5};
+  EXPECT_EQ(warmup_steps(warm, 10), 25);
+  EXPECT_EQ(warmup_steps(warm, 0), 0);
+  const optim::LearningRate lr = scaled_learning_rate(warm, 0.001f, 256, 10);  // 0.001 -> 0.004
+  EXPECT_FLOAT_EQ(lr(0), 0.001f);
+  EXPECT_NEAR(lr(5), 0.001f + 0.003f * 5 / 25, 1e-7);
+  EXPECT_NEAR(lr(24), 0.001f + 0.003f * 24 / 25, 1e-7);
+  EXPECT_FLOAT_EQ(lr(25), 0.004f);
+  EXPECT_FLOAT_EQ(lr(1000), 0.004f);
+  for (int64_t step = 1; step < 25; ++step) EXPECT_GT(lr(step), lr(step - 1)) << step;
+  EXPECT_EQ(learning_rate_line(warm, 0.001f, 256, 10),
+            "learning rate: 0.001 -> 0.004 (linear scaling: global batch 256 / base 64), warmup 2.5 epochs (25 steps) "
+            "from 0.001");
+}
+
+TEST(DistributionTest, CompileModelTrainsAtTheScaledRate) {
+  // sgd 0.1 at batch_size 256 with base 64: 0.4; warmup of 1 epoch of 8 steps starts at 0.1.
+  Job job = load_job(job_file("lr_scaling: linear\n"));
+  auto model = build_model(job);
+  compile_model(job, *model);
+  EXPECT_FLOAT_EQ(model->optimizer().learning_rate(), 0.4f);
+
+  job = load_job(job_file("lr_scaling: linear\nwarmup_epochs: 1\n"));
+  model = build_model(job);
+  compile_model(job, *model, /*steps_per_epoch=*/8);
+  EXPECT_FLOAT_EQ(model->optimizer().learning_rate(), 0.1f);
+  EXPECT_FLOAT_EQ(make_optimizer(job)->learning_rate(), 0.1f);
+
+  // The optimizer's default rate is the base when the job gives none (Adam: 0.001).
+  const std::string path = job_file("lr_scaling: linear\n");
+  std::string text;
+  {
+    std::ifstream in(path);
+    text.assign(std::istreambuf_iterator<char>(in), {});
+  }
+  std::ofstream(path) << std::regex_replace(text, std::regex("optimizer: \\{[^}]*\\}"), "optimizer: adam");
+  job = load_job(path);
+  model = build_model(job);
+  compile_model(job, *model);
+  EXPECT_FLOAT_EQ(model->optimizer().learning_rate(), 0.004f);
+}
+
+}  // namespace
+}  // namespace strata::cli
