@@ -21,17 +21,23 @@ struct RowLayout {
   std::shared_ptr<const std::vector<std::string>> names;  // null for a tuple
   std::vector<DType> dtypes;
   std::vector<Shape> shapes;
-  std::vector<size_t> bytes, offsets;  // per component; offsets within a row (bytes back to back)
+  // Per component: its size and its offset within a row. Components follow each other, each at a
+  // multiple of its element size, and row_bytes is a multiple of 8, so in rows that start 8-aligned
+  // every value is aligned (the parser stores int64s in place).
+  std::vector<size_t> bytes, offsets;
   size_t row_bytes = 0;
 
   size_t size() const { return dtypes.size(); }
   void add(DType dtype, Shape shape) {
-    const size_t n = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+    const size_t align = dtype_size(dtype);
+    const size_t n = static_cast<size_t>(shape_numel(shape)) * align;
+    const size_t at = (end_ + align - 1) / align * align;
     dtypes.push_back(dtype);
     shapes.push_back(std::move(shape));
     bytes.push_back(n);
-    offsets.push_back(row_bytes);
-    row_bytes += n;
+    offsets.push_back(at);
+    end_ = at + n;
+    row_bytes = (end_ + 7) / 8 * 8;
   }
   // The structure of `e`; false (and a partial layout) when a component is undefined or not on the host.
   bool assign(const Element& e);
@@ -42,6 +48,9 @@ struct RowLayout {
   Element read(const char* src) const;
   // Copies `e`'s bytes into the row at `dst`. REQUIRES: matches(e).
   void write(const Element& e, char* dst) const;
+
+ private:
+  size_t end_ = 0;  // the end of the last component
 };
 
 class RowIterator {

@@ -185,6 +185,9 @@ TEST_F(TFRecordDatasetTest, RowsThroughShuffleAndBatchMatchElements) {
   ExampleSpec with_defaults = spec();
   with_defaults["fill"] = FixedLenFeature(FeatureType::kInt64, {2}, Feature::of_int64s({7, 8}));
   with_defaults["scale"] = FixedLenFeature(FeatureType::kFloat, {}, Feature::of_floats({0.5f}));
+  // Sorted first: 3 bytes ahead of the int64s (rows keep those aligned; UBSan checks).
+  with_defaults["b_odd"] = RawBytesFeature(DType::kUInt8, {3});
+  with_defaults["b_odd"].default_value = Feature::of_bytes({"xyz"});
   for (int64_t reads : {1, 2, 3}) {
     SCOPED_TRACE("num_parallel_reads " + std::to_string(reads));
     const auto source = [&] {
@@ -196,8 +199,10 @@ TEST_F(TFRecordDatasetTest, RowsThroughShuffleAndBatchMatchElements) {
     auto elements = source().map([](const Element& e) { return e; }).shuffle(6, 3).batch(4).make_iterator();
     const auto want = all_batches(elements);
     ASSERT_EQ(want.size(), 7u);
-    EXPECT_EQ(want[0][0], (std::vector<int64_t>{7, 8, 7, 8, 7, 8, 7, 8}));  // fill (the spec is sorted by name)
-    EXPECT_EQ(want[0][3], (std::vector<int64_t>{5, 5, 5, 5}));              // scale * 10
+    // The spec is sorted by name: b_odd, fill, id, pix, scale.
+    EXPECT_EQ(want[0][0], (std::vector<int64_t>{'x', 'y', 'z', 'x', 'y', 'z', 'x', 'y', 'z', 'x', 'y', 'z'}));
+    EXPECT_EQ(want[0][1], (std::vector<int64_t>{7, 8, 7, 8, 7, 8, 7, 8}));
+    EXPECT_EQ(want[0][4], (std::vector<int64_t>{5, 5, 5, 5}));  // scale * 10
     EXPECT_EQ(all_batches(rows), want);
     for (size_t stop : {0, 1, 3, 6}) {
       auto it = make().make_iterator();
