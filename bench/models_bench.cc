@@ -1,7 +1,14 @@
 // Trains the Keras tutorial CNN or a 784-128-10 MLP on Fashion-MNIST with Model::fit and prints the
 // images/s of one epoch after a warm-up epoch as JSON. bench/models_bench.py runs it beside the same training in PyTorch.
 //
-//   models_bench --model cnn|mlp --threads N [--data DIR] [--epochs 1] [--batch 64]
+//   models_bench --model cnn|mlp --threads N [--data DIR] [--epochs 1] [--batch 64] [--steps N]
+//
+// --steps N skips fit: it trains N steps (Model::train_step) over the first 100 batches, held in memory, and
+// prints the calling thread's CPU time per step (best of 5 rounds), a figure that other work on the machine
+// disturbs less than an epoch's wall time; it is the one to compare changes to the step by.
+#include <time.h>
+
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -29,6 +36,7 @@ int main(int argc, char** argv) {
   std::string model_name = "cnn", dir = "/usr/share/datasets/fashion-mnist";
   int threads = 1;
   int64_t epochs = 1, batch = 64;
+  int64_t steps = 0;
   bool pipeline_only = false;  // --pipeline-only 1: time one epoch of the input pipeline, no training
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
@@ -37,6 +45,7 @@ int main(int argc, char** argv) {
     else if (flag == "--data") dir = argv[i + 1];
     else if (flag == "--epochs") epochs = std::stoll(argv[i + 1]);
     else if (flag == "--batch") batch = std::stoll(argv[i + 1]);
+    else if (flag == "--steps") steps = std::stoll(argv[i + 1]);
     else if (flag == "--pipeline-only") pipeline_only = std::string(argv[i + 1]) == "1";
   }
   set_num_threads(threads);
@@ -68,6 +77,27 @@ int main(int argc, char** argv) {
     return 0;
   }
   model.build_for(mlp ? Shape{batch, 784} : Shape{batch, 28, 28, 1});
+  if (steps > 0) {
+    std::vector<data::Element> batches;
+    data::Iterator it = train.make_iterator();
+    while (batches.size() < 100)
+      if (auto e = it.next()) batches.push_back(*e);
+    auto thread_seconds = [] {
+      timespec ts;
+      clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts);
+      return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
+    };
+    for (int64_t i = 0; i < 200; ++i) model.train_step(batches[i % batches.size()]);  // warm-up
+    double best = 1e30;
+    for (int round = 0; round < 5; ++round) {
+      const double t0 = thread_seconds();
+      for (int64_t i = 0; i < steps; ++i) model.train_step(batches[i % batches.size()]);
+      best = std::min(best, (thread_seconds() - t0) / static_cast<double>(steps));
+    }
+    std::printf("{\"model\": \"%s\", \"threads\": %d, \"step_us\": %.2f}\n", model_name.c_str(), threads,
+                best * 1e6);
+    return 0;
+  }
   // Epoch 1 warms up (oneDNN primitives, allocator, the first shuffle fill); the figure is the epochs after
   // it, in steady state, where fit opens each epoch's input pass while the previous one trains.
   struct EpochTimer : Callback {

@@ -22,6 +22,21 @@ namespace strata::kernels {
 // Rank-3 inputs [B, ., .] are batched; a rank-2 operand is shared across the batch.
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a = false, bool trans_b = false);
 
+// ---------------------------------------------------------------- dense layers (dense.cc)
+// y = x w + bias, then relu when `relu`: x [M, K], w [K, N], bias [N] (undefined for none) -> [M, N].
+// One product and one pass over y for the bias and the activation.
+Tensor dense(const Tensor& x, const Tensor& w, const Tensor& bias, bool relu);
+struct DenseGrads {
+  Tensor dx;  // [M, K]
+  Tensor dw;  // [K, N]
+  Tensor db;  // [N]
+};
+// The gradients of dense() that are asked for (the others stay undefined), given its inputs, its
+// output y (whose sign is relu's mask) and dy [M, N]. With relu, the mask and the bias gradient's
+// column sums are one pass over dy.
+DenseGrads dense_backward(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& dy, bool relu, bool want_dx,
+                          bool want_dw, bool want_db);
+
 // ---------------------------------------------------------------- elementwise (elementwise.cc)
 // Binary ops with NumPy broadcasting. kEqual/kGreater return 1.0f or 0.0f.
 enum class BinaryOp { kAdd, kSub, kMul, kDiv, kPow, kMaximum, kMinimum, kEqual, kGreater };

@@ -1,0 +1,167 @@
+// Dense layers on the CPU: y = act(x w + b) as one sgemm and one pass over y, and its backward with the
+// relu mask and the bias gradient in one pass over dy.
+//
+// Why fused: in a small MLP step (batch 64, 784-128-10) the separate broadcast add, relu, relu
+// gradient and bias reduction were four more passes, four more tensors and three more tape nodes
+// beside two products that are already at the machine's peak; the passes here run over data the
+// product has just left in L1/L2.
+// Thread-safety: safe to call concurrently; each call writes only the tensors it allocates.
+#include <oneapi/dnnl/dnnl.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "kernels/cpu/cpu_util.h"
+#include "kernels/cpu/dnnl_util.h"
+#include "kernels/kernels.h"
+#include "strata/threading.h"
+
+namespace strata::kernels {
+
+namespace {
+
+// Rows per parallel chunk so that a chunk holds about cpu::kGrain elements.
+int64_t row_grain(int64_t cols) { return std::max<int64_t>(1, cpu::kGrain / std::max<int64_t>(cols, 1)); }
+
+// z = y > 0 ? d : 0 and acc += z over one row of n, branch-free so the compiler vectorizes it (a
+// branch on the sign mispredicted on half the elements: 4x slower).
+void relu_mask_row(const float* __restrict y, const float* __restrict d, float* __restrict z, float* __restrict acc,
+                   int64_t n) {
+  if (acc != nullptr) {
+    for (int64_t j = 0; j < n; ++j) {
+      const float dj = d[j];  // loaded unconditionally, so the select becomes a vector blend
+      const float v = y[j] > 0.0f ? dj : 0.0f;
+      z[j] = v;
+      acc[j] += v;
+    }
+  } else {
+    for (int64_t j = 0; j < n; ++j) {
+      const float dj = d[j];
+      z[j] = y[j] > 0.0f ? dj : 0.0f;
+    }
+  }
+}
+
+void add_row(const float* __restrict d, float* __restrict acc, int64_t n) {
+  for (int64_t j = 0; j < n; ++j) acc[j] += d[j];
+}
+
+// row = row + b, relu'd when asked (b may be null).
+void bias_relu_row(float* __restrict row, const float* __restrict b, bool relu, int64_t n) {
+  if (b != nullptr && relu) {
+    for (int64_t j = 0; j < n; ++j) row[j] = std::max(row[j] + b[j], 0.0f);
+  } else if (b != nullptr) {
+    for (int64_t j = 0; j < n; ++j) row[j] += b[j];
+  } else {
+    for (int64_t j = 0; j < n; ++j) row[j] = std::max(row[j], 0.0f);
+  }
+}
+
+void check_sgemm(dnnl_status_t st, const char* what, const Tensor& a, const Tensor& b) {
+  STRATA_CHECK(st == dnnl_success, Error,
+               "dense: oneDNN sgemm failed (status " << static_cast<int>(st) << ") for " << what << " of "
+                                                     << a.shape_str() << " and " << b.shape_str());
+}
+
+}  // namespace
+
+Tensor dense(const Tensor& x, const Tensor& w, const Tensor& bias, bool relu) {
+  cpu::require_host("dense", {&x, &w});
+  cpu::require_float("dense", {&x, &w});
+  STRATA_CHECK(x.rank() == 2 && w.rank() == 2 && x.dim(1) == w.dim(0), ShapeError,
+               "dense: wants x [M, K] and w [K, N], got x " << x.shape_str() << " and w " << w.shape_str());
+  const int64_t M = x.dim(0), K = x.dim(1), N = w.dim(1);
+  if (bias.defined()) {
+    cpu::require_host("dense", {&bias});
+    cpu::require_float("dense", {&bias});
+    STRATA_CHECK(bias.rank() == 1 && bias.dim(0) == N, ShapeError,
+                 "dense: bias " << bias.shape_str() << " does not match w " << w.shape_str());
+  }
+  Tensor y = Tensor::empty({M, N});
+  if (y.numel() == 0) return y;
+  float* py = y.data<float>();
+  if (K == 0) {
+    std::fill(py, py + M * N, 0.0f);
+  } else {
+    cpu::sync_dnnl_threads();
+    check_sgemm(dnnl_sgemm('N', 'N', M, N, K, 1.0f, x.data<float>(), K, w.data<float>(), N, 0.0f, py, N), "x w", x, w);
+  }
+  if (!bias.defined() && !relu) return y;
+  const float* pb = bias.defined() ? bias.data<float>() : nullptr;
+  parallel_for(0, M, row_grain(N), [=](int64_t r0, int64_t r1) {
+    for (int64_t r = r0; r < r1; ++r) bias_relu_row(py + r * N, pb, relu, N);
+  });
+  return y;
+}
+
+DenseGrads dense_backward(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& dy, bool relu, bool want_dx,
+                          bool want_dw, bool want_db) {
+  cpu::require_host("dense_backward", {&x, &w, &dy});
+  cpu::require_float("dense_backward", {&x, &w, &dy});
+  const int64_t M = x.dim(0), K = x.dim(1), N = w.dim(1);
+  STRATA_CHECK(dy.shape() == Shape({M, N}) && (!relu || y.shape() == dy.shape()), ShapeError,
+               "dense_backward: dy " << dy.shape_str() << " (and y " << y.shape_str() << " with relu) must be [" << M
+                                     << ", " << N << "] for x " << x.shape_str() << " and w " << w.shape_str());
+  DenseGrads g;
+  // dz: dy through relu's mask (y > 0 exactly where the pre-activation is), with the bias gradient's
+  // column sums taken in the same pass; the blocks' float sums add up in double.
+  Tensor dz = dy;
+  if (relu || want_db) {
+    if (relu) dz = Tensor::empty({M, N});
+    const float* pdy = dy.data<float>();
+    const float* py = relu ? y.data<float>() : nullptr;
+    float* pdz = relu ? dz.data<float>() : nullptr;
+    // Blocks of `grain` rows, each summing into its own partial row, so the result does not depend on
+    // the thread count.
+    const int64_t grain = row_grain(N);
+    const int64_t blocks = (M + grain - 1) / grain;
+    std::vector<float> partial(want_db ? static_cast<size_t>(blocks * N) : 0, 0.0f);
+    float* pp = partial.data();
+    parallel_for(0, blocks, 1, [=](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) {
+        float* acc = want_db ? pp + b * N : nullptr;
+        for (int64_t r = b * grain; r < std::min(M, (b + 1) * grain); ++r) {
+          if (relu) {
+            relu_mask_row(py + r * N, pdy + r * N, pdz + r * N, acc, N);
+          } else {
+            add_row(pdy + r * N, acc, N);
+          }
+        }
+      }
+    });
+    if (want_db) {
+      g.db = Tensor::empty({N});
+      float* pdb = g.db.data<float>();
+      for (int64_t j = 0; j < N; ++j) {
+        double s = 0;
+        for (int64_t b = 0; b < blocks; ++b) s += pp[b * N + j];
+        pdb[j] = static_cast<float>(s);
+      }
+    }
+  }
+  const float* pz = dz.data<float>();
+  if (want_dw || want_dx) cpu::sync_dnnl_threads();
+  if (want_dw) {
+    g.dw = Tensor::empty({K, N});
+    if (M == 0) {
+      g.dw.fill_(0.0);
+    } else if (K * N > 0) {
+      // dw = x^T dz: [K, M] x [M, N].
+      check_sgemm(dnnl_sgemm('T', 'N', K, N, M, 1.0f, x.data<float>(), K, pz, N, 0.0f, g.dw.data<float>(), N), "x^T dy",
+                  x, dy);
+    }
+  }
+  if (want_dx) {
+    g.dx = Tensor::empty({M, K});
+    if (N == 0) {
+      g.dx.fill_(0.0);
+    } else if (M * K > 0) {
+      // dx = dz w^T: [M, N] x [N, K].
+      check_sgemm(dnnl_sgemm('N', 'T', M, K, N, 1.0f, pz, N, w.data<float>(), N, 0.0f, g.dx.data<float>(), K), "dy w^T",
+                  dy, w);
+    }
+  }
+  return g;
+}
+
+}  // namespace strata::kernels
