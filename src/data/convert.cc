@@ -12,6 +12,15 @@ void scale_into(const Tensor& t, float scale, float* dst) {
   const int64_t n = t.numel();
   for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]) * scale;
 }
+
+// Images are uint8 and this is every pixel of every batch: an AVX2 clone (chosen once at load time)
+// converts 8 pixels per instruction where the baseline x86-64 build has 4.
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target_clones("avx2", "default")))
+#endif
+void scale_u8(const uint8_t* src, int64_t n, float scale, float* dst) {
+  for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]) * scale;
+}
 }  // namespace
 
 Tensor to_float(const Tensor& t, float scale) {
@@ -20,7 +29,7 @@ Tensor to_float(const Tensor& t, float scale) {
   float* dst = out.data<float>();
   switch (t.dtype()) {
     case DType::kUInt8:
-      scale_into<uint8_t>(t, scale, dst);
+      scale_u8(t.data<uint8_t>(), t.numel(), scale, dst);
       break;
     case DType::kInt32:
       scale_into<int32_t>(t, scale, dst);
