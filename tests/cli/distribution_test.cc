@@ -22,7 +22,8 @@ namespace fs = std::filesystem;
 
 // A job file with `extra` appended (the data directory is never opened by load_job).
 std::string job_file(const std::string& extra) {
-  const fs::path path = fs::temp_directory_path() / ("strata_distribution_test_" + std::to_string(::getpid()) + ".yaml");
+  const fs::path path =
+      fs::temp_directory_path() / ("strata_distribution_test_" + std::to_string(::getpid()) + ".yaml");
   std::ofstream(path) << "data: {format: idx, directory: /nonexistent}\n"
                          "model:\n  - flatten\n  - dense: {units: 10}\n"
                          "loss: {name: sparse_categorical_crossentropy, from_logits: true}\n"
@@ -46,9 +47,9 @@ TEST(DistributionTest, JobKeysAreReadWithTheirDefaults) {
   EXPECT_EQ(plain.lr_scaling.base_batch_size, 64);
   EXPECT_EQ(plain.lr_scaling.warmup_epochs, 0);
 
-  const Job job = load_job(job_file(
-      "strategy: mirrored\nreplicas: 3\ncross_device_ops: tree\nlr_scaling: linear\nbase_batch_size: 32\n"
-      "warmup_epochs: 2\n"));
+  const Job job = load_job(
+      job_file("strategy: mirrored\nreplicas: 3\ncross_device_ops: tree\nlr_scaling: linear\nbase_batch_size: 32\n"
+               "warmup_epochs: 2\n"));
   EXPECT_EQ(job.strategy.name, "mirrored");
   EXPECT_EQ(job.strategy.replicas, 3);
   EXPECT_EQ(job.strategy.cross_device_ops, "tree");
