@@ -90,14 +90,14 @@ TEST(DistributionTest, FlagsOverrideTheJob) {
   EXPECT_EQ(s.replicas, 3);
   EXPECT_EQ(s.cross_device_ops, "tree");
   // --replicas overrides replicas only.
-  s = resolve_strategy(mirrored, {.replicas = 2});
+  s = resolve_strategy(mirrored, StrategyFlags{"", 2, ""});
   EXPECT_EQ(s.replicas, 2);
   EXPECT_EQ(s.cross_device_ops, "tree");
   // --strategy one_device drops the file's replicas and cross-device ops; central_storage keeps replicas.
-  s = resolve_strategy(mirrored, {.strategy = "one_device"});
+  s = resolve_strategy(mirrored, StrategyFlags{"one_device", 0, ""});
   EXPECT_EQ(s.name, "one_device");
   EXPECT_EQ(s.replicas, 0);
-  s = resolve_strategy(mirrored, {.strategy = "central_storage"});
+  s = resolve_strategy(mirrored, StrategyFlags{"central_storage", 0, ""});
   EXPECT_EQ(s.replicas, 3);
   EXPECT_EQ(s.cross_device_ops, "ring");
   s = resolve_strategy({}, {.strategy = "mirrored", .replicas = 2, .cross_device_ops = "reduction_to_one_device"});
@@ -108,17 +108,17 @@ TEST(DistributionTest, FlagsOverrideTheJob) {
   auto error = [](const StrategySpec& job, const StrategyFlags& flags) {
     return test::message_of<InvalidArgument>([&] { resolve_strategy(job, flags); });
   };
-  std::string msg = error({}, {.strategy = "mirror"});
+  std::string msg = error({}, StrategyFlags{"mirror", 0, ""});
   EXPECT_NE(msg.find("--strategy: unknown strategy 'mirror'; choose one of one_device, mirrored, central_storage"),
             std::string::npos)
       << msg;
-  msg = error({}, {.replicas = 2});
+  msg = error({}, StrategyFlags{"", 2, ""});
   EXPECT_NE(msg.find("--replicas 2: one_device has one replica"), std::string::npos) << msg;
-  msg = error({}, {.replicas = -1});
+  msg = error({}, StrategyFlags{"", -1, ""});
   EXPECT_NE(msg.find("--replicas: must be positive"), std::string::npos) << msg;
-  msg = error(mirrored, {.cross_device_ops = "butterfly"});
+  msg = error(mirrored, StrategyFlags{"", 0, "butterfly"});
   EXPECT_NE(msg.find("--cross-device-ops: unknown cross-device ops 'butterfly'"), std::string::npos) << msg;
-  msg = error({}, {.strategy = "central_storage", .cross_device_ops = "tree"});
+  msg = error({}, StrategyFlags{"central_storage", 0, "tree"});
   EXPECT_NE(msg.find("only the mirrored strategy"), std::string::npos) << msg;
 }
 
@@ -135,7 +135,7 @@ TEST(DistributionTest, MakesTheStrategyAndDescribesIt) {
             "(64 per replica)");
 
   // Replicas default to one per core; an uneven global batch is said so.
-  auto central = make_job_strategy({.name = "central_storage"});
+  auto central = make_job_strategy(StrategySpec{"central_storage", 0, "ring"});
   EXPECT_EQ(central->num_replicas_in_sync(), 4);
   EXPECT_EQ(strategy_line(*central, 30),
             "strategy: CentralStorageStrategy, 4 replicas (1 thread each), global batch 30 (8 or fewer per replica)");
@@ -147,7 +147,7 @@ TEST(DistributionTest, LinearScalingAndGradualWarmup) {
   EXPECT_EQ(learning_rate_line(none, 0.1f, 1024, 100), "");
 
   // lr = base * global / base_batch: Goyal et al.'s 0.1 for 256 becomes 3.2 for 8192.
-  LrScalingSpec linear{.rule = "linear", .base_batch_size = 256};
+  LrScalingSpec linear{"linear", 256, 0};
   const optim::LearningRate scaled = scaled_learning_rate(linear, 0.1f, 8192, 100);
   EXPECT_TRUE(scaled.is_constant());
   EXPECT_FLOAT_EQ(scaled(0), 3.2f);
