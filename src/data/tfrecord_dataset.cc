@@ -167,7 +167,7 @@ class SequentialIterator : public IteratorImpl, public RowIterator {
 class ParallelIterator : public IteratorImpl, public RowIterator {
  public:
   ParallelIterator(std::shared_ptr<const Config> cfg, int64_t n)
-      : cfg_(std::move(cfg)), slots_(static_cast<size_t>(n)) {
+      : cfg_(std::move(cfg)), capacity_(capacity_for(*cfg_)), slots_(static_cast<size_t>(n)) {
     for (int64_t k = 0; k < n; ++k) slots_[static_cast<size_t>(k)].pos = {k, 0, 0};
   }
   ~ParallelIterator() override { stop(); }
@@ -239,10 +239,17 @@ class ParallelIterator : public IteratorImpl, public RowIterator {
     bool finished = false;
     std::thread thread;
   };
-  // Records a slot may hold ahead of the consumer, and per chunk of rows / of Elements. A consumer
-  // that waits for a slot is woken when the slot holds kWake records (or its end): one wake-up (two
-  // context switches) per many records rather than per chunk.
-  static constexpr size_t kCapacity = 512, kRowChunk = 64, kElementChunk = 16, kWake = 256;
+  // Records per chunk of rows / of Elements. A consumer that waits for a slot is woken when the slot
+  // holds kWake records (or its end): one wake-up (two context switches) per many records rather than
+  // per chunk. capacity_: the records a slot may hold ahead of the consumer. The consumer takes from
+  // the slots in turn, so while it waits for a lagging slot the others keep reading until they are
+  // full; room for a few times kWake keeps them from stopping (and leaving a core idle) whenever the
+  // scheduler lets one reader fall behind. Rows get ~2 MiB a slot, Elements (of unknown size) 256.
+  static constexpr size_t kRowChunk = 64, kElementChunk = 16, kWake = 256;
+  static size_t capacity_for(const Config& cfg) {
+    if (!cfg.rows) return 256;
+    return std::clamp<size_t>((size_t{2} << 20) / std::max<size_t>(cfg.rows->row_bytes, 1), 4 * kWake, 8192);
+  }
 
   // Hands out the next record: its row into dst (REQUIRES: cfg.rows), or its Element into *out.
   bool advance(char* const* dst, Element* out) {
@@ -316,7 +323,7 @@ class ParallelIterator : public IteratorImpl, public RowIterator {
     for (const Item& it : items) records += it.count;
     std::unique_lock<std::mutex> lock(s.mu);
     s.producer_waiting = true;
-    s.cv.wait(lock, [&] { return s.stop || s.queued < kCapacity; });
+    s.cv.wait(lock, [&] { return s.stop || s.queued < capacity_; });
     s.producer_waiting = false;
     if (s.stop) return false;
     const bool last = !items.empty() && (items.back().end || items.back().error);
@@ -336,7 +343,7 @@ class ParallelIterator : public IteratorImpl, public RowIterator {
     Item item = std::move(s.queue.front());
     s.queue.pop_front();
     s.queued -= item.count;
-    if (s.producer_waiting && s.queued < kCapacity / 2) s.cv.notify_all();
+    if (s.producer_waiting && s.queued < capacity_ / 2) s.cv.notify_all();
     return item;
   }
 
@@ -395,6 +402,7 @@ class ParallelIterator : public IteratorImpl, public RowIterator {
   }
 
   std::shared_ptr<const Config> cfg_;
+  const size_t capacity_;
   std::vector<Slot> slots_;
   size_t cur_ = 0;
   bool started_ = false;
