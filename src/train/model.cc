@@ -284,6 +284,10 @@ void Model::merge_replica_trackers() {
 }
 
 double Model::distributed_step(distribute::Strategy& strategy, const data::Element& batch, bool training) {
+  if (&strategy == &distribute::default_strategy()) {  // one replica, plain variables: no replica machinery
+    if (training) return train_step(batch);
+    return test_step(batch);
+  }
   const auto parts = distribute::split_batch(batch, strategy.num_replicas_in_sync());
   step_global_rows_ = distribute::batch_rows(batch);
   const auto shares = strategy.run([&](const data::Element& b) { return training ? train_step(b) : test_step(b); }, parts);
