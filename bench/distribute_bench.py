@@ -18,7 +18,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 
 from bench_common import find_binary
 
@@ -27,43 +26,8 @@ BATCH = 128
 
 
 def torch_worker(threads, data_dir):
-    import numpy as np
-    import torch
-    import torch.nn as nn
-    from models_bench import read_idx
-
-    torch.set_num_threads(threads)
-    torch.manual_seed(0)
-    x = torch.from_numpy(read_idx(f"{data_dir}/train-images-idx3-ubyte.gz").astype(np.float32) / 255.0)
-    y = torch.from_numpy(read_idx(f"{data_dir}/train-labels-idx1-ubyte.gz").astype(np.int64))
-    x = x.reshape(-1, 1, 28, 28)
-    model = nn.Sequential(nn.Conv2d(1, 32, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
-                          nn.Linear(5408, 64), nn.ReLU(), nn.Linear(64, 10))
-    opt = torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-7)
-    loss_fn = nn.CrossEntropyLoss()
-
-    def epoch(steps=None):
-        perm = torch.randperm(x.shape[0])
-        n = 0
-        for i, start in enumerate(range(0, x.shape[0], BATCH)):
-            if steps is not None and i >= steps:
-                break
-            idx = perm[start:start + BATCH]
-            xb, yb = x[idx], y[idx]
-            opt.zero_grad()
-            logits = model(xb)
-            loss = loss_fn(logits, yb)
-            loss.backward()
-            opt.step()
-            (logits.argmax(1) == yb).sum().item()  # the accuracy metric both sides keep
-            n += xb.shape[0]
-        return n
-
-    epoch(steps=100)
-    start = time.perf_counter()
-    n = epoch()
-    seconds = time.perf_counter() - start
-    print(json.dumps({"images_per_s": n / seconds}))
+    from models_bench import torch_worker as train_one_epoch
+    train_one_epoch("cnn", threads, data_dir, batch=BATCH, warmup_steps=100)
 
 
 def run(cmd, threads):

@@ -39,7 +39,8 @@ def read_idx(path):
     return np.frombuffer(raw, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
 
 
-def torch_worker(model_name, threads, data_dir):
+def torch_worker(model_name, threads, data_dir, batch=64, warmup_steps=200):
+    """Prints the images/s of one PyTorch epoch (after `warmup_steps` steps) as JSON; distribute_bench uses it too."""
     import numpy as np
     import torch
     import torch.nn as nn
@@ -61,10 +62,10 @@ def torch_worker(model_name, threads, data_dir):
     def epoch(steps=None):
         perm = torch.randperm(x.shape[0])
         n = 0
-        for i, start in enumerate(range(0, x.shape[0], 64)):
+        for i, start in enumerate(range(0, x.shape[0], batch)):
             if steps is not None and i >= steps:
                 break
-            idx = perm[start:start + 64]
+            idx = perm[start:start + batch]
             xb, yb = x[idx], y[idx]
             opt.zero_grad()
             logits = model(xb)
@@ -75,7 +76,7 @@ def torch_worker(model_name, threads, data_dir):
             n += xb.shape[0]
         return n
 
-    epoch(steps=200)
+    epoch(steps=warmup_steps)
     start = time.perf_counter()
     n = epoch()
     seconds = time.perf_counter() - start

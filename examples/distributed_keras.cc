@@ -9,56 +9,17 @@
 // data set is not installed (ctest reads it as "skipped"); 1 on any other error.
 #include <strata/strata.h>
 
+#include "tutorial_common.h"
+
 #include <cstdio>
 #include <cstdlib>
-#include <filesystem>
 #include <string>
 
 using namespace strata;
+using tutorial::have_fashion_mnist;
+using tutorial::scale;
 
 namespace {
-
-struct Args {
-  int replicas = 2;
-  int64_t epochs = 12;  // the tutorial's EPOCHS
-  int64_t steps = 0;    // 0: whole epochs
-  std::string data = "/usr/share/datasets/fashion-mnist";
-  std::string checkpoint_dir = "./training_checkpoints";
-};
-
-Args parse_args(int argc, char** argv) {
-  Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string flag = argv[i];
-    STRATA_CHECK(i + 1 < argc, InvalidArgument, flag << " needs a value");
-    const std::string value = argv[++i];
-    if (flag == "--replicas") {
-      a.replicas = std::stoi(value);
-    } else if (flag == "--epochs") {
-      a.epochs = std::stoll(value);
-    } else if (flag == "--steps") {
-      a.steps = std::stoll(value);
-    } else if (flag == "--data") {
-      a.data = value;
-    } else if (flag == "--checkpoint-dir") {
-      a.checkpoint_dir = value;
-    } else {
-      STRATA_THROW(InvalidArgument,
-                   "unknown flag '" << flag << "'; known: --replicas, --epochs, --steps, --data, --checkpoint-dir");
-    }
-  }
-  return a;
-}
-
-bool have_fashion_mnist(const std::string& dir) {
-  namespace fs = std::filesystem;
-  return fs::exists(dir + "/train-images-idx3-ubyte.gz") || fs::exists(dir + "/train-images-idx3-ubyte");
-}
-
-// The tutorial's `scale`, on a whole batch at once: uint8 pixels -> float32 in [0, 1].
-data::Element scale(const data::Element& batch) {
-  return data::Element({data::to_float(batch[0], 1.0f / 255.0f), batch[1]});
-}
 
 // The tutorial's PrintLR: the learning rate at the end of every epoch.
 class PrintLR : public Callback {
@@ -73,7 +34,7 @@ class PrintLR : public Callback {
 
 int main(int argc, char** argv) {
   try {
-    const Args args = parse_args(argc, argv);
+    const tutorial::Args args = tutorial::parse_args(argc, argv, 12);
     if (!have_fashion_mnist(args.data)) {
       std::fprintf(stderr,
                    "distributed_keras: no Fashion-MNIST in %s (train-images-idx3-ubyte[.gz] is missing); install "
