@@ -3,7 +3,7 @@
 // for MirroredStrategy and OneDeviceStrategy beside the same training in PyTorch.
 //
 //   distribute_bench --strategy one_device|mirrored|central_storage --replicas N --threads T
-//                    [--batch 128] [--epochs 1] [--data DIR] [--cross-device-ops ring]
+//                    [--batch 128] [--epochs 1] [--data DIR] [--cross-device-ops ring] [--bucket-kb K]
 //
 // --batch is the global batch; --threads the cores in all (one_device: its intra-op threads; the others:
 // split evenly over the replicas).
@@ -26,6 +26,7 @@ using namespace strata;
 int main(int argc, char** argv) {
   std::string strategy_name = "mirrored", dir = "/usr/share/datasets/fashion-mnist", cross_device_ops = "ring";
   int replicas = 2, threads = 2;
+  int64_t bucket_kb = 0;  // 0: the strategy's default
   int64_t epochs = 1, batch = 128;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
@@ -36,10 +37,18 @@ int main(int argc, char** argv) {
     else if (flag == "--epochs") epochs = std::stoll(argv[i + 1]);
     else if (flag == "--batch") batch = std::stoll(argv[i + 1]);
     else if (flag == "--cross-device-ops") cross_device_ops = argv[i + 1];
+    else if (flag == "--bucket-kb") bucket_kb = std::stoll(argv[i + 1]);
   }
   set_num_threads(threads);
   manual_seed(0);
-  auto strategy = distribute::make_strategy(strategy_name, replicas, cross_device_ops);
+  std::unique_ptr<distribute::Strategy> strategy;
+  if (strategy_name == "mirrored" && bucket_kb > 0) {
+    distribute::CrossDeviceOps ops = distribute::CrossDeviceOps::from_name(cross_device_ops);
+    ops.bucket_bytes = bucket_kb << 10;
+    strategy = distribute::MirroredStrategy::cpu_replicas(replicas, {.cross_device_ops = ops});
+  } else {
+    strategy = distribute::make_strategy(strategy_name, replicas, cross_device_ops);
+  }
   std::optional<Sequential> model;
   {
     auto scope = strategy->scope();

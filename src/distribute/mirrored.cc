@@ -4,7 +4,9 @@
 // shared state changes only inside merge_call.
 #include <algorithm>
 #include <cstring>
+#include <atomic>
 #include <map>
+#include <mutex>
 
 #include "strata/distribute/strategies.h"
 
@@ -41,6 +43,40 @@ std::vector<std::string> checked_devices(const std::string& strategy, std::vecto
 }
 }  // namespace
 
+// ---- reduction to one buffer, done inline by the replicas (ReductionToOneDevice on CPU replicas)
+
+// The buckets of one gradient plan as all replicas share them: each replica's local buffers, one result
+// buffer per bucket, and per bucket how many replicas have filled theirs this step and which step's sum
+// the result holds. The last replica to fill bucket k sums every replica's bucket k (in replica order)
+// into results[k] on its own thread, at once, while the others go on with backward; no helper threads.
+struct MirroredStrategy::SharedPlan {
+  SharedPlan(int replicas, const std::vector<int64_t>& sizes)
+      : locals(static_cast<size_t>(replicas)), arrived(sizes.size()), ready(sizes.size()) {
+    for (int64_t size : sizes) results.push_back(Tensor::empty({size}));
+    for (auto& r : ready) r.store(0);
+    for (auto& a : arrived) a.store(0);
+  }
+  std::vector<std::vector<const float*>> locals;  // [replica][bucket]
+  std::vector<Tensor> results;
+  std::vector<std::atomic<int>> arrived;
+  std::vector<std::atomic<uint64_t>> ready;  // the step whose sum results[k] holds
+};
+
+MirroredStrategy::SharedPlan& MirroredStrategy::shared_plan(const std::vector<uint64_t>& ids, int replica,
+                                                            const std::vector<Tensor>& local_buckets) {
+  std::lock_guard<std::mutex> lock(shared_plans_mutex_);
+  auto& slot = shared_plans_[ids];
+  if (!slot) {
+    std::vector<int64_t> sizes;
+    for (const Tensor& b : local_buckets) sizes.push_back(b.numel());
+    slot = std::make_unique<SharedPlan>(num_replicas_in_sync(), sizes);
+  }
+  auto& mine = slot->locals[static_cast<size_t>(replica)];
+  mine.clear();
+  for (const Tensor& b : local_buckets) mine.push_back(b.data<float>());
+  return *slot;
+}
+
 // ---- one replica per gradient bucket plan
 
 // Reduces one replica's gradients. For each list of sources it is given, it plans buckets once (in
@@ -49,7 +85,8 @@ std::vector<std::string> checked_devices(const std::string& strategy, std::vecto
 // for the buckets of the matching tape call (or reduces now), then updates this replica's components.
 class MirroredStrategy::Aggregator final : public GradientAggregator {
  public:
-  Aggregator(MirroredStrategy& strategy, int replica, comm::Communicator& comm)
+  // comm: the replica's rank for ring/tree all-reduce; nullptr: reduction to one buffer, inline.
+  Aggregator(MirroredStrategy& strategy, int replica, comm::Communicator* comm)
       : strategy_(strategy), replica_(replica), comm_(comm) {}
 
   void begin_gradients(const std::vector<Variable>& sources) override {
@@ -59,6 +96,9 @@ class MirroredStrategy::Aggregator final : public GradientAggregator {
     auto [it, inserted] = plans_.try_emplace(std::move(ids));
     if (inserted) make_plan(it->second, sources);
     call_ = &it->second;
+    if (inline_reduce() && call_->shared == nullptr)
+      call_->shared = &strategy_.shared_plan(it->first, replica_, call_->buckets);
+    ++call_->step;
     call_->pending = call_->members;
     call_->next_launch = 0;
     call_->works.assign(call_->buckets.size(), nullptr);
@@ -84,7 +124,11 @@ class MirroredStrategy::Aggregator final : public GradientAggregator {
     }
     --p.pending[static_cast<size_t>(b)];
     while (p.next_launch < p.buckets.size() && p.pending[p.next_launch] == 0) {
-      p.works[p.next_launch] = comm_.all_reduce({p.buckets[p.next_launch]}, comm::ReduceOp::kSum);
+      if (inline_reduce()) {
+        arrive(p, p.next_launch);
+      } else {
+        p.works[p.next_launch] = comm_->all_reduce({p.buckets[p.next_launch]}, comm::ReduceOp::kSum);
+      }
       ++p.next_launch;
     }
   }
@@ -115,10 +159,12 @@ class MirroredStrategy::Aggregator final : public GradientAggregator {
     for (auto& w : p->works) {
       if (w) w->wait();
     }
+    if (inline_reduce()) wait_for_sums(*p);
+    const std::vector<Tensor>& sums = inline_reduce() ? p->shared->results : p->buckets;
     std::vector<Tensor> reduced(vars.size());
     for (size_t i = 0; i < vars.size(); ++i) {
       if (!p->defined[i]) continue;
-      reduced[i] = p->buckets[static_cast<size_t>(p->bucket_of[i])]
+      reduced[i] = sums[static_cast<size_t>(p->bucket_of[i])]
                        .slice(p->offset[i], p->offset[i] + p->numel[i])
                        .reshape(vars[i].shape());
     }
@@ -139,7 +185,39 @@ class MirroredStrategy::Aggregator final : public GradientAggregator {
     std::vector<std::shared_ptr<comm::Work>> works;
     std::vector<const float*> local;  // the reported gradients' data, to match apply_gradients' arguments
     std::vector<bool> defined;
+    // Inline reduction: the buckets all replicas share, and this replica's count of calls of this plan.
+    SharedPlan* shared = nullptr;
+    uint64_t step = 0;
   };
+
+  bool inline_reduce() const { return comm_ == nullptr; }
+
+  // This replica has filled bucket k; the last of the replicas to do so sums them all, here and now.
+  void arrive(Plan& p, size_t k) {
+    SharedPlan& sh = *p.shared;
+    if (sh.arrived[k].fetch_add(1, std::memory_order_acq_rel) + 1 < strategy_.num_replicas_in_sync()) return;
+    sh.arrived[k].store(0, std::memory_order_relaxed);
+    float* dst = sh.results[k].data<float>();
+    const int64_t n = sh.results[k].numel();
+    std::copy(sh.locals[0][k], sh.locals[0][k] + n, dst);
+    for (size_t r = 1; r < sh.locals.size(); ++r) {
+      const float* src = sh.locals[r][k];
+      for (int64_t e = 0; e < n; ++e) dst[e] += src[e];
+    }
+    sh.ready[k].store(p.step, std::memory_order_release);
+    sh.ready[k].notify_all();
+  }
+
+  void wait_for_sums(const Plan& p) {
+    for (auto& ready : p.shared->ready) {
+      for (uint64_t v = ready.load(std::memory_order_acquire); v != p.step; v = ready.load(std::memory_order_acquire)) {
+        if (strategy_.aborted_.load()) {
+          STRATA_THROW(Error, strategy_.name() << ": stopped waiting for gradients because another replica failed");
+        }
+        ready.wait(v, std::memory_order_acquire);
+      }
+    }
+  }
 
   void make_plan(Plan& p, const std::vector<Variable>& sources) {
     const size_t n = sources.size();
@@ -189,7 +267,7 @@ class MirroredStrategy::Aggregator final : public GradientAggregator {
 
   MirroredStrategy& strategy_;
   int replica_;
-  comm::Communicator& comm_;
+  comm::Communicator* comm_;
   std::map<std::vector<uint64_t>, Plan> plans_;
   Plan* call_ = nullptr;  // the tape call in progress
   Plan* last_ = nullptr;  // the last finished tape call, until apply_gradients consumes it
@@ -215,8 +293,10 @@ MirroredStrategy::MirroredStrategy(std::vector<std::string> devices, MirroredOpt
                "MirroredStrategy: bucket_bytes must be > 0");
   const int n = num_replicas_in_sync();
   if (n > 1) {
-    comms_ = comm::make_local_group(n, {.algorithm = options_.cross_device_ops.algorithm});
-    for (int r = 0; r < n; ++r) aggregators_.push_back(std::make_unique<Aggregator>(*this, r, *comms_[r]));
+    if (options_.cross_device_ops.algorithm != comm::AllReduceAlgorithm::kReduceToOne)
+      comms_ = comm::make_local_group(n, {.algorithm = options_.cross_device_ops.algorithm});
+    for (int r = 0; r < n; ++r)
+      aggregators_.push_back(std::make_unique<Aggregator>(*this, r, comms_.empty() ? nullptr : comms_[r].get()));
   }
 }
 
@@ -234,6 +314,14 @@ GradientAggregator* MirroredStrategy::aggregator(int replica) {
 
 void MirroredStrategy::on_replica_failure(const std::string& reason) {
   if (!comms_.empty()) comms_[0]->abort(name() + ": " + reason);  // one rank aborts the whole group
+  aborted_.store(true);
+  std::lock_guard<std::mutex> lock(shared_plans_mutex_);
+  for (auto& [ids, plan] : shared_plans_) {
+    for (auto& ready : plan->ready) {
+      ready.fetch_add(uint64_t{1} << 62);  // no step has this number: waiters wake, see aborted_ and stop
+      ready.notify_all();
+    }
+  }
 }
 
 // ---- OneDeviceStrategy

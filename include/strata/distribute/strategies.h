@@ -18,7 +18,10 @@
 // Thread-safety: as Strategy (one driving thread).
 #pragma once
 
+#include <atomic>
 #include <cstdint>
+#include <map>
+#include <mutex>
 #include <memory>
 #include <string>
 #include <vector>
@@ -73,9 +76,14 @@ class MirroredStrategy final : public Strategy {
 
  private:
   class Aggregator;
+  struct SharedPlan;
+  SharedPlan& shared_plan(const std::vector<uint64_t>& ids, int replica, const std::vector<Tensor>& local_buckets);
   MirroredOptions options_;
-  std::vector<std::shared_ptr<comm::Communicator>> comms_;
+  std::vector<std::shared_ptr<comm::Communicator>> comms_;  // ring and tree; none for reduction to one device
   std::vector<std::unique_ptr<Aggregator>> aggregators_;
+  std::mutex shared_plans_mutex_;
+  std::map<std::vector<uint64_t>, std::unique_ptr<SharedPlan>> shared_plans_;
+  std::atomic<bool> aborted_{false};
 };
 
 class CentralStorageStrategy final : public Strategy {
