@@ -85,7 +85,6 @@ void Model::compile(std::shared_ptr<losses::Loss> loss, std::shared_ptr<optim::O
     metrics_.push_back(std::move(m));
   }
   loss_tracker_ = std::make_shared<metrics::Mean>();
-  main_trackers_ = {loss_tracker_, metrics_};
   replica_trackers_.clear();
 }
 
@@ -150,8 +149,7 @@ Model::StepResult Model::forward_and_loss(const data::Element& batch, bool train
   Variable total = (*loss_)(y, y_pred, sample_weight);
   // On one of several replicas the loss is this replica's share of the global batch's: summed over the
   // replicas (as the gradients are) it is what one replica would compute on the whole batch.
-  const int64_t rows = x.rank() >= 1 ? x.dim(0) : 1;
-  const int64_t global_rows = step_global_rows_ > 0 ? step_global_rows_ : rows;
+  const auto [rows, global_rows] = step_rows(x);
   if (global_rows != rows && loss_->reduction() == losses::Reduction::kSumOverBatchSize)
     total = affine(total, static_cast<float>(static_cast<double>(rows) / static_cast<double>(global_rows)));
   if (Variable reg = regularization_loss(); reg.defined())
@@ -162,21 +160,26 @@ Model::StepResult Model::forward_and_loss(const data::Element& batch, bool train
 double Model::update_trackers(const data::Element& batch, const StepResult& step) {
   const auto [x, y, sample_weight] = unpack(batch, name());
   const double share = step.loss.value().item<float>();
-  const int64_t rows = x.rank() >= 1 ? x.dim(0) : 1;
-  const int64_t global_rows = step_global_rows_ > 0 ? step_global_rows_ : rows;
-  Trackers& trackers = trackers_of_this_replica();
+  const auto [rows, global_rows] = step_rows(x);
+  // Replica 0 (and a step outside any strategy) updates the model's own trackers; replica r > 0 its own set.
+  metrics::Mean* loss = loss_tracker_.get();
+  const std::vector<std::shared_ptr<metrics::Metric>>* metrics = &metrics_;
+  if (const int r = replica_id(); r > 0) {
+    STRATA_CHECK(static_cast<size_t>(r) <= replica_trackers_.size(), Error,
+                 "model '" << name() << "': no metrics for replica " << r << " (run steps through fit/evaluate)");
+    Trackers& t = replica_trackers_[static_cast<size_t>(r) - 1];
+    loss = t.loss.get();
+    metrics = &t.metrics;
+  }
   // Summed over replicas: total = (global loss) * global rows, count = global rows.
-  trackers.loss->update(share * static_cast<double>(global_rows) / static_cast<double>(rows), static_cast<double>(rows));
-  for (const auto& m : trackers.metrics) m->update_state(y, step.y_pred.value(), sample_weight);
+  loss->update(share * static_cast<double>(global_rows) / static_cast<double>(rows), static_cast<double>(rows));
+  for (const auto& m : *metrics) m->update_state(y, step.y_pred.value(), sample_weight);
   return share;
 }
 
-Model::Trackers& Model::trackers_of_this_replica() {
-  const int r = replica_id();
-  if (r == 0) return main_trackers_;
-  STRATA_CHECK(static_cast<size_t>(r) <= replica_trackers_.size(), Error,
-               "model '" << name() << "': no metrics for replica " << r << " (run steps through fit/evaluate)");
-  return replica_trackers_[static_cast<size_t>(r) - 1];
+std::pair<int64_t, int64_t> Model::step_rows(const Tensor& x) const {
+  const int64_t rows = x.rank() >= 1 ? x.dim(0) : 1;
+  return {rows, step_global_rows_ > 0 ? step_global_rows_ : rows};
 }
 
 namespace {
@@ -226,14 +229,12 @@ distribute::Strategy& Model::strategy_for(const char* what, const data::Element&
   distribute::Strategy* strategy = &distribute::get_strategy();
   if (!built()) {
     STRATA_CHECK(sample.size() >= 1, InvalidArgument, what << ": an element has no components");
-    std::unique_ptr<ScopedVariableCreator> in_scope;  // what strategy.scope() installs
-    if (strategy != &distribute::default_strategy()) {
-      in_scope = std::make_unique<ScopedVariableCreator>(
-          [strategy](const Tensor& initial, const VariableOptions& options, const auto&) {
-            return strategy->create_variable(initial, options);
-          });
+    if (strategy == &distribute::default_strategy()) {
+      build_for(sample[0].shape(), sample[0].dtype());
+    } else {
+      auto scope = strategy->scope();
+      build_for(sample[0].shape(), sample[0].dtype());
     }
-    build_for(sample[0].shape(), sample[0].dtype());
   }
   // The model belongs to the strategy that made its variables (like Keras's model._distribution_strategy).
   uint64_t owner = 0;

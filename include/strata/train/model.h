@@ -21,6 +21,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "strata/data/dataset.h"
@@ -160,12 +161,13 @@ class Model : public nn::Layer {
     Variable loss, y_pred;
   };
   StepResult forward_and_loss(const data::Element& batch, bool training);
-  // The loss tracker and metrics a replica updates.
+  // The loss tracker and metrics of replicas 1..N-1 (replica 0 updates loss_tracker_ and metrics_).
   struct Trackers {
     std::shared_ptr<metrics::Mean> loss;
     std::vector<std::shared_ptr<metrics::Metric>> metrics;
   };
-  Trackers& trackers_of_this_replica();
+  // Rows of the batch `x` and of the global batch of the step in progress (the same outside a strategy).
+  std::pair<int64_t, int64_t> step_rows(const Tensor& x) const;
   // The strategy fit/evaluate/predict run under: the open scope's, else the one that made the model's
   // variables, else the default. Builds the model (inside that scope) from `sample` if needed, and refuses
   // a model made outside the strategy's scope.
@@ -185,7 +187,6 @@ class Model : public nn::Layer {
   std::vector<std::shared_ptr<metrics::Metric>> metrics_;
   std::vector<std::string> metric_names_;
   std::shared_ptr<metrics::Mean> loss_tracker_;
-  Trackers main_trackers_;                 // replica 0's: loss_tracker_ and metrics_
   std::vector<Trackers> replica_trackers_;  // replicas 1..N-1 of the current strategy
   int64_t step_global_rows_ = 0;            // rows of the global batch of the step in progress (0: none)
   std::optional<int64_t> resume_epoch_;
