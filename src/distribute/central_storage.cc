@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "distribute/devices.h"
 #include "strata/distribute/strategies.h"
 #include "strata/threading.h"
 
@@ -69,12 +70,8 @@ class CentralStorageStrategy::Aggregator final : public GradientAggregator {
 };
 
 CentralStorageStrategy::CentralStorageStrategy(std::vector<std::string> devices, int threads_per_replica)
-    : Strategy(devices.empty() ? std::vector<std::string>{"/cpu:0"} : devices, threads_per_replica),
+    : Strategy(detail::checked_devices("CentralStorageStrategy", std::move(devices)), threads_per_replica),
       shared_(std::make_unique<Shared>()) {
-  for (const std::string& d : this->devices()) {
-    STRATA_CHECK(d.rfind("/cpu:", 0) == 0 || d.rfind("/CPU:", 0) == 0, Unavailable,
-                 "CentralStorageStrategy: device '" << d << "' is not a CPU device; GPU replicas need the CUDA build");
-  }
   shared_->grads.resize(static_cast<size_t>(num_replicas_in_sync()));
   if (num_replicas_in_sync() > 1) {
     for (int r = 0; r < num_replicas_in_sync(); ++r) aggregators_.push_back(std::make_unique<Aggregator>(*this, r));

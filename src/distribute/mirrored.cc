@@ -8,6 +8,7 @@
 #include <map>
 #include <mutex>
 
+#include "distribute/devices.h"
 #include "strata/distribute/strategies.h"
 
 namespace strata::distribute {
@@ -20,28 +21,6 @@ CrossDeviceOps CrossDeviceOps::from_name(const std::string& name) {
   return {comm::all_reduce_algorithm_from_string(name)};
 }
 
-namespace {
-void check_cpu_device(const std::string& strategy, const std::string& device) {
-  if (device.rfind("/gpu:", 0) == 0 || device.rfind("/GPU:", 0) == 0) {
-    STRATA_THROW(Unavailable, strategy << ": device '" << device
-                                       << "' needs the CUDA build with GPU kernels; use \"/cpu:N\" devices");
-  }
-  STRATA_CHECK(device.rfind("/cpu:", 0) == 0 || device.rfind("/CPU:", 0) == 0, InvalidArgument,
-               strategy << ": unknown device '" << device << "' (expected \"/cpu:N\" or \"/gpu:N\")");
-}
-
-std::vector<std::string> checked_devices(const std::string& strategy, std::vector<std::string> devices) {
-  if (devices.empty()) devices = {"/cpu:0"};
-  for (size_t i = 0; i < devices.size(); ++i) {
-    check_cpu_device(strategy, devices[i]);
-    for (size_t j = 0; j < i; ++j) {
-      STRATA_CHECK(devices[i] != devices[j], InvalidArgument,
-                   strategy << ": device '" << devices[i] << "' is listed twice; each replica needs its own device");
-    }
-  }
-  return devices;
-}
-}  // namespace
 
 // ---- reduction to one buffer, done inline by the replicas (ReductionToOneDevice on CPU replicas)
 
@@ -287,7 +266,7 @@ std::unique_ptr<MirroredStrategy> MirroredStrategy::cpu_replicas(int n, Mirrored
 }
 
 MirroredStrategy::MirroredStrategy(std::vector<std::string> devices, MirroredOptions options)
-    : Strategy(checked_devices("MirroredStrategy", std::move(devices)), options.threads_per_replica),
+    : Strategy(detail::checked_devices("MirroredStrategy", std::move(devices)), options.threads_per_replica),
       options_(options) {
   STRATA_CHECK(options_.cross_device_ops.bucket_bytes > 0, InvalidArgument,
                "MirroredStrategy: bucket_bytes must be > 0");
@@ -322,16 +301,6 @@ void MirroredStrategy::on_replica_failure(const std::string& reason) {
       ready.notify_all();
     }
   }
-}
-
-// ---- OneDeviceStrategy
-
-OneDeviceStrategy::OneDeviceStrategy(const std::string& device) : Strategy({device}) {
-  check_cpu_device("OneDeviceStrategy", device);
-}
-
-Variable OneDeviceStrategy::create_variable(const Tensor& initial_value, const VariableOptions& options) {
-  return make_distributed_variable({initial_value}, options, id());
 }
 
 }  // namespace strata::distribute
