@@ -91,6 +91,7 @@ std::vector<Tensor> GradientTape::gradient(const Variable& target, const std::ve
   // Post-order over the recorded graph (inputs before the ops that use them), iteratively.
   std::vector<NodePtr> order;
   std::unordered_map<NodePtr, bool> relevant;  // leads to a source
+  std::unordered_map<NodePtr, int> uses;       // how many input slots of recorded ops read each node
   {
     std::vector<std::pair<NodePtr, size_t>> stack = {{target.node().get(), 0}};
     std::unordered_set<NodePtr> visited = {target.node().get()};
@@ -98,6 +99,7 @@ std::vector<Tensor> GradientTape::gradient(const Variable& target, const std::ve
       auto& [node, next_input] = stack.back();
       if (node->backward && next_input < node->inputs.size()) {
         NodePtr child = node->inputs[next_input++].node().get();
+        ++uses[child];
         if (visited.insert(child).second) stack.push_back({child, 0});
         continue;
       }
@@ -112,6 +114,13 @@ std::vector<Tensor> GradientTape::gradient(const Variable& target, const std::ve
 
   std::unordered_map<NodePtr, Tensor> grads;
   grads[target.node().get()] = seed;
+  std::unordered_set<NodePtr> relu_masked;  // relu outputs whose gradient their one consumer masked
+  // An op may mask its input's gradient by that input's relu when nothing else sees that gradient.
+  const auto may_premask = [&](NodePtr node) {
+    if (!node->relu_fusion.premasks_relu_input || node->inputs.empty()) return false;
+    NodePtr in = node->inputs[0].node().get();
+    return in->backward && in->relu_fusion.relu_output && uses[in] == 1 && !is_source.count(in);
+  };
   for (auto it = order.rbegin(); it != order.rend(); ++it) {
     NodePtr node = *it;
     if (aggregator) {  // every consumer of `node` came earlier in this order: its gradient is final
@@ -130,8 +139,14 @@ std::vector<Tensor> GradientTape::gradient(const Variable& target, const std::ve
     if (found == grads.end() || !found->second.defined()) continue;
     const Tensor dy = found->second;
     if (!is_source.count(node)) grads.erase(found);  // no longer needed: frees memory early
-    std::vector<bool> needs(node->inputs.size());
-    for (size_t i = 0; i < needs.size(); ++i) needs[i] = relevant[node->inputs[i].node().get()];
+    detail::BackwardNeeds needs;
+    needs.inputs.resize(node->inputs.size());
+    for (size_t i = 0; i < needs.size(); ++i) needs.inputs[i] = relevant[node->inputs[i].node().get()];
+    needs.dy_relu_masked = relu_masked.count(node) > 0;
+    if (needs[0] && may_premask(node)) {
+      needs.premask_relu_input = true;
+      relu_masked.insert(node->inputs[0].node().get());
+    }
     std::vector<Tensor> input_grads = node->backward(dy, needs);
     for (size_t i = 0; i < node->inputs.size(); ++i) {
       if (!needs[i] || !input_grads[i].defined()) continue;
@@ -167,7 +182,8 @@ namespace detail {
 
 bool tracked(const Variable& v) { return v.defined() && (v.has_grad_fn() || GradientTape::any_watches(v)); }
 
-Variable make_result(Tensor value, const char* op, std::vector<Variable> inputs, BackwardFn backward) {
+Variable make_result(Tensor value, const char* op, std::vector<Variable> inputs, BackwardFn backward,
+                     ReluFusion relu_fusion) {
   Variable out(std::move(value));
   if (!GradientTape::any_recording()) return out;
   bool any_tracked = false;
@@ -177,6 +193,7 @@ Variable make_result(Tensor value, const char* op, std::vector<Variable> inputs,
   node.op = op;
   node.inputs = std::move(inputs);
   node.backward = std::move(backward);
+  node.relu_fusion = relu_fusion;
   return out;
 }
 

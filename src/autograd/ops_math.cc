@@ -10,7 +10,7 @@ namespace strata {
 namespace k = kernels;
 using detail::make_result;
 using Grads = std::vector<Tensor>;
-using Needs = std::vector<bool>;
+using Needs = detail::BackwardNeeds;
 
 namespace {
 // Gradient of a broadcast input: sum dy back to the input's shape.
@@ -72,9 +72,14 @@ Variable binary_op(k::BinaryOp op, const char* name, const Variable& a, const Va
 Variable unary_op(k::UnaryOp op, const char* name, const Variable& x) {
   Tensor y = k::unary(op, x.value());
   const Tensor xv = x.value();
-  return make_result(y, name, {x}, [op, xv, y](const Tensor& dy, const Needs&) -> Grads {
-    return {k::unary_backward(op, xv, y, dy)};
-  });
+  const bool relu = op == k::UnaryOp::kRelu;
+  return make_result(
+      y, name, {x},
+      [op, xv, y](const Tensor& dy, const Needs& needs) -> Grads {
+        if (needs.dy_relu_masked) return {dy};  // relu's mask was applied by its consumer (BackwardNeeds)
+        return {k::unary_backward(op, xv, y, dy)};
+      },
+      {.relu_output = relu});
 }
 }  // namespace
 

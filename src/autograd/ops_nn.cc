@@ -8,7 +8,7 @@ namespace strata {
 namespace k = kernels;
 using detail::make_result;
 using Grads = std::vector<Tensor>;
-using Needs = std::vector<bool>;
+using Needs = detail::BackwardNeeds;
 
 namespace {
 k::Padding to_kernel(Padding p) { return p == Padding::kSame ? k::Padding::kSame : k::Padding::kValid; }
@@ -29,11 +29,14 @@ Variable conv2d(const Variable& x, const Variable& kernel, const Variable& bias,
   Tensor y = k::conv2d(xv, wv, with_bias ? bias.value() : Tensor(), p);
   std::vector<Variable> inputs = {x, kernel};
   if (with_bias) inputs.push_back(bias);
-  // With the fused relu, the gradient first passes relu's mask; y > 0 exactly where the pre-activation is.
+  // With the fused relu, the gradient first passes relu's mask (y > 0 exactly where the pre-activation
+  // is), unless the one consumer of y already applied it (a max pool; see BackwardNeeds).
   const Tensor relu_out = p.fused_relu ? y : Tensor();
-  return make_result(y, p.fused_relu ? "conv2d_relu" : "conv2d", inputs,
-                     [xv, wv, p, with_bias, relu_out](const Tensor& dy_out, const Needs& needs) -> Grads {
-    const Tensor dy = p.fused_relu ? k::unary_backward(k::UnaryOp::kRelu, relu_out, Tensor(), dy_out) : dy_out;
+  return make_result(
+      y, p.fused_relu ? "conv2d_relu" : "conv2d", inputs,
+      [xv, wv, p, with_bias, relu_out](const Tensor& dy_out, const Needs& needs) -> Grads {
+    const bool mask = p.fused_relu && !needs.dy_relu_masked;
+    const Tensor dy = mask ? k::unary_backward(k::UnaryOp::kRelu, relu_out, Tensor(), dy_out) : dy_out;
     Grads grads(with_bias ? 3 : 2);
     if (needs[0]) grads[0] = k::conv2d_backward_input(dy, wv, xv.shape(), p);
     if (needs[1] || (with_bias && needs[2])) {
@@ -42,7 +45,8 @@ Variable conv2d(const Variable& x, const Variable& kernel, const Variable& bias,
       if (with_bias) grads[2] = g.db;
     }
     return grads;
-  });
+  },
+      {.relu_output = p.fused_relu});
 }
 
 Variable max_pool2d(const Variable& x, const Pool2DOptions& options) {
@@ -50,9 +54,17 @@ Variable max_pool2d(const Variable& x, const Pool2DOptions& options) {
   k::MaxPoolResult r = k::max_pool2d(x.value(), p);
   const Tensor workspace = r.workspace;
   const Shape xs = x.shape();
-  return make_result(r.y, "max_pool2d", {x}, [workspace, xs, p](const Tensor& dy, const Needs&) -> Grads {
-    return {k::max_pool2d_backward(dy, workspace, xs, p)};
-  });
+  const Tensor pooled = r.y;
+  // When asked (x is a relu's output and this is its only consumer), masks dy by pooled > 0 first: the
+  // cell each gradient goes to holds the pooled value, so this is relu's mask on a quarter of the cells.
+  return make_result(
+      r.y, "max_pool2d", {x},
+      [workspace, xs, p, pooled](const Tensor& dy, const Needs& needs) -> Grads {
+        if (!needs.premask_relu_input) return {k::max_pool2d_backward(dy, workspace, xs, p)};
+        const Tensor masked = k::unary_backward(k::UnaryOp::kRelu, pooled, Tensor(), dy);
+        return {k::max_pool2d_backward(masked, workspace, xs, p)};
+      },
+      {.premasks_relu_input = true});
 }
 
 Variable avg_pool2d(const Variable& x, const Pool2DOptions& options) {

@@ -8,7 +8,7 @@ namespace strata {
 namespace k = kernels;
 using detail::make_result;
 using Grads = std::vector<Tensor>;
-using Needs = std::vector<bool>;
+using Needs = detail::BackwardNeeds;
 
 Variable reshape(const Variable& x, const Shape& shape) {
   const Shape xs = x.shape();

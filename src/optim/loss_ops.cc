@@ -16,7 +16,7 @@ namespace {
 
 using detail::make_result;
 using Grads = std::vector<Tensor>;
-using Needs = std::vector<bool>;
+using Needs = detail::BackwardNeeds;
 
 constexpr float kEpsilon = 1e-7f;  // keras.backend.epsilon()
 
