@@ -1,10 +1,15 @@
-// Buffered, optionally zlib-compressed file streams (see compression.h). Thread-safety: per object.
+// Buffered, optionally compressed file streams (see compression.h). Thread-safety: per object; the
+// whole-file bound is an atomic.
 #include "data/compression.h"
 
+#include <libdeflate.h>
+#include <sys/stat.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "data/crc32c.h"
@@ -13,6 +18,64 @@
 namespace strata::data::detail {
 
 // ---- reading
+
+namespace {
+
+std::atomic<uint64_t> g_whole_file_limit{kWholeFileMaxCompressed};
+
+struct DecompressorDeleter {
+  void operator()(libdeflate_decompressor* d) const { libdeflate_free_decompressor(d); }
+};
+
+// Inflates the concatenated GZIP members or ZLIB streams of in[0, n) into a malloc'd buffer of at
+// least `hint` bytes, grown (doubling, up to kWholeFileMaxInflated) while libdeflate asks for more.
+// Returns false when the data is damaged or inflates to more than the bound.
+bool inflate_all(Compression compression, const unsigned char* in, size_t n, size_t hint, char** out,
+                 size_t* out_size) {
+  std::unique_ptr<libdeflate_decompressor, DecompressorDeleter> d(libdeflate_alloc_decompressor());
+  if (!d) return false;
+  size_t cap = std::clamp<size_t>(hint, 4096, kWholeFileMaxInflated);
+  char* buf = static_cast<char*>(std::malloc(cap));
+  if (!buf) return false;
+  size_t in_pos = 0, out_pos = 0;
+  while (in_pos < n) {
+    size_t used_in = 0, used_out = 0;
+    const libdeflate_result rc = compression == Compression::kGzip
+                                     ? libdeflate_gzip_decompress_ex(d.get(), in + in_pos, n - in_pos, buf + out_pos,
+                                                                     cap - out_pos, &used_in, &used_out)
+                                     : libdeflate_zlib_decompress_ex(d.get(), in + in_pos, n - in_pos, buf + out_pos,
+                                                                     cap - out_pos, &used_in, &used_out);
+    if (rc == LIBDEFLATE_INSUFFICIENT_SPACE && cap < kWholeFileMaxInflated) {
+      cap = std::min<size_t>(2 * cap, kWholeFileMaxInflated);  // inflate this member again into more room
+      char* grown = static_cast<char*>(std::realloc(buf, cap));
+      if (!grown) break;
+      buf = grown;
+      continue;
+    }
+    if (rc != LIBDEFLATE_SUCCESS || used_in == 0) {
+      std::free(buf);
+      return false;
+    }
+    in_pos += used_in;
+    out_pos += used_out;
+  }
+  if (in_pos < n) {  // realloc failed
+    std::free(buf);
+    return false;
+  }
+  *out = buf;
+  *out_size = out_pos;
+  return true;
+}
+
+}  // namespace
+
+uint64_t whole_file_limit() { return g_whole_file_limit.load(std::memory_order_relaxed); }
+uint64_t set_whole_file_limit(uint64_t max_compressed_bytes) {
+  return g_whole_file_limit.exchange(max_compressed_bytes, std::memory_order_relaxed);
+}
+
+void ByteReader::FreeDeleter::operator()(char* p) const { std::free(p); }
 
 struct ByteReader::Inflater {
   z_stream z{};
@@ -24,7 +87,6 @@ struct ByteReader::Inflater {
 
 ByteReader::ByteReader(std::string path, Compression compression, size_t buffer_size)
     : path_(std::move(path)), compression_(compression), buffer_size_(std::max<size_t>(buffer_size, 4096)) {
-  buf_.resize(buffer_size_);
   open();
 }
 
@@ -40,11 +102,55 @@ void ByteReader::open() {
   begin_ = end_ = 0;
   position_ = 0;
   inflater_.reset();
+  whole_buf_.reset();
+  whole_ = false;
+  if (compression_ != Compression::kNone && !stream_ && inflate_whole()) return;
+  if (buf_.size() < buffer_size_) buf_.resize(buffer_size_);
+  base_ = buf_.data();
   if (compression_ != Compression::kNone) {
     inflater_ = std::make_unique<Inflater>(buffer_size_);
     const int window = compression_ == Compression::kGzip ? 16 + MAX_WBITS : MAX_WBITS;
     STRATA_CHECK(inflateInit2(&inflater_->z, window) == Z_OK, Error, "zlib inflateInit2 failed for " << path_);
   }
+}
+
+bool ByteReader::inflate_whole() {
+  struct stat st;
+  if (fstat(fileno(file_), &st) != 0 || !S_ISREG(st.st_mode)) return false;
+  const uint64_t size = static_cast<uint64_t>(st.st_size);
+  if (size > whole_file_limit()) return false;
+  std::unique_ptr<char, FreeDeleter> in(static_cast<char*>(std::malloc(std::max<size_t>(size, 1))));
+  if (!in) return false;
+  const size_t got = read_file(in.get(), size);
+  char extra;
+  if (got != size || read_file(&extra, 1) != 0) {  // the file changed size under us: stream it
+    std::rewind(file_);
+    return false;
+  }
+  const auto* bytes = reinterpret_cast<const unsigned char*>(in.get());
+  // A gzip member's last 4 bytes are its uncompressed size mod 2^32: exact for one member of < 4 GiB.
+  size_t hint = 4 * size;
+  if (compression_ == Compression::kGzip && size >= 18) {
+    uint32_t isize;
+    std::memcpy(&isize, bytes + size - 4, 4);  // little-endian hosts only, like the TFRecord header
+    hint = std::max<size_t>(isize, 1);
+  }
+  char* out = nullptr;
+  size_t out_size = 0;
+  if (!inflate_all(compression_, bytes, size, hint, &out, &out_size)) {
+    // Damaged (zlib will say where) or too large: read it again as a stream from now on.
+    stream_ = true;
+    std::rewind(file_);
+    return false;
+  }
+  whole_buf_.reset(out);
+  base_ = out;
+  begin_ = 0;
+  end_ = out_size;
+  whole_ = true;
+  std::fclose(file_);  // every byte is in memory
+  file_ = nullptr;
+  return true;
 }
 
 size_t ByteReader::read_file(char* dst, size_t n) {
@@ -106,6 +212,14 @@ size_t ByteReader::fill(size_t want) {
 
 size_t ByteReader::ensure(size_t n) {
   if (end_ - begin_ >= n) return end_ - begin_;
+  if (whole_) {
+    if (begin_ == end_ && whole_buf_) {  // read to the end: free the file's bytes
+      whole_buf_.reset();
+      base_ = nullptr;
+      begin_ = end_ = 0;
+    }
+    return end_ - begin_;
+  }
   // Move the unread tail to the front and make room for n bytes (at least one full chunk).
   if (begin_ > 0) {
     std::memmove(buf_.data(), buf_.data() + begin_, end_ - begin_);
@@ -116,6 +230,7 @@ size_t ByteReader::ensure(size_t n) {
     // Grow by doubling as bytes arrive (never straight to n: a damaged length must not allocate
     // more than the stream holds), then read as much as fits, so small records cost one big read.
     if (end_ == buf_.size()) buf_.resize(std::min(std::max(n, buffer_size_), 2 * buf_.size()));
+    base_ = buf_.data();
     if (fill(buf_.size() - end_) == 0) break;
   }
   return end_ - begin_;
@@ -123,6 +238,14 @@ size_t ByteReader::ensure(size_t n) {
 
 void ByteReader::seek(uint64_t offset) {
   if (offset == position_) return;
+  if (whole_ && !whole_buf_) open();  // read to its end and freed: inflate it again
+  if (whole_) {
+    STRATA_CHECK(offset <= end_, DataCorrupt,
+                 path_ << ": cannot seek to offset " << offset << ", the stream ends at " << end_);
+    begin_ = static_cast<size_t>(offset);
+    position_ = offset;
+    return;
+  }
   if (!inflater_) {
     STRATA_CHECK(std::fseek(file_, static_cast<long>(offset), SEEK_SET) == 0, IoError,
                  "cannot seek to " << offset << " in " << path_);
@@ -131,6 +254,10 @@ void ByteReader::seek(uint64_t offset) {
     return;
   }
   if (offset < position_) open();
+  if (whole_) {  // (re-opening can find the file inflatable whole again)
+    seek(offset);
+    return;
+  }
   while (position_ < offset) {
     const size_t have = ensure(1);
     STRATA_CHECK(have > 0, DataCorrupt,
