@@ -149,7 +149,7 @@ class MirroredStrategy::Aggregator final : public GradientAggregator {
     }
     if (!applier.prepared(vars)) strategy_.merge_call(replica_, [&] { applier.prepare(vars); });
     applier.update(reduced, vars, replica_);
-    strategy_.merge_call(replica_, [&] { applier.finish(); });
+    finish_step(applier);
   }
 
  private:
@@ -170,6 +170,16 @@ class MirroredStrategy::Aggregator final : public GradientAggregator {
   };
 
   bool inline_reduce() const { return comm_ == nullptr; }
+
+  // The last replica to finish its update ends the step (counts it), and nobody waits for it: a barrier
+  // here cost every step a wake-up. No replica can read the count too early: its next update first
+  // waits for the next step's sums, which need the last replica's next gradients, made after this.
+  void finish_step(GradientApplier& applier) {
+    const int n = strategy_.num_replicas_in_sync();
+    if (strategy_.finished_updates_.fetch_add(1, std::memory_order_acq_rel) + 1 < n) return;
+    strategy_.finished_updates_.store(0, std::memory_order_relaxed);
+    applier.finish();
+  }
 
   // This replica has filled bucket k; the last of the replicas to do so sums them all, here and now.
   void arrive(Plan& p, size_t k) {

@@ -84,6 +84,7 @@ class MirroredStrategy final : public Strategy {
   std::mutex shared_plans_mutex_;
   std::map<std::vector<uint64_t>, std::unique_ptr<SharedPlan>> shared_plans_;
   std::atomic<bool> aborted_{false};
+  std::atomic<int> finished_updates_{0};  // replicas done updating this step (see Aggregator::finish_step)
 };
 
 class CentralStorageStrategy final : public Strategy {
