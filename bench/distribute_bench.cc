@@ -4,6 +4,7 @@
 //
 //   distribute_bench --strategy one_device|mirrored|central_storage --replicas N --threads T
 //                    [--batch 128] [--epochs 1] [--data DIR] [--cross-device-ops ring] [--bucket-kb K]
+//                    [--steps-per-execution S]
 //
 // --batch is the global batch; --threads the cores in all (one_device: its intra-op threads; the others:
 // split evenly over the replicas).
@@ -27,7 +28,7 @@ int main(int argc, char** argv) {
   std::string strategy_name = "mirrored", dir = "/usr/share/datasets/fashion-mnist", cross_device_ops = "ring";
   int replicas = 2, threads = 2;
   int64_t bucket_kb = 0;  // 0: the strategy's default
-  int64_t epochs = 1, batch = 128;
+  int64_t epochs = 1, batch = 128, steps_per_execution = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--strategy") strategy_name = argv[i + 1];
@@ -38,6 +39,7 @@ int main(int argc, char** argv) {
     else if (flag == "--batch") batch = std::stoll(argv[i + 1]);
     else if (flag == "--cross-device-ops") cross_device_ops = argv[i + 1];
     else if (flag == "--bucket-kb") bucket_kb = std::stoll(argv[i + 1]);
+    else if (flag == "--steps-per-execution") steps_per_execution = std::stoll(argv[i + 1]);
   }
   set_num_threads(threads);
   manual_seed(0);
@@ -77,7 +79,8 @@ int main(int argc, char** argv) {
     }
   };
   auto timer = std::make_shared<EpochTimer>();
-  const History h = model->fit(train, {.epochs = epochs + 1, .callbacks = {timer}, .verbose = 0});
+  const History h = model->fit(
+      train, {.epochs = epochs + 1, .callbacks = {timer}, .verbose = 0, .steps_per_execution = steps_per_execution});
   const Logs logs = model->evaluate(test);
   std::printf("{\"strategy\": \"%s\", \"replicas\": %d, \"threads\": %d, \"batch\": %lld, \"images_per_s\": %.1f, "
               "\"input_wait\": %.4f, \"test_accuracy\": %.4f}\n",

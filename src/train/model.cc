@@ -177,9 +177,23 @@ double Model::update_trackers(const data::Element& batch, const StepResult& step
   return share;
 }
 
+namespace {
+// Rows of the global batch of the step this thread runs as a replica (0: not a replica's step). Each
+// replica thread keeps its own: with several steps per hand-off, replicas may be on different steps.
+thread_local int64_t t_step_global_rows = 0;
+
+class ScopedStepRows {
+ public:
+  explicit ScopedStepRows(int64_t rows) { t_step_global_rows = rows; }
+  ~ScopedStepRows() { t_step_global_rows = 0; }
+  ScopedStepRows(const ScopedStepRows&) = delete;
+  ScopedStepRows& operator=(const ScopedStepRows&) = delete;
+};
+}  // namespace
+
 std::pair<int64_t, int64_t> Model::step_rows(const Tensor& x) const {
   const int64_t rows = x.rank() >= 1 ? x.dim(0) : 1;
-  return {rows, step_global_rows_ > 0 ? step_global_rows_ : rows};
+  return {rows, t_step_global_rows > 0 ? t_step_global_rows : rows};
 }
 
 namespace {
@@ -284,17 +298,28 @@ void Model::merge_replica_trackers() {
   }
 }
 
-double Model::distributed_step(distribute::Strategy& strategy, const data::Element& batch, bool training) {
+void Model::distributed_steps(distribute::Strategy& strategy, const std::vector<data::Element>& batches,
+                              bool training) {
+  const auto step = [&](const data::Element& b) { training ? train_step(b) : test_step(b); };
   if (&strategy == &distribute::default_strategy()) {  // one replica, plain variables: no replica machinery
-    if (training) return train_step(batch);
-    return test_step(batch);
+    for (const data::Element& b : batches) step(b);
+    return;
   }
-  const auto parts = distribute::split_batch(batch, strategy.num_replicas_in_sync());
-  step_global_rows_ = distribute::batch_rows(batch);
-  const auto shares = strategy.run([&](const data::Element& b) { return training ? train_step(b) : test_step(b); }, parts);
-  step_global_rows_ = 0;
+  const int n = strategy.num_replicas_in_sync();
+  std::vector<distribute::PerReplica<data::Element>> parts;
+  std::vector<int64_t> global_rows;
+  parts.reserve(batches.size());
+  for (const data::Element& b : batches) {
+    parts.push_back(distribute::split_batch(b, n));
+    global_rows.push_back(distribute::batch_rows(b));
+  }
+  strategy.run_replicas([&](int replica) {
+    for (size_t k = 0; k < parts.size(); ++k) {
+      ScopedStepRows rows(global_rows[k]);
+      step(parts[k][replica]);
+    }
+  });
   merge_replica_trackers();
-  return strategy.reduce(distribute::ReduceOp::kSum, shares);
 }
 
 // ---- the loops
@@ -303,6 +328,8 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
   check_compiled("fit");
   STRATA_CHECK(options.epochs >= 0 && options.initial_epoch >= 0 && options.steps_per_epoch >= 0, InvalidArgument,
                "fit: epochs, initial_epoch and steps_per_epoch must not be negative");
+  STRATA_CHECK(options.steps_per_execution >= 1, InvalidArgument,
+               "fit: steps_per_execution must be at least 1, got " << options.steps_per_execution);
   const int64_t cardinality = dataset.cardinality();
   STRATA_CHECK(options.steps_per_epoch > 0 || cardinality != data::Dataset::kInfinite, InvalidArgument,
                "fit: the dataset repeats forever, so give steps_per_epoch");
@@ -353,26 +380,37 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
       iterator.emplace(dataset.make_iterator());
     }
     int64_t steps = 0;
-    while (options.steps_per_epoch == 0 || steps < options.steps_per_epoch) {
-      const double t0 = now_seconds();
-      std::optional<data::Element> batch = first_batch ? std::move(first_batch) : iterator->next();
-      first_batch.reset();
-      waited += now_seconds() - t0;
-      if (!batch) {
-        if (options.steps_per_epoch > 0) {
-          std::fprintf(stderr, "fit: the dataset ran out after %lld of %lld steps in epoch %lld; stopping\n",
-                       static_cast<long long>(steps), static_cast<long long>(options.steps_per_epoch),
-                       static_cast<long long>(epoch + 1));
-          exhausted = true;
+    bool ran_out = false;
+    while (!ran_out && (options.steps_per_epoch == 0 || steps < options.steps_per_epoch)) {
+      // The next group of steps: up to steps_per_execution batches, no more than the epoch has left.
+      const int64_t want = options.steps_per_epoch == 0 ? options.steps_per_execution
+                                                        : std::min(options.steps_per_execution, options.steps_per_epoch - steps);
+      std::vector<data::Element> batches;
+      while (static_cast<int64_t>(batches.size()) < want) {
+        const double t0 = now_seconds();
+        std::optional<data::Element> batch = first_batch ? std::move(first_batch) : iterator->next();
+        first_batch.reset();
+        waited += now_seconds() - t0;
+        if (!batch) {
+          ran_out = true;
+          break;
         }
-        break;
+        batches.push_back(std::move(*batch));
       }
-      if (strategy == nullptr) strategy = &strategy_for("fit", *batch);
+      const int64_t group = static_cast<int64_t>(batches.size());
+      if (ran_out && options.steps_per_epoch > 0) {
+        std::fprintf(stderr, "fit: the dataset ran out after %lld of %lld steps in epoch %lld; stopping\n",
+                     static_cast<long long>(steps + group), static_cast<long long>(options.steps_per_epoch),
+                     static_cast<long long>(epoch + 1));
+        exhausted = true;
+      }
+      if (group == 0) break;
+      if (strategy == nullptr) strategy = &strategy_for("fit", batches.front());
       run_callbacks(callbacks, [&](Callback& cb) { cb.on_train_batch_begin(steps, Logs()); });
-      distributed_step(*strategy, *batch, /*training=*/true);
+      distributed_steps(*strategy, batches, /*training=*/true);
+      steps += group;
       const Logs logs = metric_logs();
-      run_callbacks(callbacks, [&](Callback& cb) { cb.on_train_batch_end(steps, logs); });
-      ++steps;
+      run_callbacks(callbacks, [&](Callback& cb) { cb.on_train_batch_end(steps - 1, logs); });
       if (stop_training) break;
     }
     const double elapsed = now_seconds() - epoch_start;
@@ -413,7 +451,7 @@ Logs Model::evaluate(const data::Dataset& dataset, const EvaluateOptions& option
     std::optional<data::Element> batch = it.next();
     if (!batch) break;
     if (strategy == nullptr) strategy = &strategy_for("evaluate", *batch);
-    distributed_step(*strategy, *batch, /*training=*/false);
+    distributed_steps(*strategy, {*batch}, /*training=*/false);
     const Logs logs = metric_logs();
     run_callbacks(callbacks, [&](Callback& cb) { cb.on_test_batch_end(steps, logs); });
     ++steps;

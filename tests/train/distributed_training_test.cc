@@ -188,6 +188,68 @@ INSTANTIATE_TEST_SUITE_P(Models, EquivalenceTest,
                            return std::string(info.param.cnn ? "Cnn" : "Mlp") + "_" + info.param.optimizer;
                          });
 
+// Notes the step indices fit hands to the batch callbacks.
+class BatchIndexRecorder : public Callback {
+ public:
+  void on_train_batch_begin(int64_t batch, const Logs&) override { begins.push_back(batch); }
+  void on_train_batch_end(int64_t batch, const Logs&) override { ends.push_back(batch); }
+  std::vector<int64_t> begins, ends;
+};
+
+TEST(DistributedTrainingTest, StepsPerExecutionGivesTheSameWeightsUnderEveryStrategy) {
+  const Data data = make_data(true, 30, 17);  // batches of 8: 4 steps an epoch, the last one uneven
+  const auto dataset = data::Dataset::from_tensor_slices({data.x, data.y}).batch(8);
+  auto strategies = strategies_under_test();
+  strategies.push_back(nullptr);  // the default strategy
+  for (auto& strategy : strategies) {
+    SCOPED_TRACE(strategy ? strategy->name() + " x" + std::to_string(strategy->num_replicas_in_sync()) : "default");
+    std::vector<std::vector<std::pair<std::string, Tensor>>> weights;
+    std::vector<double> losses;
+    for (int64_t per_run : {1, 4}) {  // a group of 4 holds the uneven batch
+      const auto train = [&] {
+        auto model = make_model(true);
+        model->compile(losses::SparseCategoricalCrossentropy({.from_logits = true}), *make_optimizer("adam"),
+                       {"accuracy"});
+        const History h = model->fit(dataset, {.epochs = 2, .verbose = 0, .steps_per_execution = per_run});
+        weights.push_back(model->named_weights());
+        losses.push_back(h.history.at("loss").back());
+      };
+      if (strategy) {
+        auto scope = strategy->scope();
+        train();
+      } else {
+        train();
+      }
+    }
+    ASSERT_EQ(weights[0].size(), weights[1].size());
+    for (size_t i = 0; i < weights[0].size(); ++i) {  // the same steps in the same order: the same bits
+      EXPECT_EQ(weights[0][i].second.to_vector<float>(), weights[1][i].second.to_vector<float>()) << weights[0][i].first;
+    }
+    EXPECT_NEAR(losses[0], losses[1], 1e-9 * std::fabs(losses[0]));
+  }
+}
+
+TEST(DistributedTrainingTest, StepsPerExecutionCallsBatchCallbacksOncePerGroup) {
+  auto strategy = MirroredStrategy::cpu_replicas(2);
+  auto scope = strategy->scope();
+  auto model = make_model(false);
+  model->compile("sparse_categorical_crossentropy", "sgd");
+  const Data data = make_data(false, 40, 9);  // 5 batches of 8
+  const auto dataset = data::Dataset::from_tensor_slices({data.x, data.y}).batch(8);
+  auto recorder = std::make_shared<BatchIndexRecorder>();
+  model->fit(dataset, {.epochs = 1, .callbacks = {recorder}, .verbose = 0, .steps_per_execution = 2});
+  EXPECT_EQ(recorder->begins, (std::vector<int64_t>{0, 2, 4}));
+  EXPECT_EQ(recorder->ends, (std::vector<int64_t>{1, 3, 4}));
+  // steps_per_epoch cuts a group short: 3 steps in groups of 2 are 2 + 1.
+  auto per_epoch = std::make_shared<BatchIndexRecorder>();
+  model->fit(dataset.repeat(), {.epochs = 2, .steps_per_epoch = 3, .callbacks = {per_epoch}, .verbose = 0,
+                                .steps_per_execution = 2});
+  EXPECT_EQ(per_epoch->ends, (std::vector<int64_t>{1, 2, 1, 2}));
+  const std::string msg = test::message_of<InvalidArgument>(
+      [&] { model->fit(dataset, {.verbose = 0, .steps_per_execution = 0}); });
+  EXPECT_NE(msg.find("steps_per_execution"), std::string::npos) << msg;
+}
+
 TEST(DistributedTrainingTest, FitOutsideTheScopeUsesTheStrategyThatMadeTheModel) {
   auto strategy = MirroredStrategy::cpu_replicas(2);
   std::shared_ptr<Sequential> model;
