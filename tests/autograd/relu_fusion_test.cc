@@ -3,6 +3,8 @@
 // (one consumer, not a requested source) and that the gradients equal the unfused ones exactly.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "autograd/node.h"
 #include "grad_check.h"
 #include "strata/gradient_tape.h"
@@ -45,44 +47,49 @@ Variable input(Shape shape, uint64_t seed) {
   return Variable(init::uniform(shape, gen, -1.0f, 1.0f), true, "x");
 }
 
-TEST(ReluFusionTest, OfferedWhenThePoolIsTheReluOutputsOnlyConsumer) {
+// One gradient walk of `loss` (made from x by `build`) for x and any extra sources build asks for;
+// returns what the probes were told.
+struct Graph {
+  Variable loss;
+  std::vector<Variable> extra_sources;
+};
+Seen walk(const std::function<Graph(const Variable& x, Seen* seen)>& build) {
   Variable x = input({4}, 1);
   Seen seen;
   GradientTape tape;
-  Variable loss = sum(probe_pool(probe_relu(x, &seen), &seen));
-  tape.gradient(loss, {x});
+  Graph g = build(x, &seen);
+  std::vector<Variable> sources = {x};
+  sources.insert(sources.end(), g.extra_sources.begin(), g.extra_sources.end());
+  tape.gradient(g.loss, sources);
+  return seen;
+}
+
+TEST(ReluFusionTest, OfferedWhenThePoolIsTheReluOutputsOnlyConsumer) {
+  const Seen seen = walk([](const Variable& x, Seen* s) { return Graph{sum(probe_pool(probe_relu(x, s), s)), {}}; });
   EXPECT_TRUE(seen.pool_asked_to_mask);
   EXPECT_TRUE(seen.relu_told_masked);
 }
 
 TEST(ReluFusionTest, NotOfferedWhenTheReluOutputHasAnotherConsumer) {
-  Variable x = input({4}, 2);
-  Seen seen;
-  GradientTape tape;
-  Variable r = probe_relu(x, &seen);
-  Variable loss = sum(probe_pool(r, &seen) + r);
-  tape.gradient(loss, {x});
+  const Seen seen = walk([](const Variable& x, Seen* s) {
+    Variable r = probe_relu(x, s);
+    return Graph{sum(probe_pool(r, s) + r), {}};
+  });
   EXPECT_FALSE(seen.pool_asked_to_mask);
   EXPECT_FALSE(seen.relu_told_masked);
 }
 
 TEST(ReluFusionTest, NotOfferedWhenTheReluOutputIsARequestedSource) {
-  Variable x = input({4}, 3);
-  Seen seen;
-  GradientTape tape;
-  Variable r = probe_relu(x, &seen);
-  Variable loss = sum(probe_pool(r, &seen));
-  tape.gradient(loss, {x, r});
+  const Seen seen = walk([](const Variable& x, Seen* s) {
+    Variable r = probe_relu(x, s);
+    return Graph{sum(probe_pool(r, s)), {r}};
+  });
   EXPECT_FALSE(seen.pool_asked_to_mask);
   EXPECT_FALSE(seen.relu_told_masked);
 }
 
 TEST(ReluFusionTest, NotOfferedWhenThePoolsInputIsNoRelu) {
-  Variable x = input({4}, 4);
-  Seen seen;
-  GradientTape tape;
-  Variable loss = sum(probe_pool(x * 2.0f, &seen));
-  tape.gradient(loss, {x});
+  const Seen seen = walk([](const Variable& x, Seen* s) { return Graph{sum(probe_pool(x * 2.0f, s)), {}}; });
   EXPECT_FALSE(seen.pool_asked_to_mask);
 }
 
