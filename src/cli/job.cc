@@ -260,6 +260,7 @@ Job load_job(const std::string& path) {
   Section top(root, "", path);
   job.epochs = top.positive("epochs", 1);
   job.batch_size = top.positive("batch_size", 32);
+  job.steps_per_execution = top.positive("steps_per_execution", 1);
   job.seed = static_cast<uint64_t>(top.integer("seed", 0));
   job.checkpoint_dir = top.string("checkpoint_dir");
   job.metrics = top.strings("metrics");

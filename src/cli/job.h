@@ -13,6 +13,7 @@
 //   metrics: [accuracy]
 //   epochs: 10
 //   batch_size: 64            # the GLOBAL batch: a strategy splits it across its replicas
+//   steps_per_execution: 1    # optional; steps per hand-off to the replicas (FitOptions, Keras's compile())
 //   strategy: mirrored        # optional; with replicas, cross_device_ops, lr_scaling, base_batch_size and
 //   replicas: 2               #   warmup_epochs (see distribution.h)
 //
@@ -60,6 +61,7 @@ struct Job {
   std::vector<std::string> metrics;
   int64_t epochs = 1;
   int64_t batch_size = 32;  // global: split across the strategy's replicas
+  int64_t steps_per_execution = 1;
   uint64_t seed = 0;
   std::string checkpoint_dir;
   StrategySpec strategy;

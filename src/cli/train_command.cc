@@ -97,6 +97,7 @@ void run_train(const TrainArgs& args) {
 
   FitOptions fit;
   fit.epochs = job.epochs;
+  fit.steps_per_execution = job.steps_per_execution;
   fit.verbose = args.verbose;
   if (!job.checkpoint_dir.empty()) {
     fit.callbacks.push_back(std::make_shared<callbacks::BackupAndRestore>(

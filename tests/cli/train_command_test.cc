@@ -221,7 +221,8 @@ TEST(TrainCommandTest, MirroredAndCentralStorageTrainToTheOneDeviceResult) {
   // The job file's keys work as the flags do, and lr_scaling says what it did.
   const std::string job2 =
       write_job(s.dir, tiny_job(s.dir) + "strategy: central_storage\nreplicas: 3\nlr_scaling: linear\n"
-                                         "base_batch_size: 32\nwarmup_epochs: 1\n");
+                                         "base_batch_size: 32\nwarmup_epochs: 1\nsteps_per_execution: 3\n");
+  EXPECT_EQ(load_job(job2).steps_per_execution, 3);
   auto [rc5, central] = run(std::string(STRATA_BINARY) + " train " + job2 + " --threads 2");
   ASSERT_EQ(rc5, 0) << central;
   EXPECT_NE(central.find("strategy: CentralStorageStrategy, 3 replicas (1 thread each), global batch 32 (11 or fewer "
@@ -270,6 +271,7 @@ TEST(TrainCommandTest, BadJobKeysNameTheKeyAndLine) {
   expect_error(std::regex_replace(body, std::regex("name: adam"), "name: adamm"), "unknown optimizer 'adamm'");
   expect_error(std::regex_replace(body, std::regex("epochs: 2"), "epochs: -2"), "epochs: must be positive");
   expect_error(body + "learning_rate: 3\n", "unknown key 'learning_rate'");
+  expect_error(body + "steps_per_execution: 0\n", "steps_per_execution: must be positive");
   expect_error("data: [1, 2\n", "not valid YAML");
   expect_error(std::regex_replace(body, std::regex("metrics: \\[accuracy\\]"), "metrics: [acuracy]"), "acuracy");
 }
