@@ -15,12 +15,15 @@
 
 #include "strata/data/tfrecord.h"
 #include "strata/data/tfrecord_dataset.h"
+#include "dataset_test_util.h"
 #include "test_util.h"
 
 namespace strata::data {
 namespace {
 
 namespace fs = std::filesystem;
+using test::file_bytes;
+using test::put_bytes;
 using detail::ByteReader;
 
 // Sets the whole-file bound for the scope (0: every file streams through zlib).
@@ -35,29 +38,10 @@ class WholeFileLimit {
   uint64_t old_;
 };
 
-class CompressionTest : public ::testing::Test {
+class CompressionTest : public test::ScratchDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("strata_compression_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
-  fs::path dir_;
+  CompressionTest() : ScratchDirTest("strata_compression_") {}
 };
-
-std::string file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-void put_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
 
 // Records of many sizes, some larger than the streaming reader's buffer, that compress unevenly.
 std::vector<std::string> sample_records(int n = 200) {

@@ -1,10 +1,15 @@
-// Helpers for the data tests: collecting int64 datasets and checking save/restore at every position.
+// Helpers for the data tests: collecting int64 datasets, checking save/restore at every position, and a
+// scratch directory per test with whole-file read and write.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <functional>
+#include <iterator>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "strata/data/dataset.h"
@@ -13,6 +18,36 @@
 namespace strata::data::test {
 
 using strata::test::message_of;
+
+// A fixture whose tests each get a fresh directory `dir_` (named after the test), removed afterwards.
+class ScratchDirTest : public ::testing::Test {
+ protected:
+  explicit ScratchDirTest(std::string prefix) : prefix_(std::move(prefix)) {}
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() /
+           (prefix_ + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "_" +
+            ::testing::UnitTest::GetInstance()->current_test_info()->name());
+    std::filesystem::remove_all(dir_);
+    std::filesystem::create_directories(dir_);
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+
+  std::filesystem::path dir_;
+
+ private:
+  std::string prefix_;
+};
+
+inline std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+inline void put_bytes(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
 
 inline std::vector<int64_t> ints(std::initializer_list<int64_t> v) { return std::vector<int64_t>(v); }
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "dataset_test_util.h"
 #include "test_util.h"
 
 namespace strata::data {
@@ -16,16 +17,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-class TFRecordDatasetTest : public ::testing::Test {
+class TFRecordDatasetTest : public test::ScratchDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("strata_tfrecord_ds_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
+  TFRecordDatasetTest() : ScratchDirTest("strata_tfrecord_ds_") {}
 
   // File f holds records "f:0" ... "f:<sizes[f]-1>" as Examples {id: int64 f*1000+i, pix: bytes}.
   std::vector<std::string> write_files(const std::vector<int>& sizes, Compression c = Compression::kNone) {

@@ -12,39 +12,23 @@
 
 #include "data/compression.h"
 #include "data/crc32c.h"
+#include "dataset_test_util.h"
 #include "test_util.h"
 
 namespace strata::data {
 namespace {
 
 namespace fs = std::filesystem;
+using test::file_bytes;
+using test::put_bytes;
 using detail::crc32c;
 using detail::mask_crc;
 using detail::unmask_crc;
 
-class TFRecordTest : public ::testing::Test {
+class TFRecordTest : public test::ScratchDirTest {
  protected:
-  void SetUp() override {
-    dir_ = fs::temp_directory_path() /
-           ("strata_tfrecord_" + std::to_string(::testing::UnitTest::GetInstance()->random_seed()) + "_" +
-            ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    fs::remove_all(dir_);
-    fs::create_directories(dir_);
-  }
-  void TearDown() override { fs::remove_all(dir_); }
-  std::string path(const std::string& name) const { return (dir_ / name).string(); }
-
-  fs::path dir_;
+  TFRecordTest() : ScratchDirTest("strata_tfrecord_") {}
 };
-
-std::string file_bytes(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-void put_bytes(const std::string& path, const std::string& bytes) {
-  std::ofstream out(path, std::ios::binary | std::ios::trunc);
-  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-}
 
 // Records of many sizes: empty, tiny, and larger than the reader's buffer.
 std::vector<std::string> sample_records() {
