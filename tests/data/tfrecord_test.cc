@@ -18,7 +18,6 @@
 namespace strata::data {
 namespace {
 
-namespace fs = std::filesystem;
 using test::file_bytes;
 using test::put_bytes;
 using detail::crc32c;
