@@ -15,7 +15,6 @@
 namespace strata::data {
 namespace {
 
-namespace fs = std::filesystem;
 
 class TFRecordDatasetTest : public test::ScratchDirTest {
  protected:
@@ -37,8 +36,6 @@ class TFRecordDatasetTest : public test::ScratchDirTest {
     }
     return files;
   }
-
-  fs::path dir_;
 };
 
 std::vector<int64_t> ids(const Dataset& ds) {
