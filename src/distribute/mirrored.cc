@@ -1,7 +1,8 @@
 // MirroredStrategy: a copy of every variable per replica, gradients summed across replicas in buckets
 // that start reducing while backward is still running, and the same update applied to each copy.
 // Thread-safety: each replica thread uses only its own Aggregator and communicator rank; the optimizer's
-// shared state changes only inside merge_call.
+// shared state changes inside merge_call (slots) or on the last replica to finish a step's update (the
+// step count; see Aggregator::finish_step for why no replica can read it early).
 #include <algorithm>
 #include <cstring>
 #include <atomic>
