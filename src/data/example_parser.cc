@@ -339,6 +339,45 @@ void find_features(const std::vector<std::string>& names, std::string_view recor
 }
 }  // namespace
 
+namespace {
+// The checks parse() and parse_into() share, with one wording for each error.
+
+// The feature's list type, which must be the spec's (a feature with no list set reads as the spec's type).
+FeatureType checked_type(const std::string& name, const FeatureSpec& s, const Found& f, const RecordLocation& where) {
+  const FeatureType got = f.kind == 0 ? s.type : kind_type(f.kind);
+  STRATA_CHECK(got == s.type, InvalidArgument,
+               "feature '" << name << "' is a " << feature_type_name(got) << " but the spec wants a "
+                           << feature_type_name(s.type) << " in " << describe(where));
+  return got;
+}
+
+// The one bytes value a decode_raw feature must hold.
+std::string_view raw_bytes(const std::string& name, const Found& f, FeatureType got, const RecordLocation& where) {
+  std::string_view raw;
+  STRATA_CHECK(f.kind != 0 && single_bytes(f.list, &raw), InvalidArgument,
+               "feature '" << name << "' must hold exactly one bytes value to decode, has "
+                           << (f.kind == 0 ? 0 : count_values(got, f.list, where)) << " in " << describe(where));
+  return raw;
+}
+
+// decode_raw, its error naming the feature and the record.
+Tensor decode_feature(const std::string& name, std::string_view raw, const FeatureSpec& s, const RecordLocation& where) {
+  try {
+    return decode_raw(raw, *s.decode_raw, s.shape);
+  } catch (const InvalidArgument& e) {
+    STRATA_THROW(InvalidArgument, "feature '" << name << "' in " << describe(where) << ": " << e.what());
+  }
+}
+
+// A fixed-length feature's value count, which must be its shape's.
+void check_count(const std::string& name, int64_t count, const FeatureSpec& s, int64_t numel,
+                 const RecordLocation& where) {
+  STRATA_CHECK(count == numel, InvalidArgument,
+               "feature '" << name << "' has " << count << " values but shape " << shape_str(s.shape) << " wants "
+                           << numel << " in " << describe(where));
+}
+}  // namespace
+
 void ExampleParser::parse(std::string_view record, const RecordLocation& where, std::vector<ParsedFeature>* out) const {
   const size_t n = names_.size();
   // Small specs (the usual case): finds on the stack, linear name lookup (cheaper than hashing a few keys).
@@ -376,27 +415,13 @@ void ExampleParser::parse(std::string_view record, const RecordLocation& where, 
       continue;
     }
     // kind 0 (no list set) reads as an empty list of the wanted type.
-    const FeatureType got = f.kind == 0 ? s.type : kind_type(f.kind);
-    STRATA_CHECK(got == s.type, InvalidArgument,
-                 "feature '" << name << "' is a " << feature_type_name(got) << " but the spec wants a "
-                             << feature_type_name(s.type) << " in " << describe(where));
+    const FeatureType got = checked_type(name, s, f, where);
     if (s.decode_raw) {
-      std::string_view raw;
-      STRATA_CHECK(f.kind != 0 && single_bytes(f.list, &raw), InvalidArgument,
-                   "feature '" << name << "' must hold exactly one bytes value to decode, has "
-                               << (f.kind == 0 ? 0 : count_values(got, f.list, where)) << " in " << describe(where));
-      try {
-        dst.values = decode_raw(raw, *s.decode_raw, s.shape);
-      } catch (const InvalidArgument& e) {
-        STRATA_THROW(InvalidArgument, "feature '" << name << "' in " << describe(where) << ": " << e.what());
-      }
+      dst.values = decode_feature(name, raw_bytes(name, f, got, where), s, where);
       continue;
     }
     const int64_t count = f.kind == 0 ? 0 : count_values(got, f.list, where);
-    if (s.kind == FeatureSpec::Kind::kFixedLen)
-      STRATA_CHECK(count == numel_[k], InvalidArgument,
-                   "feature '" << name << "' has " << count << " values but shape " << shape_str(s.shape) << " wants "
-                               << numel_[k] << " in " << describe(where));
+    if (s.kind == FeatureSpec::Kind::kFixedLen) check_count(name, count, s, numel_[k], where);
     const Shape shape = s.kind == FeatureSpec::Kind::kFixedLen ? s.shape : Shape{count};
     switch (s.type) {
       case FeatureType::kBytes:
@@ -458,29 +483,15 @@ void ExampleParser::parse_into(std::string_view record, const RecordLocation& wh
       }
       continue;
     }
-    const FeatureType got = f.kind == 0 ? s.type : kind_type(f.kind);
-    STRATA_CHECK(got == s.type, InvalidArgument,
-                 "feature '" << name << "' is a " << feature_type_name(got) << " but the spec wants a "
-                             << feature_type_name(s.type) << " in " << describe(where));
+    const FeatureType got = checked_type(name, s, f, where);
     if (s.decode_raw) {
-      std::string_view raw;
-      STRATA_CHECK(f.kind != 0 && single_bytes(f.list, &raw), InvalidArgument,
-                   "feature '" << name << "' must hold exactly one bytes value to decode, has "
-                               << (f.kind == 0 ? 0 : count_values(got, f.list, where)) << " in " << describe(where));
-      if (raw.size() != nbytes) {
-        try {
-          decode_raw(raw, *s.decode_raw, s.shape);  // throws the size mismatch
-        } catch (const InvalidArgument& e) {
-          STRATA_THROW(InvalidArgument, "feature '" << name << "' in " << describe(where) << ": " << e.what());
-        }
-      }
+      const std::string_view raw = raw_bytes(name, f, got, where);
+      if (raw.size() != nbytes) decode_feature(name, raw, s, where);  // throws the size mismatch
       if (nbytes) std::memcpy(dst[k], raw.data(), nbytes);
       continue;
     }
     const int64_t count = f.kind == 0 ? 0 : count_values(got, f.list, where);
-    STRATA_CHECK(count == numel_[k], InvalidArgument,
-                 "feature '" << name << "' has " << count << " values but shape " << shape_str(s.shape) << " wants "
-                             << numel_[k] << " in " << describe(where));
+    check_count(name, count, s, numel_[k], where);
     if (!count) continue;
     if (s.type == FeatureType::kFloat)
       read_numbers(f.list, static_cast<float*>(dst[k]), where);
