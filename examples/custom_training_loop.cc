@@ -22,7 +22,6 @@
 #include <vector>
 
 using namespace strata;
-using tutorial::have_fashion_mnist;
 using tutorial::scale;
 
 namespace {
@@ -92,13 +91,7 @@ std::pair<double, double> test(distribute::Strategy& strategy, Sequential& model
 int main(int argc, char** argv) {
   try {
     const tutorial::Args args = tutorial::parse_args(argc, argv, 10);
-    if (!have_fashion_mnist(args.data)) {
-      std::fprintf(stderr,
-                   "custom_training_loop: no Fashion-MNIST in %s (train-images-idx3-ubyte[.gz] is missing); install "
-                   "Debian's dataset-fashion-mnist package (scripts/setup.sh does) or pass --data DIR\n",
-                   args.data.c_str());
-      return 77;
-    }
+    if (tutorial::report_missing_fashion_mnist("custom_training_loop", args.data)) return 77;
 
     distribute::MirroredStrategy strategy(distribute::MirroredStrategy::cpu_devices(args.replicas));
     std::printf("Number of devices: %d\n", strategy.num_replicas_in_sync());

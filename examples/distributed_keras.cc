@@ -16,7 +16,6 @@
 #include <string>
 
 using namespace strata;
-using tutorial::have_fashion_mnist;
 using tutorial::scale;
 
 namespace {
@@ -35,13 +34,7 @@ class PrintLR : public Callback {
 int main(int argc, char** argv) {
   try {
     const tutorial::Args args = tutorial::parse_args(argc, argv, 12);
-    if (!have_fashion_mnist(args.data)) {
-      std::fprintf(stderr,
-                   "distributed_keras: no Fashion-MNIST in %s (train-images-idx3-ubyte[.gz] is missing); install "
-                   "Debian's dataset-fashion-mnist package (scripts/setup.sh does) or pass --data DIR\n",
-                   args.data.c_str());
-      return 77;
-    }
+    if (tutorial::report_missing_fashion_mnist("distributed_keras", args.data)) return 77;
 
     // One replica per CPU "device"; each replica's kernels get num_threads() / replicas threads.
     distribute::MirroredStrategy strategy(distribute::MirroredStrategy::cpu_devices(args.replicas));

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <string>
 
@@ -50,6 +51,17 @@ inline Args parse_args(int argc, char** argv, int64_t default_epochs) {
 inline bool have_fashion_mnist(const std::string& dir) {
   namespace fs = std::filesystem;
   return fs::exists(dir + "/train-images-idx3-ubyte.gz") || fs::exists(dir + "/train-images-idx3-ubyte");
+}
+
+// When `dir` holds no Fashion-MNIST, says so (naming `program` and how to get it) and returns true; the
+// examples then exit with 77, ctest's "skipped".
+inline bool report_missing_fashion_mnist(const char* program, const std::string& dir) {
+  if (have_fashion_mnist(dir)) return false;
+  std::fprintf(stderr,
+               "%s: no Fashion-MNIST in %s (train-images-idx3-ubyte[.gz] is missing); install Debian's "
+               "dataset-fashion-mnist package (scripts/setup.sh does) or pass --data DIR\n",
+               program, dir.c_str());
+  return true;
 }
 
 // The tutorial's `scale`, on a whole batch at once.
