@@ -49,16 +49,15 @@ Variable dense_op(const Variable& x, const Variable& w, const Variable& b, bool 
   const bool with_bias = b.defined();
   return strata::detail::make_result(
       y, relu ? "dense_relu" : "dense", std::move(inputs),
+      // Not a relu fusion partner (autograd/node.h): a max pool never reads this op's 2-D output directly.
       [xv, wv, relu_out, relu, with_bias](const Tensor& dy,
                                           const strata::detail::BackwardNeeds& needs) -> std::vector<Tensor> {
-        const bool mask = relu && !needs.dy_relu_masked;  // a consumer may have masked dy already
         kernels::DenseGrads g =
-            kernels::dense_backward(xv, wv, relu_out, dy, mask, needs[0], needs[1], with_bias && needs[2]);
+            kernels::dense_backward(xv, wv, relu_out, dy, relu, needs[0], needs[1], with_bias && needs[2]);
         std::vector<Tensor> grads = {std::move(g.dx), std::move(g.dw)};
         if (with_bias) grads.push_back(std::move(g.db));
         return grads;
-      },
-      {.relu_output = relu});
+      });
 }
 }  // namespace
 
