@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <optional>
 
 #include "data/crc32c.h"
 #include "strata/error.h"
@@ -27,18 +28,18 @@ struct DecompressorDeleter {
   void operator()(libdeflate_decompressor* d) const { libdeflate_free_decompressor(d); }
 };
 
-// Inflates the concatenated GZIP members or ZLIB streams of in[0, n) into a malloc'd buffer of at
-// least `hint` bytes, grown (doubling, up to kWholeFileMaxInflated) while libdeflate asks for more.
-// Returns false when the data is damaged or inflates to more than the bound.
-bool inflate_all(Compression compression, const unsigned char* in, size_t n, size_t hint, char** out,
-                 size_t* out_size) {
+// Inflates the concatenated GZIP members or ZLIB streams of in[0, n) into `out`, made at least `hint`
+// bytes and grown (doubling, up to kWholeFileMaxInflated) while libdeflate asks for more. Returns the
+// inflated size, or nothing when the data is damaged or inflates to more than the bound.
+std::optional<size_t> inflate_all(Compression compression, const unsigned char* in, size_t n, size_t hint,
+                                  RecycledBuffer* out) {
   std::unique_ptr<libdeflate_decompressor, DecompressorDeleter> d(libdeflate_alloc_decompressor());
-  if (!d) return false;
-  size_t cap = std::clamp<size_t>(hint, 4096, kWholeFileMaxInflated);
-  char* buf = static_cast<char*>(std::malloc(cap));
-  if (!buf) return false;
+  if (!d) return std::nullopt;
+  *out = RecycledBuffer(std::clamp<size_t>(hint, 4096, kWholeFileMaxInflated));
   size_t in_pos = 0, out_pos = 0;
   while (in_pos < n) {
+    const size_t cap = std::min<size_t>(out->capacity(), kWholeFileMaxInflated);
+    char* buf = out->data();
     size_t used_in = 0, used_out = 0;
     const libdeflate_result rc = compression == Compression::kGzip
                                      ? libdeflate_gzip_decompress_ex(d.get(), in + in_pos, n - in_pos, buf + out_pos,
@@ -46,26 +47,15 @@ bool inflate_all(Compression compression, const unsigned char* in, size_t n, siz
                                      : libdeflate_zlib_decompress_ex(d.get(), in + in_pos, n - in_pos, buf + out_pos,
                                                                      cap - out_pos, &used_in, &used_out);
     if (rc == LIBDEFLATE_INSUFFICIENT_SPACE && cap < kWholeFileMaxInflated) {
-      cap = std::min<size_t>(2 * cap, kWholeFileMaxInflated);  // inflate this member again into more room
-      char* grown = static_cast<char*>(std::realloc(buf, cap));
-      if (!grown) break;
-      buf = grown;
+      // Inflate this member again into more room, keeping the members before it.
+      out->grow(std::min<size_t>(2 * cap, kWholeFileMaxInflated), out_pos);
       continue;
     }
-    if (rc != LIBDEFLATE_SUCCESS || used_in == 0) {
-      std::free(buf);
-      return false;
-    }
+    if (rc != LIBDEFLATE_SUCCESS || used_in == 0) return std::nullopt;
     in_pos += used_in;
     out_pos += used_out;
   }
-  if (in_pos < n) {  // realloc failed
-    std::free(buf);
-    return false;
-  }
-  *out = buf;
-  *out_size = out_pos;
-  return true;
+  return out_pos;
 }
 
 }  // namespace
@@ -74,8 +64,6 @@ uint64_t whole_file_limit() { return g_whole_file_limit.load(std::memory_order_r
 uint64_t set_whole_file_limit(uint64_t max_compressed_bytes) {
   return g_whole_file_limit.exchange(max_compressed_bytes, std::memory_order_relaxed);
 }
-
-void ByteReader::FreeDeleter::operator()(char* p) const { std::free(p); }
 
 struct ByteReader::Inflater {
   z_stream z{};
@@ -102,7 +90,7 @@ void ByteReader::open() {
   begin_ = end_ = 0;
   position_ = 0;
   inflater_.reset();
-  whole_buf_.reset();
+  whole_buf_.release();
   whole_ = false;
   if (compression_ != Compression::kNone && !stream_ && inflate_whole()) return;
   if (buf_.size() < buffer_size_) buf_.resize(buffer_size_);
@@ -119,15 +107,14 @@ bool ByteReader::inflate_whole() {
   if (fstat(fileno(file_), &st) != 0 || !S_ISREG(st.st_mode)) return false;
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   if (size > whole_file_limit()) return false;
-  std::unique_ptr<char, FreeDeleter> in(static_cast<char*>(std::malloc(std::max<size_t>(size, 1))));
-  if (!in) return false;
-  const size_t got = read_file(in.get(), size);
+  RecycledBuffer in(size);
+  const size_t got = read_file(in.data(), size);
   char extra;
   if (got != size || read_file(&extra, 1) != 0) {  // the file changed size under us: stream it
     std::rewind(file_);
     return false;
   }
-  const auto* bytes = reinterpret_cast<const unsigned char*>(in.get());
+  const auto* bytes = reinterpret_cast<const unsigned char*>(in.data());
   // A gzip member's last 4 bytes are its uncompressed size mod 2^32: exact for one member of < 4 GiB.
   size_t hint = 4 * size;
   if (compression_ == Compression::kGzip && size >= 18) {
@@ -135,18 +122,18 @@ bool ByteReader::inflate_whole() {
     std::memcpy(&isize, bytes + size - 4, 4);  // little-endian hosts only, like the TFRecord header
     hint = std::max<size_t>(isize, 1);
   }
-  char* out = nullptr;
-  size_t out_size = 0;
-  if (!inflate_all(compression_, bytes, size, hint, &out, &out_size)) {
+  RecycledBuffer out;
+  const std::optional<size_t> out_size = inflate_all(compression_, bytes, size, hint, &out);
+  if (!out_size) {
     // Damaged (zlib will say where) or too large: read it again as a stream from now on.
     stream_ = true;
     std::rewind(file_);
     return false;
   }
-  whole_buf_.reset(out);
-  base_ = out;
+  whole_buf_ = std::move(out);
+  base_ = whole_buf_.data();
   begin_ = 0;
-  end_ = out_size;
+  end_ = *out_size;
   whole_ = true;
   std::fclose(file_);  // every byte is in memory
   file_ = nullptr;
@@ -213,8 +200,8 @@ size_t ByteReader::fill(size_t want) {
 size_t ByteReader::ensure(size_t n) {
   if (end_ - begin_ >= n) return end_ - begin_;
   if (whole_) {
-    if (begin_ == end_ && whole_buf_) {  // read to the end: free the file's bytes
-      whole_buf_.reset();
+    if (begin_ == end_ && whole_buf_) {  // read to the end: release the file's bytes
+      whole_buf_.release();
       base_ = nullptr;
       begin_ = end_ = 0;
     }

@@ -2,7 +2,7 @@
 //
 // A compressed regular file of at most whole_file_limit() bytes is read whole and inflated in one go
 // by libdeflate (about twice zlib's speed) into one buffer that lives until the file is read to its
-// end; larger files, pipes and other non-regular files stream through zlib in chunks. Data libdeflate
+// end (then goes back to the RecycledBuffer cache for the next file); larger files, pipes and other non-regular files stream through zlib in chunks. Data libdeflate
 // rejects is read again through zlib, so a damaged file gives the records before the damage and the
 // same DataCorrupt (file and offset) either way.
 //
@@ -20,6 +20,7 @@
 #include <string_view>
 #include <vector>
 
+#include "data/recycled_buffer.h"
 #include "strata/data/tfrecord.h"  // Compression
 
 namespace strata::data::detail {
@@ -79,10 +80,7 @@ class ByteReader {
   size_t begin_ = 0, end_ = 0;
   bool whole_ = false;   // the file's uncompressed bytes are all in whole_buf_[0, end_)
   bool stream_ = false;  // libdeflate rejected this file or it is too large: zlib from now on
-  struct FreeDeleter {
-    void operator()(char* p) const;
-  };
-  std::unique_ptr<char, FreeDeleter> whole_buf_;  // freed once the file is read to its end
+  RecycledBuffer whole_buf_;  // released once the file is read to its end
   uint64_t position_ = 0;
   struct Inflater;
   std::unique_ptr<Inflater> inflater_;

@@ -14,16 +14,11 @@
 #include <memory>
 #include <vector>
 
+#include "data/recycled_buffer.h"
 #include "data/rows.h"
 #include "strata/data/element.h"
 
 namespace strata::data::detail {
-
-// Frees a slab of `bytes` (one made by shuffle_buffer.cc's allocate_slab).
-struct SlabFree {
-  size_t bytes = 0;
-  void operator()(char* p) const;
-};
 
 class ShuffleBuffer {
  public:
@@ -67,7 +62,7 @@ class ShuffleBuffer {
  private:
   enum class Mode { kUnset, kRows, kElements };
 
-  char* row(size_t i) const { return slab_.get() + i * layout_.row_bytes; }
+  char* row(size_t i) const { return slab_.data() + i * layout_.row_bytes; }
   void start_rows(const Element& e);
   void grow();
   void to_elements();
@@ -76,7 +71,7 @@ class ShuffleBuffer {
   Mode mode_ = Mode::kUnset;
   std::vector<Element> elements_;  // kElements
   RowLayout layout_;               // kRows
-  std::unique_ptr<char, SlabFree> slab_;
+  RecycledBuffer slab_;  // recycled: every epoch of a pipeline makes a new shuffle of the same size
   size_t rows_ = 0, row_capacity_ = 0;
   std::vector<char*> pointers_;  // row_pointers' result
 };
