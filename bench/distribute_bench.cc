@@ -25,7 +25,7 @@
 using namespace strata;
 
 int main(int argc, char** argv) {
-  std::string strategy_name = "mirrored", dir = "/usr/share/datasets/fashion-mnist", cross_device_ops = "ring";
+  std::string strategy_name = "mirrored", dir = "/usr/share/datasets/fashion-mnist", cross_device_ops = distribute::kDefaultCrossDeviceOps;
   int replicas = 2, threads = 2;
   int64_t bucket_kb = 0;  // 0: the strategy's default
   int64_t epochs = 1, batch = 128, steps_per_execution = 1;

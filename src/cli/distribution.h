@@ -4,7 +4,7 @@
 //
 //   strategy: mirrored          # one_device (the default) | mirrored | central_storage
 //   replicas: 2                 # mirrored / central_storage: CPU replicas (default: one per core)
-//   cross_device_ops: ring      # mirrored: ring | tree | reduction_to_one_device
+//   cross_device_ops: ring      # mirrored: reduction_to_one_device (default) | ring | tree
 //   batch_size: 128             # the GLOBAL batch, split across the replicas (as in TF)
 //   lr_scaling: linear          # lr = learning_rate * batch_size / base_batch_size (Goyal et al.)
 //   base_batch_size: 64         # the batch the optimizer's learning_rate was tuned for (default 64)
@@ -17,7 +17,7 @@
 #include <memory>
 #include <string>
 
-#include "strata/distribute/strategy.h"
+#include "strata/distribute/strategies.h"  // kDefaultCrossDeviceOps
 #include "strata/optim/schedules.h"
 
 namespace strata::cli {
@@ -25,7 +25,7 @@ namespace strata::cli {
 struct StrategySpec {
   std::string name = "one_device";  // one_device, mirrored or central_storage
   int replicas = 0;                 // 0: one_device 1; mirrored / central_storage one per core (num_threads())
-  std::string cross_device_ops = "ring";
+  std::string cross_device_ops = distribute::kDefaultCrossDeviceOps;
 };
 
 struct LrScalingSpec {

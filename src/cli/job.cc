@@ -272,7 +272,7 @@ Job load_job(const std::string& path) {
   STRATA_CHECK(job.strategy.name != "one_device" || job.strategy.replicas <= 1, InvalidArgument,
                top.where(top.get("replicas")) << "replicas: " << job.strategy.replicas
                                               << " needs strategy: mirrored or central_storage (one_device has one)");
-  job.strategy.cross_device_ops = top.string("cross_device_ops", "ring");
+  job.strategy.cross_device_ops = top.string("cross_device_ops", distribute::kDefaultCrossDeviceOps);
   check_cross_device_ops(job.strategy.cross_device_ops, top.where(top.get("cross_device_ops")) + "cross_device_ops");
   STRATA_CHECK(!top.has("cross_device_ops") || job.strategy.name == "mirrored", InvalidArgument,
                top.where(top.get("cross_device_ops")) << "cross_device_ops: only strategy: mirrored all-reduces "

@@ -136,8 +136,8 @@ void add_strategy_options(CLI::App* command, StrategyFlags& flags) {
                       "CPU replicas for mirrored / central_storage, each a thread with its share of the cores "
                       "(overrides `replicas:`; default one per core)");
   command->add_option("--cross-device-ops", flags.cross_device_ops,
-                      "how mirrored all-reduces gradients: ring, tree or reduction_to_one_device (overrides "
-                      "`cross_device_ops:`; default ring)");
+                      "how mirrored all-reduces gradients: reduction_to_one_device, ring or tree (overrides "
+                      "`cross_device_ops:`; default reduction_to_one_device)");
 }
 
 }  // namespace

@@ -189,8 +189,15 @@ class MirroredStrategy::Aggregator final : public GradientAggregator {
     sh.arrived[k].store(0, std::memory_order_relaxed);
     float* dst = sh.results[k].data<float>();
     const int64_t n = sh.results[k].numel();
-    std::copy(sh.locals[0][k], sh.locals[0][k] + n, dst);
-    for (size_t r = 1; r < sh.locals.size(); ++r) {
+    // Replica order, as the ring's: ((b0 + b1) + b2) + ...; the first two in one pass over dst.
+    const float* first = sh.locals[0][k];
+    if (sh.locals.size() == 1) {
+      std::copy(first, first + n, dst);
+    } else {
+      const float* second = sh.locals[1][k];
+      for (int64_t e = 0; e < n; ++e) dst[e] = first[e] + second[e];
+    }
+    for (size_t r = 2; r < sh.locals.size(); ++r) {
       const float* src = sh.locals[r][k];
       for (int64_t e = 0; e < n; ++e) dst[e] += src[e];
     }

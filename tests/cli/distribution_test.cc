@@ -42,7 +42,7 @@ TEST(DistributionTest, JobKeysAreReadWithTheirDefaults) {
   const Job plain = load_job(job_file(""));
   EXPECT_EQ(plain.strategy.name, "one_device");
   EXPECT_EQ(plain.strategy.replicas, 0);
-  EXPECT_EQ(plain.strategy.cross_device_ops, "ring");
+  EXPECT_EQ(plain.strategy.cross_device_ops, "reduction_to_one_device");
   EXPECT_EQ(plain.lr_scaling.rule, "none");
   EXPECT_EQ(plain.lr_scaling.base_batch_size, 64);
   EXPECT_EQ(plain.lr_scaling.warmup_epochs, 0);
@@ -99,7 +99,7 @@ TEST(DistributionTest, FlagsOverrideTheJob) {
   EXPECT_EQ(s.replicas, 0);
   s = resolve_strategy(mirrored, StrategyFlags{"central_storage", 0, ""});
   EXPECT_EQ(s.replicas, 3);
-  EXPECT_EQ(s.cross_device_ops, "ring");
+  EXPECT_EQ(s.cross_device_ops, "reduction_to_one_device");
   s = resolve_strategy({}, {.strategy = "mirrored", .replicas = 2, .cross_device_ops = "reduction_to_one_device"});
   EXPECT_EQ(s.name, "mirrored");
   EXPECT_EQ(s.replicas, 2);

@@ -198,7 +198,7 @@ TEST(TrainCommandTest, MirroredAndCentralStorageTrainToTheOneDeviceResult) {
   const fs::path ckpt = s.dir / "ckpt";
   auto [rc2, mirrored] = run(train + "--strategy mirrored --replicas 2 --checkpoint-dir " + ckpt.string());
   ASSERT_EQ(rc2, 0) << mirrored;
-  EXPECT_NE(mirrored.find("strategy: MirroredStrategy, 2 replicas (1 thread each), ring all-reduce, global batch 32 "
+  EXPECT_NE(mirrored.find("strategy: MirroredStrategy, 2 replicas (1 thread each), reduction_to_one_device all-reduce, global batch 32 "
                           "(16 per replica)\n"),
             std::string::npos)
       << mirrored;

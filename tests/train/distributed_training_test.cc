@@ -117,9 +117,10 @@ class EquivalenceTest : public ::testing::TestWithParam<Case> {};
 
 std::vector<std::unique_ptr<Strategy>> strategies_under_test() {
   std::vector<std::unique_ptr<Strategy>> out;
-  for (int n : {1, 2, 3}) out.push_back(MirroredStrategy::cpu_replicas(n));
+  for (int n : {1, 2, 3}) out.push_back(MirroredStrategy::cpu_replicas(n));  // reduction_to_one_device
   out.push_back(MirroredStrategy::cpu_replicas(2, {.cross_device_ops = CrossDeviceOps::tree_all_reduce()}));
-  out.push_back(MirroredStrategy::cpu_replicas(3, {.cross_device_ops = CrossDeviceOps::reduction_to_one_device()}));
+  out.push_back(MirroredStrategy::cpu_replicas(3, {.cross_device_ops = CrossDeviceOps::ring_all_reduce()}));
+  out.push_back(MirroredStrategy::cpu_replicas(2, {.cross_device_ops = CrossDeviceOps::ring_all_reduce()}));
   out.push_back(std::make_unique<CentralStorageStrategy>(MirroredStrategy::cpu_devices(2)));
   out.push_back(std::make_unique<CentralStorageStrategy>(MirroredStrategy::cpu_devices(3)));
   return out;

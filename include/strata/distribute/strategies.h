@@ -39,9 +39,14 @@ class OneDeviceStrategy final : public Strategy {
   Variable create_variable(const Tensor& initial_value, const VariableOptions& options) override;
 };
 
+// The cross-device ops MirroredStrategy uses unless told otherwise, as TensorFlow does for CPU replicas:
+// the replicas sum each bucket themselves, with no communicator threads. Measured on the 2-core CNN bench it
+// made about 9x fewer context switches than `ring` and used less CPU per image.
+inline constexpr const char* kDefaultCrossDeviceOps = "reduction_to_one_device";
+
 // How MirroredStrategy reduces gradients across its replicas (tf's cross_device_ops).
 struct CrossDeviceOps {
-  comm::AllReduceAlgorithm algorithm = comm::AllReduceAlgorithm::kRing;
+  comm::AllReduceAlgorithm algorithm = comm::AllReduceAlgorithm::kReduceToOne;  // kDefaultCrossDeviceOps
   // Gradients are reduced in buckets of about this many bytes (a larger variable is a bucket of its own).
   int64_t bucket_bytes = 256 << 10;
 
@@ -107,6 +112,6 @@ class CentralStorageStrategy final : public Strategy {
 // A strategy by its CLI name: "one_device" (or "default"), "mirrored", "central_storage", with `replicas`
 // CPU replicas (ignored for one_device). InvalidArgument lists the choices.
 std::unique_ptr<Strategy> make_strategy(const std::string& name, int replicas = 1,
-                                        const std::string& cross_device_ops = "ring");
+                                        const std::string& cross_device_ops = kDefaultCrossDeviceOps);
 
 }  // namespace strata::distribute
