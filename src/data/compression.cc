@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <new>
 #include <optional>
 
 #include "data/crc32c.h"
@@ -30,12 +31,16 @@ struct DecompressorDeleter {
 
 // Inflates the concatenated GZIP members or ZLIB streams of in[0, n) into `out`, made at least `hint`
 // bytes and grown (doubling, up to kWholeFileMaxInflated) while libdeflate asks for more. Returns the
-// inflated size, or nothing when the data is damaged or inflates to more than the bound.
+// inflated size, or nothing when the data is damaged, inflates to more than the bound, or memory runs out.
 std::optional<size_t> inflate_all(Compression compression, const unsigned char* in, size_t n, size_t hint,
                                   RecycledBuffer* out) {
   std::unique_ptr<libdeflate_decompressor, DecompressorDeleter> d(libdeflate_alloc_decompressor());
   if (!d) return std::nullopt;
-  *out = RecycledBuffer(std::clamp<size_t>(hint, 4096, kWholeFileMaxInflated));
+  try {
+    *out = RecycledBuffer(std::clamp<size_t>(hint, 4096, kWholeFileMaxInflated));
+  } catch (const std::bad_alloc&) {
+    return std::nullopt;
+  }
   size_t in_pos = 0, out_pos = 0;
   while (in_pos < n) {
     const size_t cap = std::min<size_t>(out->capacity(), kWholeFileMaxInflated);
@@ -48,7 +53,11 @@ std::optional<size_t> inflate_all(Compression compression, const unsigned char* 
                                                                      cap - out_pos, &used_in, &used_out);
     if (rc == LIBDEFLATE_INSUFFICIENT_SPACE && cap < kWholeFileMaxInflated) {
       // Inflate this member again into more room, keeping the members before it.
-      out->grow(std::min<size_t>(2 * cap, kWholeFileMaxInflated), out_pos);
+      try {
+        out->grow(std::min<size_t>(2 * cap, kWholeFileMaxInflated), out_pos);
+      } catch (const std::bad_alloc&) {
+        return std::nullopt;
+      }
       continue;
     }
     if (rc != LIBDEFLATE_SUCCESS || used_in == 0) return std::nullopt;
@@ -107,7 +116,12 @@ bool ByteReader::inflate_whole() {
   if (fstat(fileno(file_), &st) != 0 || !S_ISREG(st.st_mode)) return false;
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   if (size > whole_file_limit()) return false;
-  RecycledBuffer in(size);
+  RecycledBuffer in;
+  try {
+    in = RecycledBuffer(size);
+  } catch (const std::bad_alloc&) {
+    return false;  // stream it instead
+  }
   const size_t got = read_file(in.data(), size);
   char extra;
   if (got != size || read_file(&extra, 1) != 0) {  // the file changed size under us: stream it
@@ -125,7 +139,7 @@ bool ByteReader::inflate_whole() {
   RecycledBuffer out;
   const std::optional<size_t> out_size = inflate_all(compression_, bytes, size, hint, &out);
   if (!out_size) {
-    // Damaged (zlib will say where) or too large: read it again as a stream from now on.
+    // Damaged (zlib will say where), too large or out of memory: read it again as a stream from now on.
     stream_ = true;
     std::rewind(file_);
     return false;
