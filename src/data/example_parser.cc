@@ -337,6 +337,24 @@ void find_features(const std::vector<std::string>& names, std::string_view recor
     }
   }
 }
+
+// Each of `names` found in one record: on the stack for small specs (the usual case), else on the heap.
+class FoundFeatures {
+ public:
+  FoundFeatures(const std::vector<std::string>& names, std::string_view record, const RecordLocation& where)
+      : heap_(names.size() > kStack ? names.size() : 0), found_(names.size() > kStack ? heap_.data() : stack_) {
+    find_features(names, record, where, found_);
+  }
+  FoundFeatures(const FoundFeatures&) = delete;  // found_ may point into this object
+  FoundFeatures& operator=(const FoundFeatures&) = delete;
+  const Found& operator[](size_t k) const { return found_[k]; }
+
+ private:
+  static constexpr size_t kStack = 16;
+  Found stack_[kStack];
+  std::vector<Found> heap_;
+  Found* found_;
+};
 }  // namespace
 
 namespace {
@@ -380,12 +398,7 @@ void check_count(const std::string& name, int64_t count, const FeatureSpec& s, i
 
 void ExampleParser::parse(std::string_view record, const RecordLocation& where, std::vector<ParsedFeature>* out) const {
   const size_t n = names_.size();
-  // Small specs (the usual case): finds on the stack, linear name lookup (cheaper than hashing a few keys).
-  constexpr size_t kStack = 16;
-  Found stack_found[kStack];
-  std::vector<Found> heap_found(n > kStack ? n : 0);
-  Found* found = n > kStack ? heap_found.data() : stack_found;
-  find_features(names_, record, where, found);
+  const FoundFeatures found(names_, record, where);  // linear name lookup: cheaper than hashing a few keys
 
   out->resize(n);
   for (size_t k = 0; k < n; ++k) {
@@ -457,11 +470,7 @@ DType ExampleParser::output_dtype(size_t k) const {
 
 void ExampleParser::parse_into(std::string_view record, const RecordLocation& where, void* const* dst) const {
   const size_t n = names_.size();
-  constexpr size_t kStack = 16;
-  Found stack_found[kStack];
-  std::vector<Found> heap_found(n > kStack ? n : 0);
-  Found* found = n > kStack ? heap_found.data() : stack_found;
-  find_features(names_, record, where, found);
+  const FoundFeatures found(names_, record, where);
   // The same checks and messages as parse(); values go to dst[k] instead of a new tensor.
   for (size_t k = 0; k < n; ++k) {
     const FeatureSpec& s = specs_[k];

@@ -1,7 +1,7 @@
 // Large scratch buffers that go back to a small process-wide cache when released, instead of to the
 // kernel. Why: every epoch of a pipeline opens its files and builds its shuffle again, and each fresh
-// multi-megabyte buffer costs the kernel a page fault and a page zeroing per 4 KiB as it is first
-// written (about 8% of the Fashion-MNIST GZIP pipeline at 1 thread, more than its CRC checks). A
+// multi-megabyte buffer costs the kernel a page fault and a page zeroing as it is first written
+// (page zeroing alone was 2.6% of the 1-thread Fashion-MNIST GZIP pipeline's profile). A
 // buffer of 2 MiB or more is aligned to 2 MiB and asked for in huge pages (a hint), which also spares
 // TLB misses when it is read at random (shuffle rows).
 //
