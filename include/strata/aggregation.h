@@ -6,8 +6,11 @@
 //     so a strategy can start reducing a bucket of gradients while backward goes on (PyTorch DDP,
 //     Horovod's tensor fusion);
 //   - Optimizer::apply_gradients hands its gradients and a GradientApplier to the aggregator, which
-//     reduces them across replicas and decides where the update runs: once (variables stored once,
-//     CentralStorage) or on each replica's own component (mirrored variables) — TF's merge_call.
+//     reduces them across replicas and runs the update once per step (TF's merge_call): it writes every
+//     component of a mirrored variable, so all copies stay equal and the optimizer keeps one set of slots;
+//   - Optimizer::minimize first announces (expect_apply) that the tape's gradients will be applied
+//     unchanged, so an aggregator may update each variable as soon as its gradient is reduced, while
+//     backward goes on elsewhere (the update overlaps backward, and no reduced copy is kept).
 // Without an installed aggregator both behave as on one device.
 //
 // Thread-safety: the installed aggregator is per thread (one per replica thread).
@@ -26,11 +29,18 @@ class GradientApplier {
   virtual ~GradientApplier();
   // Whether prepare() has nothing left to do for `vars` (it only reads state).
   virtual bool prepared(const std::vector<Variable>& vars) const = 0;
-  // Makes per-variable state (slots for every component). Runs on one thread while no update runs.
+  // Makes per-variable state (slots). Runs on one thread while no update runs.
   virtual void prepare(const std::vector<Variable>& vars) = 0;
-  // Updates component `component` of each variable with its (reduced) gradient; undefined gradients
-  // are skipped. Calls for different components may run at the same time on different threads.
-  virtual void update(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, int component) = 0;
+  // Updates each variable (every component of it) with its reduced gradient; undefined gradients are
+  // skipped. Runs once per step, on one thread.
+  virtual void update(const std::vector<Tensor>& grads, const std::vector<Variable>& vars) = 0;
+  // Whether a variable's update needs nothing but its own gradient's elements (no clipping by a norm),
+  // so that update_summed may run per variable before the other gradients are reduced.
+  virtual bool elementwise() const = 0;
+  // Updates every component of `var` (prepared) with the gradient parts[0] + parts[1] + ... added in
+  // that order; a null part counts as zeros (at least one is not null). Only when elementwise().
+  // Calls for different variables of a step may run at the same time on different threads.
+  virtual void update_summed(const Variable& var, const std::vector<const float*>& parts) = 0;
   // Ends the step (counts it). Runs on one thread after every update of the step.
   virtual void finish() = 0;
 };
@@ -38,6 +48,9 @@ class GradientApplier {
 class GradientAggregator {
  public:
   virtual ~GradientAggregator();
+  // Optimizer::minimize: the next gradient call on this thread has `sources` and its gradients go
+  // unchanged to apply_gradients with `applier`, which lives until then. Default: nothing.
+  virtual void expect_apply(GradientApplier& applier, const std::vector<Variable>& sources);
   // GradientTape::gradient brackets each call with begin/end and reports every source (index into
   // `sources`) exactly once, as soon as its gradient is final; `grad` may be undefined (unconnected).
   virtual void begin_gradients(const std::vector<Variable>& sources);

@@ -10,6 +10,7 @@ thread_local GradientAggregator* t_aggregator = nullptr;
 
 GradientApplier::~GradientApplier() = default;
 GradientAggregator::~GradientAggregator() = default;
+void GradientAggregator::expect_apply(GradientApplier&, const std::vector<Variable>&) {}
 void GradientAggregator::begin_gradients(const std::vector<Variable>&) {}
 void GradientAggregator::gradient_ready(size_t, const Tensor&) {}
 void GradientAggregator::end_gradients(const std::vector<Tensor>&) {}

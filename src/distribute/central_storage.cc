@@ -32,7 +32,7 @@ class CentralStorageStrategy::Aggregator final : public GradientAggregator {
     strategy_.merge_call(replica_, [&] {
       const auto summed = sum_over_replicas(shared, vars);
       if (!applier.prepared(vars)) applier.prepare(vars);
-      applier.update(summed, vars, 0);
+      applier.update(summed, vars);
       applier.finish();
     });
   }

@@ -1,8 +1,10 @@
 // MirroredStrategy: a copy of every variable per replica, gradients summed across replicas in buckets
-// that start reducing while backward is still running, and the same update applied to each copy.
-// Thread-safety: each replica thread uses only its own Aggregator and communicator rank; the optimizer's
-// shared state changes inside merge_call (slots) or on the last replica to finish a step's update (the
-// step count; see Aggregator::finish_step for why no replica can read it early).
+// that start reducing while backward is still running, and one update per step written to every copy.
+// Thread-safety: each replica thread uses only its own Aggregator and communicator rank. The optimizer's
+// shared state changes inside merge_call (slots, and updates after a plain apply_gradients), on the
+// replica that reduces a bucket (its variables' elements and slots, announced steps only; no other
+// replica touches them until the bucket's ready flag says so), or on the last replica to finish an
+// announced step (the step count; see Aggregator::finish_step for why no replica can read it early).
 #include <algorithm>
 #include <cstring>
 #include <atomic>
@@ -25,83 +27,126 @@ CrossDeviceOps CrossDeviceOps::from_name(const std::string& name) {
 
 // ---- reduction to one buffer, done inline by the replicas (ReductionToOneDevice on CPU replicas)
 
-// The buckets of one gradient plan as all replicas share them: each replica's local buffers, one result
-// buffer per bucket, and per bucket how many replicas have filled theirs this step and which step's sum
-// the result holds. The last replica to fill bucket k sums every replica's bucket k (in replica order)
-// into results[k] on its own thread, at once, while the others go on with backward; no helper threads.
+// The buckets of one gradient plan as all replicas share them: every replica's gradient of every source
+// (a pointer into its own bucket, or into the gradient itself when Optimizer::minimize announced that it
+// goes unchanged to apply_gradients), one result buffer per bucket, and per bucket how many replicas have
+// filled theirs this step and which step's sum the result holds. The last replica to fill bucket k sums
+// every replica's gradients of it (in replica order) on its own thread, at once, while the others go on
+// with backward; when every replica announced its optimizer it updates the bucket's variables instead of
+// writing a sum. No helper threads.
 struct MirroredStrategy::SharedPlan {
-  SharedPlan(int replicas, const std::vector<int64_t>& sizes)
-      : locals(static_cast<size_t>(replicas)), arrived(sizes.size()), ready(sizes.size()) {
+  SharedPlan(int replicas, std::vector<Variable> plan_sources, std::vector<std::vector<size_t>> members,
+             std::vector<int64_t> source_offset, const std::vector<int64_t>& sizes)
+      : sources(std::move(plan_sources)),
+        bucket_sources(std::move(members)),
+        offset(std::move(source_offset)),
+        parts(static_cast<size_t>(replicas), std::vector<const float*>(sources.size(), nullptr)),
+        held(static_cast<size_t>(replicas), std::vector<Tensor>(sources.size())),
+        appliers(static_cast<size_t>(replicas), nullptr),
+        any_defined(sources.size(), 0),
+        updated(sizes.size(), 0),
+        arrived(sizes.size()),
+        ready(sizes.size()) {
     for (int64_t size : sizes) results.push_back(Tensor::empty({size}));
     for (auto& r : ready) r.store(0);
     for (auto& a : arrived) a.store(0);
   }
-  std::vector<std::vector<const float*>> locals;  // [replica][bucket]
+  const std::vector<Variable> sources;
+  const std::vector<std::vector<size_t>> bucket_sources;  // [bucket]: its sources
+  const std::vector<int64_t> offset;                      // [source]: where in its bucket's result
+  // Written by replica r alone before it arrives at the source's bucket; read by the bucket's summer.
+  std::vector<std::vector<const float*>> parts;  // [replica][source]: the gradient, or nullptr (undefined)
+  std::vector<std::vector<Tensor>> held;         // [replica][source]: an announced gradient, kept alive
+  std::vector<GradientApplier*> appliers;        // [replica]: the announced applier of this step, or nullptr
+  // Written by the bucket's summer before it publishes ready[k]; read after waiting for it.
   std::vector<Tensor> results;
+  std::vector<char> any_defined;  // [source]: some replica has a gradient for it
+  std::vector<char> updated;      // [bucket]: the summer updated its variables (results[k] is unused)
   std::vector<std::atomic<int>> arrived;
-  std::vector<std::atomic<uint64_t>> ready;  // the step whose sum results[k] holds
+  std::vector<std::atomic<uint64_t>> ready;  // the step whose sum (or update) bucket k holds
 };
 
-MirroredStrategy::SharedPlan& MirroredStrategy::shared_plan(const std::vector<uint64_t>& ids, int replica,
-                                                            const std::vector<Tensor>& local_buckets) {
+MirroredStrategy::SharedPlan& MirroredStrategy::shared_plan(const std::vector<uint64_t>& ids,
+                                                            const std::function<std::unique_ptr<SharedPlan>()>& make) {
   std::lock_guard<std::mutex> lock(shared_plans_mutex_);
   auto& slot = shared_plans_[ids];
-  if (!slot) {
-    std::vector<int64_t> sizes;
-    for (const Tensor& b : local_buckets) sizes.push_back(b.numel());
-    slot = std::make_unique<SharedPlan>(num_replicas_in_sync(), sizes);
-  }
-  auto& mine = slot->locals[static_cast<size_t>(replica)];
-  mine.clear();
-  for (const Tensor& b : local_buckets) mine.push_back(b.data<float>());
+  if (!slot) slot = make();
   return *slot;
 }
 
 // ---- one replica per gradient bucket plan
 
 // Reduces one replica's gradients. For each list of sources it is given, it plans buckets once (in
-// reverse source order, about bucket_bytes each); each step it copies every gradient into its bucket as
-// the tape reports it and starts the bucket's all-reduce when the bucket is full. apply_gradients waits
-// for the buckets of the matching tape call (or reduces now), then updates this replica's components.
+// reverse source order, about bucket_bytes each). Each step, as the tape reports each gradient, it
+// copies it into its bucket (ring/tree, or a plain tape call whose gradients the caller may still
+// change) or just records it (announced by Optimizer::minimize), and starts the bucket's reduction when
+// the bucket is full. apply_gradients waits for the buckets of the matching tape call (or reduces now),
+// then either ends the step (the variables were updated during backward) or updates them once.
 class MirroredStrategy::Aggregator final : public GradientAggregator {
  public:
   // comm: the replica's rank for ring/tree all-reduce; nullptr: reduction to one buffer, inline.
   Aggregator(MirroredStrategy& strategy, int replica, comm::Communicator* comm)
       : strategy_(strategy), replica_(replica), comm_(comm) {}
 
+  void expect_apply(GradientApplier& applier, const std::vector<Variable>& sources) override {
+    if (!inline_reduce()) return;  // ring and tree reduce on their own threads: nothing to update early
+    // Every replica announces (Model::fit's step), so the slots are made once while all of them wait.
+    if (!applier.prepared(sources)) strategy_.merge_call(replica_, [&] { applier.prepare(sources); });
+    expected_applier_ = &applier;
+    expected_ids_ = ids_of(sources);
+  }
+
   void begin_gradients(const std::vector<Variable>& sources) override {
-    std::vector<uint64_t> ids;
-    ids.reserve(sources.size());
-    for (const Variable& v : sources) ids.push_back(v.id());
+    std::vector<uint64_t> ids = ids_of(sources);
+    const bool announced = expected_applier_ != nullptr && ids == expected_ids_;
+    GradientApplier* applier = announced ? expected_applier_ : nullptr;
+    expected_applier_ = nullptr;
+    expected_ids_.clear();
     auto [it, inserted] = plans_.try_emplace(std::move(ids));
     if (inserted) make_plan(it->second, sources);
     call_ = &it->second;
-    if (inline_reduce() && call_->shared == nullptr)
-      call_->shared = &strategy_.shared_plan(it->first, replica_, call_->buckets);
-    ++call_->step;
-    call_->pending = call_->members;
-    call_->next_launch = 0;
-    call_->works.assign(call_->buckets.size(), nullptr);
-    call_->local.assign(sources.size(), nullptr);
-    call_->defined.assign(sources.size(), false);
+    Plan& p = *call_;
+    if (inline_reduce() && p.shared == nullptr) p.shared = &strategy_.shared_plan(it->first, [&] { return shared_plan(p, sources); });
+    ++p.step;
+    p.pending = p.members;
+    p.next_launch = 0;
+    p.works.assign(p.buckets.size(), nullptr);
+    p.local.assign(sources.size(), nullptr);
+    p.defined.assign(sources.size(), false);
+    p.announced = announced;
+    if (inline_reduce()) {
+      // The previous step of this plan is over for every replica (this one waited for all its buckets).
+      SharedPlan& sh = *p.shared;
+      sh.appliers[static_cast<size_t>(replica_)] = applier;
+      for (Tensor& t : sh.held[static_cast<size_t>(replica_)]) t = Tensor();
+    }
   }
 
   void gradient_ready(size_t index, const Tensor& grad) override {
     Plan& p = *call_;
     const int b = p.bucket_of[index];
     if (b < 0) return;
-    float* dst = p.buckets[static_cast<size_t>(b)].data<float>() + p.offset[index];
     const int64_t n = p.numel[index];
+    const float* part = nullptr;
     if (grad.defined()) {
       STRATA_CHECK(grad.dtype() == DType::kFloat32 && grad.numel() == n, InvalidArgument,
                    strategy_.name() << ": gradient " << index << " is " << dtype_name(grad.dtype()) << grad.shape_str()
                                     << "; its variable has " << n << " float32 elements");
-      std::memcpy(dst, grad.data<float>(), static_cast<size_t>(n) * sizeof(float));
       p.local[index] = grad.data<float>();
       p.defined[index] = true;
-    } else {
+      if (p.announced) {
+        p.shared->held[static_cast<size_t>(replica_)][index] = grad;  // read in place by the bucket's summer
+        part = grad.data<float>();
+      } else {
+        float* dst = p.buckets[static_cast<size_t>(b)].data<float>() + p.offset[index];
+        std::memcpy(dst, grad.data<float>(), static_cast<size_t>(n) * sizeof(float));
+        part = dst;
+      }
+    } else if (!inline_reduce()) {
+      float* dst = p.buckets[static_cast<size_t>(b)].data<float>() + p.offset[index];
       std::fill(dst, dst + n, 0.0f);
     }
+    if (inline_reduce()) p.shared->parts[static_cast<size_t>(replica_)][index] = part;
     --p.pending[static_cast<size_t>(b)];
     while (p.next_launch < p.buckets.size() && p.pending[p.next_launch] == 0) {
       if (inline_reduce()) {
@@ -130,6 +175,7 @@ class MirroredStrategy::Aggregator final : public GradientAggregator {
     }
     Plan* p = matching_call(grads, vars);
     if (p == nullptr) {  // not the gradients the tape just reported (or no tape): reduce them now
+      expected_applier_ = nullptr;
       begin_gradients(vars);
       for (size_t i = 0; i < grads.size(); ++i) gradient_ready(i, grads[i]);
       end_gradients(grads);
@@ -139,18 +185,30 @@ class MirroredStrategy::Aggregator final : public GradientAggregator {
     for (auto& w : p->works) {
       if (w) w->wait();
     }
-    if (inline_reduce()) wait_for_sums(*p);
+    if (inline_reduce()) {
+      wait_for_sums(*p);
+      // Every replica announced, so the summers already updated every variable: only the count is left.
+      if (!p->buckets.empty() && p->shared->updated[0]) {
+        finish_step(applier);
+        return;
+      }
+    }
     const std::vector<Tensor>& sums = inline_reduce() ? p->shared->results : p->buckets;
     std::vector<Tensor> reduced(vars.size());
     for (size_t i = 0; i < vars.size(); ++i) {
-      if (!p->defined[i]) continue;
+      const bool defined = inline_reduce() ? p->shared->any_defined[i] != 0 : p->defined[i];
+      if (!defined || p->bucket_of[i] < 0) continue;
       reduced[i] = sums[static_cast<size_t>(p->bucket_of[i])]
                        .slice(p->offset[i], p->offset[i] + p->numel[i])
                        .reshape(vars[i].shape());
     }
-    if (!applier.prepared(vars)) strategy_.merge_call(replica_, [&] { applier.prepare(vars); });
-    applier.update(reduced, vars, replica_);
-    finish_step(applier);
+    // The last replica to get here updates every copy (with all the cores) while the others wait, so
+    // that no replica reads its copy while it changes.
+    strategy_.merge_call(replica_, [&] {
+      if (!applier.prepared(vars)) applier.prepare(vars);
+      applier.update(reduced, vars);
+      applier.finish();
+    });
   }
 
  private:
@@ -165,6 +223,7 @@ class MirroredStrategy::Aggregator final : public GradientAggregator {
     std::vector<std::shared_ptr<comm::Work>> works;
     std::vector<const float*> local;  // the reported gradients' data, to match apply_gradients' arguments
     std::vector<bool> defined;
+    bool announced = false;  // Optimizer::minimize's call: gradients are read in place, not copied
     // Inline reduction: the buckets all replicas share, and this replica's count of calls of this plan.
     SharedPlan* shared = nullptr;
     uint64_t step = 0;
@@ -172,9 +231,21 @@ class MirroredStrategy::Aggregator final : public GradientAggregator {
 
   bool inline_reduce() const { return comm_ == nullptr; }
 
-  // The last replica to finish its update ends the step (counts it), and nobody waits for it: a barrier
-  // here cost every step a wake-up. No replica can read the count too early: its next update first
-  // waits for the next step's sums, which need the last replica's next gradients, made after this.
+  // The plan every replica shares, from this replica's (all replicas plan the same sources alike).
+  std::unique_ptr<SharedPlan> shared_plan(const Plan& p, const std::vector<Variable>& sources) const {
+    std::vector<std::vector<size_t>> members(p.buckets.size());
+    for (size_t i = 0; i < sources.size(); ++i) {
+      if (p.bucket_of[i] >= 0) members[static_cast<size_t>(p.bucket_of[i])].push_back(i);
+    }
+    std::vector<int64_t> sizes;
+    for (const Tensor& b : p.buckets) sizes.push_back(b.numel());
+    return std::make_unique<SharedPlan>(strategy_.num_replicas_in_sync(), sources, std::move(members), p.offset,
+                                        sizes);
+  }
+
+  // A step whose variables were updated during backward ends when the last replica gets here (it
+  // counts the step), and nobody waits for it: a barrier here cost every step a wake-up. No replica
+  // can read the count too early: its next update needs the last replica's next gradients, made after.
   void finish_step(GradientApplier& applier) {
     const int n = strategy_.num_replicas_in_sync();
     if (strategy_.finished_updates_.fetch_add(1, std::memory_order_acq_rel) + 1 < n) return;
@@ -182,27 +253,55 @@ class MirroredStrategy::Aggregator final : public GradientAggregator {
     applier.finish();
   }
 
-  // This replica has filled bucket k; the last of the replicas to do so sums them all, here and now.
+  // This replica has filled bucket k; the last of the replicas to do so reduces it, here and now: it
+  // updates the bucket's variables if every replica announced an elementwise optimizer, else sums.
   void arrive(Plan& p, size_t k) {
     SharedPlan& sh = *p.shared;
-    if (sh.arrived[k].fetch_add(1, std::memory_order_acq_rel) + 1 < strategy_.num_replicas_in_sync()) return;
+    const size_t replicas = sh.parts.size();
+    if (sh.arrived[k].fetch_add(1, std::memory_order_acq_rel) + 1 < static_cast<int>(replicas)) return;
     sh.arrived[k].store(0, std::memory_order_relaxed);
-    float* dst = sh.results[k].data<float>();
-    const int64_t n = sh.results[k].numel();
-    // Replica order, as the ring's: ((b0 + b1) + b2) + ...; the first two in one pass over dst.
-    const float* first = sh.locals[0][k];
-    if (sh.locals.size() == 1) {
-      std::copy(first, first + n, dst);
-    } else {
-      const float* second = sh.locals[1][k];
-      for (int64_t e = 0; e < n; ++e) dst[e] = first[e] + second[e];
+    GradientApplier* applier = sh.appliers[static_cast<size_t>(replica_)];
+    bool update = applier != nullptr && applier->elementwise();
+    for (GradientApplier* a : sh.appliers) update = update && a != nullptr;
+    std::vector<const float*> parts(replicas);
+    for (size_t i : sh.bucket_sources[k]) {
+      bool any = false;
+      for (size_t r = 0; r < replicas; ++r) {
+        parts[r] = sh.parts[r][i];
+        any = any || parts[r] != nullptr;
+      }
+      sh.any_defined[i] = any ? 1 : 0;
+      if (update) {
+        if (any) applier->update_summed(sh.sources[i], parts);
+      } else {
+        sum_parts(parts, sh.results[k].data<float>() + sh.offset[i], sh.sources[i].component(0).numel());
+      }
     }
-    for (size_t r = 2; r < sh.locals.size(); ++r) {
-      const float* src = sh.locals[r][k];
-      for (int64_t e = 0; e < n; ++e) dst[e] += src[e];
-    }
+    sh.updated[k] = update ? 1 : 0;
     sh.ready[k].store(p.step, std::memory_order_release);
     sh.ready[k].notify_all();
+  }
+
+  // dst = parts[0] + parts[1] + ... in replica order, as the ring's ((p0 + p1) + p2) + ...; null parts
+  // are zeros (adding them changes nothing, so they are skipped).
+  static void sum_parts(const std::vector<const float*>& parts, float* dst, int64_t n) {
+    std::vector<const float*> present;
+    for (const float* p : parts) {
+      if (p != nullptr) present.push_back(p);
+    }
+    if (present.empty()) {
+      std::fill(dst, dst + n, 0.0f);
+    } else if (present.size() == 1) {
+      std::copy(present[0], present[0] + n, dst);
+    } else {
+      const float* first = present[0];
+      const float* second = present[1];
+      for (int64_t e = 0; e < n; ++e) dst[e] = first[e] + second[e];
+    }
+    for (size_t r = 2; r < present.size(); ++r) {
+      const float* src = present[r];
+      for (int64_t e = 0; e < n; ++e) dst[e] += src[e];
+    }
   }
 
   void wait_for_sums(const Plan& p) {
@@ -268,6 +367,9 @@ class MirroredStrategy::Aggregator final : public GradientAggregator {
   std::map<std::vector<uint64_t>, Plan> plans_;
   Plan* call_ = nullptr;  // the tape call in progress
   Plan* last_ = nullptr;  // the last finished tape call, until apply_gradients consumes it
+  // Announced by expect_apply for the next tape call.
+  GradientApplier* expected_applier_ = nullptr;
+  std::vector<uint64_t> expected_ids_;
 };
 
 // ---- MirroredStrategy

@@ -16,6 +16,19 @@ namespace {
 
 // Elements per parallel chunk; smaller variables update inline on the calling thread.
 constexpr int64_t kGrain = 1 << 15;
+// Elements updated at a time before they are copied to a mirrored variable's other components (or
+// summed from replicas' gradients), so that the copy and the update read them from cache.
+constexpr int64_t kSpan = 4096;
+
+// Runs fn(begin, end) over [0, n): split over parallel_for when large, else inline.
+template <typename Fn>
+void for_grains(int64_t n, const Fn& fn) {
+  if (n < 2 * kGrain || num_threads() == 1) {
+    fn(int64_t{0}, n);
+    return;
+  }
+  parallel_for(0, n, kGrain, fn);
+}
 
 double sum_of_squares(const Tensor& t) {
   const float* p = t.data<float>();
@@ -64,11 +77,28 @@ std::vector<std::string> Optimizer::slot_names() const {
 std::vector<Tensor>& Optimizer::slots_of(const Variable& var) {
   auto [it, inserted] = slots_.try_emplace(var.id());
   if (inserted) {
-    for (int c = 0; c < var.num_components(); ++c) {
-      for (const SlotSpec& s : slot_specs_) it->second.push_back(Tensor::full(var.shape(), s.initial_value));
-    }
+    for (const SlotSpec& s : slot_specs_) it->second.push_back(Tensor::full(var.shape(), s.initial_value));
   }
   return it->second;
+}
+
+struct Optimizer::Target {
+  std::vector<float*> components;  // component 0 is updated; the others receive copies
+  std::array<float*, kMaxSlots> slots{};
+  int64_t numel = 0;
+};
+
+Optimizer::Target Optimizer::target_of(const Variable& var) {
+  const auto found = slots_.find(var.id());
+  STRATA_CHECK(found != slots_.end(), Error, name() << ": no slots for variable '" << var.name() << "'");
+  Target t;
+  for (int c = 0; c < var.num_components(); ++c) {
+    Tensor value = var.component(c);  // shares the variable's storage
+    t.components.push_back(value.data<float>());
+  }
+  for (size_t s = 0; s < slot_specs_.size(); ++s) t.slots[s] = found->second[s].data<float>();
+  t.numel = var.component(0).numel();
+  return t;
 }
 
 void Optimizer::build(const std::vector<Variable>& vars) {
@@ -93,8 +123,12 @@ class Optimizer::Applier final : public GradientApplier {
     return true;
   }
   void prepare(const std::vector<Variable>& vars) override { optimizer_.build(vars); }
-  void update(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, int component) override {
-    optimizer_.update_component(grads, vars, component);
+  void update(const std::vector<Tensor>& grads, const std::vector<Variable>& vars) override {
+    optimizer_.update_all(grads, vars);
+  }
+  bool elementwise() const override { return !optimizer_.config_.clipnorm && !optimizer_.config_.global_clipnorm; }
+  void update_summed(const Variable& var, const std::vector<const float*>& parts) override {
+    optimizer_.update_summed(var, parts);
   }
   void finish() override { ++optimizer_.iterations_; }
 
@@ -111,16 +145,25 @@ void Optimizer::apply_gradients(const std::vector<std::pair<Tensor, Variable>>& 
     grads.push_back(g);
     vars.push_back(v);
   }
-  apply(grads, vars);
+  Applier applier(*this);
+  apply(grads, vars, applier);
 }
 
 void Optimizer::apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars) {
   STRATA_CHECK(grads.size() == vars.size(), InvalidArgument,
                name() << ".apply_gradients: " << grads.size() << " gradients for " << vars.size() << " variables");
-  apply(grads, vars);
+  Applier applier(*this);
+  apply(grads, vars, applier);
 }
 
-void Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Variable>& vars) {
+void Optimizer::minimize(const Variable& loss, const std::vector<Variable>& vars, GradientTape& tape,
+                         UnconnectedGradients unconnected) {
+  Applier applier(*this);
+  if (GradientAggregator* aggregator = current_gradient_aggregator()) aggregator->expect_apply(applier, vars);
+  apply(tape.gradient(loss, vars, unconnected), vars, applier);
+}
+
+void Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, Applier& applier) {
   bool any = false;
   for (size_t i = 0; i < grads.size(); ++i) {
     const Tensor& g = grads[i];
@@ -139,25 +182,41 @@ void Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Variab
   }
   STRATA_CHECK(any, InvalidArgument, name() << ".apply_gradients: no gradients provided for any variable");
 
-  Applier applier(*this);
   if (GradientAggregator* aggregator = current_gradient_aggregator()) {
     aggregator->apply_gradients(grads, vars, applier);
     return;
   }
-  // Not on a replica: update every component (all of a mirrored variable's copies) here.
+  // Not on a replica: the update (of every component of a mirrored variable) runs here.
   applier.prepare(vars);
-  int components = 1;
-  for (const Variable& v : vars) components = std::max(components, v.num_components());
-  for (int c = 0; c < components; ++c) applier.update(grads, vars, c);
+  applier.update(grads, vars);
   applier.finish();
 }
 
-void Optimizer::update_component(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, int component) {
+Optimizer::StepContext Optimizer::step_context() const {
   StepContext ctx;
   ctx.lr = learning_rate();
   ctx.step = iterations_ + 1;
   ctx.clip_value = config_.clipvalue.value_or(std::numeric_limits<float>::infinity());
   ctx.decay = config_.weight_decay ? *config_.weight_decay * ctx.lr : 0.0f;
+  return ctx;
+}
+
+void Optimizer::update_span(const Target& t, const float* grad, int64_t begin, int64_t end,
+                            const StepContext& c) const {
+  const size_t num_slots = slot_specs_.size();
+  const int64_t span = t.components.size() == 1 ? end - begin : kSpan;  // one component: nothing to copy
+  for (int64_t b = begin; b < end; b += span) {
+    const int64_t e = std::min(end, b + span);
+    std::array<float*, kMaxSlots> slots{};
+    for (size_t s = 0; s < num_slots; ++s) slots[s] = t.slots[s] + b;
+    update(t.components[0] + b, grad + (b - begin), slots, e - b, c);
+    for (size_t k = 1; k < t.components.size(); ++k)
+      std::copy(t.components[0] + b, t.components[0] + e, t.components[k] + b);
+  }
+}
+
+void Optimizer::update_all(const std::vector<Tensor>& grads, const std::vector<Variable>& vars) {
+  StepContext ctx = step_context();
   if (config_.global_clipnorm) {
     double s = 0;
     for (const Tensor& g : grads) {
@@ -166,33 +225,49 @@ void Optimizer::update_component(const std::vector<Tensor>& grads, const std::ve
     const double norm = std::sqrt(s), clip = *config_.global_clipnorm;
     ctx.grad_scale = static_cast<float>(clip / std::max(norm, clip));
   }
-  const size_t num_slots = slot_specs_.size();
   for (size_t i = 0; i < grads.size(); ++i) {
     const Tensor& g = grads[i];
-    if (!g.defined() || component >= vars[i].num_components()) continue;
+    if (!g.defined()) continue;
     StepContext c = ctx;
     if (config_.clipnorm) {
       const double norm = std::sqrt(sum_of_squares(g)), clip = *config_.clipnorm;
       c.grad_scale = static_cast<float>(clip / std::max(norm, clip));
     }
-    Tensor value = vars[i].component(component);  // shares the variable's storage
-    float* var = value.data<float>();
+    const Target target = target_of(vars[i]);
     const float* grad = g.data<float>();
-    const auto found = slots_.find(vars[i].id());
-    STRATA_CHECK(found != slots_.end(), Error, name() << ": no slots for variable '" << vars[i].name() << "'");
-    std::array<float*, kMaxSlots> base{};
-    for (size_t s = 0; s < num_slots; ++s) base[s] = found->second[component * num_slots + s].data<float>();
-    const int64_t n = g.numel();
-    if (n < 2 * kGrain || num_threads() == 1) {
-      update(var, grad, base, n, c);
-      continue;
-    }
-    parallel_for(0, n, kGrain, [&](int64_t begin, int64_t end) {
-      std::array<float*, kMaxSlots> chunk{};
-      for (size_t s = 0; s < num_slots; ++s) chunk[s] = base[s] + begin;
-      update(var + begin, grad + begin, chunk, end - begin, c);
-    });
+    for_grains(target.numel, [&](int64_t begin, int64_t end) { update_span(target, grad + begin, begin, end, c); });
   }
+}
+
+void Optimizer::update_summed(const Variable& var, const std::vector<const float*>& parts) {
+  STRATA_CHECK(!config_.clipnorm && !config_.global_clipnorm, Error,
+               name() << ": a gradient clipped by norm cannot be applied one variable at a time");
+  std::vector<const float*> present;
+  for (const float* p : parts) {
+    if (p != nullptr) present.push_back(p);  // adding zeros changes nothing
+  }
+  STRATA_CHECK(!present.empty(), Error, name() << ": no gradient part for variable '" << var.name() << "'");
+  const Target target = target_of(var);
+  const StepContext ctx = step_context();
+  if (present.size() == 1) {
+    for_grains(target.numel,
+               [&](int64_t begin, int64_t end) { update_span(target, present[0] + begin, begin, end, ctx); });
+    return;
+  }
+  for_grains(target.numel, [&](int64_t begin, int64_t end) {
+    alignas(64) float sum[kSpan];
+    for (int64_t b = begin; b < end; b += kSpan) {
+      const int64_t n = std::min(end - b, kSpan);
+      const float* first = present[0] + b;
+      const float* second = present[1] + b;
+      for (int64_t e = 0; e < n; ++e) sum[e] = first[e] + second[e];
+      for (size_t p = 2; p < present.size(); ++p) {
+        const float* src = present[p] + b;
+        for (int64_t e = 0; e < n; ++e) sum[e] += src[e];
+      }
+      update_span(target, sum, b, b + n, ctx);
+    }
+  });
 }
 
 std::vector<std::pair<std::string, Tensor>> Optimizer::state(const std::vector<Variable>& vars) const {
@@ -246,10 +321,8 @@ void Optimizer::load_state(const std::vector<std::pair<std::string, Tensor>>& st
   }
   size_t k = 0;
   for (const Variable& v : vars) {
-    std::vector<Tensor>& slots = slots_of(v);  // every component gets the saved slots
-    for (size_t c = 0; c < slots.size(); c += slot_specs_.size()) {
-      for (size_t s = 0; s < slot_specs_.size(); ++s) slots[c + s].copy_(*slot_values[k + s]);
-    }
+    std::vector<Tensor>& slots = slots_of(v);
+    for (size_t s = 0; s < slot_specs_.size(); ++s) slots[s].copy_(*slot_values[k + s]);
     k += slot_specs_.size();
   }
   iterations_ = it.item<int64_t>();

@@ -205,12 +205,12 @@ double Model::train_step(const data::Element& batch) {
   if (empty_batch(batch)) {
     // A replica that got no rows of an uneven last batch still takes part: zero gradients, reduced as usual.
     GradientTape tape;
-    optimizer_->apply_gradients(tape.gradient(Variable(Tensor::scalar(0.0f)), vars, UnconnectedGradients::kZero), vars);
+    optimizer_->minimize(Variable(Tensor::scalar(0.0f)), vars, tape, UnconnectedGradients::kZero);
     return 0;
   }
   GradientTape tape;
   const StepResult step = forward_and_loss(batch, /*training=*/true);
-  optimizer_->apply_gradients(tape.gradient(step.loss, vars), vars);
+  optimizer_->minimize(step.loss, vars, tape);
   return update_trackers(batch, step);
 }
 

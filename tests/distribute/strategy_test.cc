@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <map>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -181,16 +182,32 @@ TEST(StrategyTest, ComputeAverageLossDividesByTheGlobalBatch) {
   EXPECT_FLOAT_EQ(losses[1].second, 3.0f);
 }
 
-// An applier that only records calls, to drive the aggregator without an optimizer.
+// An applier that only records calls (one shared by the replicas, as an optimizer is), to drive the
+// aggregator without an optimizer.
 struct CountingApplier final : GradientApplier {
   bool prepared(const std::vector<Variable>&) const override { return true; }
   void prepare(const std::vector<Variable>&) override {}
-  void update(const std::vector<Tensor>& grads, const std::vector<Variable>&, int) override { seen = grads; }
-  void finish() override {}
+  void update(const std::vector<Tensor>& grads, const std::vector<Variable>&) override {
+    seen = grads;
+    ++updates;
+  }
+  bool elementwise() const override { return true; }
+  void update_summed(const Variable& var, const std::vector<const float*>& parts) override {
+    std::vector<float> total(static_cast<size_t>(var.component(0).numel()), 0.0f);
+    for (const float* p : parts) {
+      for (size_t e = 0; p != nullptr && e < total.size(); ++e) total[e] += p[e];
+    }
+    std::lock_guard<std::mutex> lock(mutex);  // buckets may be summed on different replicas at once
+    summed[var.name()].push_back(total);
+  }
+  void finish() override { ++finishes; }
   std::vector<Tensor> seen;
+  int updates = 0, finishes = 0;
+  std::mutex mutex;
+  std::map<std::string, std::vector<std::vector<float>>> summed;
 };
 
-TEST(StrategyTest, GradientsAreSummedAcrossReplicasThroughTheTape) {
+TEST(StrategyTest, GradientsAreSummedAcrossReplicasThroughTheTapeAndUpdatedOnce) {
   auto strategy = MirroredStrategy::cpu_replicas(2, {.cross_device_ops = {.bucket_bytes = 8}});  // a bucket per variable
   Variable a, b;
   {
@@ -198,20 +215,50 @@ TEST(StrategyTest, GradientsAreSummedAcrossReplicasThroughTheTape) {
     a = make_variable(Tensor::full({2}, 1.0), {.name = "a"});
     b = make_variable(Tensor::full({3}, 1.0), {.name = "b"});
   }
-  const auto sums = strategy->run([&] {
+  CountingApplier applier;
+  strategy->run([&] {
     const float r = static_cast<float>(get_replica_context()->replica_id_in_sync_group() + 1);
     GradientTape tape;
     Variable loss = sum(affine(a, r)) + sum(affine(b, 2 * r));
     const auto grads = tape.gradient(loss, {a, b});
     EXPECT_EQ(values(grads[0])[0], r);  // the tape returns this replica's own gradients
-    CountingApplier applier;
     current_gradient_aggregator()->apply_gradients(grads, {a, b}, applier);
-    return std::make_pair(values(applier.seen[0]), values(applier.seen[1]));
   });
-  for (const auto& [ga, gb] : sums) {
-    EXPECT_EQ(ga, (std::vector<float>{3, 3}));     // 1 + 2
-    EXPECT_EQ(gb, (std::vector<float>{6, 6, 6}));  // 2 + 4
+  EXPECT_EQ(applier.updates, 1);  // one update writes every replica's copy
+  EXPECT_EQ(applier.finishes, 1);
+  EXPECT_TRUE(applier.summed.empty());  // apply_gradients was not announced: nothing ran during backward
+  EXPECT_EQ(values(applier.seen[0]), (std::vector<float>{3, 3}));     // 1 + 2
+  EXPECT_EQ(values(applier.seen[1]), (std::vector<float>{6, 6, 6}));  // 2 + 4
+}
+
+TEST(StrategyTest, AnnouncedGradientsUpdateEachVariableOnceAsItsBucketIsSummed) {
+  auto strategy = MirroredStrategy::cpu_replicas(3, {.cross_device_ops = {.bucket_bytes = 8}});
+  Variable a, b, unused;
+  {
+    auto scope = strategy->scope();
+    a = make_variable(Tensor::full({2}, 1.0), {.name = "a"});
+    b = make_variable(Tensor::full({3}, 1.0), {.name = "b"});
+    unused = make_variable(Tensor::full({1}, 1.0), {.name = "unused"});
   }
+  CountingApplier applier;
+  for (int step = 0; step < 2; ++step) {
+    strategy->run([&] {
+      const int id = get_replica_context()->replica_id_in_sync_group();
+      const float r = static_cast<float>(id + 1);
+      current_gradient_aggregator()->expect_apply(applier, {a, b, unused});
+      GradientTape tape;
+      // Replica 2 gives `a` no gradient: it counts as zeros in the sum.
+      Variable loss = id == 2 ? sum(affine(b, 2 * r)) : sum(affine(a, r)) + sum(affine(b, 2 * r));
+      const auto grads = tape.gradient(loss, {a, b, unused});
+      EXPECT_EQ(applier.updates, 0);
+      current_gradient_aggregator()->apply_gradients(grads, {a, b, unused}, applier);
+    });
+  }
+  EXPECT_EQ(applier.updates, 0);  // every variable was updated as its bucket was summed
+  EXPECT_EQ(applier.finishes, 2);
+  EXPECT_EQ(applier.summed["a"], (std::vector<std::vector<float>>(2, {3, 3})));          // 1 + 2 + nothing
+  EXPECT_EQ(applier.summed["b"], (std::vector<std::vector<float>>(2, {12, 12, 12})));  // 2 + 4 + 6
+  EXPECT_EQ(applier.summed.count("unused"), 0u);  // no replica has a gradient: not updated (as in Keras)
 }
 
 TEST(StrategyTest, AFailingReplicaStopsTheOthersAndRunRethrowsItsError) {

@@ -5,11 +5,14 @@
 //   auto two = distribute::MirroredStrategy::cpu_replicas(2);     // the same
 //   distribute::CentralStorageStrategy central({"/cpu:0", "/cpu:1"});
 //
-// MirroredStrategy keeps one copy of every variable per replica. Each replica's gradients are gathered
+// MirroredStrategy keeps one copy of every variable per replica. Each replica's gradients are grouped
 // into buckets of about `bucket_bytes` in reverse variable order (the order backward produces them);
-// a bucket's all-reduce (sum) starts on the communicator's thread as soon as backward has produced all
-// of it, while backward goes on; apply_gradients waits for the buckets, then every replica applies the
-// same update to its own copy, so the copies stay bit-identical. CentralStorageStrategy keeps one copy
+// a bucket's sum starts as soon as every replica's backward has produced all of it, while backward
+// goes on: with reduction_to_one_device on the last replica to produce it, with ring or tree on the
+// communicator's threads. The update runs once per step and writes every replica's copy, so the
+// copies stay bit-identical: inside Optimizer::minimize (Model::fit) the replica that sums a bucket
+// also updates its variables at once, during backward; after a plain apply_gradients the last replica
+// to call it updates everything while the others wait. CentralStorageStrategy keeps one copy
 // on the host: replicas compute on it, their gradients are summed once, the update runs once (with all
 // the cores) while the replicas wait, and they read the new values in place.
 //
@@ -20,6 +23,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <memory>
@@ -82,14 +86,15 @@ class MirroredStrategy final : public Strategy {
  private:
   class Aggregator;
   struct SharedPlan;
-  SharedPlan& shared_plan(const std::vector<uint64_t>& ids, int replica, const std::vector<Tensor>& local_buckets);
+  // The plan all replicas share for the sources `ids`, made by `make` on first use.
+  SharedPlan& shared_plan(const std::vector<uint64_t>& ids, const std::function<std::unique_ptr<SharedPlan>()>& make);
   MirroredOptions options_;
   std::vector<std::shared_ptr<comm::Communicator>> comms_;  // ring and tree; none for reduction to one device
   std::vector<std::unique_ptr<Aggregator>> aggregators_;
   std::mutex shared_plans_mutex_;
   std::map<std::vector<uint64_t>, std::unique_ptr<SharedPlan>> shared_plans_;
   std::atomic<bool> aborted_{false};
-  std::atomic<int> finished_updates_{0};  // replicas done updating this step (see Aggregator::finish_step)
+  std::atomic<int> finished_updates_{0};  // replicas done with a step updated during backward (finish_step)
 };
 
 class CentralStorageStrategy final : public Strategy {

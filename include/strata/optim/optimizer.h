@@ -16,11 +16,14 @@
 // scalar); load_state restores them. Variable names must be unique among `vars` (unnamed variables
 // are called "variable_<index>").
 //
+// minimize(loss, vars, tape) is tape.gradient then apply_gradients (Keras's minimize). On a replica it
+// also tells the strategy first that the gradients go to this optimizer unchanged, so MirroredStrategy
+// can update each variable as soon as its gradient is summed, during backward (Model::fit uses it).
+//
 // Distribution: on a replica thread (a strategy's GradientAggregator installed, see strata/aggregation.h)
 // apply_gradients hands the gradients to the aggregator, which reduces them across replicas and runs
-// this optimizer's update where the variables live: once for variables stored once, or on every replica
-// for its own component of a mirrored variable. Each component has its own slots; state() saves
-// component 0's (mirrored components are equal) and load_state writes every component.
+// this optimizer's update once per step: it writes every component of a mirrored variable (the copies
+// stay equal), so each variable has one set of slots whatever the number of replicas.
 //
 // Thread-safety: not synchronised. One thread at a time may call the non-const methods, except that
 // the replicas of a strategy may call apply_gradients together (the aggregator orders the shared parts).
@@ -38,6 +41,7 @@
 #include <vector>
 
 #include "strata/aggregation.h"
+#include "strata/gradient_tape.h"
 #include "strata/optim/schedules.h"
 #include "strata/variable.h"
 
@@ -68,6 +72,9 @@ class Optimizer {
   // their variables.
   void apply_gradients(const std::vector<std::pair<Tensor, Variable>>& grads_and_vars);
   void apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars);
+  // tape.gradient(loss, vars, unconnected), then apply_gradients (see above).
+  void minimize(const Variable& loss, const std::vector<Variable>& vars, GradientTape& tape,
+                UnconnectedGradients unconnected = UnconnectedGradients::kNone);
   // Makes the slots of `vars` now (apply_gradients does it on first sight).
   void build(const std::vector<Variable>& vars);
 
@@ -87,7 +94,7 @@ class Optimizer {
   // Restores what state(vars) returned. Checks everything before changing anything: throws
   // InvalidArgument naming a missing or unexpected name, or a slot whose shape or dtype differs.
   void load_state(const std::vector<std::pair<std::string, Tensor>>& state, const std::vector<Variable>& vars);
-  // The slot tensor of `var` (creating it; component 0), for tests and tools.
+  // The slot tensor of `var` (creating it), for tests and tools.
   Tensor slot(const Variable& var, const std::string& slot_name);
 
   virtual std::string name() const = 0;
@@ -117,11 +124,20 @@ class Optimizer {
 
  private:
   class Applier;  // this optimizer as a GradientApplier
-  // The slots of every component of `var` (component c's at [c * slots, (c + 1) * slots)), made on first sight.
+  struct Target;   // one variable's components and slots, as raw pointers
+  // The slots of `var` (one tensor per SlotSpec), made on first sight.
   std::vector<Tensor>& slots_of(const Variable& var);
-  void apply(const std::vector<Tensor>& grads, const std::vector<Variable>& vars);
-  // The update of one component of each variable at this step (iterations() is not advanced).
-  void update_component(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, int component);
+  Target target_of(const Variable& var);
+  void apply(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, Applier& applier);
+  // The context of this step's update before clipping by norm.
+  StepContext step_context() const;
+  // This step's update of every component of each variable (iterations() is not advanced).
+  void update_all(const std::vector<Tensor>& grads, const std::vector<Variable>& vars);
+  // This step's update of every component of `var` with the in-order sum of `parts` (null: zeros).
+  void update_summed(const Variable& var, const std::vector<const float*>& parts);
+  // The update rule on elements [begin, end) of target's component 0 (grad points at element begin's
+  // gradient), then copied to its other components.
+  void update_span(const Target& target, const float* grad, int64_t begin, int64_t end, const StepContext& c) const;
 
   OptimizerConfig config_;
   std::vector<SlotSpec> slot_specs_;
