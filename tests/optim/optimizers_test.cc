@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "strata/gradient_tape.h"
+#include "strata/ops.h"
 #include "strata/threading.h"
 #include "test_util.h"
 
@@ -246,6 +248,26 @@ TEST(OptimizersTest, ParallelUpdateEqualsSerial) {
     return w.value().to_vector<float>();
   };
   EXPECT_EQ(run(1), run(2));
+}
+
+// The update of a variable with several components (a mirrored variable) writes every copy, with one
+// set of slots; minimize is tape.gradient + apply_gradients.
+TEST(OptimizersTest, MirroredComponentsAreUpdatedTogetherAndMinimizeEqualsApply) {
+  const int64_t n = 10000;  // more than one span of the update (copied to the other copies span by span)
+  const Tensor w0 = test::random_tensor({n}, 3), x = test::random_tensor({n}, 4);
+  Variable mirrored = make_distributed_variable({w0.clone(), w0.clone(), w0.clone()}, {.name = "w"}, /*owner=*/ 1);
+  Variable single(w0.clone(), true, "w");
+  optim::Adam a({.learning_rate = 0.01}), b({.learning_rate = 0.01});
+  for (int step = 0; step < 3; ++step) {
+    GradientTape ta, tb;
+    a.minimize(sum(mul(mirrored, Variable(x))), {mirrored}, ta);
+    b.apply_gradients(tb.gradient(sum(mul(single, Variable(x))), {single}), {single});
+  }
+  for (int c = 0; c < 3; ++c) EXPECT_EQ(mirrored.component(c).to_vector<float>(), single.value().to_vector<float>());
+  EXPECT_EQ(a.iterations(), 3);
+  const auto state = a.state({mirrored});
+  ASSERT_EQ(state.size(), 3u);  // m, v, iterations: one set of slots for the three copies
+  EXPECT_EQ(state[0].second.to_vector<float>(), b.slot(single, "m").to_vector<float>());
 }
 
 TEST(OptimizersTest, CloneAndLookup) {
