@@ -12,9 +12,12 @@
 // With every format plain oneDNN falls back to its gemm convolution (2-3x slower), and blocked
 // activations cost reorders of whole feature maps. Two exceptions, both for convolutions with few
 // input channels (an image net's first layer):
-//  - weight gradients with C <= 3: oneDNN's NHWC kernel barely uses a second thread there, so dy is
-//    reordered to a blocked layout (2.5x faster at 2 threads, the same at 1). (An im2col + sgemm
-//    weight gradient was tried too: 20% faster at C=1 stride 1, slower everywhere else.)
+//  - weight gradients with C <= 3 on more than one thread: oneDNN's NHWC kernel barely uses a second
+//    thread there, so dy is reordered to a blocked layout (2.5x faster at 2 threads when measured
+//    first, 1.2x in a later run). On one thread the two take the same time alone, but the reorder is
+//    a whole feature map more memory traffic: with two MirroredStrategy replicas of one thread each
+//    running side by side, NHWC trained the CNN bench 3-10% faster in 6 runs out of 6. (An im2col +
+//    sgemm weight gradient was tried too: 20% faster at C=1 stride 1, slower everywhere else.)
 //  - input gradients with C <= 4: every oneDNN kernel is slow (1.8-4 ms for the N=64 28x28x1->32
 //    case), so strata computes dx itself as one sgemm, planes[kh*kw*C, pixels] = w[kh*kw*C, F] .
 //    dy[pixels, F]^T, and a col2im that adds each plane into dx shifted by its tap: 5-6x faster at
@@ -306,9 +309,10 @@ Conv2DWeightGrads conv2d_backward_weights(const Tensor& x, const Tensor& dy, con
     if (with_bias) grads.db = dy.numel() == 0 ? Tensor::zeros({g.f}) : kernels::sum(dy, {0, 1, 2});
     return grads;
   }
-  auto entry = cpu::cached<BackwardWeightsEntry>(conv_key(op, g, p, with_bias), [&] {
+  const bool blocked_dy = g.c <= kBlockedWeightGradMaxChannels && num_threads() > 1;
+  auto entry = cpu::cached<BackwardWeightsEntry>(conv_key(op, g, p, with_bias) << static_cast<int64_t>(blocked_dy), [&] {
     return cpu::dnnl_call(op, [&] {
-      const tag activations = g.c <= kBlockedWeightGradMaxChannels ? tag::any : tag::nhwc;
+      const tag activations = blocked_dy ? tag::any : tag::nhwc;
       const ConvDescs d = conv_descs(g, p, with_bias, tag::any, activations);
       const auto hint = forward_pd(d);
       dnnl::convolution_backward_weights::primitive_desc pd(
