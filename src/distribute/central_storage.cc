@@ -6,6 +6,7 @@
 #include <unordered_map>
 
 #include "distribute/devices.h"
+#include "distribute/sum_in_order.h"
 #include "strata/distribute/strategies.h"
 #include "strata/threading.h"
 
@@ -52,13 +53,8 @@ class CentralStorageStrategy::Aggregator final : public GradientAggregator {
       Tensor& sum = shared.sums[vars[i].id()];
       if (!sum.defined() || sum.shape() != vars[i].shape()) sum = Tensor::empty(vars[i].shape());
       float* dst = sum.data<float>();
-      parallel_for(0, sum.numel(), 1 << 14, [&](int64_t begin, int64_t end) {
-        std::copy(parts[0] + begin, parts[0] + end, dst + begin);
-        for (size_t p = 1; p < parts.size(); ++p) {
-          const float* src = parts[p];
-          for (int64_t k = begin; k < end; ++k) dst[k] += src[k];
-        }
-      });
+      parallel_for(0, sum.numel(), 1 << 14,
+                   [&](int64_t begin, int64_t end) { detail::sum_in_order(parts, dst, begin, end); });
       out[i] = sum;
     }
     for (auto& g : shared.grads) g.clear();

@@ -12,6 +12,7 @@
 #include <mutex>
 
 #include "distribute/devices.h"
+#include "distribute/sum_in_order.h"
 #include "strata/distribute/strategies.h"
 
 namespace strata::distribute {
@@ -106,7 +107,8 @@ class MirroredStrategy::Aggregator final : public GradientAggregator {
     if (inserted) make_plan(it->second, sources);
     call_ = &it->second;
     Plan& p = *call_;
-    if (inline_reduce() && p.shared == nullptr) p.shared = &strategy_.shared_plan(it->first, [&] { return shared_plan(p, sources); });
+    if (inline_reduce() && p.shared == nullptr)
+      p.shared = &strategy_.shared_plan(it->first, [&] { return make_shared_plan(p, sources); });
     ++p.step;
     p.pending = p.members;
     p.next_launch = 0;
@@ -232,7 +234,7 @@ class MirroredStrategy::Aggregator final : public GradientAggregator {
   bool inline_reduce() const { return comm_ == nullptr; }
 
   // The plan every replica shares, from this replica's (all replicas plan the same sources alike).
-  std::unique_ptr<SharedPlan> shared_plan(const Plan& p, const std::vector<Variable>& sources) const {
+  std::unique_ptr<SharedPlan> make_shared_plan(const Plan& p, const std::vector<Variable>& sources) const {
     std::vector<std::vector<size_t>> members(p.buckets.size());
     for (size_t i = 0; i < sources.size(); ++i) {
       if (p.bucket_of[i] >= 0) members[static_cast<size_t>(p.bucket_of[i])].push_back(i);
@@ -274,34 +276,13 @@ class MirroredStrategy::Aggregator final : public GradientAggregator {
       if (update) {
         if (any) applier->update_summed(sh.sources[i], parts);
       } else {
-        sum_parts(parts, sh.results[k].data<float>() + sh.offset[i], sh.sources[i].component(0).numel());
+        float* dst = sh.results[k].data<float>() + sh.offset[i];
+        detail::sum_in_order(parts, dst, 0, sh.sources[i].component(0).numel());
       }
     }
     sh.updated[k] = update ? 1 : 0;
     sh.ready[k].store(p.step, std::memory_order_release);
     sh.ready[k].notify_all();
-  }
-
-  // dst = parts[0] + parts[1] + ... in replica order, as the ring's ((p0 + p1) + p2) + ...; null parts
-  // are zeros (adding them changes nothing, so they are skipped).
-  static void sum_parts(const std::vector<const float*>& parts, float* dst, int64_t n) {
-    std::vector<const float*> present;
-    for (const float* p : parts) {
-      if (p != nullptr) present.push_back(p);
-    }
-    if (present.empty()) {
-      std::fill(dst, dst + n, 0.0f);
-    } else if (present.size() == 1) {
-      std::copy(present[0], present[0] + n, dst);
-    } else {
-      const float* first = present[0];
-      const float* second = present[1];
-      for (int64_t e = 0; e < n; ++e) dst[e] = first[e] + second[e];
-    }
-    for (size_t r = 2; r < present.size(); ++r) {
-      const float* src = present[r];
-      for (int64_t e = 0; e < n; ++e) dst[e] += src[e];
-    }
   }
 
   void wait_for_sums(const Plan& p) {

@@ -256,8 +256,9 @@ TEST(StrategyTest, AnnouncedGradientsUpdateEachVariableOnceAsItsBucketIsSummed) 
   }
   EXPECT_EQ(applier.updates, 0);  // every variable was updated as its bucket was summed
   EXPECT_EQ(applier.finishes, 2);
-  EXPECT_EQ(applier.summed["a"], (std::vector<std::vector<float>>(2, {3, 3})));          // 1 + 2 + nothing
-  EXPECT_EQ(applier.summed["b"], (std::vector<std::vector<float>>(2, {12, 12, 12})));  // 2 + 4 + 6
+  using Steps = std::vector<std::vector<float>>;
+  EXPECT_EQ(applier.summed["a"], Steps(2, {3, 3}));         // 1 + 2 + nothing
+  EXPECT_EQ(applier.summed["b"], Steps(2, {12, 12, 12}));  // 2 + 4 + 6
   EXPECT_EQ(applier.summed.count("unused"), 0u);  // no replica has a gradient: not updated (as in Keras)
 }
 

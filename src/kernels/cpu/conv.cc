@@ -310,7 +310,9 @@ Conv2DWeightGrads conv2d_backward_weights(const Tensor& x, const Tensor& dy, con
     return grads;
   }
   const bool blocked_dy = g.c <= kBlockedWeightGradMaxChannels && num_threads() > 1;
-  auto entry = cpu::cached<BackwardWeightsEntry>(conv_key(op, g, p, with_bias) << static_cast<int64_t>(blocked_dy), [&] {
+  CacheKey key = conv_key(op, g, p, with_bias);
+  key << static_cast<int64_t>(blocked_dy);
+  auto entry = cpu::cached<BackwardWeightsEntry>(key, [&] {
     return cpu::dnnl_call(op, [&] {
       const tag activations = blocked_dy ? tag::any : tag::nhwc;
       const ConvDescs d = conv_descs(g, p, with_bias, tag::any, activations);
