@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <unordered_map>
 
+#include "autograd/sum_in_order.h"
 #include "distribute/devices.h"
-#include "distribute/sum_in_order.h"
 #include "strata/distribute/strategies.h"
 #include "strata/threading.h"
 
@@ -53,8 +53,9 @@ class CentralStorageStrategy::Aggregator final : public GradientAggregator {
       Tensor& sum = shared.sums[vars[i].id()];
       if (!sum.defined() || sum.shape() != vars[i].shape()) sum = Tensor::empty(vars[i].shape());
       float* dst = sum.data<float>();
-      parallel_for(0, sum.numel(), 1 << 14,
-                   [&](int64_t begin, int64_t end) { detail::sum_in_order(parts, dst, begin, end); });
+      parallel_for(0, sum.numel(), 1 << 14, [&](int64_t begin, int64_t end) {
+        strata::detail::sum_in_order(parts, begin, end - begin, dst + begin);
+      });
       out[i] = sum;
     }
     for (auto& g : shared.grads) g.clear();

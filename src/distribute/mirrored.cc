@@ -11,8 +11,8 @@
 #include <map>
 #include <mutex>
 
+#include "autograd/sum_in_order.h"
 #include "distribute/devices.h"
-#include "distribute/sum_in_order.h"
 #include "strata/distribute/strategies.h"
 
 namespace strata::distribute {
@@ -277,7 +277,7 @@ class MirroredStrategy::Aggregator final : public GradientAggregator {
         if (any) applier->update_summed(sh.sources[i], parts);
       } else {
         float* dst = sh.results[k].data<float>() + sh.offset[i];
-        detail::sum_in_order(parts, dst, 0, sh.sources[i].component(0).numel());
+        strata::detail::sum_in_order(parts, 0, sh.sources[i].component(0).numel(), dst);
       }
     }
     sh.updated[k] = update ? 1 : 0;

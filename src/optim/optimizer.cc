@@ -8,6 +8,7 @@
 #include <limits>
 #include <set>
 
+#include "autograd/sum_in_order.h"
 #include "strata/threading.h"
 
 namespace strata::optim {
@@ -242,29 +243,20 @@ void Optimizer::update_all(const std::vector<Tensor>& grads, const std::vector<V
 void Optimizer::update_summed(const Variable& var, const std::vector<const float*>& parts) {
   STRATA_CHECK(!config_.clipnorm && !config_.global_clipnorm, Error,
                name() << ": a gradient clipped by norm cannot be applied one variable at a time");
-  std::vector<const float*> present;
-  for (const float* p : parts) {
-    if (p != nullptr) present.push_back(p);  // adding zeros changes nothing
-  }
-  STRATA_CHECK(!present.empty(), Error, name() << ": no gradient part for variable '" << var.name() << "'");
+  const auto present = std::count_if(parts.begin(), parts.end(), [](const float* p) { return p != nullptr; });
+  STRATA_CHECK(present > 0, Error, name() << ": no gradient part for variable '" << var.name() << "'");
   const Target target = target_of(var);
   const StepContext ctx = step_context();
-  if (present.size() == 1) {
-    for_grains(target.numel,
-               [&](int64_t begin, int64_t end) { update_span(target, present[0] + begin, begin, end, ctx); });
+  if (present == 1) {  // nothing to add: update from that part in place
+    const float* only = *std::find_if(parts.begin(), parts.end(), [](const float* p) { return p != nullptr; });
+    for_grains(target.numel, [&](int64_t begin, int64_t end) { update_span(target, only + begin, begin, end, ctx); });
     return;
   }
   for_grains(target.numel, [&](int64_t begin, int64_t end) {
     alignas(64) float sum[kSpan];
     for (int64_t b = begin; b < end; b += kSpan) {
       const int64_t n = std::min(end - b, kSpan);
-      const float* first = present[0] + b;
-      const float* second = present[1] + b;
-      for (int64_t e = 0; e < n; ++e) sum[e] = first[e] + second[e];
-      for (size_t p = 2; p < present.size(); ++p) {
-        const float* src = present[p] + b;
-        for (int64_t e = 0; e < n; ++e) sum[e] += src[e];
-      }
+      strata::detail::sum_in_order(parts, b, n, sum);
       update_span(target, sum, b, b + n, ctx);
     }
   });
