@@ -7,8 +7,9 @@
 //
 //   data_bench --threads 2 [--shards DIR] [--epochs 3] [--only raw|pipeline]
 //
-// The shards are written once (4 GZIP files of the 60000 training images, `strata data convert`'s
-// schema) from /usr/share/datasets/fashion-mnist unless --shards names a directory holding them.
+// The shards are written once (4 GZIP files of the 60000 training images, with `strata data convert`'s
+// schema and zlib settings: data::image_shard_writer) from /usr/share/datasets/fashion-mnist unless
+// --shards names a directory holding them.
 // Threads: the raw limit inflates one file per thread; the pipeline reads `threads` files at once
 // (num_parallel_reads), with map/shuffle/batch on the calling thread (1 thread: all on the caller).
 // Thread-safety: a single-threaded driver.
@@ -28,9 +29,9 @@
 
 #include "strata/data/convert.h"
 #include "strata/data/dataset.h"
-#include "strata/data/example.h"
 #include "strata/data/tfrecord.h"
 #include "strata/data/tfrecord_dataset.h"
+#include "strata/data/tfrecord_shards.h"
 #include "strata/threading.h"
 
 namespace {
@@ -40,32 +41,23 @@ namespace fs = std::filesystem;
 
 double now_s() { return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count(); }
 
+// The shards `strata data convert --shards N --compression gzip` writes (its default zlib settings),
+// written once into `dir`.
 std::vector<std::string> ensure_shards(const std::string& dir, const std::string& idx_dir, int shards) {
   std::vector<std::string> files;
   for (int s = 0; s < shards; ++s)
-    files.push_back(
-        (fs::path(dir) / ("train-0000" + std::to_string(s) + "-of-0000" + std::to_string(shards) + ".tfrecord.gz"))
-            .string());
+    files.push_back((fs::path(dir) / data::shard_file_name("train", s, shards, data::Compression::kGzip)).string());
   bool all = true;
   for (const auto& f : files) all = all && fs::exists(f);
   if (all) return files;
+  const std::string tmp = dir + ".tmp";
+  fs::remove_all(tmp);
+  const auto written = data::write_idx_shards(
+      idx_dir, data::Split::kTrain, tmp,
+      {.shards = shards, .writer = data::image_shard_writer(data::Compression::kGzip)});
   fs::create_directories(dir);
-  auto it = data::Dataset::from_idx(idx_dir, data::Split::kTrain).make_iterator();
-  const int64_t total = 60000;
-  int64_t i = 0;
-  for (int s = 0; s < shards; ++s) {
-    data::TFRecordWriter w(files[static_cast<size_t>(s)] + ".tmp", data::Compression::kGzip);
-    for (; i < total * (s + 1) / shards; ++i) {
-      auto e = it.next();
-      const Tensor& image = (*e)["image"];
-      data::Example ex;
-      ex.set_bytes("image", std::string_view(static_cast<const char*>(image.raw_data()), image.nbytes()))
-          .set_int64s("label", {(*e)["label"].item<int64_t>()});
-      w.write(ex.serialize());
-    }
-    w.close();
-    fs::rename(files[static_cast<size_t>(s)] + ".tmp", files[static_cast<size_t>(s)]);
-  }
+  for (size_t s = 0; s < files.size(); ++s) fs::rename(written.paths[s], files[s]);
+  fs::remove_all(tmp);
   return files;
 }
 
@@ -170,7 +162,8 @@ std::pair<double, int64_t> pipeline_epoch(const std::vector<std::string>& files,
 int main(int argc, char** argv) {
   int threads = 1, epochs = 3;
   std::string only;  // "raw" or "pipeline": time one side only (for profiling)
-  std::string shards_dir = (fs::temp_directory_path() / "strata_data_bench").string();
+  // (a new name when the writer settings change, so old shards are not timed by mistake)
+  std::string shards_dir = (fs::temp_directory_path() / "strata_data_bench_convert").string();
   std::string idx_dir = "/usr/share/datasets/fashion-mnist";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];

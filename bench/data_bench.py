@@ -2,7 +2,8 @@
 """strata's Fashion-MNIST TFRecord GZIP input pipeline against two raw inflate limits and PyTorch's DataLoader.
 
 Runs the C++ program bench/data_bench (built from data_bench.cc), which times, at 1 and 2 threads:
-  raw_inflate     zlib inflating the 4 GZIP shard files of the 60000 training records into memory
+  raw_inflate     zlib inflating the 4 GZIP shard files of the 60000 training records (written with
+                  `strata data convert`'s zlib settings: level 9, filtered) into memory
                   (one file per thread at a time, a 1 MiB output buffer): the issue's limit for these bytes;
   raw_libdeflate  libdeflate inflating each whole shard file in one call (read whole, then inflated into
                   one buffer): the limit of the decoder strata's reader now uses (files up to 256 MiB are

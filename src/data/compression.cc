@@ -269,21 +269,37 @@ void ByteReader::seek(uint64_t offset) {
 
 // ---- writing
 
+static_assert(Z_DEFAULT_STRATEGY == static_cast<int>(CompressionStrategy::kDefault) &&
+                  Z_FILTERED == static_cast<int>(CompressionStrategy::kFiltered) &&
+                  Z_HUFFMAN_ONLY == static_cast<int>(CompressionStrategy::kHuffmanOnly) &&
+                  Z_RLE == static_cast<int>(CompressionStrategy::kRle) &&
+                  Z_FIXED == static_cast<int>(CompressionStrategy::kFixed),
+              "CompressionStrategy follows zlib's numbering (TensorFlow passes it to zlib as is)");
+
 struct ByteWriter::Deflater {
   z_stream z{};
   ~Deflater() { deflateEnd(&z); }
 };
 
-ByteWriter::ByteWriter(std::string path, Compression compression, int level)
+ByteWriter::ByteWriter(std::string path, Compression compression, DeflateSettings deflate)
     : path_(std::move(path)), compression_(compression) {
+  if (compression_ != Compression::kNone) {
+    STRATA_CHECK(deflate.level >= -1 && deflate.level <= 9, InvalidArgument,
+                 "compression level " << deflate.level << " for " << path_ << " is out of zlib's range -1..9");
+    STRATA_CHECK(deflate.mem_level >= 1 && deflate.mem_level <= 9, InvalidArgument,
+                 "mem_level " << deflate.mem_level << " for " << path_ << " is out of zlib's range 1..9");
+    STRATA_CHECK(deflate.strategy >= Z_DEFAULT_STRATEGY && deflate.strategy <= Z_FIXED, InvalidArgument,
+                 "compression strategy " << deflate.strategy << " for " << path_ << " is not one of zlib's 0..4");
+  }
   file_ = std::fopen(path_.c_str(), "wb");
   STRATA_CHECK(file_, IoError, "cannot create " << path_ << ": " << std::strerror(errno));
   in_.reserve(256 << 10);
   if (compression_ != Compression::kNone) {
     deflater_ = std::make_unique<Deflater>();
     const int window = compression_ == Compression::kGzip ? 16 + MAX_WBITS : MAX_WBITS;
-    STRATA_CHECK(deflateInit2(&deflater_->z, level, Z_DEFLATED, window, 8, Z_DEFAULT_STRATEGY) == Z_OK, InvalidArgument,
-                 "zlib deflateInit2 failed for " << path_ << " (level " << level << ")");
+    STRATA_CHECK(deflateInit2(&deflater_->z, deflate.level, Z_DEFLATED, window, deflate.mem_level, deflate.strategy) ==
+                     Z_OK,
+                 InvalidArgument, "zlib deflateInit2 failed for " << path_ << " (level " << deflate.level << ")");
     out_.resize(256 << 10);
   }
 }

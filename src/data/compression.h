@@ -86,10 +86,19 @@ class ByteReader {
   std::unique_ptr<Inflater> inflater_;
 };
 
+// zlib's deflateInit2 parameters: level -1..9, mem_level 1..9, strategy Z_DEFAULT_STRATEGY..Z_FIXED
+// (0..4, CompressionStrategy's order).
+struct DeflateSettings {
+  int level = -1;
+  int mem_level = 9;
+  int strategy = 0;
+};
+
 class ByteWriter {
  public:
-  // Creates (truncates) `path`; throws IoError naming it when it cannot. `level` is zlib's -1..9.
-  ByteWriter(std::string path, Compression compression, int level = -1);
+  // Creates (truncates) `path`; throws IoError naming it when it cannot, InvalidArgument naming the
+  // setting when one is out of zlib's range (before the file is created).
+  ByteWriter(std::string path, Compression compression, DeflateSettings deflate = {});
   ~ByteWriter();  // closes; errors are swallowed here, so call close() to see them
   ByteWriter(const ByteWriter&) = delete;
   ByteWriter& operator=(const ByteWriter&) = delete;

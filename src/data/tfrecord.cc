@@ -36,10 +36,34 @@ const char* compression_name(Compression c) {
 
 Compression detect_compression(const std::string& path) { return detail::sniff_compression(path); }
 
+namespace {
+constexpr const char* kStrategyNames[] = {"default", "filtered", "huffman_only", "rle", "fixed"};
+}  // namespace
+
+CompressionStrategy parse_compression_strategy(std::string_view name) {
+  std::string s(name);
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  for (int i = 0; i < 5; ++i)
+    if (s == kStrategyNames[i]) return static_cast<CompressionStrategy>(i);
+  STRATA_THROW(InvalidArgument, "unknown compression strategy '"
+                                    << name << "' (want default, filtered, huffman_only, rle or fixed)");
+}
+
+const char* compression_strategy_name(CompressionStrategy s) {
+  const auto i = static_cast<size_t>(s);
+  return i < 5 ? kStrategyNames[i] : "?";
+}
+
 // ---- writer
 
 TFRecordWriter::TFRecordWriter(const std::string& path, Compression compression, int level)
-    : out_(std::make_unique<detail::ByteWriter>(path, compression, level)) {}
+    : TFRecordWriter(path, TFRecordWriterOptions{.compression = compression, .compression_level = level}) {}
+TFRecordWriter::TFRecordWriter(const std::string& path, const TFRecordWriterOptions& options)
+    : out_(std::make_unique<detail::ByteWriter>(
+          path, options.compression,
+          detail::DeflateSettings{.level = options.compression_level,
+                                  .mem_level = options.mem_level,
+                                  .strategy = static_cast<int>(options.compression_strategy)})) {}
 TFRecordWriter::~TFRecordWriter() = default;
 TFRecordWriter::TFRecordWriter(TFRecordWriter&&) noexcept = default;
 TFRecordWriter& TFRecordWriter::operator=(TFRecordWriter&&) noexcept = default;

@@ -133,6 +133,38 @@ TEST_F(DataCommandTest, InspectFindsCorruptRecordsAndFails) {
   EXPECT_NE(last_output_.find("records: 9"), std::string::npos) << last_output_;
 }
 
+TEST_F(DataCommandTest, CompressionFlagsReachTheWriter) {
+  // The defaults (level 9, filtered) and two other settings each give a different file with the same records.
+  run("data convert --from idx " + p("idx") + " --to tfrecord " + p("d") + " --split train --compression gzip");
+  run("data convert --from idx " + p("idx") + " --to tfrecord " + p("h") +
+      " --split train --compression gzip --compression-strategy huffman_only");
+  run("data convert --from idx " + p("idx") + " --to tfrecord " + p("s") +
+      " --split train --compression gzip --compression-level 0");
+  auto bytes_of = [&](const std::string& dir) {
+    std::ifstream in(p(dir + "/train-00000-of-00001.tfrecord.gz"), std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  auto records_of = [&](const std::string& dir) {
+    data::TFRecordReader r(p(dir + "/train-00000-of-00001.tfrecord.gz"), {.compression = data::Compression::kGzip});
+    std::vector<std::string> out;
+    std::string rec;
+    while (r.read(&rec)) out.push_back(rec);
+    return out;
+  };
+  EXPECT_EQ(records_of("d").size(), 10u);
+  EXPECT_EQ(records_of("h"), records_of("d"));
+  EXPECT_EQ(records_of("s"), records_of("d"));
+  EXPECT_NE(bytes_of("h"), bytes_of("d"));
+  EXPECT_GT(bytes_of("s").size(), bytes_of("d").size());
+
+  EXPECT_THROW(run("data convert --from idx " + p("idx") + " --to tfrecord " + p("x") + " --compression gzip "
+                   "--compression-strategy lz4"),
+               InvalidArgument);
+  EXPECT_THROW(run("data convert --from idx " + p("idx") + " --to tfrecord " + p("x") + " --compression gzip "
+                   "--compression-level 10"),
+               InvalidArgument);
+}
+
 TEST_F(DataCommandTest, BadArgumentsAreClearErrors) {
   EXPECT_THROW(run("data convert --from csv " + p("idx") + " --to tfrecord " + p("tf")), InvalidArgument);
   EXPECT_THROW(run("data convert --from idx " + p("idx") + " --to tfrecord " + p("tf") + " --compression lz4"),

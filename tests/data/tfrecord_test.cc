@@ -104,6 +104,77 @@ TEST_F(TFRecordTest, RoundTripEveryCompression) {
   }
 }
 
+TEST_F(TFRecordTest, WriterOptionsEveryStrategyLevelAndMemLevelRoundTrip) {
+  const auto records = sample_records();
+  for (Compression c : {Compression::kGzip, Compression::kZlib})
+    for (int strategy = 0; strategy <= 4; ++strategy)
+      for (int level : {-1, 0, 1, 9})
+        for (int mem_level : {1, 9}) {
+          const TFRecordWriterOptions o{.compression = c,
+                                        .compression_level = level,
+                                        .mem_level = mem_level,
+                                        .compression_strategy = static_cast<CompressionStrategy>(strategy)};
+          SCOPED_TRACE(std::string(compression_name(c)) + " " + compression_strategy_name(o.compression_strategy) +
+                       " level " + std::to_string(level) + " mem_level " + std::to_string(mem_level));
+          const std::string p = path("opts");
+          TFRecordWriter w(p, o);
+          for (const auto& r : records) w.write(r);
+          w.close();
+          ASSERT_EQ(read_all(p, {.compression = c}), records);
+        }
+}
+
+TEST_F(TFRecordTest, WriterOptionsChangeTheCompressedBytes) {
+  // Image-like rows: runs of zeros with short repeats, what the strategies treat differently.
+  std::string rows;
+  for (int i = 0; i < 20000; ++i) rows.push_back(static_cast<char>(i % 28 < 10 ? 0 : (i * 37 / 11) % 7));
+  auto size_with = [&](TFRecordWriterOptions o) {
+    o.compression = Compression::kGzip;
+    TFRecordWriter w(path("size"), o);
+    w.write(rows);
+    w.close();
+    EXPECT_EQ(read_all(path("size"), {.compression = Compression::kGzip}), std::vector<std::string>{rows});
+    return file_bytes(path("size"));
+  };
+  const std::string by_default = size_with({});
+  EXPECT_GT(size_with({.compression_level = 0}).size(), rows.size());  // stored blocks
+  EXPECT_GT(size_with({.compression_strategy = CompressionStrategy::kHuffmanOnly}).size(), by_default.size());
+  EXPECT_NE(size_with({.compression_strategy = CompressionStrategy::kFiltered}), by_default);
+  EXPECT_NE(size_with({.compression_strategy = CompressionStrategy::kRle}), by_default);
+  EXPECT_NE(size_with({.compression_strategy = CompressionStrategy::kFixed}), by_default);
+  // The level given to the old constructor still reaches zlib.
+  TFRecordWriter stored(path("stored"), Compression::kGzip, 0);
+  stored.write(rows);
+  stored.close();
+  EXPECT_GT(file_bytes(path("stored")).size(), rows.size());
+}
+
+TEST_F(TFRecordTest, WriterOptionsOutOfRangeAreClearErrorsBeforeTheFileIsMade) {
+  const std::string p = path("never");
+  auto message = [&](TFRecordWriterOptions o) {
+    o.compression = Compression::kGzip;
+    return test::message_of<InvalidArgument>([&] { TFRecordWriter w(p, o); });
+  };
+  EXPECT_NE(message({.compression_level = 10}).find("compression level 10"), std::string::npos);
+  EXPECT_NE(message({.compression_level = -2}).find("compression level -2"), std::string::npos);
+  EXPECT_NE(message({.mem_level = 0}).find("mem_level 0"), std::string::npos);
+  EXPECT_NE(message({.mem_level = 10}).find("mem_level 10"), std::string::npos);
+  EXPECT_NE(message({.compression_strategy = static_cast<CompressionStrategy>(5)}).find("compression strategy 5"),
+            std::string::npos);
+  EXPECT_FALSE(std::filesystem::exists(p));
+  // Without compression the zlib settings are not used, so they are not checked either.
+  TFRecordWriter plain(p, TFRecordWriterOptions{.compression_level = 42});
+  plain.close();
+
+  EXPECT_EQ(parse_compression_strategy("FILTERED"), CompressionStrategy::kFiltered);
+  for (int s = 0; s <= 4; ++s) {
+    const auto strategy = static_cast<CompressionStrategy>(s);
+    EXPECT_EQ(parse_compression_strategy(compression_strategy_name(strategy)), strategy);
+  }
+  EXPECT_NE(test::message_of<InvalidArgument>([] { parse_compression_strategy("lz4"); }).find("'lz4'"),
+            std::string::npos);
+}
+
 TEST_F(TFRecordTest, GzipIsAStandardGzipStream) {
   TFRecordWriter w(path("a.gz"), Compression::kGzip);
   w.write("hello");
