@@ -2,15 +2,25 @@
 // the images/s of one steady-state epoch (after a warm-up epoch) as JSON. bench/distribute_bench.py runs it
 // for MirroredStrategy and OneDeviceStrategy beside the same training in PyTorch.
 //
-//   distribute_bench --strategy one_device|mirrored|central_storage --replicas N --threads T
+//   distribute_bench --strategy one_device|mirrored|central_storage|independent --replicas N --threads T
 //                    [--batch 128] [--epochs 1] [--data DIR] [--cross-device-ops ring] [--bucket-kb K]
 //                    [--steps-per-execution S]
 //
 // --batch is the global batch; --threads the cores in all (one_device: its intra-op threads; the others:
 // split evenly over the replicas).
+//
+// --strategy independent is no strategy but this machine's ceiling for one: N trainers in threads of one
+// process, each with threads/N cores, its own model and its own half (1/N) of the data at batch/N, that
+// never communicate or wait for each other. No synchronous strategy with N replicas can beat their
+// combined images/s, since it does the same work plus the all-reduce and the lock-step.
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <memory>
+#include <optional>
 #include <string>
+#include <thread>
+#include <vector>
 
 #include "strata/data/convert.h"
 #include "strata/data/dataset.h"
@@ -41,6 +51,62 @@ int main(int argc, char** argv) {
     else if (flag == "--bucket-kb") bucket_kb = std::stoll(argv[i + 1]);
     else if (flag == "--steps-per-execution") steps_per_execution = std::stoll(argv[i + 1]);
   }
+  auto make_model = [] {
+    return Sequential(std::vector<nn::LayerRef>{nn::Conv2D(32, 3, "relu"), nn::MaxPool2D(2), nn::Flatten(),
+                                                nn::Dense(64, "relu"), nn::Dense(10)});
+  };
+  // Batches of `batch_size` from `split` (shard `index` of `shards`), scaled to [0, 1].
+  auto prep = [&](data::Split split, bool shuffle, int64_t batch_size, int64_t shards = 1, int64_t index = 0) {
+    data::Dataset ds = data::Dataset::from_idx(dir, split);
+    if (shards > 1) ds = ds.shard(shards, index);
+    if (shuffle) ds = ds.shuffle(60000, static_cast<uint64_t>(index));
+    return ds.batch(batch_size)
+        .map([](const data::Element& e) { return data::Element({data::to_float(e[0], 1.0f / 255.0f), e[1]}); })
+        .prefetch(data::kAutotune);
+  };
+  // Epoch 1 warms up (oneDNN primitives, allocator, gradient buckets); the figure is the epochs after it.
+  struct EpochTimer : Callback {
+    std::chrono::steady_clock::time_point start;
+    double seconds = 0;
+    void on_epoch_begin(int64_t epoch, const Logs&) override {
+      if (epoch == 1) start = std::chrono::steady_clock::now();
+    }
+    void on_train_end(const Logs&) override {
+      seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
+  };
+
+  if (strategy_name == "independent") {
+    if (replicas < 1 || batch % replicas != 0) {
+      std::fprintf(stderr, "distribute_bench: --batch %lld must split evenly over --replicas %d\n",
+                   static_cast<long long>(batch), replicas);
+      return 2;
+    }
+    std::vector<double> images_per_s(static_cast<size_t>(replicas));
+    std::vector<std::thread> trainers;
+    for (int r = 0; r < replicas; ++r)
+      trainers.emplace_back([&, r] {
+        set_num_threads(std::max(1, threads / replicas));
+        manual_seed(0);
+        Sequential model = make_model();
+        model.build_for({batch / replicas, 28, 28, 1});
+        model.compile(losses::SparseCategoricalCrossentropy({.from_logits = true}), optim::Adam(), {"accuracy"});
+        const data::Dataset train = prep(data::Split::kTrain, true, batch / replicas, replicas, r);
+        auto timer = std::make_shared<EpochTimer>();
+        model.fit(train, {.epochs = epochs + 1, .callbacks = {timer}, .verbose = 0});
+        images_per_s[static_cast<size_t>(r)] = 60000.0 / replicas * static_cast<double>(epochs) / timer->seconds;
+      });
+    double total = 0;
+    for (size_t r = 0; r < trainers.size(); ++r) {
+      trainers[r].join();
+      total += images_per_s[r];
+    }
+    std::printf("{\"strategy\": \"independent\", \"replicas\": %d, \"threads\": %d, \"batch\": %lld, "
+                "\"images_per_s\": %.1f}\n",
+                replicas, threads, static_cast<long long>(batch), total);
+    return 0;
+  }
+
   set_num_threads(threads);
   manual_seed(0);
   std::unique_ptr<distribute::Strategy> strategy;
@@ -54,30 +120,11 @@ int main(int argc, char** argv) {
   std::optional<Sequential> model;
   {
     auto scope = strategy->scope();
-    model.emplace(std::vector<nn::LayerRef>{nn::Conv2D(32, 3, "relu"), nn::MaxPool2D(2), nn::Flatten(),
-                                            nn::Dense(64, "relu"), nn::Dense(10)});
+    model.emplace(make_model());
     model->build_for({batch, 28, 28, 1});
   }
   model->compile(losses::SparseCategoricalCrossentropy({.from_logits = true}), optim::Adam(), {"accuracy"});
-  auto prep = [&](data::Split split, bool shuffle) {
-    data::Dataset ds = data::Dataset::from_idx(dir, split);
-    if (shuffle) ds = ds.shuffle(60000, 0);
-    return ds.batch(batch)
-        .map([](const data::Element& e) { return data::Element({data::to_float(e[0], 1.0f / 255.0f), e[1]}); })
-        .prefetch(data::kAutotune);
-  };
-  const data::Dataset train = prep(data::Split::kTrain, true), test = prep(data::Split::kTest, false);
-  // Epoch 1 warms up (oneDNN primitives, allocator, gradient buckets); the figure is the epochs after it.
-  struct EpochTimer : Callback {
-    std::chrono::steady_clock::time_point start;
-    double seconds = 0;
-    void on_epoch_begin(int64_t epoch, const Logs&) override {
-      if (epoch == 1) start = std::chrono::steady_clock::now();
-    }
-    void on_train_end(const Logs&) override {
-      seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    }
-  };
+  const data::Dataset train = prep(data::Split::kTrain, true, batch), test = prep(data::Split::kTest, false, batch);
   auto timer = std::make_shared<EpochTimer>();
   const History h = model->fit(
       train, {.epochs = epochs + 1, .callbacks = {timer}, .verbose = 0, .steps_per_execution = steps_per_execution});
