@@ -3,12 +3,9 @@
 // Thread-safety: run from main's thread only.
 #include <algorithm>
 #include <cstdio>
-#include <filesystem>
-#include <iomanip>
 #include <iostream>
 #include <map>
 #include <memory>
-#include <sstream>
 
 #include "cli/commands.h"
 #include "strata/data/dataset.h"
@@ -20,7 +17,6 @@
 namespace strata::cli {
 namespace {
 
-namespace fs = std::filesystem;
 using data::Compression;
 
 struct ConvertArgs {
@@ -40,8 +36,6 @@ void run_convert(const ConvertArgs& a) {
   STRATA_CHECK(a.to.size() == 2 && a.to[0] == "tfrecord", InvalidArgument,
                "data convert: --to wants `tfrecord OUTDIR` (the only output format), got '" << a.to[0] << "'");
   STRATA_CHECK(a.shards >= 1, InvalidArgument, "data convert: --shards must be >= 1, got " << a.shards);
-  STRATA_CHECK(a.compression_level >= 0 && a.compression_level <= 9, InvalidArgument,
-               "data convert: --compression-level must be 0..9, got " << a.compression_level);
   data::IdxShardOptions options{.shards = a.shards,
                                 .writer = data::image_shard_writer(data::parse_compression(a.compression))};
   options.writer.compression_level = a.compression_level;
