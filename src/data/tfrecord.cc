@@ -1,7 +1,9 @@
 // TFRecord reader and writer (see strata/data/tfrecord.h). Thread-safety: per object.
 #include "strata/data/tfrecord.h"
 
+#include <cctype>
 #include <cstring>
+#include <iterator>
 #include <sstream>
 
 #include "data/compression.h"
@@ -13,9 +15,18 @@ namespace strata::data {
 using detail::crc32c;
 using detail::mask_crc;
 
-Compression parse_compression(std::string_view name) {
+namespace {
+std::string lowercase(std::string_view name) {
   std::string s(name);
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+constexpr const char* kStrategyNames[] = {"default", "filtered", "huffman_only", "rle", "fixed"};
+}  // namespace
+
+Compression parse_compression(std::string_view name) {
+  const std::string s = lowercase(name);
   if (s.empty() || s == "none") return Compression::kNone;
   if (s == "gzip") return Compression::kGzip;
   if (s == "zlib") return Compression::kZlib;
@@ -36,14 +47,9 @@ const char* compression_name(Compression c) {
 
 Compression detect_compression(const std::string& path) { return detail::sniff_compression(path); }
 
-namespace {
-constexpr const char* kStrategyNames[] = {"default", "filtered", "huffman_only", "rle", "fixed"};
-}  // namespace
-
 CompressionStrategy parse_compression_strategy(std::string_view name) {
-  std::string s(name);
-  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  for (int i = 0; i < 5; ++i)
+  const std::string s = lowercase(name);
+  for (size_t i = 0; i < std::size(kStrategyNames); ++i)
     if (s == kStrategyNames[i]) return static_cast<CompressionStrategy>(i);
   STRATA_THROW(InvalidArgument, "unknown compression strategy '"
                                     << name << "' (want default, filtered, huffman_only, rle or fixed)");
@@ -51,7 +57,7 @@ CompressionStrategy parse_compression_strategy(std::string_view name) {
 
 const char* compression_strategy_name(CompressionStrategy s) {
   const auto i = static_cast<size_t>(s);
-  return i < 5 ? kStrategyNames[i] : "?";
+  return i < std::size(kStrategyNames) ? kStrategyNames[i] : "?";
 }
 
 // ---- writer
