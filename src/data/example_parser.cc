@@ -4,6 +4,7 @@
 //   Feature  { 1: BytesList | 2: FloatList | 3: Int64List }, each list { 1: repeated value }
 // with packed (length-delimited) or unpacked repeated numbers, unknown fields skipped, and the last
 // occurrence of a key winning, as protobuf's map parsing does. Thread-safety: parse() is const.
+#include <algorithm>
 #include <cstring>
 #include <sstream>
 
@@ -468,7 +469,53 @@ DType ExampleParser::output_dtype(size_t k) const {
   return s.type == FeatureType::kFloat ? DType::kFloat32 : DType::kInt64;
 }
 
-void ExampleParser::parse_into(std::string_view record, const RecordLocation& where, void* const* dst) const {
+namespace {
+// The values of a numeric list that is exactly one packed run (its tag, its length, the run), or false.
+bool only_packed_run(std::string_view list, std::string_view* run) {
+  Wire w(list);
+  uint32_t field = 0, wire = 0;
+  return w.tag(&field, &wire) && field == 1 && wire == kLen && w.bytes(run) && w.done();
+}
+
+// Decodes `run` as exactly n varints into dst; false when it holds another count or a bad varint.
+bool read_varint_run(std::string_view run, int64_t n, int64_t* dst) {
+  Wire w(run);
+  for (int64_t i = 0; i < n; ++i) {
+    uint64_t v;
+    if (!w.varint(&v)) return false;
+    dst[i] = static_cast<int64_t>(v);
+  }
+  return w.done();
+}
+}  // namespace
+
+bool ExampleParser::parse_as_learned(std::string_view record, ExampleTemplate& t, void* const* dst) const {
+  if (t.parser_ != this || record.size() != t.record_size_) return false;
+  const char* r = record.data();
+  const char* fixed = t.fixed_.data();
+  size_t at = 0;
+  for (const ExampleTemplate::Run& run : t.runs_) {
+    const size_t gap = run.offset - at;
+    if (gap && std::memcmp(r + at, fixed, gap) != 0) return false;
+    fixed += gap;
+    at = run.offset + run.length;
+  }
+  if (at < record.size() && std::memcmp(r + at, fixed, record.size() - at) != 0) return false;
+  for (const ExampleTemplate::Run& run : t.runs_) {
+    if (!run.varints) {
+      if (run.length) std::memcpy(dst[run.feature], r + run.offset, run.length);
+    } else if (!read_varint_run(record.substr(run.offset, run.length), numel_[run.feature],
+                                static_cast<int64_t*>(dst[run.feature]))) {
+      return false;
+    }
+  }
+  ++t.hits_;
+  return true;
+}
+
+void ExampleParser::parse_into(std::string_view record, const RecordLocation& where, void* const* dst,
+                               ExampleTemplate* learned) const {
+  if (learned && parse_as_learned(record, *learned, dst)) return;
   const size_t n = names_.size();
   const FoundFeatures found(names_, record, where);
   // The same checks and messages as parse(); values go to dst[k] instead of a new tensor.
@@ -507,6 +554,34 @@ void ExampleParser::parse_into(std::string_view record, const RecordLocation& wh
     else
       read_numbers(f.list, static_cast<int64_t*>(dst[k]), where);
   }
+  if (!learned) return;
+  // Learn this record's layout: each feature must be one run of values inside the record.
+  ExampleTemplate& t = *learned;
+  t.parser_ = nullptr;
+  t.runs_.clear();
+  for (size_t k = 0; k < n; ++k) {
+    const Found& f = found[k];
+    std::string_view run;
+    if (f.kind <= 0) return;  // a default stands in: not a run of this record
+    if (specs_[k].decode_raw ? !single_bytes(f.list, &run) : !only_packed_run(f.list, &run)) return;
+    t.runs_.push_back({.offset = static_cast<size_t>(run.data() - record.data()),
+                       .length = run.size(),
+                       .feature = k,
+                       .varints = !specs_[k].decode_raw && specs_[k].type == FeatureType::kInt64});
+  }
+  std::sort(t.runs_.begin(), t.runs_.end(), [](const ExampleTemplate::Run& a, const ExampleTemplate::Run& b) {
+    return a.offset != b.offset ? a.offset < b.offset : a.length < b.length;
+  });
+  t.fixed_.clear();
+  size_t at = 0;
+  for (const ExampleTemplate::Run& run : t.runs_) {
+    if (run.offset < at) return;  // overlapping runs cannot happen in a well-formed record; stay unlearned
+    t.fixed_.append(record.substr(at, run.offset - at));
+    at = run.offset + run.length;
+  }
+  t.fixed_.append(record.substr(at));
+  t.record_size_ = record.size();
+  t.parser_ = this;
 }
 
 std::map<std::string, ParsedFeature> ExampleParser::parse(std::string_view record, const RecordLocation& where) const {

@@ -74,7 +74,7 @@ class FileCursor {
     if (!read(&bytes)) return false;
     const RecordLocation where{
         .file = reader_.path(), .index = record_, .offset = static_cast<int64_t>(reader_.last_record_offset())};
-    cfg_.parser->parse_into(bytes, where, reinterpret_cast<void* const*>(dst));
+    cfg_.parser->parse_into(bytes, where, reinterpret_cast<void* const*>(dst), &learned_);
     ++record_;
     return true;
   }
@@ -99,6 +99,7 @@ class FileCursor {
   int64_t record_;
   int64_t corrupt_seen_ = 0;
   std::vector<ParsedFeature> scratch_;
+  ExampleTemplate learned_;  // the layout of the records next_row parsed last
 };
 
 // Where a reader stands: the next record is `record` at `offset` of file `file`.

@@ -1,10 +1,11 @@
 // tf.train.Example: protobuf round trips, wire bytes known from the proto's field numbers, the
 // fast parser against protobuf (packed and unpacked lists), FixedLen/VarLen/defaults/decode_raw, and
-// errors that name the feature and the record.
+// errors that name the feature and the record; parse_into's template for records laid out alike.
 #include "strata/data/example.h"
 
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -147,6 +148,147 @@ TEST(ExampleTest, DefaultsFillMissingFeatures) {
   EXPECT_EQ(out["score"].values.shape(), (Shape{2}));
   EXPECT_EQ(out["name"].bytes, (std::vector<std::string>{"none"}));
   EXPECT_EQ(out["extra"].values.shape(), (Shape{0}));
+}
+
+// parse_into with an ExampleTemplate: records laid out like the last one parsed in full are read by
+// the template (hits() counts them) and give exactly what the full parse gives; anything else (another
+// size, other structure bytes, a value run that does not decode) takes the full path, with its errors.
+struct ParsedRow {
+  uint8_t image[4];
+  int64_t label[2];
+  float weights[3];
+};
+
+ExampleParser row_parser() {
+  return ExampleParser({{"image", RawBytesFeature(DType::kUInt8, {4})},
+                        {"label", FixedLenFeature(FeatureType::kInt64, {2})},
+                        {"weights", FixedLenFeature(FeatureType::kFloat, {3})}});
+}
+
+std::string row_record(std::string image, std::vector<int64_t> label, std::vector<float> weights) {
+  Example ex;
+  ex.set_bytes("image", image).set_int64s("label", std::move(label)).set_floats("weights", std::move(weights));
+  return ex.serialize();
+}
+
+ParsedRow parse_row(const ExampleParser& parser, const std::string& record, ExampleTemplate* learned) {
+  ParsedRow row{};
+  void* dst[] = {row.image, row.label, row.weights};
+  parser.parse_into(record, {.index = 5}, dst, learned);
+  return row;
+}
+
+void expect_same_row(const ParsedRow& a, const ParsedRow& b) {
+  EXPECT_EQ(std::memcmp(a.image, b.image, sizeof a.image), 0);
+  EXPECT_EQ(a.label[0], b.label[0]);
+  EXPECT_EQ(a.label[1], b.label[1]);
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(a.weights[i], b.weights[i]);
+}
+
+TEST(ExampleTest, ParseIntoReadsRecordsLaidOutLikeTheLastByItsTemplate) {
+  const ExampleParser parser = row_parser();
+  ExampleTemplate learned;
+  EXPECT_FALSE(learned.learned());
+
+  const std::string first = row_record("abcd", {1, 2}, {0.5f, 1.5f, 2.5f});
+  const std::string second = row_record(std::string("\x00\xff\x10\x7f", 4), {120, 0}, {-1.0f, 3.0f, 1e30f});
+  ASSERT_EQ(first.size(), second.size());
+  expect_same_row(parse_row(parser, first, &learned), parse_row(parser, first, nullptr));
+  EXPECT_TRUE(learned.learned());
+  EXPECT_EQ(learned.hits(), 0);
+  const ParsedRow by_template = parse_row(parser, second, &learned);
+  EXPECT_EQ(learned.hits(), 1);
+  expect_same_row(by_template, parse_row(parser, second, nullptr));
+  EXPECT_EQ(by_template.label[0], 120);
+  EXPECT_EQ(by_template.weights[2], 1e30f);
+
+  // A label of two varint bytes changes the record's size: parsed in full, then learned.
+  const std::string wider = row_record("wxyz", {300, 7}, {0.0f, 0.0f, 0.0f});
+  ASSERT_NE(wider.size(), first.size());
+  const ParsedRow full = parse_row(parser, wider, &learned);
+  EXPECT_EQ(learned.hits(), 1);
+  EXPECT_EQ(full.label[0], 300);
+  EXPECT_EQ(full.label[1], 7);
+  parse_row(parser, row_record("wxyz", {7, 300}, {1.0f, 1.0f, 1.0f}), &learned);
+  EXPECT_EQ(learned.hits(), 2);
+
+  // The same size and values, but the map entries in another order: the structure bytes differ.
+  auto entry = [](const Example& one) { return one.serialize().substr(2); };  // drop Example's tag and length
+  Example image, label, weights;
+  image.set_bytes("image", "abcd");
+  label.set_int64s("label", {1, 2});
+  weights.set_floats("weights", {0.5f, 1.5f, 2.5f});
+  const std::string features = entry(weights) + entry(image) + entry(label);
+  const std::string reordered = std::string("\x0a", 1) + static_cast<char>(features.size()) + features;
+  ASSERT_EQ(reordered.size(), first.size());
+  parse_row(parser, first, &learned);
+  const int64_t hits = learned.hits();
+  expect_same_row(parse_row(parser, reordered, &learned), parse_row(parser, first, nullptr));
+  EXPECT_EQ(learned.hits(), hits);
+}
+
+TEST(ExampleTest, ParseIntoTemplateKeepsTheFullParsesErrors) {
+  const ExampleParser parser = row_parser();
+  ExampleTemplate learned;
+  const std::string good = row_record("abcd", {1, 2}, {0.5f, 1.5f, 2.5f});
+  parse_row(parser, good, &learned);
+  ASSERT_TRUE(learned.learned());
+  const size_t run = good.find(std::string("\x01\x02", 2));
+  ASSERT_NE(run, std::string::npos);
+
+  // The label run holds one two-byte varint instead of two values: the size and structure bytes match
+  // the template, but the values do not decode to the shape, so the full parse reports it.
+  std::string one_value = good;
+  one_value[run] = '\x81';
+  const std::string msg = message_of<InvalidArgument>([&] { parse_row(parser, one_value, &learned); });
+  EXPECT_EQ(msg, message_of<InvalidArgument>([&] { parse_row(parser, one_value, nullptr); }));
+  EXPECT_NE(msg.find("'label' has 1 values but shape [2] wants 2"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("record 5"), std::string::npos) << msg;
+
+  // The failed record left the template as it was.
+  EXPECT_EQ(learned.hits(), 0);
+  parse_row(parser, row_record("dcba", {9, 8}, {1.0f, 2.0f, 3.0f}), &learned);
+  EXPECT_EQ(learned.hits(), 1);
+
+  // Two values and then a varint cut off at the run's end: malformed, as in the full parse.
+  const std::string wide = row_record("abcd", {1, 200}, {0.5f, 1.5f, 2.5f});  // run 01 c8 01
+  parse_row(parser, wide, &learned);
+  const size_t wide_run = wide.find(std::string("\x01\xc8\x01", 3));
+  ASSERT_NE(wide_run, std::string::npos);
+  std::string cut = wide;
+  cut[wide_run + 1] = '\x01';
+  cut[wide_run + 2] = '\x81';
+  EXPECT_EQ(message_of<DataCorrupt>([&] { parse_row(parser, cut, &learned); }),
+            message_of<DataCorrupt>([&] { parse_row(parser, cut, nullptr); }));
+  EXPECT_EQ(learned.hits(), 1);
+}
+
+TEST(ExampleTest, ParseIntoLearnsOnlyRecordsWhoseFeaturesAreRuns) {
+  // Unpacked numbers are one value per tag, not one run.
+  const std::string unpacked(
+      "\x0a\x0b\x0a\x09\x0a\x01"
+      "n"
+      "\x12\x04\x1a\x02\x08\x05",
+      13);
+  ExampleParser numbers({{"n", FixedLenFeature(FeatureType::kInt64)}});
+  ExampleTemplate learned;
+  int64_t n = 0;
+  void* dst[] = {&n};
+  numbers.parse_into(unpacked, {}, dst, &learned);
+  EXPECT_EQ(n, 5);
+  EXPECT_FALSE(learned.learned());
+
+  // A default standing in for a missing feature is not in the record.
+  ExampleParser with_default({{"n", FixedLenFeature(FeatureType::kInt64)},
+                              {"m", FixedLenFeature(FeatureType::kInt64, {}, Feature::of_int64s({4}))}});
+  Example ex;
+  ex.set_int64s("n", {6});
+  int64_t values[2] = {};
+  void* two[] = {&values[1], &values[0]};  // names(): "m", "n"
+  with_default.parse_into(ex.serialize(), {}, two, &learned);
+  EXPECT_EQ(values[0], 6);
+  EXPECT_EQ(values[1], 4);
+  EXPECT_FALSE(learned.learned());
 }
 
 TEST(ExampleTest, ErrorsNameTheFeatureAndRecord) {
