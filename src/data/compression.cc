@@ -29,11 +29,58 @@ struct DecompressorDeleter {
   void operator()(libdeflate_decompressor* d) const { libdeflate_free_decompressor(d); }
 };
 
+// The length of the gzip member header (RFC 1952) at in[0, n), or 0 when it is not one this reader
+// takes whole (a bad magic or method, reserved flags, a header CRC, or one cut short): zlib reads those.
+size_t gzip_header_size(const unsigned char* in, size_t n) {
+  constexpr unsigned kHeaderCrc = 2, kExtra = 4, kName = 8, kComment = 16, kReserved = 0xe0;
+  if (n < 10 || in[0] != 0x1f || in[1] != 0x8b || in[2] != 8) return 0;
+  const unsigned flags = in[3];
+  if (flags & (kReserved | kHeaderCrc)) return 0;
+  size_t at = 10;
+  if (flags & kExtra) {
+    if (n - at < 2) return 0;
+    const size_t extra = in[at] | (size_t{in[at + 1]} << 8);
+    if (n - at - 2 < extra) return 0;
+    at += 2 + extra;
+  }
+  for (const unsigned text : {kName, kComment}) {
+    if (!(flags & text)) continue;
+    const void* nul = std::memchr(in + at, 0, n - at);
+    if (!nul) return 0;
+    at = static_cast<size_t>(static_cast<const unsigned char*>(nul) - in) + 1;
+  }
+  return at;
+}
+
+uint32_t load_le32(const unsigned char* p) {
+  return p[0] | (uint32_t{p[1]} << 8) | (uint32_t{p[2]} << 16) | (uint32_t{p[3]} << 24);
+}
+
+// One libdeflate call on the member or stream at in[0, n): raw deflate between a gzip member's header
+// and trailer (whose CRC-32 goes to `member`, checked later, and whose ISIZE is checked here), or a
+// whole ZLIB stream.
+libdeflate_result inflate_one(libdeflate_decompressor* d, Compression compression, const unsigned char* in, size_t n,
+                              char* out, size_t out_room, size_t* used_in, size_t* used_out, GzipMember* member) {
+  if (compression != Compression::kGzip)
+    return libdeflate_zlib_decompress_ex(d, in, n, out, out_room, used_in, used_out);
+  const size_t header = gzip_header_size(in, n);
+  if (header == 0) return LIBDEFLATE_BAD_DATA;
+  const libdeflate_result rc =
+      libdeflate_deflate_decompress_ex(d, in + header, n - header, out, out_room, used_in, used_out);
+  if (rc != LIBDEFLATE_SUCCESS) return rc;
+  const size_t trailer = header + *used_in;
+  if (n - trailer < 8 || load_le32(in + trailer + 4) != static_cast<uint32_t>(*used_out)) return LIBDEFLATE_BAD_DATA;
+  member->crc = load_le32(in + trailer);
+  *used_in = trailer + 8;
+  return LIBDEFLATE_SUCCESS;
+}
+
 // Inflates the concatenated GZIP members or ZLIB streams of in[0, n) into `out`, made at least `hint`
 // bytes and grown (doubling, up to kWholeFileMaxInflated) while libdeflate asks for more. Returns the
 // inflated size, or nothing when the data is damaged, inflates to more than the bound, or memory runs out.
+// GZIP: each member's end and stored CRC-32 go to `members`; the CRCs are not checked here.
 std::optional<size_t> inflate_all(Compression compression, const unsigned char* in, size_t n, size_t hint,
-                                  RecycledBuffer* out) {
+                                  RecycledBuffer* out, std::vector<GzipMember>* members) {
   std::unique_ptr<libdeflate_decompressor, DecompressorDeleter> d(libdeflate_alloc_decompressor());
   if (!d) return std::nullopt;
   try {
@@ -46,11 +93,9 @@ std::optional<size_t> inflate_all(Compression compression, const unsigned char* 
     const size_t cap = std::min<size_t>(out->capacity(), kWholeFileMaxInflated);
     char* buf = out->data();
     size_t used_in = 0, used_out = 0;
-    const libdeflate_result rc = compression == Compression::kGzip
-                                     ? libdeflate_gzip_decompress_ex(d.get(), in + in_pos, n - in_pos, buf + out_pos,
-                                                                     cap - out_pos, &used_in, &used_out)
-                                     : libdeflate_zlib_decompress_ex(d.get(), in + in_pos, n - in_pos, buf + out_pos,
-                                                                     cap - out_pos, &used_in, &used_out);
+    GzipMember member;
+    const libdeflate_result rc = inflate_one(d.get(), compression, in + in_pos, n - in_pos, buf + out_pos,
+                                             cap - out_pos, &used_in, &used_out, &member);
     if (rc == LIBDEFLATE_INSUFFICIENT_SPACE && cap < kWholeFileMaxInflated) {
       // Inflate this member again into more room, keeping the members before it.
       try {
@@ -63,6 +108,10 @@ std::optional<size_t> inflate_all(Compression compression, const unsigned char* 
     if (rc != LIBDEFLATE_SUCCESS || used_in == 0) return std::nullopt;
     in_pos += used_in;
     out_pos += used_out;
+    if (compression == Compression::kGzip) {
+      member.end = out_pos;
+      members->push_back(member);
+    }
   }
   return out_pos;
 }
@@ -137,7 +186,8 @@ bool ByteReader::inflate_whole() {
     hint = std::max<size_t>(isize, 1);
   }
   RecycledBuffer out;
-  const std::optional<size_t> out_size = inflate_all(compression_, bytes, size, hint, &out);
+  gzip_members_.clear();
+  const std::optional<size_t> out_size = inflate_all(compression_, bytes, size, hint, &out, &gzip_members_);
   if (!out_size) {
     // Damaged (zlib will say where), too large or out of memory: read it again as a stream from now on.
     stream_ = true;
@@ -149,6 +199,9 @@ bool ByteReader::inflate_whole() {
   begin_ = 0;
   end_ = *out_size;
   whole_ = true;
+  crc_pos_ = 0;
+  crc_member_ = 0;
+  crc_ = 0;
   std::fclose(file_);  // every byte is in memory
   file_ = nullptr;
   return true;
@@ -201,20 +254,43 @@ size_t ByteReader::fill(size_t want) {
       }
       continue;
     }
-    STRATA_CHECK(rc == Z_OK || rc == Z_BUF_ERROR, DataCorrupt,
-                 path_ << ": " << compression_name(compression_) << " stream is corrupt near uncompressed offset "
-                       << position_ + (end_ - begin_) + (want - z.avail_out) << " ("
-                       << (z.msg ? z.msg : "zlib error " + std::to_string(rc)) << ")");
+    if (rc != Z_OK && rc != Z_BUF_ERROR)
+      corrupt_stream(position_ + (end_ - begin_) + (want - z.avail_out),
+                     z.msg ? z.msg : "zlib error " + std::to_string(rc));
   }
   const size_t got = want - z.avail_out;
   end_ += got;
   return got;
 }
 
+void ByteReader::corrupt_stream(uint64_t offset, const std::string& why) const {
+  STRATA_THROW(DataCorrupt, path_ << ": " << compression_name(compression_)
+                                  << " stream is corrupt near uncompressed offset " << offset << " (" << why << ")");
+}
+
+void ByteReader::check_gzip_crcs(size_t upto) {
+  for (;;) {
+    if (crc_member_ < gzip_members_.size() && crc_pos_ == gzip_members_[crc_member_].end) {
+      const GzipMember& m = gzip_members_[crc_member_];
+      if (crc_ != m.crc) corrupt_stream(m.end, "incorrect data check");  // zlib's words for it
+      crc_ = 0;
+      ++crc_member_;
+      continue;
+    }
+    if (crc_pos_ >= upto || crc_member_ == gzip_members_.size()) return;
+    const size_t stop = std::min(upto, gzip_members_[crc_member_].end);
+    crc_ = libdeflate_crc32(crc_, base_ + crc_pos_, stop - crc_pos_);
+    crc_pos_ = stop;
+  }
+}
+
 size_t ByteReader::ensure(size_t n) {
+  // The bytes consumed since the last call (the record just read, still in the cache) join the CRC.
+  if (whole_ && crc_pos_ < begin_) check_gzip_crcs(begin_);
   if (end_ - begin_ >= n) return end_ - begin_;
   if (whole_) {
     if (begin_ == end_ && whole_buf_) {  // read to the end: release the file's bytes
+      check_gzip_crcs(end_);              // (an empty last member ends here too)
       whole_buf_.release();
       base_ = nullptr;
       begin_ = end_ = 0;
@@ -243,6 +319,12 @@ void ByteReader::seek(uint64_t offset) {
   if (whole_) {
     STRATA_CHECK(offset <= end_, DataCorrupt,
                  path_ << ": cannot seek to offset " << offset << ", the stream ends at " << end_);
+    if (offset < crc_pos_) {  // back: sum again from the start
+      crc_pos_ = 0;
+      crc_member_ = 0;
+      crc_ = 0;
+    }
+    check_gzip_crcs(static_cast<size_t>(offset));  // the bytes skipped are checked all the same
     begin_ = static_cast<size_t>(offset);
     position_ = offset;
     return;

@@ -2,9 +2,12 @@
 //
 // A compressed regular file of at most whole_file_limit() bytes is read whole and inflated in one go
 // by libdeflate (about twice zlib's speed) into one buffer that lives until the file is read to its
-// end (then goes back to the RecycledBuffer cache for the next file); larger files, pipes and other non-regular files stream through zlib in chunks. Data libdeflate
-// rejects is read again through zlib, so a damaged file gives the records before the damage and the
-// same DataCorrupt (file and offset) either way.
+// end (then goes back to the RecycledBuffer cache for the next file); larger files, pipes and other
+// non-regular files stream through zlib in chunks. Data libdeflate rejects is read again through zlib,
+// so a damaged file gives the records before the damage and the same DataCorrupt (file and offset)
+// either way. Read whole, a gzip member's CRC-32 is summed as its bytes are read (while they are in the
+// cache) and checked where the member ends, as zlib checks it: a damaged trailer CRC is reported after
+// the member's last record (zlib may stop up to a chunk earlier).
 //
 // ByteReader hands out views into its own buffer (no copy per record): ensure(n) makes n bytes
 // available at data(), consume(n) moves past them. Positions count bytes of the *uncompressed* stream,
@@ -34,6 +37,12 @@ inline constexpr uint64_t kWholeFileMaxInflated = uint64_t{1} << 30;
 // every file through the zlib stream (tests cover both paths so). Returns the previous bound.
 uint64_t whole_file_limit();
 uint64_t set_whole_file_limit(uint64_t max_compressed_bytes);
+
+// A gzip member inflated whole: where its bytes end in the inflated stream and its stored CRC-32.
+struct GzipMember {
+  size_t end = 0;
+  uint32_t crc = 0;
+};
 
 class ByteReader {
  public:
@@ -70,6 +79,11 @@ class ByteReader {
   // Appends up to `want` bytes to buf_[end_...]; returns how many (0 at the end).
   size_t fill(size_t want);
   size_t read_file(char* dst, size_t n);
+  // Throws DataCorrupt: the compressed stream is damaged near uncompressed `offset` (both paths' words).
+  [[noreturn]] void corrupt_stream(uint64_t offset, const std::string& why) const;
+  // Adds bytes [crc_pos_, upto) to the running CRC-32 and checks each gzip member that ends by then
+  // (DataCorrupt on a mismatch, in zlib's words).
+  void check_gzip_crcs(size_t upto);
 
   std::string path_;
   Compression compression_;
@@ -81,6 +95,12 @@ class ByteReader {
   bool whole_ = false;   // the file's uncompressed bytes are all in whole_buf_[0, end_)
   bool stream_ = false;  // libdeflate rejected this file or it is too large: zlib from now on
   RecycledBuffer whole_buf_;  // released once the file is read to its end
+  // GZIP inflated whole: the CRC-32 of each member is summed as its bytes are read (while they are
+  // in the cache) and checked at its end, not in a pass of its own over the inflated buffer.
+  std::vector<GzipMember> gzip_members_;
+  size_t crc_member_ = 0;  // the member crc_pos_ lies in
+  size_t crc_pos_ = 0;     // bytes [0, crc_pos_) are summed
+  uint32_t crc_ = 0;       // the CRC-32 of member crc_member_'s bytes before crc_pos_
   uint64_t position_ = 0;
   struct Inflater;
   std::unique_ptr<Inflater> inflater_;

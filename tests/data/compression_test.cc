@@ -1,12 +1,14 @@
 // Compressed TFRecord files on both read paths: inflated whole by libdeflate (files up to
 // whole_file_limit()) and streamed through zlib (larger files, pipes; forced here by setting the limit
-// to 0). Both give the same records, the same errors for truncated and corrupted files, the same
-// skipped records, and resume at a saved offset, also through a dataset iterator's saved state.
+// to 0). Both give the same records, the same errors for truncated and corrupted files (read whole, a
+// gzip member's CRC-32 is checked as its records are read), the same skipped records, and resume at a
+// saved offset, also through a dataset iterator's saved state.
 #include "data/compression.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -194,9 +196,135 @@ TEST_F(CompressionTest, CorruptedFilesAreCorruptOnBothPaths) {
       WholeFileLimit stream(0);
       const Outcome streamed = read_until_error(path("bad.tfrecord"), c);
       EXPECT_EQ(whole.error, streamed.error);
-      EXPECT_EQ(whole.records, streamed.records);
+      if (at + 6 != bytes.size()) {
+        EXPECT_EQ(whole.records, streamed.records);
+        continue;
+      }
+      // A damaged trailer CRC: read whole, the CRC-32 is summed as records are read, so every record
+      // (each checked by its own CRC32C) comes before the error; zlib stops at the chunk that ends the
+      // stream, so it gives a prefix of them.
+      EXPECT_NE(whole.error.find("incorrect data check"), std::string::npos) << whole.error;
+      EXPECT_EQ(whole.records, records);
+      ASSERT_LE(streamed.records.size(), whole.records.size());
+      EXPECT_TRUE(std::equal(streamed.records.begin(), streamed.records.end(), whole.records.begin()));
     }
   }
+}
+
+// The CRC-32 of gzip and zlib (bitwise), for a header CRC written by hand.
+uint32_t crc32_bitwise(const std::string& bytes) {
+  uint32_t c = 0xffffffffu;
+  for (const char ch : bytes) {
+    c ^= static_cast<uint8_t>(ch);
+    for (int k = 0; k < 8; ++k) c = (c >> 1) ^ ((c & 1) ? 0xedb88320u : 0);
+  }
+  return ~c;
+}
+
+// `gz` (one member with a plain 10-byte header) with the optional header fields of RFC 1952 added.
+std::string with_header_fields(const std::string& gz, bool extra, bool name, bool comment, bool header_crc) {
+  std::string header = gz.substr(0, 10);
+  header[3] = static_cast<char>((header_crc ? 2 : 0) | (extra ? 4 : 0) | (name ? 8 : 0) | (comment ? 16 : 0));
+  if (extra) header += std::string{'\x05', '\x00', 'S', 't', '\x01', '\x00', 'x'};
+  if (name) header += std::string("shard.tfrecord") + '\0';
+  if (comment) header += std::string("written by a test") + '\0';
+  if (header_crc) {
+    const uint32_t crc = crc32_bitwise(header);
+    header += std::string{static_cast<char>(crc & 0xff), static_cast<char>((crc >> 8) & 0xff)};
+  }
+  return header + gz.substr(10);
+}
+
+TEST_F(CompressionTest, GzipHeaderFieldsReadOnBothPaths) {
+  const auto records = sample_records(40);
+  write_records(path("plain.gz"), Compression::kGzip, records);
+  const std::string gz = file_bytes(path("plain.gz"));
+  ASSERT_EQ(gz[3], '\0');  // zlib writes no optional fields
+  struct Fields {
+    bool extra, name, comment, header_crc;
+  };
+  for (const Fields f : {Fields{true, false, false, false}, Fields{false, true, false, false},
+                         Fields{false, false, true, false}, Fields{true, true, true, false},
+                         Fields{false, false, false, true}, Fields{true, true, true, true}}) {
+    SCOPED_TRACE(testing::Message() << "extra " << f.extra << " name " << f.name << " comment " << f.comment
+                                    << " header crc " << f.header_crc);
+    put_bytes(path("fields.gz"), with_header_fields(gz, f.extra, f.name, f.comment, f.header_crc));
+    // A header CRC is left to zlib, which checks it.
+    EXPECT_EQ(inflated_whole(path("fields.gz"), Compression::kGzip), !f.header_crc);
+    EXPECT_EQ(read_all(path("fields.gz"), {.compression = Compression::kGzip}), records);
+    WholeFileLimit stream(0);
+    EXPECT_EQ(read_all(path("fields.gz"), {.compression = Compression::kGzip}), records);
+  }
+}
+
+TEST_F(CompressionTest, ADamagedMemberCrcIsFoundWhereTheMemberEnds) {
+  const auto records = sample_records(60);
+  const std::vector<std::string> first(records.begin(), records.begin() + 40), second(records.begin() + 40,
+                                                                                        records.end());
+  write_records(path("one.gz"), Compression::kGzip, first);
+  write_records(path("two.gz"), Compression::kGzip, second);
+  std::string one = file_bytes(path("one.gz"));
+  one[one.size() - 7] = static_cast<char>(one[one.size() - 7] ^ 0x10);  // the first member's CRC-32
+  put_bytes(path("joined.gz"), one + file_bytes(path("two.gz")));
+  ASSERT_TRUE(inflated_whole(path("joined.gz"), Compression::kGzip));
+  const Outcome whole = read_until_error(path("joined.gz"), Compression::kGzip);
+  EXPECT_NE(whole.error.find("incorrect data check"), std::string::npos) << whole.error;
+  EXPECT_EQ(whole.records, first);  // the second member is never reached
+  WholeFileLimit stream(0);
+  const Outcome streamed = read_until_error(path("joined.gz"), Compression::kGzip);
+  EXPECT_EQ(whole.error, streamed.error);
+  ASSERT_LE(streamed.records.size(), first.size());
+  EXPECT_TRUE(std::equal(streamed.records.begin(), streamed.records.end(), first.begin()));
+
+  // An empty stream's CRC-32 is checked too.
+  write_records(path("empty.gz"), Compression::kGzip, {});
+  std::string empty = file_bytes(path("empty.gz"));
+  empty[empty.size() - 8] = '\x01';
+  put_bytes(path("empty.gz"), empty);
+  {
+    WholeFileLimit whole_again(detail::kWholeFileMaxCompressed);
+    ASSERT_TRUE(inflated_whole(path("empty.gz"), Compression::kGzip));
+    EXPECT_NE(read_until_error(path("empty.gz"), Compression::kGzip).error.find("incorrect data check"),
+              std::string::npos);
+  }
+  EXPECT_NE(read_until_error(path("empty.gz"), Compression::kGzip).error.find("incorrect data check"),
+            std::string::npos);
+}
+
+TEST_F(CompressionTest, SeekingChecksTheBytesItSkips) {
+  const auto records = sample_records();
+  write_records(path("good.gz"), Compression::kGzip, records);
+  uint64_t last = 0;
+  {
+    TFRecordReader reader(path("good.gz"), {.compression = Compression::kGzip});
+    std::string r;
+    while (reader.read(&r)) last = reader.last_record_offset();
+  }
+  // An intact file read after seeks back and forth: no false alarm, every record.
+  {
+    TFRecordReader reader(path("good.gz"), {.compression = Compression::kGzip});
+    std::string r;
+    for (int i = 0; i < 77; ++i) ASSERT_TRUE(reader.read(&r));
+    reader.seek(0);
+    size_t n = 0;
+    while (reader.read(&r)) ++n;
+    EXPECT_EQ(n, records.size());
+    reader.seek(last);
+    ASSERT_TRUE(reader.read(&r));
+    EXPECT_EQ(r, records.back());
+    EXPECT_FALSE(reader.read(&r));
+  }
+  // A damaged trailer CRC is still found after a seek past every record but the last.
+  std::string bad = file_bytes(path("good.gz"));
+  bad[bad.size() - 6] = static_cast<char>(bad[bad.size() - 6] ^ 0x5a);
+  put_bytes(path("bad.gz"), bad);
+  TFRecordReader reader(path("bad.gz"), {.compression = Compression::kGzip});
+  reader.seek(last);
+  std::string r;
+  ASSERT_TRUE(reader.read(&r));
+  EXPECT_EQ(r, records.back());
+  const std::string msg = test::message_of<DataCorrupt>([&] { reader.read(&r); });
+  EXPECT_NE(msg.find("incorrect data check"), std::string::npos) << msg;
 }
 
 TEST_F(CompressionTest, SkippedCorruptRecordsAreTheSameOnBothPaths) {
