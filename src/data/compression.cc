@@ -15,6 +15,7 @@
 #include <optional>
 
 #include "data/crc32c.h"
+#include "data/crc_fold.h"
 #include "strata/error.h"
 
 namespace strata::data::detail {
@@ -150,6 +151,7 @@ void ByteReader::open() {
   inflater_.reset();
   whole_buf_.release();
   whole_ = false;
+  crc_due_ = SIZE_MAX;  // (until a gzip file is inflated whole)
   if (compression_ != Compression::kNone && !stream_ && inflate_whole()) return;
   if (buf_.size() < buffer_size_) buf_.resize(buffer_size_);
   base_ = buf_.data();
@@ -202,6 +204,7 @@ bool ByteReader::inflate_whole() {
   crc_pos_ = 0;
   crc_member_ = 0;
   crc_ = 0;
+  crc_due_ = 0;
   std::fclose(file_);  // every byte is in memory
   file_ = nullptr;
   return true;
@@ -277,16 +280,19 @@ void ByteReader::check_gzip_crcs(size_t upto) {
       ++crc_member_;
       continue;
     }
-    if (crc_pos_ >= upto || crc_member_ == gzip_members_.size()) return;
+    if (crc_pos_ >= upto || crc_member_ == gzip_members_.size()) break;
     const size_t stop = std::min(upto, gzip_members_[crc_member_].end);
-    crc_ = libdeflate_crc32(crc_, base_ + crc_pos_, stop - crc_pos_);
+    crc_ = crc32_gzip(crc_, base_ + crc_pos_, stop - crc_pos_);
     crc_pos_ = stop;
   }
+  crc_due_ = crc_member_ == gzip_members_.size() ? SIZE_MAX
+                                                 : std::min(crc_pos_ + kGzipCrcStep, gzip_members_[crc_member_].end);
 }
 
 size_t ByteReader::ensure(size_t n) {
-  // The bytes consumed since the last call (the record just read, still in the cache) join the CRC.
-  if (whole_ && crc_pos_ < begin_) check_gzip_crcs(begin_);
+  // The bytes consumed since the CRC-32 last caught up (records just read, still in the cache) join it
+  // every kGzipCrcStep bytes, and before any byte past a member's end is handed out.
+  if (begin_ >= crc_due_) check_gzip_crcs(begin_);
   if (end_ - begin_ >= n) return end_ - begin_;
   if (whole_) {
     if (begin_ == end_ && whole_buf_) {  // read to the end: release the file's bytes
@@ -322,6 +328,7 @@ void ByteReader::seek(uint64_t offset) {
     if (offset < crc_pos_) {  // back: sum again from the start
       crc_pos_ = 0;
       crc_member_ = 0;
+      crc_due_ = 0;
       crc_ = 0;
     }
     check_gzip_crcs(static_cast<size_t>(offset));  // the bytes skipped are checked all the same

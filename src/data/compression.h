@@ -16,6 +16,7 @@
 // Thread-safety: one object per thread; distinct objects are independent.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <cstdio>
 #include <memory>
@@ -37,6 +38,10 @@ inline constexpr uint64_t kWholeFileMaxInflated = uint64_t{1} << 30;
 // every file through the zlib stream (tests cover both paths so). Returns the previous bound.
 uint64_t whole_file_limit();
 uint64_t set_whole_file_limit(uint64_t max_compressed_bytes);
+
+// Read whole, the CRC-32 catches up with the bytes read in steps of this many (still in the cache;
+// long enough to run at the fold's full speed).
+inline constexpr size_t kGzipCrcStep = size_t{16} << 10;
 
 // A gzip member inflated whole: where its bytes end in the inflated stream and its stored CRC-32.
 struct GzipMember {
@@ -101,6 +106,7 @@ class ByteReader {
   size_t crc_member_ = 0;  // the member crc_pos_ lies in
   size_t crc_pos_ = 0;     // bytes [0, crc_pos_) are summed
   uint32_t crc_ = 0;       // the CRC-32 of member crc_member_'s bytes before crc_pos_
+  size_t crc_due_ = SIZE_MAX;  // ensure() catches the CRC up once begin_ reaches this
   uint64_t position_ = 0;
   struct Inflater;
   std::unique_ptr<Inflater> inflater_;
