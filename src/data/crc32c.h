@@ -1,6 +1,7 @@
 // CRC32C (Castagnoli), the checksum of TFRecord files, and TensorFlow's "masked" form of it.
 //
-// Uses the SSE4.2 crc32 instruction when the CPU has it (checked once at run time), else a
+// Uses carry-less multiplication folding (crc_fold.h) on inputs of 272 bytes or more and the SSE4.2
+// crc32 instruction on shorter ones when the CPU has them (checked once at run time), else a
 // slicing-by-8 table. Thread-safety: pure functions.
 #pragma once
 
