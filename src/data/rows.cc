@@ -1,6 +1,7 @@
-// RowLayout (see rows.h). Thread-safety: a value type.
+// RowLayout (see rows.h). Thread-safety: a value type; versions come from an atomic counter.
 #include "data/rows.h"
 
+#include <atomic>
 #include <cstring>
 
 namespace strata::data::detail {
@@ -19,6 +20,11 @@ bool same_shape(const Shape& a, const Shape& b) {
   return true;
 }
 }  // namespace
+
+uint64_t RowLayout::next_version() {
+  static std::atomic<uint64_t> counter{0};
+  return counter.fetch_add(1, std::memory_order_relaxed) + 1;
+}
 
 bool RowLayout::assign(const Element& e) {
   *this = RowLayout();

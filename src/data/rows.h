@@ -5,10 +5,12 @@
 // asks for rows, so a record of a fixed-size Example costs no allocation between the file and the
 // batch. A stage that cannot (or whose next element has another structure) says so and the caller
 // uses next() as usual: the elements and their order are the same either way.
-// Thread-safety: a RowLayout is a value; a RowIterator is used like any IteratorImpl.
+// Thread-safety: a RowLayout is a value (versions come from an atomic counter); a RowIterator and a
+// SameLayout are used like any IteratorImpl (one thread at a time).
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,7 +30,11 @@ struct RowLayout {
   size_t row_bytes = 0;
 
   size_t size() const { return dtypes.size(); }
+  // Changes with every add() (and so assign()): a stage that checked a layout once can tell it is
+  // unchanged (see SameLayout). Copies share it. Change a layout only through add() and assign().
+  uint64_t version() const { return version_; }
   void add(DType dtype, Shape shape) {
+    version_ = next_version();
     const size_t align = dtype_size(dtype);
     const size_t n = static_cast<size_t>(shape_numel(shape)) * align;
     const size_t at = (end_ + align - 1) / align * align;
@@ -50,7 +56,31 @@ struct RowLayout {
   void write(const Element& e, char* dst) const;
 
  private:
+  static uint64_t next_version();
+
   size_t end_ = 0;  // the end of the last component
+  uint64_t version_ = 0;
+};
+
+// RowLayout::same for a stage asked for rows again and again: the layouts are compared once and then
+// only while either one is another object or has changed since.
+class SameLayout {
+ public:
+  bool operator()(const RowLayout& asked, const RowLayout& mine) {
+    if (&asked == asked_ && &mine == mine_ && asked.version() == asked_version_ && mine.version() == mine_version_)
+      return true;
+    if (!asked.same(mine)) return false;
+    asked_ = &asked;
+    mine_ = &mine;
+    asked_version_ = asked.version();
+    mine_version_ = mine.version();
+    return true;
+  }
+
+ private:
+  const RowLayout* asked_ = nullptr;
+  const RowLayout* mine_ = nullptr;
+  uint64_t asked_version_ = 0, mine_version_ = 0;
 };
 
 class RowIterator {

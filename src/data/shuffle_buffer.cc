@@ -82,6 +82,7 @@ void ShuffleBuffer::to_elements() {
 
 void ShuffleBuffer::prefetch(size_t i, bool deep) const {
   if (mode_ == Mode::kRows) {
+    if (deep) return;  // a row has no pointers to follow: the shallow call, a call earlier, loaded it
     const char* p = row(i);
     const size_t n = std::min<size_t>(layout_.row_bytes, 4096);
     for (size_t off = 0; off < n; off += 64) __builtin_prefetch(p + off);

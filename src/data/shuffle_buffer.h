@@ -57,6 +57,7 @@ class ShuffleBuffer {
 
   // Starts loading slot i's bytes into the cache; `deep` also follows an Element's pointers to its
   // tensors' bytes (which needs the tensor array loaded already, so prefetch it shallow a call before).
+  // A row is loaded whole by the shallow call; the deep one does nothing more.
   void prefetch(size_t i, bool deep) const;
 
  private:

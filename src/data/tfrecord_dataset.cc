@@ -122,7 +122,7 @@ class SequentialIterator : public IteratorImpl, public RowIterator {
     return e;
   }
   Result next_row(const RowLayout& layout, char* const* dst) override {
-    if (!cfg_->rows || !layout.same(*cfg_->rows)) return Result::kElement;
+    if (!cfg_->rows || !same_layout_(layout, *cfg_->rows)) return Result::kElement;
     return advance([&](FileCursor& c) { return c.next_row(dst); }) ? Result::kRow : Result::kEnd;
   }
   std::string save_state() const override {
@@ -159,6 +159,7 @@ class SequentialIterator : public IteratorImpl, public RowIterator {
   std::shared_ptr<const Config> cfg_;
   Position pos_;
   std::optional<FileCursor> cursor_;
+  detail::SameLayout same_layout_;
 };
 
 // ---- n files at once: slot k reads files k, k+n, ... on its own thread; records are handed out
@@ -179,7 +180,7 @@ class ParallelIterator : public IteratorImpl, public RowIterator {
     return e;
   }
   Result next_row(const RowLayout& layout, char* const* dst) override {
-    if (!cfg_->rows || !layout.same(*cfg_->rows)) return Result::kElement;
+    if (!cfg_->rows || !same_layout_(layout, *cfg_->rows)) return Result::kElement;
     return advance(dst, nullptr) ? Result::kRow : Result::kEnd;
   }
 
@@ -407,6 +408,7 @@ class ParallelIterator : public IteratorImpl, public RowIterator {
   std::vector<Slot> slots_;
   size_t cur_ = 0;
   bool started_ = false;
+  detail::SameLayout same_layout_;
 };
 
 class TFRecordNode : public DatasetNode {

@@ -78,7 +78,7 @@ class ShuffleIterator : public IteratorImpl, public RowIterator {
   Result next_row(const RowLayout& layout, char* const* dst) override {
     fill();
     if (buffer_.empty()) return Result::kEnd;
-    if (!buffer_.layout() || !buffer_.layout()->same(layout)) return Result::kElement;
+    if (!buffer_.layout() || !same_layout_(layout, *buffer_.layout())) return Result::kElement;
     const size_t i = draw();
     buffer_.copy_row(i, dst);
     refill(i);
@@ -205,6 +205,7 @@ class ShuffleIterator : public IteratorImpl, public RowIterator {
   };
   Draw drawn_[2];  // draws made ahead for the next calls, oldest first
   int ahead_ = 0;
+  SameLayout same_layout_;
 };
 std::unique_ptr<IteratorImpl> ShuffleNode::make_iterator() const { return std::make_unique<ShuffleIterator>(this); }
 

@@ -7,6 +7,7 @@
 #include <set>
 
 #include "data/dataset_test_util.h"
+#include "data/rows.h"
 #include "strata/random.h"
 
 namespace strata::data {
@@ -107,6 +108,30 @@ TEST(DatasetTransformTest, BatchNamesTheMismatchedComponent) {
   const std::string msg = message_of<ShapeError>([&] { collect_elements(ds.batch(2)); });
   EXPECT_NE(msg.find("'feature'"), std::string::npos) << msg;
   EXPECT_NE(msg.find("[2]"), std::string::npos) << msg;
+}
+
+TEST(RowLayoutTest, SameLayoutComparesAgainOnlyAfterAChange) {
+  const Element pair({Tensor::from_vector(std::vector<float>{1.0f, 2.0f}, {2}), Tensor::from_vector(std::vector<int64_t>{3}, Shape{})});
+  const Element other({Tensor::from_vector(std::vector<float>{1.0f, 2.0f, 3.0f}, {3}), Tensor::from_vector(std::vector<int64_t>{3}, Shape{})});
+  detail::RowLayout mine, asked;
+  ASSERT_TRUE(mine.assign(pair));
+  ASSERT_TRUE(asked.assign(pair));
+  EXPECT_NE(mine.version(), asked.version());
+  const detail::RowLayout copy = mine;
+  EXPECT_EQ(copy.version(), mine.version());
+
+  detail::SameLayout same;
+  EXPECT_TRUE(same(asked, mine));
+  EXPECT_TRUE(same(asked, mine));  // remembered
+  // The same object with another structure: its version changed, so it is compared again.
+  ASSERT_TRUE(asked.assign(other));
+  EXPECT_FALSE(same(asked, mine));
+  ASSERT_TRUE(asked.assign(pair));
+  EXPECT_TRUE(same(asked, mine));
+  ASSERT_TRUE(mine.assign(other));
+  EXPECT_FALSE(same(asked, mine));
+  // Another object is compared too.
+  EXPECT_TRUE(same(copy, detail::RowLayout(asked)));
 }
 
 TEST(DatasetShuffleTest, SameSeedSameOrderAndAPermutation) {
