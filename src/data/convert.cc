@@ -1,6 +1,10 @@
 // to_float: one pass from integer (or float) tensors to scaled float32 (see strata/data/convert.h).
 #include "strata/data/convert.h"
 
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
 #include "strata/error.h"
 
 namespace strata::data {
@@ -14,12 +18,32 @@ void scale_into(const Tensor& t, float scale, float* dst) {
 }
 
 // Images are uint8 and this is every pixel of every batch: an AVX2 clone (chosen once at load time)
-// converts 8 pixels per instruction where the baseline x86-64 build has 4.
+// converts 8 pixels per instruction where the baseline x86-64 build has 4, and AVX-512 16.
 #if defined(__x86_64__) && defined(__GNUC__)
 __attribute__((target_clones("avx2", "default")))
 #endif
-void scale_u8(const uint8_t* src, int64_t n, float scale, float* dst) {
+void scale_u8_loop(const uint8_t* src, int64_t n, float scale, float* dst) {
   for (int64_t i = 0; i < n; ++i) dst[i] = static_cast<float>(src[i]) * scale;
+}
+
+#if defined(__x86_64__) && defined(__GNUC__)
+__attribute__((target("avx512f"))) void scale_u8_avx512(const uint8_t* src, int64_t n, float scale, float* dst) {
+  const __m512 s = _mm512_set1_ps(scale);
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) {
+    const __m512i pixels = _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(src + i)));
+    _mm512_storeu_ps(dst + i, _mm512_mul_ps(_mm512_cvtepi32_ps(pixels), s));
+  }
+  scale_u8_loop(src + i, n - i, scale, dst + i);
+}
+#endif
+
+void scale_u8(const uint8_t* src, int64_t n, float scale, float* dst) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  if (avx512) return scale_u8_avx512(src, n, scale, dst);
+#endif
+  scale_u8_loop(src, n, scale, dst);
 }
 }  // namespace
 

@@ -3,10 +3,22 @@
 
 #include <gtest/gtest.h>
 
+#include <vector>
+
 #include "test_util.h"
 
 namespace strata::data {
 namespace {
+
+TEST(ConvertTest, EveryPixelValueAtEveryPositionOfTheVectorLoop) {
+  // 16 pixels a step on AVX-512 CPUs, then the rest: a length that leaves a tail, every byte value.
+  std::vector<uint8_t> bytes(16 * 40 + 7);
+  for (size_t i = 0; i < bytes.size(); ++i) bytes[i] = static_cast<uint8_t>((i * 37) % 256);
+  const auto v = to_float(Tensor::from_vector<uint8_t>(bytes, {static_cast<int64_t>(bytes.size())}), 1.0f / 255.0f)
+                     .to_vector<float>();
+  ASSERT_EQ(v.size(), bytes.size());
+  for (size_t i = 0; i < bytes.size(); ++i) EXPECT_EQ(v[i], static_cast<float>(bytes[i]) * (1.0f / 255.0f)) << i;
+}
 
 TEST(ConvertTest, ScalesEachDtypeToFloat) {
   const Tensor pixels = Tensor::from_vector<uint8_t>({0, 51, 255, 128}, {2, 2, 1});
