@@ -1,8 +1,8 @@
 // Reflected CRC-32s (gzip's CRC-32, and CRC32C) by carry-less multiplication: 64-byte blocks folded
 // four at a time with AVX-512 VPCLMULQDQ, then reduced to 32 bits with Barrett's method (the method of
 // Intel's "Fast CRC Computation for Generic Polynomials Using PCLMULQDQ"; the constants are derived
-// from the polynomial at compile time). On a CPU that has it this runs at some 30 bytes a cycle on data
-// in the cache, where libdeflate 1.14's CRC-32 runs at about 4.
+// from the polynomial at compile time). On a CPU that has it this runs at some 16 bytes a cycle on data
+// in the cache (57 bytes/ns on this machine's EPYC), where libdeflate 1.14's CRC-32 runs at about 4.
 // Thread-safety: pure functions.
 #pragma once
 
