@@ -211,16 +211,6 @@ TEST_F(CompressionTest, CorruptedFilesAreCorruptOnBothPaths) {
   }
 }
 
-// The CRC-32 of gzip and zlib (bitwise), for a header CRC written by hand.
-uint32_t crc32_bitwise(const std::string& bytes) {
-  uint32_t c = 0xffffffffu;
-  for (const char ch : bytes) {
-    c ^= static_cast<uint8_t>(ch);
-    for (int k = 0; k < 8; ++k) c = (c >> 1) ^ ((c & 1) ? 0xedb88320u : 0);
-  }
-  return ~c;
-}
-
 // `gz` (one member with a plain 10-byte header) with the optional header fields of RFC 1952 added.
 std::string with_header_fields(const std::string& gz, bool extra, bool name, bool comment, bool header_crc) {
   std::string header = gz.substr(0, 10);
@@ -229,7 +219,7 @@ std::string with_header_fields(const std::string& gz, bool extra, bool name, boo
   if (name) header += std::string("shard.tfrecord") + '\0';
   if (comment) header += std::string("written by a test") + '\0';
   if (header_crc) {
-    const uint32_t crc = crc32_bitwise(header);
+    const uint32_t crc = test::crc_bitwise(test::kGzipReflected, 0, header.data(), header.size());
     header += std::string{static_cast<char>(crc & 0xff), static_cast<char>((crc >> 8) & 0xff)};
   }
   return header + gz.substr(10);

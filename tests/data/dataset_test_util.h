@@ -1,9 +1,10 @@
-// Helpers for the data tests: collecting int64 datasets, checking save/restore at every position, and a
-// scratch directory per test with whole-file read and write.
+// Helpers for the data tests: collecting int64 datasets, checking save/restore at every position, a
+// bitwise CRC-32, and a scratch directory per test with whole-file read and write.
 #pragma once
 
 #include <gtest/gtest.h>
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -18,6 +19,18 @@
 namespace strata::data::test {
 
 using strata::test::message_of;
+
+// A reflected CRC-32 bit by bit (as zlib and TFRecord compute them), continuing the finished `crc`:
+// the reference the fast CRCs and hand-written gzip headers are checked with.
+inline uint32_t crc_bitwise(uint32_t reflected_poly, uint32_t crc, const char* data, size_t n) {
+  uint32_t c = ~crc;
+  for (size_t i = 0; i < n; ++i) {
+    c ^= static_cast<uint8_t>(data[i]);
+    for (int k = 0; k < 8; ++k) c = (c >> 1) ^ ((c & 1) ? reflected_poly : 0);
+  }
+  return ~c;
+}
+inline constexpr uint32_t kGzipReflected = 0xedb88320u, kCastagnoliReflected = 0x82f63b78u;
 
 // A fixture whose tests each get a fresh directory `dir_` (named after the test), removed afterwards.
 class ScratchDirTest : public ::testing::Test {

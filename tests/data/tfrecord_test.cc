@@ -19,7 +19,10 @@
 namespace strata::data {
 namespace {
 
+using test::crc_bitwise;
 using test::file_bytes;
+using test::kCastagnoliReflected;
+using test::kGzipReflected;
 using test::put_bytes;
 using detail::crc32c;
 using detail::mask_crc;
@@ -76,17 +79,6 @@ TEST(Crc32cTest, KnownAnswers) {
   EXPECT_EQ(unmask_crc(mask_crc(0xE3069283u)), 0xE3069283u);
   EXPECT_NE(mask_crc(0xE3069283u), 0xE3069283u);
 }
-
-// CRC-32s bit by bit (reflected, as zlib and TFRecord compute them), for comparison.
-uint32_t crc_bitwise(uint32_t reflected_poly, uint32_t crc, const char* data, size_t n) {
-  uint32_t c = ~crc;
-  for (size_t i = 0; i < n; ++i) {
-    c ^= static_cast<uint8_t>(data[i]);
-    for (int k = 0; k < 8; ++k) c = (c >> 1) ^ ((c & 1) ? reflected_poly : 0);
-  }
-  return ~c;
-}
-constexpr uint32_t kGzipReflected = 0xedb88320u, kCastagnoliReflected = 0x82f63b78u;
 
 TEST(CrcFoldTest, AgreesWithTheBitwiseCrcs) {
   EXPECT_EQ(detail::crc32_gzip(0, "123456789", 9), 0xCBF43926u);
