@@ -187,7 +187,9 @@ class ShuffleIterator : public IteratorImpl, public RowIterator {
       d.before = gen_.state();
       d.range = range;
       d.slot = static_cast<size_t>(gen_.uniform_int(range));
-      buffer_.prefetch(std::min(d.slot, buffer_.size() - 1), ahead_ == 0);
+      const size_t slot = std::min(d.slot, buffer_.size() - 1);
+      buffer_.prefetch(slot, false);
+      if (ahead_ == 0) buffer_.prefetch(slot, true);  // handed out by the very next call: its bytes too
       ++ahead_;
     }
   }
