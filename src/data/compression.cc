@@ -16,6 +16,7 @@
 
 #include "data/crc32c.h"
 #include "data/crc_fold.h"
+#include "data/inflate_streams.h"
 #include "strata/error.h"
 
 namespace strata::data::detail {
@@ -76,12 +77,75 @@ libdeflate_result inflate_one(libdeflate_decompressor* d, Compression compressio
   return LIBDEFLATE_SUCCESS;
 }
 
-// Inflates the concatenated GZIP members or ZLIB streams of in[0, n) into `out`, made at least `hint`
-// bytes and grown (doubling, up to kWholeFileMaxInflated) while libdeflate asks for more. Returns the
-// inflated size, or nothing when the data is damaged, inflates to more than the bound, or memory runs out.
-// GZIP: each member's end and stored CRC-32 go to `members`; the CRCs are not checked here.
+// Where a member of a ByteWriter gzip chain lies: its deflate body in the file, its bytes in the
+// inflated stream, and its stored CRC-32.
+struct SizedMember {
+  size_t body = 0, body_size = 0;
+  size_t out_offset = 0, out_size = 0;
+  uint32_t crc = 0;
+};
+
+// The members of in[0, n) when it is a chain of size-tagged members as ByteWriter writes them (each
+// header's 'SZ' subfield holding the member's size), found without inflating; false otherwise. Sizes
+// are only claims here: inflating checks each body against its ISIZE.
+bool find_sized_members(const unsigned char* in, size_t n, std::vector<SizedMember>* found, size_t* inflated) {
+  found->clear();
+  size_t total = 0;
+  for (size_t at = 0; at < n;) {
+    const unsigned char* h = in + at;
+    if (n - at < kMemberHeaderBytes + 8 || h[0] != 0x1f || h[1] != 0x8b || h[2] != 8 || h[3] != 4 || h[10] != 8 ||
+        h[11] != 0 || h[12] != kMemberSizeSi1 || h[13] != kMemberSizeSi2 || h[14] != 4 || h[15] != 0)
+      return false;
+    const size_t size = load_le32(h + 16);
+    if (size < kMemberHeaderBytes + 8 || size > n - at) return false;
+    const size_t out_size = load_le32(h + size - 4);
+    if (out_size > kWholeFileMaxInflated - total) return false;
+    found->push_back({at + kMemberHeaderBytes, size - kMemberHeaderBytes - 8, total, out_size, load_le32(h + size - 8)});
+    total += out_size;
+    at += size;
+  }
+  *inflated = total;
+  return !found->empty();
+}
+
+// Inflates the size-tagged member chain `found` (of `inflated` bytes in all) into `out`, two members at
+// once (inflate_streams). Nothing when a member does not inflate to its size, or memory runs out.
+std::optional<size_t> inflate_sized_members(const unsigned char* in, const std::vector<SizedMember>& found,
+                                            size_t inflated, RecycledBuffer* out, std::vector<GzipMember>* members) {
+  try {
+    *out = RecycledBuffer(std::max<size_t>(inflated, 1));
+  } catch (const std::bad_alloc&) {
+    return std::nullopt;
+  }
+  std::vector<InflateJob> jobs;
+  jobs.reserve(found.size());
+  for (const SizedMember& m : found)
+    jobs.push_back({in + m.body, m.body_size, reinterpret_cast<unsigned char*>(out->data()) + m.out_offset, m.out_size});
+  if (!inflate_streams(jobs)) return std::nullopt;
+  members->clear();
+  for (const SizedMember& m : found) members->push_back({m.out_offset + m.out_size, m.crc});
+  return inflated;
+}
+
+// Inflates the concatenated GZIP members or ZLIB streams of in[0, n) into `out`: a size-tagged member
+// chain two members at a time (`*in_pairs` true), anything else with libdeflate into a buffer made at
+// least `hint` bytes and grown (doubling, up to kWholeFileMaxInflated) while libdeflate asks for more.
+// Returns the inflated size, or nothing when the data is damaged, inflates to more than the bound, or
+// memory runs out. GZIP: each member's end and stored CRC-32 go to `members`; the CRCs are not checked here.
 std::optional<size_t> inflate_all(Compression compression, const unsigned char* in, size_t n, size_t hint,
-                                  RecycledBuffer* out, std::vector<GzipMember>* members) {
+                                  RecycledBuffer* out, std::vector<GzipMember>* members, bool* in_pairs) {
+  *in_pairs = false;
+  if (compression == Compression::kGzip) {
+    std::vector<SizedMember> found;
+    size_t inflated = 0;
+    if (find_sized_members(in, n, &found, &inflated)) {
+      if (const std::optional<size_t> done = inflate_sized_members(in, found, inflated, out, members)) {
+        *in_pairs = true;
+        return done;
+      }
+      hint = std::max<size_t>(inflated, 1);  // damaged: libdeflate, member by member, finds where
+    }
+  }
   std::unique_ptr<libdeflate_decompressor, DecompressorDeleter> d(libdeflate_alloc_decompressor());
   if (!d) return std::nullopt;
   try {
@@ -151,6 +215,7 @@ void ByteReader::open() {
   inflater_.reset();
   whole_buf_.release();
   whole_ = false;
+  pairs_ = false;
   crc_due_ = SIZE_MAX;  // (until a gzip file is inflated whole)
   if (compression_ != Compression::kNone && !stream_ && inflate_whole()) return;
   if (buf_.size() < buffer_size_) buf_.resize(buffer_size_);
@@ -189,7 +254,7 @@ bool ByteReader::inflate_whole() {
   }
   RecycledBuffer out;
   gzip_members_.clear();
-  const std::optional<size_t> out_size = inflate_all(compression_, bytes, size, hint, &out, &gzip_members_);
+  const std::optional<size_t> out_size = inflate_all(compression_, bytes, size, hint, &out, &gzip_members_, &pairs_);
   if (!out_size) {
     // Damaged (zlib will say where), too large or out of memory: read it again as a stream from now on.
     stream_ = true;
@@ -372,6 +437,13 @@ struct ByteWriter::Deflater {
 
 ByteWriter::ByteWriter(std::string path, Compression compression, DeflateSettings deflate)
     : path_(std::move(path)), compression_(compression) {
+  if (compression_ == Compression::kGzip) {
+    const size_t m = deflate.gzip_member_bytes;
+    STRATA_CHECK(m == 0 || (m >= kMinGzipMemberBytes && m <= kMaxGzipMemberBytes), InvalidArgument,
+                 "gzip_member_bytes " << m << " for " << path_ << " is out of range " << kMinGzipMemberBytes << ".."
+                                      << kMaxGzipMemberBytes << " (0: the whole file as one gzip member)");
+    member_bytes_ = m;
+  }
   if (compression_ != Compression::kNone) {
     STRATA_CHECK(deflate.level >= -1 && deflate.level <= 9, InvalidArgument,
                  "compression level " << deflate.level << " for " << path_ << " is out of zlib's range -1..9");
@@ -385,11 +457,20 @@ ByteWriter::ByteWriter(std::string path, Compression compression, DeflateSetting
   in_.reserve(256 << 10);
   if (compression_ != Compression::kNone) {
     deflater_ = std::make_unique<Deflater>();
-    const int window = compression_ == Compression::kGzip ? 16 + MAX_WBITS : MAX_WBITS;
+    // Members are raw deflate streams framed here; otherwise zlib writes the gzip or zlib wrapper.
+    const int window = member_bytes_ ? -MAX_WBITS : compression_ == Compression::kGzip ? 16 + MAX_WBITS : MAX_WBITS;
     STRATA_CHECK(deflateInit2(&deflater_->z, deflate.level, Z_DEFLATED, window, deflate.mem_level, deflate.strategy) ==
                      Z_OK,
                  InvalidArgument, "zlib deflateInit2 failed for " << path_ << " (level " << deflate.level << ")");
-    out_.resize(256 << 10);
+    if (member_bytes_) {
+      // XFL as zlib's gzip wrapper writes it (deflateInit2 takes level -1 as 6).
+      const int level = deflate.level == -1 ? 6 : deflate.level;
+      xfl_ = level == 9 ? 2 : (deflate.strategy >= Z_HUFFMAN_ONLY || level < 2) ? 4 : 0;
+      member_.resize(kMemberHeaderBytes + std::min(member_bytes_, size_t{64} << 10));
+      member_used_ = kMemberHeaderBytes;
+    } else {
+      out_.resize(256 << 10);
+    }
   }
 }
 
@@ -420,18 +501,74 @@ void ByteWriter::deflate_some(int flush) {
   in_.clear();
 }
 
+void ByteWriter::deflate_into_member(const char* data, size_t n, int flush) {
+  z_stream& z = deflater_->z;
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data));
+  z.avail_in = static_cast<uInt>(n);  // n <= member_bytes_ <= kMaxGzipMemberBytes
+  constexpr size_t kRoom = size_t{64} << 10;
+  for (;;) {
+    if (member_.size() - member_used_ < kRoom) member_.resize(std::max(2 * member_.size(), member_used_ + kRoom));
+    const size_t room = std::min<size_t>(member_.size() - member_used_, UINT32_MAX);
+    z.next_out = reinterpret_cast<Bytef*>(member_.data() + member_used_);
+    z.avail_out = static_cast<uInt>(room);
+    const int rc = deflate(&z, flush);
+    STRATA_CHECK(rc != Z_STREAM_ERROR, Error, "zlib deflate failed for " << path_);
+    member_used_ += room - z.avail_out;
+    if (flush == Z_FINISH ? rc == Z_STREAM_END : (z.avail_in == 0 && z.avail_out != 0)) break;
+  }
+}
+
+void ByteWriter::deflate_members(const char* data, size_t n) {
+  while (n > 0) {
+    const size_t take = std::min(n, member_bytes_ - member_in_);
+    member_crc_ = crc32_gzip(member_crc_, data, take);
+    deflate_into_member(data, take, Z_NO_FLUSH);
+    member_in_ += take;
+    data += take;
+    n -= take;
+    if (member_in_ == member_bytes_) end_member();
+  }
+}
+
+void ByteWriter::end_member() {
+  deflate_into_member(nullptr, 0, Z_FINISH);
+  const size_t total = member_used_ + 8;
+  STRATA_CHECK(total <= UINT32_MAX, Error, "gzip member of " << total << " bytes in " << path_ << " exceeds 4 GiB");
+  auto put_le32 = [](char* at, uint32_t v) {
+    for (int i = 0; i < 4; ++i) at[i] = static_cast<char>(v >> (8 * i));
+  };
+  const unsigned char header[kMemberHeaderBytes - 4] = {
+      0x1f, 0x8b, 8, 4, 0, 0, 0, 0, static_cast<unsigned char>(xfl_), 3, 8, 0, kMemberSizeSi1, kMemberSizeSi2, 4, 0};
+  std::memcpy(member_.data(), header, sizeof header);
+  put_le32(member_.data() + sizeof header, static_cast<uint32_t>(total));
+  if (member_.size() < total) member_.resize(total);
+  put_le32(member_.data() + member_used_, member_crc_);
+  put_le32(member_.data() + member_used_ + 4, static_cast<uint32_t>(member_in_));
+  write_file(member_.data(), total);
+  STRATA_CHECK(deflateReset(&deflater_->z) == Z_OK, Error, "zlib deflateReset failed for " << path_);
+  member_used_ = kMemberHeaderBytes;
+  member_crc_ = 0;
+  member_in_ = 0;
+  ++members_;
+}
+
 void ByteWriter::write(const void* data, size_t n) {
   STRATA_CHECK(file_, InvalidArgument, "write to closed file " << path_);
   const char* p = static_cast<const char*>(data);
   if (in_.size() + n > in_.capacity()) {
-    if (deflater_) {
+    if (member_bytes_) {
+      deflate_members(in_.data(), in_.size());
+      in_.clear();
+    } else if (deflater_) {
       deflate_some(Z_NO_FLUSH);
     } else {
       write_file(in_.data(), in_.size());
       in_.clear();
     }
     if (n >= in_.capacity()) {  // a large write skips the buffer
-      if (deflater_) {
+      if (member_bytes_) {
+        deflate_members(p, n);
+      } else if (deflater_) {
         in_.assign(p, p + n);
         deflate_some(Z_NO_FLUSH);
       } else {
@@ -445,7 +582,11 @@ void ByteWriter::write(const void* data, size_t n) {
 
 void ByteWriter::flush() {
   if (!file_) return;
-  if (deflater_) {
+  if (member_bytes_) {
+    deflate_members(in_.data(), in_.size());
+    in_.clear();
+    if (member_in_ > 0) end_member();
+  } else if (deflater_) {
     deflate_some(Z_FULL_FLUSH);
   } else {
     write_file(in_.data(), in_.size());
@@ -458,7 +599,11 @@ void ByteWriter::close() {
   if (!file_) return;
   std::FILE* f = file_;
   try {
-    if (deflater_) {
+    if (member_bytes_) {
+      deflate_members(in_.data(), in_.size());
+      in_.clear();
+      if (member_in_ > 0 || members_ == 0) end_member();  // an empty file still gets one (empty) member
+    } else if (deflater_) {
       deflate_some(Z_FINISH);
     } else {
       write_file(in_.data(), in_.size());

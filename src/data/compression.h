@@ -1,9 +1,11 @@
 // Buffered byte streams over files, with optional GZIP / ZLIB (de)compression.
 //
 // A compressed regular file of at most whole_file_limit() bytes is read whole and inflated in one go
-// by libdeflate (about twice zlib's speed) into one buffer that lives until the file is read to its
-// end (then goes back to the RecycledBuffer cache for the next file); larger files, pipes and other
-// non-regular files stream through zlib in chunks. Data libdeflate rejects is read again through zlib,
+// into one buffer that lives until the file is read to its end (then goes back to the RecycledBuffer
+// cache for the next file): a chain of size-tagged gzip members (what ByteWriter writes) two members
+// at a time by inflate_streams, anything else by libdeflate (about twice zlib's speed); larger files,
+// pipes and other non-regular files stream through zlib in chunks. Data they reject is read again
+// through zlib,
 // so a damaged file gives the records before the damage and the same DataCorrupt (file and offset)
 // either way. Read whole, a gzip member's CRC-32 is summed as its bytes are read (while they are in the
 // cache) and checked where the member ends, as zlib checks it: a damaged trailer CRC is reported after
@@ -76,6 +78,8 @@ class ByteReader {
   const std::string& path() const { return path_; }
   // Whether the file was inflated whole by libdeflate (rather than streamed through zlib).
   bool inflated_whole() const { return whole_; }
+  // Whether it was inflated whole as a chain of size-tagged members, two at a time (inflate_streams).
+  bool inflated_in_pairs() const { return pairs_; }
 
  private:
   void open();
@@ -98,6 +102,7 @@ class ByteReader {
   const char* base_ = nullptr;  // buf_.data(), or whole_buf_ when the file was inflated whole
   size_t begin_ = 0, end_ = 0;
   bool whole_ = false;   // the file's uncompressed bytes are all in whole_buf_[0, end_)
+  bool pairs_ = false;   // ... inflated by inflate_streams
   bool stream_ = false;  // libdeflate rejected this file or it is too large: zlib from now on
   RecycledBuffer whole_buf_;  // released once the file is read to its end
   // GZIP inflated whole: the CRC-32 of each member is summed as its bytes are read (while they are
@@ -112,25 +117,43 @@ class ByteReader {
   std::unique_ptr<Inflater> inflater_;
 };
 
+// GZIP files are written as a chain of gzip members (RFC 1952; every gzip reader reads the chain as
+// one stream). Each member's header is kMemberHeaderBytes long: 1f 8b 08 04 (FLG = FEXTRA), MTIME 0,
+// XFL, OS 3, XLEN 8, and one extra subfield kMemberSizeSi1 kMemberSizeSi2 ('S' 'Z'), LEN 4, holding the
+// member's total size in bytes (header, raw deflate body and 8-byte trailer) as a little-endian uint32,
+// so a reader finds every member's start without inflating. A member holds kDefaultGzipMemberBytes
+// uncompressed bytes unless a flush() or close() ends it sooner.
+inline constexpr size_t kMemberHeaderBytes = 20;
+inline constexpr unsigned char kMemberSizeSi1 = 'S', kMemberSizeSi2 = 'Z';
+inline constexpr size_t kDefaultGzipMemberBytes = size_t{256} << 10;
+// The range a non-zero gzip_member_bytes must lie in (1 GiB keeps a member's size within its uint32).
+inline constexpr size_t kMinGzipMemberBytes = size_t{4} << 10;
+inline constexpr size_t kMaxGzipMemberBytes = size_t{1} << 30;
+
 // zlib's deflateInit2 parameters: level -1..9, mem_level 1..9, strategy Z_DEFAULT_STRATEGY..Z_FIXED
-// (0..4, CompressionStrategy's order).
+// (0..4, CompressionStrategy's order). gzip_member_bytes: uncompressed bytes per GZIP member, 0 for
+// the whole file as one member through zlib's gzip wrapper (ignored for ZLIB and uncompressed files).
 struct DeflateSettings {
   int level = -1;
   int mem_level = 9;
   int strategy = 0;
+  size_t gzip_member_bytes = kDefaultGzipMemberBytes;
 };
 
 class ByteWriter {
  public:
   // Creates (truncates) `path`; throws IoError naming it when it cannot, InvalidArgument naming the
-  // setting when one is out of zlib's range (before the file is created).
+  // setting when one is out of zlib's range or gzip_member_bytes is neither 0 nor in
+  // kMinGzipMemberBytes..kMaxGzipMemberBytes (before the file is created).
   ByteWriter(std::string path, Compression compression, DeflateSettings deflate = {});
   ~ByteWriter();  // closes; errors are swallowed here, so call close() to see them
   ByteWriter(const ByteWriter&) = delete;
   ByteWriter& operator=(const ByteWriter&) = delete;
 
   void write(const void* data, size_t n);
-  // Flushes buffered bytes to the OS (a full zlib flush point when compressing).
+  // Flushes buffered bytes to the OS: GZIP in members ends the current member (if it holds any bytes),
+  // so the file is a complete gzip file of everything written so far; otherwise a full zlib flush
+  // point when compressing.
   void flush();
   // Finishes the compressed stream and closes the file; throws IoError on failure. Idempotent.
   void close();
@@ -139,12 +162,27 @@ class ByteWriter {
  private:
   void write_file(const void* data, size_t n);
   void deflate_some(int flush);
+  // GZIP in members: deflates data[0, n) into the current member, ending it at each member_bytes_.
+  void deflate_members(const char* data, size_t n);
+  // Deflates data[0, n) into member_ (flush: Z_NO_FLUSH or Z_FINISH).
+  void deflate_into_member(const char* data, size_t n, int flush);
+  // Finishes the current member and writes it (header with its size, body, trailer).
+  void end_member();
 
   std::string path_;
   Compression compression_;
   std::FILE* file_ = nullptr;
   std::vector<char> in_;  // pending uncompressed bytes
   std::vector<char> out_;
+  // GZIP in members (member_bytes_ > 0): the current member, header then deflate body so far, in
+  // member_[0, member_used_); its CRC-32 and uncompressed byte count; the members written.
+  size_t member_bytes_ = 0;
+  int xfl_ = 0;
+  std::vector<char> member_;
+  size_t member_used_ = 0;
+  uint32_t member_crc_ = 0;
+  size_t member_in_ = 0;
+  uint64_t members_ = 0;
   struct Deflater;
   std::unique_ptr<Deflater> deflater_;
 };

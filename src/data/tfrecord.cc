@@ -69,7 +69,10 @@ TFRecordWriter::TFRecordWriter(const std::string& path, const TFRecordWriterOpti
           path, options.compression,
           detail::DeflateSettings{.level = options.compression_level,
                                   .mem_level = options.mem_level,
-                                  .strategy = static_cast<int>(options.compression_strategy)})) {}
+                                  .strategy = static_cast<int>(options.compression_strategy),
+                                  .gzip_member_bytes = options.gzip_member_bytes})) {}
+// The public header spells the default out (it cannot include src/ headers); they must agree.
+static_assert(TFRecordWriterOptions{}.gzip_member_bytes == detail::kDefaultGzipMemberBytes);
 TFRecordWriter::~TFRecordWriter() = default;
 TFRecordWriter::TFRecordWriter(TFRecordWriter&&) noexcept = default;
 TFRecordWriter& TFRecordWriter::operator=(TFRecordWriter&&) noexcept = default;

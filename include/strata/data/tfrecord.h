@@ -14,6 +14,7 @@
 // Thread-safety: a reader or writer is used by one thread at a time; distinct objects are independent.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -46,6 +47,12 @@ struct TFRecordWriterOptions {
   int compression_level = -1;  // zlib's 0..9, or -1 for its default (6)
   int mem_level = 9;           // zlib's 1..9; TensorFlow's default 9 keeps deflate blocks twice as long as 8
   CompressionStrategy compression_strategy = CompressionStrategy::kDefault;
+  // GZIP only (ignored for ZLIB and uncompressed files): the file is a chain of gzip members of this
+  // many uncompressed bytes each (a flush() or close() ends one sooner), each carrying its total size
+  // in an FEXTRA subfield 'SZ' so a reader can find every member without inflating; any gzip reader
+  // (zcat, Python, TensorFlow) reads the chain as one stream. 4 KiB..1 GiB, or 0: the whole file as
+  // one gzip member written by zlib's gzip wrapper (no FEXTRA).
+  size_t gzip_member_bytes = size_t{256} << 10;  // 256 KiB (detail::kDefaultGzipMemberBytes)
 };
 
 namespace detail {
@@ -57,7 +64,8 @@ class TFRecordWriter {
  public:
   // Creates (truncates) `path`. `level` is zlib's compression level (-1 = its default).
   explicit TFRecordWriter(const std::string& path, Compression compression = Compression::kNone, int level = -1);
-  // Throws InvalidArgument naming the option when a level is out of zlib's range.
+  // Throws InvalidArgument naming the option when a level is out of zlib's range or gzip_member_bytes
+  // out of its own.
   TFRecordWriter(const std::string& path, const TFRecordWriterOptions& options);
   ~TFRecordWriter();
   TFRecordWriter(TFRecordWriter&&) noexcept;
