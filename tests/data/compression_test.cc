@@ -25,20 +25,9 @@ namespace {
 
 namespace fs = std::filesystem;
 using test::file_bytes;
+using test::WholeFileLimit;
 using test::put_bytes;
 using detail::ByteReader;
-
-// Sets the whole-file bound for the scope (0: every file streams through zlib).
-class WholeFileLimit {
- public:
-  explicit WholeFileLimit(uint64_t bytes) : old_(detail::set_whole_file_limit(bytes)) {}
-  ~WholeFileLimit() { detail::set_whole_file_limit(old_); }
-  WholeFileLimit(const WholeFileLimit&) = delete;
-  WholeFileLimit& operator=(const WholeFileLimit&) = delete;
-
- private:
-  uint64_t old_;
-};
 
 class CompressionTest : public test::ScratchDirTest {
  protected:

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "data/compression.h"
 #include "strata/data/dataset.h"
 #include "test_util.h"
 
@@ -118,5 +119,17 @@ inline void expect_resumes_exactly(const std::function<Dataset()>& make, int64_t
   }
   EXPECT_EQ(got, full);
 }
+
+// Sets the whole-file bound for the scope (0: every file streams through zlib).
+class WholeFileLimit {
+ public:
+  explicit WholeFileLimit(uint64_t bytes) : old_(detail::set_whole_file_limit(bytes)) {}
+  ~WholeFileLimit() { detail::set_whole_file_limit(old_); }
+  WholeFileLimit(const WholeFileLimit&) = delete;
+  WholeFileLimit& operator=(const WholeFileLimit&) = delete;
+
+ private:
+  uint64_t old_;
+};
 
 }  // namespace strata::data::test

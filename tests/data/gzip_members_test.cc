@@ -21,18 +21,7 @@ namespace strata::data {
 namespace {
 
 using test::file_bytes;
-
-// Sets the whole-file bound for the scope (0: every file streams through zlib).
-class WholeFileLimit {
- public:
-  explicit WholeFileLimit(uint64_t bytes) : old_(detail::set_whole_file_limit(bytes)) {}
-  ~WholeFileLimit() { detail::set_whole_file_limit(old_); }
-  WholeFileLimit(const WholeFileLimit&) = delete;
-  WholeFileLimit& operator=(const WholeFileLimit&) = delete;
-
- private:
-  uint64_t old_;
-};
+using test::WholeFileLimit;
 
 class GzipMembersTest : public test::ScratchDirTest {
  protected:
