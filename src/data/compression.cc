@@ -77,6 +77,13 @@ libdeflate_result inflate_one(libdeflate_decompressor* d, Compression compressio
   return LIBDEFLATE_SUCCESS;
 }
 
+// A size-tagged member's header (see kMemberHeaderBytes) is these 4 bytes, MTIME, XFL and OS, then
+// these 6 (XLEN 8 and the 'SZ' subfield's id and length), then the member's size. Writer and reader
+// share them.
+constexpr unsigned char kMemberMagicFlags[4] = {0x1f, 0x8b, 8, 4};
+constexpr unsigned char kMemberSizeField[6] = {8, 0, kMemberSizeSi1, kMemberSizeSi2, 4, 0};
+static_assert(10 + sizeof kMemberSizeField + 4 == kMemberHeaderBytes);
+
 // Where a member of a ByteWriter gzip chain lies: its deflate body in the file, its bytes in the
 // inflated stream, and its stored CRC-32.
 struct SizedMember {
@@ -93,8 +100,8 @@ bool find_sized_members(const unsigned char* in, size_t n, std::vector<SizedMemb
   size_t total = 0;
   for (size_t at = 0; at < n;) {
     const unsigned char* h = in + at;
-    if (n - at < kMemberHeaderBytes + 8 || h[0] != 0x1f || h[1] != 0x8b || h[2] != 8 || h[3] != 4 || h[10] != 8 ||
-        h[11] != 0 || h[12] != kMemberSizeSi1 || h[13] != kMemberSizeSi2 || h[14] != 4 || h[15] != 0)
+    if (n - at < kMemberHeaderBytes + 8 || std::memcmp(h, kMemberMagicFlags, 4) != 0 ||
+        std::memcmp(h + 10, kMemberSizeField, 6) != 0)
       return false;
     const size_t size = load_le32(h + 16);
     if (size < kMemberHeaderBytes + 8 || size > n - at) return false;
@@ -537,10 +544,13 @@ void ByteWriter::end_member() {
   auto put_le32 = [](char* at, uint32_t v) {
     for (int i = 0; i < 4; ++i) at[i] = static_cast<char>(v >> (8 * i));
   };
-  const unsigned char header[kMemberHeaderBytes - 4] = {
-      0x1f, 0x8b, 8, 4, 0, 0, 0, 0, static_cast<unsigned char>(xfl_), 3, 8, 0, kMemberSizeSi1, kMemberSizeSi2, 4, 0};
-  std::memcpy(member_.data(), header, sizeof header);
-  put_le32(member_.data() + sizeof header, static_cast<uint32_t>(total));
+  char* header = member_.data();
+  std::memcpy(header, kMemberMagicFlags, 4);
+  put_le32(header + 4, 0);  // MTIME
+  header[8] = static_cast<char>(xfl_);
+  header[9] = 3;  // OS: Unix
+  std::memcpy(header + 10, kMemberSizeField, 6);
+  put_le32(header + 16, static_cast<uint32_t>(total));
   if (member_.size() < total) member_.resize(total);
   put_le32(member_.data() + member_used_, member_crc_);
   put_le32(member_.data() + member_used_ + 4, static_cast<uint32_t>(member_in_));

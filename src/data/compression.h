@@ -5,9 +5,8 @@
 // cache for the next file): a chain of size-tagged gzip members (what ByteWriter writes) two members
 // at a time by inflate_streams, anything else by libdeflate (about twice zlib's speed); larger files,
 // pipes and other non-regular files stream through zlib in chunks. Data they reject is read again
-// through zlib,
-// so a damaged file gives the records before the damage and the same DataCorrupt (file and offset)
-// either way. Read whole, a gzip member's CRC-32 is summed as its bytes are read (while they are in the
+// through zlib, so a damaged file gives the records before the damage and the same DataCorrupt (file
+// and offset) either way. Read whole, a gzip member's CRC-32 is summed as its bytes are read (while they are in the
 // cache) and checked where the member ends, as zlib checks it: a damaged trailer CRC is reported after
 // the member's last record (zlib may stop up to a chunk earlier).
 //
@@ -76,7 +75,7 @@ class ByteReader {
   // Throws DataCorrupt when the stream is shorter than `offset`.
   void seek(uint64_t offset);
   const std::string& path() const { return path_; }
-  // Whether the file was inflated whole by libdeflate (rather than streamed through zlib).
+  // Whether the file was inflated whole (by inflate_streams or libdeflate) rather than streamed through zlib.
   bool inflated_whole() const { return whole_; }
   // Whether it was inflated whole as a chain of size-tagged members, two at a time (inflate_streams).
   bool inflated_in_pairs() const { return pairs_; }
@@ -103,7 +102,7 @@ class ByteReader {
   size_t begin_ = 0, end_ = 0;
   bool whole_ = false;   // the file's uncompressed bytes are all in whole_buf_[0, end_)
   bool pairs_ = false;   // ... inflated by inflate_streams
-  bool stream_ = false;  // libdeflate rejected this file or it is too large: zlib from now on
+  bool stream_ = false;  // the whole-file decoders rejected this file or it is too large: zlib from now on
   RecycledBuffer whole_buf_;  // released once the file is read to its end
   // GZIP inflated whole: the CRC-32 of each member is summed as its bytes are read (while they are
   // in the cache) and checked at its end, not in a pass of its own over the inflated buffer.
