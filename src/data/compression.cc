@@ -107,7 +107,8 @@ bool find_sized_members(const unsigned char* in, size_t n, std::vector<SizedMemb
     if (size < kMemberHeaderBytes + 8 || size > n - at) return false;
     const size_t out_size = load_le32(h + size - 4);
     if (out_size > kWholeFileMaxInflated - total) return false;
-    found->push_back({at + kMemberHeaderBytes, size - kMemberHeaderBytes - 8, total, out_size, load_le32(h + size - 8)});
+    const uint32_t crc = load_le32(h + size - 8);
+    found->push_back({at + kMemberHeaderBytes, size - kMemberHeaderBytes - 8, total, out_size, crc});
     total += out_size;
     at += size;
   }
@@ -126,8 +127,9 @@ std::optional<size_t> inflate_sized_members(const unsigned char* in, const std::
   }
   std::vector<InflateJob> jobs;
   jobs.reserve(found.size());
+  auto* inflated_bytes = reinterpret_cast<unsigned char*>(out->data());
   for (const SizedMember& m : found)
-    jobs.push_back({in + m.body, m.body_size, reinterpret_cast<unsigned char*>(out->data()) + m.out_offset, m.out_size});
+    jobs.push_back({in + m.body, m.body_size, inflated_bytes + m.out_offset, m.out_size});
   if (!inflate_streams(jobs)) return std::nullopt;
   members->clear();
   for (const SizedMember& m : found) members->push_back({m.out_offset + m.out_size, m.crc});
