@@ -29,6 +29,7 @@ constexpr const char* kPointerFile = "checkpoint";
 constexpr const char* kManifestFile = "manifest.json";
 constexpr const char* kModelFile = "model.safetensors";
 constexpr const char* kOptimizerFile = "optimizer.safetensors";
+constexpr const char* kInputFile = "input.safetensors";
 constexpr const char* kPointerFormat = "strata-checkpoint-pointer";
 constexpr const char* kManifestFormat = "strata-checkpoint";
 
@@ -202,6 +203,11 @@ std::string CheckpointManager::save(const TrainingCheckpoint& checkpoint, int64_
         {"format", "strata"}, {"step", std::to_string(checkpoint.step)}, {"epoch", std::to_string(checkpoint.epoch)}};
     save_safetensors((temp_dir / kModelFile).string(), checkpoint.weights, meta);
     save_safetensors((temp_dir / kOptimizerFile).string(), checkpoint.optimizer, meta);
+    json files = {{"model", kModelFile}, {"optimizer", kOptimizerFile}};
+    if (!checkpoint.input.empty()) {
+      save_safetensors((temp_dir / kInputFile).string(), checkpoint.input, meta);
+      files["input"] = kInputFile;
+    }
     json manifest = {
         {"format", kManifestFormat},
         {"version", kCheckpointFormatVersion},
@@ -209,11 +215,12 @@ std::string CheckpointManager::save(const TrainingCheckpoint& checkpoint, int64_
         {"step", checkpoint.step},
         {"epoch", checkpoint.epoch},
         {"rng", {{"seed", checkpoint.rng.seed}, {"stream", checkpoint.rng.stream}, {"offset", checkpoint.rng.offset}}},
-        {"files", {{"model", kModelFile}, {"optimizer", kOptimizerFile}}},
+        {"files", files},
         {"model", describe(checkpoint.weights)},
         {"optimizer", describe(checkpoint.optimizer)},
-        {"extra", extra},
     };
+    if (!checkpoint.input.empty()) manifest["input"] = describe(checkpoint.input);
+    manifest["extra"] = extra;
     detail::write_file_atomically((temp_dir / kManifestFile).string(), manifest.dump(2) + "\n");
     detail::fsync_directory(temp_dir.string());
     move_directory_into_place(temp_dir, final_dir);
@@ -295,18 +302,21 @@ TrainingCheckpoint CheckpointManager::restore(const std::string& checkpoint_path
     ckpt.rng.seed = m["rng"].at("seed").get<uint64_t>();
     ckpt.rng.stream = m["rng"].at("stream").get<uint64_t>();
     ckpt.rng.offset = m["rng"].at("offset").get<uint64_t>();
-    const std::string model_file = m["files"].at("model").get<std::string>();
-    const std::string optimizer_file = m["files"].at("optimizer").get<std::string>();
-    for (const auto& f : {model_file, optimizer_file})
-      STRATA_CHECK(!f.empty() && f.find('/') == std::string::npos && f != "..", DataCorrupt,
-                   manifest_path << " names file '" << f << "' outside the checkpoint");
-    const struct {
-      const std::string& file;
-      const char* key;
+    struct Part {
+      const char* key;  // in "files" and the list of its tensors
       NamedTensors* out;
-    } parts[] = {{model_file, "model", &ckpt.weights}, {optimizer_file, "optimizer", &ckpt.optimizer}};
+    };
+    std::vector<Part> parts = {{"model", &ckpt.weights}, {"optimizer", &ckpt.optimizer}};
+    STRATA_CHECK(m["files"].is_object(), DataCorrupt, manifest_path << ": \"files\" is not an object");
+    if (m["files"].contains("input"))
+      parts.push_back({"input", &ckpt.input});  // absent: no input state, or an older checkpoint
     for (const auto& part : parts) {
-      const std::string path = (dir / part.file).string();
+      const std::string file = m["files"].at(part.key).get<std::string>();
+      STRATA_CHECK(!file.empty() && file.find('/') == std::string::npos && file != "." && file != "..", DataCorrupt,
+                   manifest_path << " names file '" << file << "' outside the checkpoint");
+      STRATA_CHECK(has(part.key), DataCorrupt,
+                   manifest_path << " lists file '" << file << "' but has no \"" << part.key << "\" tensors");
+      const std::string path = (dir / file).string();
       *part.out = load_safetensors(path);
       const auto diff = detail::first_difference(
           specs_from_manifest(m[part.key], manifest_path + " \"" + part.key + "\""), detail::specs_of(*part.out));

@@ -109,6 +109,45 @@ TEST(CheckpointTest, LayoutAndManifestDescribeTheCheckpoint) {
   EXPECT_EQ(pointer["all"], nlohmann::json::array({"ckpt-1"}));
 }
 
+TEST(CheckpointTest, InputStateIsWrittenOnlyWhenThereIsOne) {
+  ScratchDir dir;
+  CheckpointManager manager(dir.path());
+  // Without input state: no input.safetensors, no "input" in the manifest, and an empty `input` back.
+  const std::string plain = manager.save(make_checkpoint(1.0f, 1), 1);
+  EXPECT_FALSE(fs::exists(plain + "/input.safetensors"));
+  auto m = read_json(plain + "/manifest.json");
+  EXPECT_FALSE(m["files"].contains("input"));
+  EXPECT_FALSE(m.contains("input"));
+  EXPECT_TRUE(CheckpointManager::restore(plain).input.empty());
+
+  TrainingCheckpoint c = make_checkpoint(1.0f, 2);
+  c.input = {{"shuffle/buffer", Tensor::from_vector<uint8_t>({1, 2, 3, 250}, {4})},
+             {"batch/position", Tensor::from_vector<uint8_t>({9}, {1})}};
+  const std::string path = manager.save(c, 2);
+  m = read_json(path + "/manifest.json");
+  EXPECT_EQ(m["files"]["input"], "input.safetensors");
+  EXPECT_EQ(m["input"][0], nlohmann::json({{"name", "shuffle/buffer"}, {"dtype", "U8"}, {"shape", {4}}}));
+  const TrainingCheckpoint r = CheckpointManager::restore(path);
+  expect_same(r.input, c.input);
+  expect_same(r.weights, c.weights);
+
+  // The input file is checked against the manifest like the others.
+  auto changed = m;
+  changed["input"][1]["shape"] = {2};
+  write_bytes(path + "/manifest.json", changed.dump());
+  std::string msg = message_of<DataCorrupt>([&] { CheckpointManager::restore(path); });
+  EXPECT_THAT(msg, HasSubstr("input.safetensors does not hold what"));
+  EXPECT_THAT(msg, HasSubstr("tensor 'batch/position' has shape [1] but [2] was expected"));
+  changed = m;
+  changed.erase("input");
+  write_bytes(path + "/manifest.json", changed.dump());
+  EXPECT_THAT(message_of<DataCorrupt>([&] { CheckpointManager::restore(path); }),
+              HasSubstr("lists file 'input.safetensors' but has no \"input\" tensors"));
+  write_bytes(path + "/manifest.json", m.dump());
+  fs::remove(path + "/input.safetensors");
+  EXPECT_THAT(message_of<IoError>([&] { CheckpointManager::restore(path); }), HasSubstr("input.safetensors"));
+}
+
 TEST(CheckpointTest, KeepsAtMostMaxToKeepDroppingTheOldestSaved) {
   ScratchDir dir;
   CheckpointManager manager(dir.path(), 2);

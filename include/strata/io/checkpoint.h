@@ -4,6 +4,7 @@
 //   <directory>/checkpoint                 {"latest": "ckpt-7", "all": ["ckpt-5", "ckpt-6", "ckpt-7"], ...}
 //   <directory>/ckpt-7/model.safetensors   the model's variables by name
 //   <directory>/ckpt-7/optimizer.safetensors   optimizer slots ("dense/kernel/m", ...) and "iterations"
+//   <directory>/ckpt-7/input.safetensors   the input pipeline's iterator state (only when there is one)
 //   <directory>/ckpt-7/manifest.json       format and version, created time, step, epoch, rng,
 //                                          the files and every tensor's name/shape/dtype, `extra`
 //
@@ -33,6 +34,7 @@ struct TrainingCheckpoint {
   int64_t step = 0;               // global step
   int64_t epoch = 0;              // epochs completed
   Generator::State rng{};         // strata/random.h
+  NamedTensors input;             // the input pipeline's iterator state (U8 tensors); none: no input.safetensors
   std::string extra_json = "{}";  // free-form JSON object the caller wants kept (e.g. the data iterator state)
 };
 
