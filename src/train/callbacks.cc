@@ -220,23 +220,59 @@ void TerminateOnNaN::on_train_batch_end(int64_t batch, const Logs& logs) {
 // ---- BackupAndRestore
 
 BackupAndRestore::BackupAndRestore(std::string directory, Options options)
-    : directory_(std::move(directory)), options_(options) {}
+    : directory_(std::move(directory)), options_(options) {
+  STRATA_CHECK(options_.save_freq >= 0, InvalidArgument,
+               "BackupAndRestore(" << directory_ << "): save_freq must be 0 (every epoch) or a number of steps, got "
+                                   << options_.save_freq);
+}
 
 void BackupAndRestore::on_train_begin(const Logs&) {
-  if (!options_.restore) return;
   Model& model = require_model(*this, "BackupAndRestore");
+  last_saved_step_ = model.step();
+  if (!options_.restore) return;
+  // A damaged checkpoint (or pointer file) throws here, naming it: fit does not start and writes nothing.
   const std::optional<std::string> latest = io::CheckpointManager(directory_).latest();
-  if (!latest) return;
+  if (!latest) {
+    std::printf("No checkpoint to resume from in %s: starting at epoch 1\n", directory_.c_str());
+    std::fflush(stdout);
+    return;
+  }
   STRATA_CHECK(model.built(), InvalidArgument,
                "BackupAndRestore: model '" << model.name() << "' must be built (build_for) before restoring " << *latest);
-  const int64_t epochs_done = model.restore_checkpoint(*latest);
-  model.set_resume_epoch(epochs_done);
-  std::printf("Restored %s: %lld epoch(s) done, step %lld\n", latest->c_str(), static_cast<long long>(epochs_done),
-              static_cast<long long>(model.step()));
+  model.restore_checkpoint(*latest);
+  const FitPosition& position = model.restored_position();
+  model.set_resume_position(position);
+  last_saved_step_ = model.step();
+  if (position.step_in_epoch > 0 && !position.input_finished) {
+    std::printf("Restored %s: epoch %lld at step %lld of it (global step %lld)\n", latest->c_str(),
+                static_cast<long long>(position.epochs_done + 1), static_cast<long long>(position.step_in_epoch),
+                static_cast<long long>(model.step()));
+  } else {
+    std::printf("Restored %s: %lld epoch(s) done, step %lld\n", latest->c_str(),
+                static_cast<long long>(position.epochs_done), static_cast<long long>(model.step()));
+  }
+  std::fflush(stdout);
+}
+
+void BackupAndRestore::save(int64_t number) {
+  Model& model = require_model(*this, "BackupAndRestore");
+  model.save_checkpoint(directory_, number, options_.max_to_keep);
+  last_saved_step_ = model.step();
+}
+
+void BackupAndRestore::on_train_batch_end(int64_t, const Logs&) {
+  if (options_.save_freq == 0) return;
+  const int64_t step = require_model(*this, "BackupAndRestore").step();
+  // Steps run in groups (steps_per_execution): save when the group crossed a multiple of save_freq.
+  if (step / options_.save_freq > last_saved_step_ / options_.save_freq) save(step);
 }
 
 void BackupAndRestore::on_epoch_end(int64_t epoch, const Logs&) {
-  require_model(*this, "BackupAndRestore").save_checkpoint(directory_, epoch + 1, options_.max_to_keep);
+  if (options_.save_freq == 0) {
+    save(epoch + 1);
+  } else {
+    save(require_model(*this, "BackupAndRestore").step());
+  }
 }
 
 }  // namespace callbacks

@@ -237,6 +237,34 @@ void Model::reset_metrics() {
   }
 }
 
+std::vector<std::vector<double>> Model::tracker_states() const {
+  std::vector<std::vector<double>> states;
+  if (loss_tracker_) states.push_back(loss_tracker_->state());
+  for (const auto& m : metrics_) states.push_back(m->state());
+  return states;
+}
+
+void Model::set_tracker_states(const std::vector<std::vector<double>>& states) {
+  const size_t expected = (loss_tracker_ ? 1 : 0) + metrics_.size();
+  STRATA_CHECK(states.size() == expected, InvalidArgument,
+               "model '" << name() << "': the checkpoint holds " << states.size() << " metric states but the model has "
+                         << expected << " (the loss and each compiled metric); compile it as it was when saved");
+  size_t i = 0;
+  if (loss_tracker_) loss_tracker_->set_state(states[i++]);
+  for (const auto& m : metrics_) m->set_state(states[i++]);
+}
+
+FitPosition Model::fit_position() const {
+  STRATA_CHECK(fit_state_.active, InvalidArgument, "model '" << name() << "': fit_position() outside fit");
+  FitPosition p;
+  p.epochs_done = fit_state_.epochs_done;
+  p.step_in_epoch = fit_state_.step_in_epoch;
+  if (fit_state_.iterator != nullptr) p.input_state = fit_state_.iterator->save_state();
+  p.input_finished = fit_state_.iterator_finished;
+  if (p.step_in_epoch > 0) p.metric_states = tracker_states();
+  return p;
+}
+
 // ---- strategies
 
 distribute::Strategy& Model::strategy_for(const char* what, const data::Element& sample) {
@@ -345,10 +373,19 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
   for (const auto& cb : callbacks) cb->set_model(this);
 
   stop_training = false;
-  resume_epoch_.reset();
+  resume_.reset();
   History history;
+  fit_state_ = FitState{.active = true};
+  // Whatever way fit leaves, fit_position() stops answering for it.
+  struct EndFit {
+    FitState& state;
+    ~EndFit() { state = FitState{}; }
+  } end_fit{fit_state_};
   run_callbacks(callbacks, [](Callback& cb) { cb.on_train_begin(Logs()); });
-  const int64_t first_epoch = resume_epoch_.value_or(options.initial_epoch);
+  FitPosition resume;
+  resume.epochs_done = options.initial_epoch;
+  if (resume_) resume = std::move(*resume_);
+  resume_.reset();
 
   // With steps_per_epoch an iterator lives across epochs (Keras); otherwise each epoch is one pass, and
   // the next epoch's pass is opened while this one trains: its first batch (a full shuffle buffer, for
@@ -363,23 +400,43 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
     std::optional<data::Element> first = it.next();
     return std::make_pair(std::move(it), std::move(first));
   };
+  // A resumed position with the iterator's state: continue that iterator where it stood, or, when its
+  // pass had ended, restore it only so that the dataset counts the passes made (a reshuffling shuffle
+  // then orders the next pass as the uninterrupted run did).
+  if (!resume.input_state.empty()) {
+    data::Iterator restored = dataset.make_iterator();
+    restored.restore_state(resume.input_state);
+    if (!resume.input_finished) iterator.emplace(std::move(restored));
+  }
+  int64_t resume_steps = resume.input_finished ? 0 : resume.step_in_epoch;
   bool exhausted = false;
   distribute::Strategy* strategy = nullptr;  // chosen at the first batch (which may build the model)
-  for (int64_t epoch = first_epoch; epoch < options.epochs && !stop_training && !exhausted; ++epoch) {
+  for (int64_t epoch = resume.epochs_done; epoch < options.epochs && !stop_training && !exhausted; ++epoch) {
     reset_metrics();
+    int64_t steps = 0;
+    if (resume_steps > 0) {  // the epoch a mid-epoch checkpoint stood in: its running metrics go on
+      set_tracker_states(resume.metric_states);
+      steps = resume_steps;
+      resume_steps = 0;
+    }
+    fit_state_.epochs_done = epoch;
+    fit_state_.step_in_epoch = steps;
+    fit_state_.iterator_finished = false;
     run_callbacks(callbacks, [&](Callback& cb) { cb.on_epoch_begin(epoch, Logs()); });
     const double epoch_start = now_seconds();
     double waited = 0;
     if (options.steps_per_epoch == 0) {
-      auto pass = next_pass.valid() ? next_pass.get() : open_pass();
-      iterator.emplace(std::move(pass.first));
-      first_batch = std::move(pass.second);
-      waited = now_seconds() - epoch_start;
+      if (!iterator) {
+        auto pass = next_pass.valid() ? next_pass.get() : open_pass();
+        iterator.emplace(std::move(pass.first));
+        first_batch = std::move(pass.second);
+        waited = now_seconds() - epoch_start;
+      }
       if (epoch + 1 < options.epochs) next_pass = std::async(std::launch::async, open_pass);
     } else if (!iterator) {
       iterator.emplace(dataset.make_iterator());
     }
-    int64_t steps = 0;
+    fit_state_.iterator = &*iterator;
     bool ran_out = false;
     while (!ran_out && (options.steps_per_epoch == 0 || steps < options.steps_per_epoch)) {
       // The next group of steps: up to steps_per_execution batches, no more than the epoch has left.
@@ -409,6 +466,7 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
       run_callbacks(callbacks, [&](Callback& cb) { cb.on_train_batch_begin(steps, Logs()); });
       distributed_steps(*strategy, batches, /*training=*/true);
       steps += group;
+      fit_state_.step_in_epoch = steps;
       const Logs logs = metric_logs();
       run_callbacks(callbacks, [&](Callback& cb) { cb.on_train_batch_end(steps - 1, logs); });
       if (stop_training) break;
@@ -423,7 +481,15 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
     history.epochs.push_back(epoch);
     for (const auto& [k, v] : logs.items()) history.history[k].push_back(v);
     history.input_wait_fraction.push_back(input_wait_fraction_);
+    // The epoch is done: a checkpoint from on_epoch_end resumes at the next one.
+    fit_state_.epochs_done = epoch + 1;
+    fit_state_.step_in_epoch = 0;
+    fit_state_.iterator_finished = options.steps_per_epoch == 0;
     run_callbacks(callbacks, [&](Callback& cb) { cb.on_epoch_end(epoch, logs); });
+    if (options.steps_per_epoch == 0) {
+      fit_state_.iterator = nullptr;
+      iterator.reset();  // each epoch is a pass of its own
+    }
   }
   run_callbacks(callbacks, [](Callback& cb) { cb.on_train_end(Logs()); });
   return history;

@@ -2,6 +2,8 @@
 #include <sys/stat.h>
 
 #include <cstdio>
+#include <cstring>
+#include <nlohmann/json.hpp>
 #include <iomanip>
 #include <sstream>
 
@@ -41,15 +43,66 @@ void Model::load_weights(const std::string& path) {
   assign_all(variables(), loaded);
 }
 
-std::string Model::save_checkpoint(const std::string& directory, int64_t epoch, int max_to_keep) const {
+// The FitPosition travels in the checkpoint as the manifest's extra {"fit": {...}} and, for the
+// iterator's state, a U8 tensor "iterator" in the checkpoint's input tensors.
+namespace {
+constexpr const char* kIteratorTensor = "iterator";
+
+nlohmann::json position_json(const FitPosition& p) {
+  return {{"epochs_done", p.epochs_done},
+          {"step_in_epoch", p.step_in_epoch},
+          {"input_finished", p.input_finished},
+          {"metric_states", p.metric_states}};
+}
+
+FitPosition position_from(const io::TrainingCheckpoint& ckpt, const std::string& where) {
+  FitPosition p;
+  p.epochs_done = ckpt.epoch;
+  nlohmann::json extra;
+  try {
+    extra = nlohmann::json::parse(ckpt.extra_json);
+    if (extra.contains("fit")) {
+      const nlohmann::json& fit = extra["fit"];
+      p.epochs_done = fit.at("epochs_done").get<int64_t>();
+      p.step_in_epoch = fit.at("step_in_epoch").get<int64_t>();
+      p.input_finished = fit.at("input_finished").get<bool>();
+      p.metric_states = fit.at("metric_states").get<std::vector<std::vector<double>>>();
+    }
+  } catch (const nlohmann::json::exception& e) {
+    STRATA_THROW(DataCorrupt, where << ": the manifest's \"extra\".\"fit\" position is damaged (" << e.what() << ")");
+  }
+  STRATA_CHECK(p.epochs_done >= 0 && p.step_in_epoch >= 0, DataCorrupt,
+               where << ": the manifest's fit position (epoch " << p.epochs_done << ", step " << p.step_in_epoch
+                     << ") is negative");
+  for (const auto& [name, t] : ckpt.input) {
+    STRATA_CHECK(name == kIteratorTensor && t.dtype() == DType::kUInt8 && t.shape().size() == 1, DataCorrupt,
+                 where << ": unexpected input tensor '" << name << "' " << shape_str(t.shape()) << " "
+                       << dtype_name(t.dtype()) << " (expected '" << kIteratorTensor << "', 1-D uint8)");
+    p.input_state.assign(static_cast<const char*>(t.raw_data()), static_cast<size_t>(t.nbytes()));
+  }
+  return p;
+}
+}  // namespace
+
+std::string Model::save_checkpoint(const std::string& directory, int64_t number, int max_to_keep) const {
   check_built("save_checkpoint");
   io::TrainingCheckpoint ckpt;
   ckpt.weights = named_weights();
   if (optimizer_) ckpt.optimizer = optimizer_->state(trainable_variables());
   ckpt.step = step();
-  ckpt.epoch = epoch;
+  ckpt.epoch = number;
   ckpt.rng = default_generator().state();
-  return io::CheckpointManager(directory, max_to_keep).save(ckpt, epoch);
+  if (fit_state_.active) {
+    const FitPosition p = fit_position();
+    ckpt.epoch = p.epochs_done;
+    ckpt.extra_json = nlohmann::json{{"fit", position_json(p)}}.dump();
+    if (!p.input_state.empty()) {
+      Tensor bytes = Tensor::empty({static_cast<int64_t>(p.input_state.size())}, DType::kUInt8);
+      std::memcpy(bytes.raw_data(), p.input_state.data(), p.input_state.size());
+      ckpt.input.emplace_back(kIteratorTensor, std::move(bytes));
+    }
+  }
+  return io::CheckpointManager(directory, max_to_keep).save(ckpt, number);
 }
 
 int64_t Model::restore_checkpoint(const std::string& path) {
@@ -63,10 +116,12 @@ int64_t Model::restore_checkpoint(const std::string& path) {
   }
   io::TrainingCheckpoint ckpt = io::CheckpointManager::restore(ckpt_path);
   io::check_matches(named_weights(), ckpt.weights, ckpt_path + "/model.safetensors");
+  FitPosition position = position_from(ckpt, ckpt_path);
   assign_all(variables(), ckpt.weights);
   if (optimizer_ && !ckpt.optimizer.empty()) optimizer_->load_state(ckpt.optimizer, trainable_variables());
   default_generator().set_state(ckpt.rng);
-  return ckpt.epoch;
+  restored_position_ = std::move(position);
+  return restored_position_.epochs_done;
 }
 
 // ---- summary

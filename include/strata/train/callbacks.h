@@ -197,25 +197,37 @@ class TerminateOnNaN : public Callback {
   void on_train_batch_end(int64_t batch, const Logs& logs) override;
 };
 
-// Full training checkpoints (weights, optimizer slots, epoch, step, RNG state) at the end of each epoch,
-// in `directory` (ckpt-<epoch>/ + a pointer file, written atomically; see strata/io/checkpoint.h). With
-// `restore`, fit first restores the latest checkpoint there and continues from the epoch after it, like
-// Keras's BackupAndRestore, so a killed job loses at most the epoch in progress.
+// Full training checkpoints (weights, optimizer slots, step, RNG state, and where fit stands: epoch, step
+// in the epoch, the input iterator's state and the running metrics) in `directory` (ckpt-<n>/ + a pointer
+// file, written atomically; see strata/io/checkpoint.h), like Keras's BackupAndRestore. With `restore`,
+// fit first restores the latest checkpoint there and continues exactly where it was saved: on one device
+// a run killed and resumed ends with bitwise the weights of the run never killed. A directory with no
+// checkpoint says so and starts at the first epoch; a damaged checkpoint is an error naming it (fit never
+// starts, so nothing is written over it).
+//
+// `save_freq` 0 saves at the end of each epoch as ckpt-<epochs done> (a kill loses at most the epoch in
+// progress); N > 0 saves every N global steps and at each epoch's end, as ckpt-<global step> (a kill
+// loses at most N steps).
 class BackupAndRestore : public Callback {
  public:
   struct Options {
     bool restore = true;
     int max_to_keep = 3;
+    int64_t save_freq = 0;  // 0: every epoch; N > 0: every N steps (and every epoch)
   };
   BackupAndRestore(std::string directory, Options options);
   explicit BackupAndRestore(std::string directory) : BackupAndRestore(std::move(directory), Options{}) {}
   void on_train_begin(const Logs& logs) override;
+  void on_train_batch_end(int64_t batch, const Logs& logs) override;
   void on_epoch_end(int64_t epoch, const Logs& logs) override;
   const std::string& directory() const { return directory_; }
 
  private:
+  void save(int64_t number);
+
   std::string directory_;
   Options options_;
+  int64_t last_saved_step_ = -1;
 };
 
 }  // namespace callbacks

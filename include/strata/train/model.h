@@ -83,6 +83,22 @@ struct History {
   std::vector<double> input_wait_fraction;
 };
 
+// Where fit stands between two steps: what a training checkpoint records so that a fit resumed from it
+// continues exactly as the uninterrupted run would (the same batches in the same order, the same running
+// metrics), not merely from the start of the epoch.
+struct FitPosition {
+  int64_t epochs_done = 0;    // epochs completed
+  int64_t step_in_epoch = 0;  // steps done in the epoch after them
+  // The training iterator's save_state() (empty: the checkpoint holds none, e.g. one written outside fit
+  // or by an older strata; a resumed fit then starts the next epoch with a fresh pass).
+  std::string input_state;
+  // The iterator had ended (its pass completed): a resumed fit restores it only to carry the dataset's
+  // pass count (so the next pass reshuffles as it would have), then opens the next pass.
+  bool input_finished = false;
+  // The loss tracker's state, then each compiled metric's (metrics::Metric::state), mid-epoch.
+  std::vector<std::vector<double>> metric_states;
+};
+
 class Model : public nn::Layer {
  public:
   explicit Model(std::string name = "");
@@ -140,15 +156,31 @@ class Model : public nn::Layer {
   // REQUIRES: built. Reads a safetensors file; names, shapes and dtypes must match exactly (the error names
   // the first that differs).
   void load_weights(const std::string& path);
-  // Full training state (weights, optimizer slots, step, epoch, RNG) into a CheckpointManager directory.
-  std::string save_checkpoint(const std::string& directory, int64_t epoch, int max_to_keep = 5) const;
-  // Restores from a ckpt-<n> directory or a directory holding them (the latest); returns the epochs completed.
+  // Full training state (weights, optimizer slots, step, RNG) into a CheckpointManager directory as
+  // ckpt-<number>. Called from a fit callback it also records where fit stands (FitPosition: epoch, step
+  // in the epoch, the training iterator's state, the running metrics); outside fit the checkpoint says
+  // `number` epochs are done.
+  std::string save_checkpoint(const std::string& directory, int64_t number, int max_to_keep = 5) const;
+  // Restores from a ckpt-<n> directory or a directory holding them (the latest); returns the epochs
+  // completed. A restore made while fit starts (a callback's on_train_begin, as BackupAndRestore does)
+  // makes that fit continue from the checkpoint's FitPosition.
   int64_t restore_checkpoint(const std::string& path);
+  // The position the last restore_checkpoint read.
+  const FitPosition& restored_position() const { return restored_position_; }
 
   // ---- state for callbacks.
   bool stop_training = false;
-  // Set by BackupAndRestore during on_train_begin: fit starts from this epoch.
-  void set_resume_epoch(int64_t epoch) { resume_epoch_ = epoch; }
+  // Set during on_train_begin: fit starts from this epoch (with a fresh pass over the data).
+  void set_resume_epoch(int64_t epoch) {
+    resume_ = FitPosition();
+    resume_->epochs_done = epoch;
+  }
+  // Set during on_train_begin: fit continues from this position (BackupAndRestore passes the restored one).
+  void set_resume_position(FitPosition position) { resume_ = std::move(position); }
+  // Where the fit in progress stands, as save_checkpoint records it. REQUIRES: called from a fit callback.
+  FitPosition fit_position() const;
+  // Whether a fit is running (callbacks may be asked to save outside one).
+  bool in_fit() const { return fit_state_.active; }
   // Global step: optimizer iterations.
   int64_t step() const;
   // The fraction of the last epoch's time that fit spent waiting for the next batch from the dataset.
@@ -194,7 +226,19 @@ class Model : public nn::Layer {
   std::vector<std::string> metric_names_;
   std::shared_ptr<metrics::Mean> loss_tracker_;
   std::vector<Trackers> replica_trackers_;  // replicas 1..N-1 of the current strategy
-  std::optional<int64_t> resume_epoch_;
+  // The loss tracker's and metrics' states, and setting them back (FitPosition::metric_states).
+  std::vector<std::vector<double>> tracker_states() const;
+  void set_tracker_states(const std::vector<std::vector<double>>& states);
+
+  std::optional<FitPosition> resume_;   // set by a callback during on_train_begin
+  FitPosition restored_position_;        // what the last restore_checkpoint read
+  // What fit_position() reads while fit runs: the epoch's training iterator and how far it has got.
+  struct FitState {
+    bool active = false;
+    const data::Iterator* iterator = nullptr;
+    bool iterator_finished = false;
+    int64_t epochs_done = 0, step_in_epoch = 0;
+  } fit_state_;
   double input_wait_fraction_ = 0;
 };
 
