@@ -11,6 +11,12 @@ pkg_check_modules(LIBDEFLATE IMPORTED_TARGET libdeflate)
 if(NOT LIBDEFLATE_FOUND)
   message(FATAL_ERROR "libdeflate not found (pkg-config libdeflate): install libdeflate-dev (scripts/setup.sh does)")
 endif()
+# ISA-L (libisal-dev): crc32_iscsi, the CRC-32C that io stores per tensor in safetensors files (io is below
+# data, so it cannot use data's TFRecord CRC).
+pkg_check_modules(ISAL IMPORTED_TARGET libisal)
+if(NOT ISAL_FOUND)
+  message(FATAL_ERROR "ISA-L not found (pkg-config libisal): install libisal-dev (scripts/setup.sh does)")
+endif()
 find_package(Protobuf REQUIRED)  # CMake's module: protobuf::libprotobuf, protobuf_generate()
 find_package(nlohmann_json REQUIRED)
 find_package(yaml-cpp REQUIRED)

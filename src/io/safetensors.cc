@@ -1,21 +1,26 @@
-// safetensors files: writing through AtomicFile, and a reader that checks every header field against
-// the file before it trusts it (see strata/io/safetensors.h for the format).
+// safetensors files: writing through AtomicFile with a CRC-32C (ISA-L's crc32_iscsi) of every tensor in
+// the metadata, and a reader that checks every header field against the file before it trusts it and
+// every recorded checksum against the data (see strata/io/safetensors.h for the format).
 // Thread-safety: no shared state.
 #include "strata/io/safetensors.h"
 
 #include <fcntl.h>
+#include <isa-l/crc.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <limits>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <sstream>
+#include <string_view>
 #include <unordered_map>
 
 #include "io/atomic_file.h"
@@ -31,6 +36,48 @@ using ordered_json = nlohmann::ordered_json;
 
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;  // the reference implementation's limit
 constexpr const char* kMetadataKey = "__metadata__";
+constexpr std::string_view kChecksumPrefix = "crc32c:";  // "crc32c:<tensor name>" -> 8 lowercase hex digits
+
+bool is_checksum_key(const std::string& key) { return key.rfind(kChecksumPrefix, 0) == 0; }
+
+// CRC-32C (Castagnoli; iSCSI, ext4, TFRecord before masking): ISA-L's crc32_iscsi, which neither
+// inverts its seed nor its result, with the standard ~0 seed and final inversion added.
+uint32_t crc32c(const void* data, uint64_t n) {
+  auto* p = static_cast<unsigned char*>(const_cast<void*>(data));  // crc32_iscsi only reads
+  uint32_t crc = 0xFFFFFFFFu;
+  while (n > 0) {  // crc32_iscsi takes an int length
+    const int chunk = static_cast<int>(n < (uint64_t{1} << 30) ? n : (uint64_t{1} << 30));
+    crc = crc32_iscsi(p, chunk, crc);
+    p += chunk;
+    n -= static_cast<uint64_t>(chunk);
+  }
+  return ~crc;
+}
+
+std::string crc_hex(uint32_t crc) {
+  char buf[9];
+  std::snprintf(buf, sizeof buf, "%08x", crc);
+  return buf;
+}
+
+// The CRC an 8-hex-digit string holds; none for anything else.
+std::optional<uint32_t> parse_crc_hex(const std::string& s) {
+  if (s.size() != 8) return std::nullopt;
+  uint32_t v = 0;
+  for (char c : s) {
+    int d;
+    if (c >= '0' && c <= '9')
+      d = c - '0';
+    else if (c >= 'a' && c <= 'f')
+      d = c - 'a' + 10;
+    else if (c >= 'A' && c <= 'F')
+      d = c - 'A' + 10;
+    else
+      return std::nullopt;
+    v = (v << 4) | static_cast<uint32_t>(d);
+  }
+  return v;
+}
 
 // A read-only file descriptor that closes itself.
 class InputFile {
@@ -183,23 +230,23 @@ std::vector<Entry> parse_header(const std::string& path, const std::string& head
   return entries;
 }
 
+// The header for `tensors` (host copies, already checked to be defined), with the caller's metadata
+// followed by one "crc32c:<name>" entry per tensor, in the tensors' order.
 std::string build_header(const std::string& path, const NamedTensors& tensors,
                          const std::map<std::string, std::string>& metadata) {
   ordered_json j = ordered_json::object();
-  if (!metadata.empty()) {
-    ordered_json m = ordered_json::object();
-    for (const auto& [k, v] : metadata) m[k] = v;
-    j[kMetadataKey] = std::move(m);
+  ordered_json m = ordered_json::object();
+  for (const auto& [k, v] : metadata) {
+    STRATA_CHECK(!is_checksum_key(k), InvalidArgument,
+                 "save_safetensors " << path << ": metadata key '" << k
+                                     << "' is reserved (\"crc32c:<tensor>\" keys hold the tensors' checksums)");
+    m[k] = v;
   }
-  std::set<std::string> seen;
+  for (const auto& [name, t] : tensors)
+    m[std::string(kChecksumPrefix) + name] = crc_hex(crc32c(t.raw_data(), t.nbytes()));
+  if (!m.empty()) j[kMetadataKey] = std::move(m);
   uint64_t offset = 0;
   for (const auto& [name, t] : tensors) {
-    STRATA_CHECK(!name.empty(), InvalidArgument, "save_safetensors " << path << ": a tensor has an empty name");
-    STRATA_CHECK(name != kMetadataKey, InvalidArgument,
-                 "save_safetensors " << path << ": \"__metadata__\" is reserved and cannot name a tensor");
-    STRATA_CHECK(seen.insert(name).second, InvalidArgument,
-                 "save_safetensors " << path << ": two tensors are named '" << name << "'");
-    STRATA_CHECK(t.defined(), InvalidArgument, "save_safetensors " << path << ": tensor '" << name << "' is undefined");
     ordered_json shape = ordered_json::array();
     for (int64_t d : t.shape()) shape.push_back(d);
     j[name] = {{"dtype", safetensors_dtype_code(t.dtype())},
@@ -239,18 +286,28 @@ const char* safetensors_dtype_code(DType dtype) {
 
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata) {
-  const std::string header = build_header(path, tensors, metadata);
+  // Check the names first, then take host copies: the checksums in the header need the bytes.
+  std::set<std::string> seen;
+  NamedTensors host;
+  host.reserve(tensors.size());
+  for (const auto& [name, t] : tensors) {
+    STRATA_CHECK(!name.empty(), InvalidArgument, "save_safetensors " << path << ": a tensor has an empty name");
+    STRATA_CHECK(name != kMetadataKey, InvalidArgument,
+                 "save_safetensors " << path << ": \"__metadata__\" is reserved and cannot name a tensor");
+    STRATA_CHECK(seen.insert(name).second, InvalidArgument,
+                 "save_safetensors " << path << ": two tensors are named '" << name << "'");
+    STRATA_CHECK(t.defined(), InvalidArgument, "save_safetensors " << path << ": tensor '" << name << "' is undefined");
+    host.emplace_back(name, t.device().is_cpu() ? t : t.to(Device::cpu()));
+  }
+  const std::string header = build_header(path, host, metadata);
   detail::AtomicFile file(path);
   uint8_t length[8];
   const uint64_t n = header.size();
   for (int i = 0; i < 8; ++i) length[i] = static_cast<uint8_t>(n >> (8 * i));
   file.write(length, 8);
   file.write(header);
-  for (const auto& [name, t] : tensors) {
-    if (t.nbytes() == 0) continue;
-    const Tensor host = t.device().is_cpu() ? t : t.to(Device::cpu());
-    file.write(host.raw_data(), host.nbytes());
-  }
+  for (const auto& [name, t] : host)
+    if (t.nbytes() > 0) file.write(t.raw_data(), t.nbytes());
   file.commit();
 }
 
@@ -272,11 +329,37 @@ NamedTensors load_safetensors(const std::string& path, std::map<std::string, std
   const uint64_t data_start = 8 + n;
   std::map<std::string, std::string> meta;
   const auto entries = parse_header(path, header, file.size() - data_start, &meta);
+  // The checksums: each must name a tensor of the file and be 8 hex digits; they leave the metadata.
+  std::unordered_map<std::string, uint32_t> checksums;
+  std::set<std::string> names;
+  for (const Entry& e : entries) names.insert(e.name);
+  for (auto it = meta.begin(); it != meta.end();) {
+    if (!is_checksum_key(it->first)) {
+      ++it;
+      continue;
+    }
+    const std::string name = it->first.substr(kChecksumPrefix.size());
+    STRATA_CHECK(names.count(name), DataCorrupt,
+                 path << ": \"__metadata__\" holds checksum '" << it->first << "' for tensor '" << name
+                      << "', which the file does not have");
+    const auto crc = parse_crc_hex(it->second);
+    STRATA_CHECK(crc.has_value(), DataCorrupt,
+                 path << ": checksum '" << it->first << "' is \"" << it->second << "\", not 8 hex digits");
+    checksums.emplace(name, *crc);
+    it = meta.erase(it);
+  }
   NamedTensors out;
   out.reserve(entries.size());
   for (const Entry& e : entries) {
     Tensor t = Tensor::empty(e.shape, e.dtype);
     if (t.nbytes() > 0) file.read_at(t.raw_data(), t.nbytes(), data_start + e.begin);
+    if (const auto it = checksums.find(e.name); it != checksums.end()) {
+      const uint32_t actual = crc32c(t.raw_data(), t.nbytes());
+      STRATA_CHECK(actual == it->second, DataCorrupt,
+                   path << ": tensor '" << e.name << "' is damaged: its data (bytes [" << e.begin << ", " << e.end
+                        << ") after the header) has CRC-32C " << crc_hex(actual) << " but the file records "
+                        << crc_hex(it->second));
+    }
     out.emplace_back(e.name, std::move(t));
   }
   if (metadata) *metadata = std::move(meta);

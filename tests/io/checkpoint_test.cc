@@ -148,6 +148,30 @@ TEST(CheckpointTest, InputStateIsWrittenOnlyWhenThereIsOne) {
   EXPECT_THAT(message_of<IoError>([&] { CheckpointManager::restore(path); }), HasSubstr("input.safetensors"));
 }
 
+TEST(CheckpointTest, RestoreReportsDamagedTensorData) {
+  ScratchDir dir;
+  CheckpointManager manager(dir.path());
+  TrainingCheckpoint c = make_checkpoint(1.0f, 1);
+  c.input = {{"iterator", Tensor::from_vector<uint8_t>({1, 2, 3}, {3})}};
+  const std::string path = manager.save(c, 1);
+  // Flip one bit in the last byte of each file: the data of its last tensor.
+  for (const auto& [file, tensor] :
+       std::vector<std::pair<std::string, std::string>>{{"model.safetensors", "batch_normalization/moving_mean"},
+                                                        {"optimizer.safetensors", "iterations"},
+                                                        {"input.safetensors", "iterator"}}) {
+    SCOPED_TRACE(file);
+    const std::string original = read_bytes(path + "/" + file);
+    std::string bytes = original;
+    bytes.back() = static_cast<char>(bytes.back() ^ 0x04);
+    write_bytes(path + "/" + file, bytes);
+    const std::string msg = message_of<DataCorrupt>([&] { CheckpointManager::restore(path); });
+    EXPECT_THAT(msg, HasSubstr(path + "/" + file + ": tensor '" + tensor + "' is damaged"));
+    EXPECT_THAT(msg, testing::ContainsRegex("CRC-32C [0-9a-f]{8} but the file records [0-9a-f]{8}"));
+    write_bytes(path + "/" + file, original);
+  }
+  EXPECT_EQ(CheckpointManager::restore(path).step, 1);
+}
+
 TEST(CheckpointTest, KeepsAtMostMaxToKeepDroppingTheOldestSaved) {
   ScratchDir dir;
   CheckpointManager manager(dir.path(), 2);

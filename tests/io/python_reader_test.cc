@@ -7,6 +7,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "io/io_test_util.h"
@@ -102,7 +103,17 @@ TEST_F(PythonReaderTest, PrintsTheNamesDtypesShapesAndValuesTheWriterSaved) {
   ASSERT_EQ(r.status, 0) << r.out;
   const auto lines = lines_of(r.out);
   ASSERT_EQ(lines.size(), tensors.size() + 1) << r.out;
-  EXPECT_EQ(lines[0], (std::vector<std::string>{"__metadata__", R"({"format":"strata","step":"12"})"}));
+  // The caller's metadata and a checksum per tensor, which the script verified with its own CRC-32C.
+  ASSERT_EQ(lines[0].size(), 2u);
+  EXPECT_EQ(lines[0][0], "__metadata__");
+  nlohmann::json expected_meta = {{"format", "strata"}, {"step", "12"}};
+  const auto meta = nlohmann::json::parse(lines[0][1]);
+  for (const auto& [name, t] : tensors) {
+    ASSERT_TRUE(meta.contains("crc32c:" + name)) << name;
+    expected_meta["crc32c:" + name] = meta["crc32c:" + name];
+  }
+  EXPECT_EQ(meta, expected_meta);
+  EXPECT_EQ(meta["crc32c:nothing"], "00000000");
   for (size_t i = 0; i < tensors.size(); ++i) {
     const auto& [name, t] = tensors[i];
     const auto& f = lines[i + 1];
@@ -151,6 +162,20 @@ TEST_F(PythonReaderTest, RejectsAFileWithBytesNoTensorOwns) {
   const Result r = read(path, "--values", /*with_stderr=*/true);
   EXPECT_EQ(r.status, 1);
   EXPECT_THAT(r.out, ::testing::HasSubstr("4 bytes after the last tensor"));
+}
+
+TEST_F(PythonReaderTest, RejectsATensorWhoseBytesDoNotMatchItsChecksum) {
+  // The script's CRC-32C is its own: it agrees with the writer's on good files (above) and catches a flip.
+  ScratchDir dir;
+  const std::string path = dir / "w.safetensors";
+  save_safetensors(path, {{"a", Tensor::ones({4})}, {"b", Tensor::from_vector<int32_t>({7, 8}, {2})}});
+  std::string bytes = test::read_bytes(path);
+  bytes[bytes.size() - 8 - 1] ^= 0x01;  // the last byte of "a" ("b" holds the last 8)
+  test::write_bytes(path, bytes);
+  EXPECT_THROW(load_safetensors(path), DataCorrupt);
+  const Result r = read(path, "", /*with_stderr=*/true);
+  EXPECT_EQ(r.status, 1);
+  EXPECT_THAT(r.out, ::testing::HasSubstr("tensor 'a' is damaged"));
 }
 
 }  // namespace

@@ -7,8 +7,10 @@ Prints one line per tensor, in the order of its data in the file:
     name dtype shape sum [v0 v1 ...]
 shape is written without spaces ("[2,3]", "[]" for a scalar); sum is the float64 sum of the
 elements (exact for integers) with 17 significant digits; --values appends every element
-(%.9g, which round-trips float32). --metadata first prints "__metadata__ <json>".
-Exits 1 with a message on stderr when the file breaks the format, 2 when numpy is missing.
+(%.9g, which round-trips float32). --metadata first prints "__metadata__ <json>" (checksums included).
+Checks every "crc32c:<tensor>" checksum in the metadata (strata writes one per tensor: the CRC-32C of
+the tensor's bytes as 8 hex digits) with its own table-driven CRC-32C.
+Exits 1 with a message on stderr when the file breaks the format or a checksum, 2 when numpy is missing.
 """
 import json
 import struct
@@ -21,6 +23,28 @@ except ImportError:
     sys.exit(2)
 
 DTYPES = {"F32": "<f4", "I32": "<i4", "I64": "<i8", "U8": "u1", "BF16": "<u2"}
+
+
+def _crc32c_table():
+    table = []
+    for i in range(256):
+        c = i
+        for _ in range(8):
+            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
+        table.append(c)
+    return table
+
+
+CRC32C_TABLE = _crc32c_table()
+
+
+def crc32c(data):
+    """CRC-32C (Castagnoli), reflected, initial and final value 0xFFFFFFFF: "123456789" -> 0xe3069283."""
+    crc = 0xFFFFFFFF
+    table = CRC32C_TABLE
+    for b in data:
+        crc = table[(crc ^ b) & 0xFF] ^ (crc >> 8)
+    return crc ^ 0xFFFFFFFF
 
 
 def fail(path, message):
@@ -60,6 +84,19 @@ def read(path):
         cursor = end
     if cursor != len(data):
         fail(path, "%d bytes after the last tensor" % (len(data) - cursor))
+    by_name = {name: (begin, end) for begin, end, name, _ in entries}
+    for key, value in metadata.items():
+        if not key.startswith("crc32c:"):
+            continue
+        name = key[len("crc32c:"):]
+        if name not in by_name:
+            fail(path, "checksum %r names no tensor" % key)
+        if not isinstance(value, str) or len(value) != 8 or any(c not in "0123456789abcdefABCDEF" for c in value):
+            fail(path, "checksum %r is %r, not 8 hex digits" % (key, value))
+        begin, end = by_name[name]
+        actual = crc32c(data[begin:end])
+        if actual != int(value, 16):
+            fail(path, "tensor %r is damaged: CRC-32C %08x, recorded %s" % (name, actual, value))
     tensors = []
     for begin, end, name, info in entries:
         raw = np.frombuffer(data[begin:end], dtype=np.dtype(DTYPES[info["dtype"]]))

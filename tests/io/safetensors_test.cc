@@ -1,5 +1,6 @@
 // safetensors: round trips of every dtype, the exact bytes of a tiny file, every kind of corrupt file,
-// check_matches messages and atomic writes that leave the old file when they fail.
+// per-tensor CRC-32C checksums (flipped bits are caught, files without checksums load), check_matches messages and
+// atomic writes that leave the old file when they fail.
 #include "strata/io/safetensors.h"
 
 #include <gmock/gmock.h>
@@ -90,7 +91,10 @@ TEST(SafetensorsTest, TinyFileMatchesTheFormatByteForByte) {
   EXPECT_EQ((8 + n) % 8, 0u) << "the data must start 8-byte aligned";
   ASSERT_EQ(bytes.size(), 8 + n + 11);
   const std::string header = bytes.substr(8, n);
-  const std::string json = R"({"__metadata__":{"k":"v"},"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+  // The caller's metadata, then each tensor's CRC-32C (Castagnoli) of its data bytes as 8 hex digits;
+  // the values were computed by a bitwise reference (polynomial 0x82F63B78; "123456789" -> e3069283).
+  const std::string json = R"({"__metadata__":{"k":"v","crc32c:a":"aa36f2c9","crc32c:b":"f130f21e"},)"
+                           R"("a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
                            R"("b":{"dtype":"U8","shape":[3,1],"data_offsets":[8,11]}})";
   EXPECT_EQ(header.substr(0, json.size()), json);
   EXPECT_EQ(header.substr(json.size()), std::string(n - json.size(), ' '));
@@ -159,6 +163,12 @@ TEST(SafetensorsTest, CorruptFilesRaiseDataCorruptNamingTheFileAndTheProblem) {
       {"trailing bytes", raw_file(R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})", eight),
        "the last 4 bytes of the data belong to no tensor"},
       {"metadata not strings", raw_file(R"({"__metadata__":{"step":3}})", ""), "not a string"},
+      {"checksum of no tensor",
+       raw_file(R"({"__metadata__":{"crc32c:b":"00000000"},"a":{)" + f32x2 + R"(,"data_offsets":[0,8]}})", eight),
+       "holds checksum 'crc32c:b' for tensor 'b', which the file does not have"},
+      {"checksum not hex",
+       raw_file(R"({"__metadata__":{"crc32c:a":"0x123456"},"a":{)" + f32x2 + R"(,"data_offsets":[0,8]}})", eight),
+       "checksum 'crc32c:a' is \"0x123456\", not 8 hex digits"},
       {"offsets not a pair", raw_file(R"({"a":{)" + f32x2 + R"(,"data_offsets":[0]}})", eight), "not [begin, end]"},
       {"shape overflow",
        raw_file(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", eight),
@@ -172,6 +182,107 @@ TEST(SafetensorsTest, CorruptFilesRaiseDataCorruptNamingTheFileAndTheProblem) {
     EXPECT_THAT(msg, HasSubstr(path));
     EXPECT_THAT(msg, HasSubstr(c.expect));
   }
+}
+
+// The header (as JSON) and the data of a safetensors file's bytes, and the reverse (padding the header).
+std::pair<nlohmann::ordered_json, std::string> split_file(const std::string& bytes) {
+  uint64_t n = 0;
+  for (int i = 0; i < 8; ++i) n |= static_cast<uint64_t>(static_cast<uint8_t>(bytes[i])) << (8 * i);
+  return {nlohmann::ordered_json::parse(bytes.substr(8, n)), bytes.substr(8 + n)};
+}
+std::string join_file(const nlohmann::ordered_json& header, const std::string& data) {
+  std::string h = header.dump();
+  h.append((8 - h.size() % 8) % 8, ' ');
+  return raw_file(h, data);
+}
+
+// Flips `mask` in byte `byte` of tensor `name`'s data in the file at `path`; returns the recorded CRC.
+std::string flip_bits(const std::string& path, const std::string& name, uint64_t byte, uint8_t mask) {
+  const auto [header, data] = split_file(read_bytes(path));
+  std::string bytes = read_bytes(path);
+  const uint64_t data_start = bytes.size() - data.size();
+  const uint64_t at = data_start + header[name]["data_offsets"][0].get<uint64_t>() + byte;
+  EXPECT_LT(at, data_start + header[name]["data_offsets"][1].get<uint64_t>());
+  bytes[at] = static_cast<char>(static_cast<uint8_t>(bytes[at]) ^ mask);
+  write_bytes(path, bytes);
+  return header["__metadata__"]["crc32c:" + name].get<std::string>();
+}
+
+TEST(SafetensorsTest, FlippedBitInTensorDataIsDataCorruptNamingTheFileAndTheTensor) {
+  ScratchDir dir;
+  const std::string path = dir / "w.safetensors";
+  for (const auto& [name, byte] : std::vector<std::pair<std::string, uint64_t>>{
+           {"dense/kernel", 0}, {"longs", 23}, {"bytes", 2}, {"after_odd", 7}, {"scalar", 1}}) {
+    for (uint8_t mask : {uint8_t{0x01}, uint8_t{0x80}}) {
+      SCOPED_TRACE(name + " byte " + std::to_string(byte) + " mask " + std::to_string(mask));
+      save_safetensors(path, every_dtype());
+      const std::string recorded = flip_bits(path, name, byte, mask);
+      const std::string msg = message_of<DataCorrupt>([&] { load_safetensors(path); });
+      EXPECT_THAT(msg, HasSubstr(path + ": tensor '" + name + "' is damaged"));
+      EXPECT_THAT(msg, testing::ContainsRegex("has CRC-32C [0-9a-f]{8} but the file records " + recorded));
+      EXPECT_THAT(msg, testing::Not(HasSubstr("CRC-32C " + recorded + " ")));  // the two CRCs differ
+    }
+  }
+}
+
+TEST(SafetensorsTest, FlippedExponentBitsAreDataCorrupt) {
+  // A flipped exponent bit turns a weight into a huge, tiny or non-finite value that trains on as garbage.
+  ScratchDir dir;
+  const std::string path = dir / "w.safetensors";
+  const NamedTensors tensors = {{"dense/kernel", test::random_tensor({16, 8}, 3)},
+                                {"half", Tensor::from_vector<float>({1.5f, -0.25f, 2.0f}, {3}).to(DType::kBFloat16)}};
+  // F32 element 5: exponent bits 30..23 are bits 6..0 of byte 3 and bit 7 of byte 2. BF16 element 1 likewise.
+  const struct {
+    const char* name;
+    uint64_t byte;
+    uint8_t mask;
+  } flips[] = {{"dense/kernel", 5 * 4 + 3, 0x40},
+               {"dense/kernel", 5 * 4 + 3, 0x7f},
+               {"dense/kernel", 5 * 4 + 2, 0x80},
+               {"half", 1 * 2 + 1, 0x40},
+               {"half", 1 * 2 + 1, 0x01}};
+  for (const auto& f : flips) {
+    SCOPED_TRACE(std::string(f.name) + " byte " + std::to_string(f.byte) + " mask " + std::to_string(f.mask));
+    save_safetensors(path, tensors);
+    flip_bits(path, f.name, f.byte, f.mask);
+    EXPECT_THAT(message_of<DataCorrupt>([&] { load_safetensors(path); }),
+                HasSubstr(path + ": tensor '" + f.name + "' is damaged"));
+  }
+}
+
+TEST(SafetensorsTest, FilesWithoutChecksumsLoad) {
+  // Other writers (the reference implementation, PyTorch) record no checksums: such files load, and a
+  // file that has checksums for only some tensors has those checked.
+  ScratchDir dir;
+  const std::string path = dir / "w.safetensors";
+  const NamedTensors tensors = every_dtype();
+  save_safetensors(path, tensors, {{"format", "pt"}});
+  auto [header, data] = split_file(read_bytes(path));
+  ASSERT_TRUE(header["__metadata__"].contains("crc32c:dense/kernel"));
+  auto without = header;
+  without["__metadata__"] = {{"format", "pt"}};
+  write_bytes(path, join_file(without, data));
+  std::map<std::string, std::string> meta;
+  const NamedTensors loaded = load_safetensors(path, &meta);
+  ASSERT_EQ(loaded.size(), tensors.size());
+  for (size_t i = 0; i < tensors.size(); ++i) expect_same(loaded[i].second, tensors[i].second, tensors[i].first);
+  EXPECT_EQ(meta, (std::map<std::string, std::string>{{"format", "pt"}}));
+  // No metadata at all.
+  without.erase("__metadata__");
+  write_bytes(path, join_file(without, data));
+  EXPECT_EQ(load_safetensors(path).size(), tensors.size());
+  // Only "ints" has its checksum: damage to "longs" goes unseen, damage to "ints" does not.
+  auto some = without;
+  some["__metadata__"] = {{"crc32c:ints", header["__metadata__"]["crc32c:ints"]}};
+  write_bytes(path, join_file(some, data));
+  std::string bytes = read_bytes(path);
+  const uint64_t data_start = bytes.size() - data.size();
+  bytes[data_start + some["longs"]["data_offsets"][0].get<uint64_t>()] ^= 0x10;
+  write_bytes(path, bytes);
+  EXPECT_EQ(load_safetensors(path)[2].second.to_vector<int64_t>()[0], (int64_t{1} << 62) ^ 0x10);
+  bytes[data_start + some["ints"]["data_offsets"][0].get<uint64_t>()] ^= 0x10;
+  write_bytes(path, bytes);
+  EXPECT_THAT(message_of<DataCorrupt>([&] { load_safetensors(path); }), HasSubstr("tensor 'ints' is damaged"));
 }
 
 TEST(SafetensorsTest, TruncatedFileIsCorrupt) {
@@ -211,6 +322,10 @@ TEST(SafetensorsTest, SaveRejectsBadNamesAndUndefinedTensors) {
               HasSubstr("reserved"));
   EXPECT_THAT(message_of<InvalidArgument>([&] { save_safetensors(path, {{"", t}}); }), HasSubstr("empty name"));
   EXPECT_THAT(message_of<InvalidArgument>([&] { save_safetensors(path, {{"bad\xff", t}}); }), HasSubstr("UTF-8"));
+  EXPECT_THAT(message_of<InvalidArgument>([&] {
+                save_safetensors(path, {{"w", t}}, {{"crc32c:w", "00000000"}});
+              }),
+              HasSubstr("metadata key 'crc32c:w' is reserved"));
   EXPECT_TRUE(dir.entries().empty());
 }
 

@@ -9,6 +9,17 @@
 // dtype codes: F32, I32, I64, U8, BF16 (the DTypes strata holds). Tensor names are the layers'
 // variable names ("dense/kernel"), kept in the order the caller gave them.
 //
+// Checksums. safetensors has none, so strata keeps one per tensor in "__metadata__", where other
+// readers (PyTorch's safetensors, tests/io/read_safetensors.py) see only more strings:
+//   "crc32c:<tensor name>": "<8 lowercase hex digits>"
+// the CRC-32C (Castagnoli, as iSCSI and TFRecord use it, unmasked; "123456789" -> e3069283) of the
+// tensor's data bytes [begin, end). `save_safetensors` writes one for every tensor (after the caller's
+// metadata, in the tensors' order) and reserves keys starting "crc32c:". `load_safetensors` checks
+// every tensor that has one and raises DataCorrupt "<path>: tensor '<name>' is damaged: its data
+// (bytes [b, e) after the header) has CRC-32C <actual> but the file records <recorded>"; a checksum
+// naming no tensor of the file, or not 8 hex digits, is DataCorrupt too. Tensors without one (files
+// from other writers) load unchecked. The checksums are not returned with the metadata.
+//
 // Writes are atomic: the bytes go to "<path>.tmp-<pid>-<n>" in the same directory, which is fsync'ed
 // and renamed over `path`, so a crash leaves either the old file or the new one, never half of one.
 // Loads check every header field against the file and raise DataCorrupt naming the file and the
@@ -31,14 +42,17 @@ namespace strata::io {
 using NamedTensors = std::vector<std::pair<std::string, Tensor>>;
 
 // Writes `tensors` (any device; copied to the host) and the string `metadata` to `path` atomically.
-// Throws InvalidArgument for an undefined tensor, an empty, duplicate or reserved ("__metadata__")
-// name, or a name that is not valid UTF-8; IoError when the file cannot be written (the old file at
+// Adds a "crc32c:<name>" checksum per tensor to the metadata. Throws InvalidArgument for an undefined
+// tensor, an empty, duplicate or reserved ("__metadata__") name, a name that is not valid UTF-8, or a
+// metadata key starting "crc32c:"; IoError when the file cannot be written (the old file at
 // `path`, if any, is left as it was and no temporary file remains).
 void save_safetensors(const std::string& path, const NamedTensors& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
-// Reads every tensor of a safetensors file into host tensors, in the order of their data in the file.
-// Fills `*metadata` (when given) with the header's "__metadata__" strings.
+// Reads every tensor of a safetensors file into host tensors, in the order of their data in the file,
+// verifying each recorded checksum (above). Fills `*metadata` (when given) with the header's
+// "__metadata__" strings other than the checksums. Throws DataCorrupt naming the file (and the tensor)
+// for a malformed or damaged file, IoError when it cannot be opened or read.
 NamedTensors load_safetensors(const std::string& path, std::map<std::string, std::string>* metadata = nullptr);
 
 // Throws InvalidArgument naming `what` (e.g. the file) and the first difference: a name missing from
