@@ -209,12 +209,25 @@ void LearningRateScheduler::on_epoch_begin(int64_t epoch, const Logs&) {
 
 // ---- TerminateOnNaN
 
+void TerminateOnNaN::on_train_begin(const Logs&) {
+  fired_ = false;
+  epoch_ = batch_ = 0;
+  loss_ = 0;
+}
+
+void TerminateOnNaN::on_epoch_begin(int64_t epoch, const Logs&) { epoch_ = epoch; }
+
 void TerminateOnNaN::on_train_batch_end(int64_t batch, const Logs& logs) {
   const std::optional<double> loss = logs.get("loss");
-  if (loss && !std::isfinite(*loss)) {
-    std::fprintf(stderr, "Batch %lld: invalid loss %g, terminating training\n", static_cast<long long>(batch), *loss);
-    require_model(*this, "TerminateOnNaN").stop_training = true;
+  if (fired_ || !loss || std::isfinite(*loss)) return;
+  fired_ = true;
+  batch_ = batch;
+  loss_ = *loss;
+  if (options_.verbose) {
+    std::fprintf(stderr, "Epoch %lld, step %lld: invalid loss %g, terminating training\n",
+                 static_cast<long long>(epoch_ + 1), static_cast<long long>(batch + 1), *loss);
   }
+  require_model(*this, "TerminateOnNaN").stop_training = true;
 }
 
 // ---- BackupAndRestore

@@ -138,5 +138,40 @@ TEST(CallbacksTest, TerminateOnNaNStopsAtTheFirstBadBatch) {
   EXPECT_EQ(model->step(), 1);
 }
 
+TEST(CallbacksTest, TerminateOnNaNRecordsTheEpochAndBatchItStoppedAt) {
+  // x[16][0] is NaN: sample 16 is in batch 2 (batches of 8), so the epoch's running loss turns NaN there.
+  auto model = regressor(0.01f);
+  auto nan = std::make_shared<callbacks::TerminateOnNaN>(callbacks::TerminateOnNaN::Options{.verbose = false});
+  model->fit(regression_data(32, /*nan_at=*/16 * 3), {.epochs = 5, .callbacks = {nan}, .verbose = 0});
+  EXPECT_TRUE(nan->fired());
+  EXPECT_EQ(nan->epoch(), 0);
+  EXPECT_EQ(nan->batch(), 2);
+  EXPECT_TRUE(std::isnan(nan->loss()));
+  EXPECT_EQ(model->step(), 3);
+
+  // The next fit starts clean: a finite run does not fire.
+  model = regressor(0.01f);
+  model->fit(regression_data(32), {.epochs = 2, .callbacks = {nan}, .verbose = 0});
+  EXPECT_FALSE(nan->fired());
+
+  // The epoch comes from on_epoch_begin; an infinite loss fires as NaN does.
+  Logs finite, infinite;
+  finite.set("loss", 0.5);
+  infinite.set("loss", std::numeric_limits<double>::infinity());
+  nan->set_model(model.get());
+  model->stop_training = false;
+  nan->on_train_begin(Logs());
+  nan->on_epoch_begin(3, Logs());
+  nan->on_train_batch_end(0, finite);
+  EXPECT_FALSE(nan->fired());
+  EXPECT_FALSE(model->stop_training);
+  nan->on_train_batch_end(4, infinite);
+  EXPECT_TRUE(nan->fired());
+  EXPECT_TRUE(model->stop_training);
+  EXPECT_EQ(nan->epoch(), 3);
+  EXPECT_EQ(nan->batch(), 4);
+  EXPECT_EQ(nan->loss(), std::numeric_limits<double>::infinity());
+}
+
 }  // namespace
 }  // namespace strata

@@ -191,10 +191,35 @@ class LearningRateScheduler : public Callback {
   int verbose_;
 };
 
-// Stops training at the first batch whose loss is NaN or infinite.
+// Stops training at the first batch whose loss is NaN or infinite (Keras's TerminateOnNaN) and records
+// where, so the caller can tell a run that diverged from one that finished: fit returns normally either
+// way. fit does not add it by itself. With `verbose` it also prints
+// "Epoch 1, step 3: invalid loss nan, terminating training" on stderr (epoch and step 1-based, as the
+// progress bar counts them).
 class TerminateOnNaN : public Callback {
  public:
+  struct Options {
+    bool verbose = true;
+  };
+  explicit TerminateOnNaN(Options options) : options_(options) {}
+  TerminateOnNaN() : TerminateOnNaN(Options{}) {}
+  void on_train_begin(const Logs& logs) override;
+  void on_epoch_begin(int64_t epoch, const Logs& logs) override;
   void on_train_batch_end(int64_t batch, const Logs& logs) override;
+
+  // Whether the last fit stopped on a non-finite loss; then where (0-based, as fit passes them to
+  // callbacks) and the loss it saw (the epoch's running mean, NaN or +-inf).
+  bool fired() const { return fired_; }
+  int64_t epoch() const { return epoch_; }
+  int64_t batch() const { return batch_; }
+  double loss() const { return loss_; }
+
+ private:
+  Options options_;
+  bool fired_ = false;
+  int64_t epoch_ = 0;
+  int64_t batch_ = 0;
+  double loss_ = 0;
 };
 
 // Full training checkpoints (weights, optimizer slots, step, RNG state, and where fit stands: epoch, step
