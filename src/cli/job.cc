@@ -1,10 +1,19 @@
 // Loading and checking job YAML files, and building the model, optimizer and datasets they describe
-// (see job.h).
+// (see job.h). Every value is checked where it is read (Section): its type, its range, the names it
+// refers to (layers, activations, losses, metrics, optimizers), and that no mapping repeats a key.
+//
+// Thread-safety: free functions of their arguments; no shared state.
 #include "cli/job.h"
 
 #include <glob.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <cfloat>
+#include <cmath>
+#include <fstream>
+#include <limits>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -13,11 +22,49 @@
 #include "strata/data/tfrecord_dataset.h"
 #include "strata/nn/nn.h"
 #include "strata/optim/losses.h"
+#include "strata/optim/metrics.h"
 #include "strata/optim/optimizers.h"
 
 namespace strata::cli {
 
 namespace {
+
+// Drops the " [src/file.cc:12]" a strata error ends with, for quoting one error inside another.
+std::string without_location(const std::string& message) {
+  const auto pos = message.rfind(" [");
+  return pos != std::string::npos && message.back() == ']' ? message.substr(0, pos) : message;
+}
+
+// The values a number may take: finite, and between lo and hi (each bound open or closed).
+struct Range {
+  double lo = -std::numeric_limits<double>::infinity();
+  double hi = std::numeric_limits<double>::infinity();
+  bool lo_open = false, hi_open = false;
+
+  // Finite as a float too (|v| <= FLT_MAX): every setting is used as a float.
+  bool contains(double v) const {
+    if (!std::isfinite(v) || std::fabs(v) > FLT_MAX) return false;
+    return (lo_open ? v > lo : v >= lo) && (hi_open ? v < hi : v <= hi);
+  }
+  // " > 0", " >= 0", " in [0, 1)" or "".
+  std::string describe() const {
+    std::ostringstream out;
+    const bool has_lo = std::isfinite(lo), has_hi = std::isfinite(hi);
+    if (has_lo && has_hi) {
+      out << " in " << (lo_open ? "(" : "[") << lo << ", " << hi << (hi_open ? ")" : "]");
+    } else if (has_lo) {
+      out << (lo_open ? " > " : " >= ") << lo;
+    } else if (has_hi) {
+      out << (hi_open ? " < " : " <= ") << hi;
+    }
+    return out.str();
+  }
+};
+constexpr Range kAnyNumber{};
+constexpr Range kPositive{.lo = 0, .lo_open = true};
+constexpr Range kNonNegative{.lo = 0};
+constexpr Range kFraction{.lo = 0, .hi = 1, .hi_open = true};  // [0, 1): momenta, betas, decay rates, dropout
+constexpr Range kUnit{.lo = 0, .hi = 1};                          // [0, 1]
 
 // A YAML mapping whose keys are read one by one; `finish` rejects any key nobody asked for. Every error
 // names the file, the line and the key path.
@@ -68,8 +115,43 @@ class Section {
     if (!has(key)) defer(where(node_) + key_path(key) + " is required");
     return string(key);
   }
-  double number(const std::string& key, double fallback) { return scalar<double>(key, fallback, "a number"); }
+  // A number in `range` (finite, whatever the range), or an InvalidArgument
+  // "job.yaml:12: optimizer.learning_rate: must be a finite number > 0, got -1". YAML's .nan and .inf
+  // read as numbers and are rejected here.
+  double number(const std::string& key, double fallback, const Range& range) {
+    const double v = scalar<double>(key, fallback, "a number");
+    if (has(key)) {
+      const YAML::Node n = get(key);
+      STRATA_CHECK(range.contains(v), InvalidArgument,
+                   where(n) << key_path(key) << ": must be a finite number" << range.describe() << ", got "
+                            << n.Scalar());
+    }
+    return v;
+  }
   int64_t integer(const std::string& key, int64_t fallback) { return scalar<int64_t>(key, fallback, "an integer"); }
+  // An integer >= `min`: "job.yaml:3: data.shuffle: must be an integer >= 0, got -1".
+  int64_t integer_at_least(const std::string& key, int64_t fallback, int64_t min) {
+    const int64_t v = integer(key, fallback);
+    STRATA_CHECK(!has(key) || v >= min, InvalidArgument,
+                 where(get(key)) << key_path(key) << ": must be an integer >= " << min << ", got " << v);
+    return v;
+  }
+  // A seed: an integer >= 0.
+  uint64_t seed(const std::string& key, uint64_t fallback) {
+    return static_cast<uint64_t>(integer_at_least(key, static_cast<int64_t>(fallback), 0));
+  }
+  // A name that `make` (a constructor or lookup taking the name) accepts; its InvalidArgument ("unknown
+  // activation 'relux'; known: ...") is raised again with the file, line and key.
+  template <class Make>
+  auto named(const std::string& key, const std::string& fallback, Make make) {
+    const std::string value = string(key, fallback);
+    try {
+      return make(value);
+    } catch (const InvalidArgument& e) {
+      STRATA_THROW(InvalidArgument, where(has(key) ? get(key) : node_) << key_path(key) << ": "
+                                                                       << without_location(e.what()));
+    }
+  }
   // A missing required key (fallback 0) or a value below 1 is reported by finish(), after unknown keys:
   // "unit: 10" should say the key is unknown rather than that "units" is missing.
   int64_t positive(const std::string& key, int64_t fallback) {
@@ -137,6 +219,26 @@ class Section {
   std::string deferred_;  // the first value error, raised by finish() after any unknown key
 };
 
+// yaml-cpp keeps every pair of a mapping but finds a key's first value, so a repeated key would be
+// silently ignored: "job.yaml:9: optimizer.learning_rate: repeated key (first on line 7)". Checks every
+// mapping in the document, at any depth.
+void check_unique_keys(const YAML::Node& node, const std::string& file, const std::string& path) {
+  if (node.IsMap()) {
+    std::map<std::string, int> first_line;
+    for (const auto& kv : node) {
+      const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : YAML::Dump(kv.first);
+      const std::string key_path = path.empty() ? key : path + "." + key;
+      const int line = kv.first.Mark().line + 1;
+      const auto [it, fresh] = first_line.emplace(key, line);
+      STRATA_CHECK(fresh, InvalidArgument,
+                   file << ":" << line << ": " << key_path << ": repeated key (first on line " << it->second << ")");
+      check_unique_keys(kv.second, file, key_path);
+    }
+  } else if (node.IsSequence()) {
+    for (size_t i = 0; i < node.size(); ++i) check_unique_keys(node[i], file, path + "[" + std::to_string(i) + "]");
+  }
+}
+
 std::vector<std::string> expand_globs(const std::vector<std::string>& patterns, const std::string& where) {
   std::vector<std::string> files;
   for (const auto& pattern : patterns) {
@@ -161,10 +263,16 @@ std::string canonical_layer_type(const std::string& type) {
   return t;
 }
 
+nn::RegularizerSpec regularizer_spec(const std::string& name) { return nn::RegularizerSpec(name); }
+
 nn::Size2 size2(Section& s, const std::string& key, nn::Size2 fallback) {
   std::vector<int64_t> v = s.integers(key, {fallback.h, fallback.w});
   STRATA_CHECK(v.size() == 1 || v.size() == 2, InvalidArgument,
                s.where(s.get(key)) << s.key_path(key) << ": expected one integer or [height, width]");
+  for (int64_t x : v) {
+    STRATA_CHECK(x > 0 && x <= std::numeric_limits<int>::max(), InvalidArgument,
+                 s.where(s.get(key)) << s.key_path(key) << ": must be positive, got " << x);
+  }
   return v.size() == 1 ? nn::Size2(static_cast<int>(v[0])) : nn::Size2(static_cast<int>(v[0]), static_cast<int>(v[1]));
 }
 
@@ -177,10 +285,11 @@ LayerFactory make_layer(const std::string& type, Section& s) {
   if (type == "dense") {
     nn::DenseOptions o;
     const int64_t units = s.positive("units", 0);
-    o.activation = s.string("activation", "linear");
+    o.activation = s.named("activation", "linear", [](const std::string& v) { return nn::ActivationSpec(v); });
     o.use_bias = s.flag("use_bias", true);
-    o.kernel_initializer = s.string("kernel_initializer", "glorot_uniform");
-    o.kernel_regularizer = s.string("kernel_regularizer", "");
+    o.kernel_initializer =
+        s.named("kernel_initializer", "glorot_uniform", [](const std::string& v) { return nn::InitializerSpec(v); });
+    o.kernel_regularizer = s.named("kernel_regularizer", "", regularizer_spec);
     o.name = name;
     layer = [=] { return std::make_shared<nn::Dense>(units, o); };
   } else if (type == "conv2d") {
@@ -188,18 +297,19 @@ LayerFactory make_layer(const std::string& type, Section& s) {
     const int64_t filters = s.positive("filters", 0);
     const nn::Size2 kernel = size2(s, "kernel_size", nn::Size2(0));
     o.strides = size2(s, "strides", 1);
-    o.padding = s.string("padding", "valid");
-    o.activation = s.string("activation", "linear");
+    o.padding = s.named("padding", "valid", [](const std::string& v) { return nn::PaddingSpec(v); });
+    o.activation = s.named("activation", "linear", [](const std::string& v) { return nn::ActivationSpec(v); });
     o.use_bias = s.flag("use_bias", true);
-    o.kernel_initializer = s.string("kernel_initializer", "glorot_uniform");
-    o.kernel_regularizer = s.string("kernel_regularizer", "");
+    o.kernel_initializer =
+        s.named("kernel_initializer", "glorot_uniform", [](const std::string& v) { return nn::InitializerSpec(v); });
+    o.kernel_regularizer = s.named("kernel_regularizer", "", regularizer_spec);
     o.name = name;
     layer = [=] { return std::make_shared<nn::Conv2D>(filters, kernel, o); };
   } else if (type == "max_pooling2d" || type == "average_pooling2d") {
     nn::Pooling2DOptions o;
     const nn::Size2 pool = size2(s, "pool_size", 2);
     if (s.has("strides")) o.strides = size2(s, "strides", pool);
-    o.padding = s.string("padding", "valid");
+    o.padding = s.named("padding", "valid", [](const std::string& v) { return nn::PaddingSpec(v); });
     o.name = name;
     if (type == "max_pooling2d") {
       layer = [=] { return std::make_shared<nn::MaxPooling2D>(pool, o); };
@@ -218,20 +328,22 @@ LayerFactory make_layer(const std::string& type, Section& s) {
     layer = [=] { return std::make_shared<nn::Reshape>(target, name); };
   } else if (type == "dropout") {
     nn::DropoutOptions o;
-    const double rate = s.number("rate", 0.5);
-    if (s.has("seed")) o.seed = static_cast<uint64_t>(s.integer("seed", 0));
+    const double rate = s.number("rate", 0.5, kFraction);
+    if (s.has("seed")) o.seed = s.seed("seed", 0);
     o.name = name;
     layer = [=] { return std::make_shared<nn::Dropout>(static_cast<float>(rate), o); };
   } else if (type == "batch_normalization") {
     nn::BatchNormalizationOptions o;
-    o.momentum = static_cast<float>(s.number("momentum", 0.99));
-    o.epsilon = static_cast<float>(s.number("epsilon", 1e-3));
+    o.momentum = static_cast<float>(s.number("momentum", 0.99, kUnit));
+    o.epsilon = static_cast<float>(s.number("epsilon", 1e-3, kPositive));
     o.center = s.flag("center", true);
     o.scale = s.flag("scale", true);
     o.name = name;
     layer = [=] { return std::make_shared<nn::BatchNormalization>(o); };
   } else if (type == "activation") {
-    const std::string fn = s.required_string("activation");
+    s.required_string("activation");  // a missing one is reported by finish()
+    const nn::ActivationSpec fn =
+        s.named("activation", "linear", [](const std::string& v) { return nn::ActivationSpec(v); });
     layer = [=] { return std::make_shared<nn::Activation>(fn, name); };
   } else if (type == "embedding") {
     nn::EmbeddingOptions o;
@@ -255,15 +367,25 @@ Job load_job(const std::string& path) {
   } catch (const YAML::Exception& e) {
     STRATA_THROW(InvalidArgument, path << ":" << e.mark.line + 1 << ": not valid YAML: " << e.msg);
   }
+  check_unique_keys(root, path, "");
   Job job;
   job.file = path;
   Section top(root, "", path);
   job.epochs = top.positive("epochs", 1);
   job.batch_size = top.positive("batch_size", 32);
   job.steps_per_execution = top.positive("steps_per_execution", 1);
-  job.seed = static_cast<uint64_t>(top.integer("seed", 0));
+  job.seed = top.seed("seed", 0);
   job.checkpoint_dir = top.string("checkpoint_dir");
   job.metrics = top.strings("metrics");
+  for (size_t i = 0; i < job.metrics.size(); ++i) {  // compile() would name neither the file nor the line
+    const YAML::Node list = top.get("metrics");
+    const YAML::Node item = list.IsSequence() ? list[i] : list;
+    try {
+      metrics::get(job.metrics[i]);
+    } catch (const InvalidArgument& e) {
+      STRATA_THROW(InvalidArgument, top.where(item) << "metrics[" << i << "]: " << without_location(e.what()));
+    }
+  }
 
   // Distribution (see distribution.h): checked here so a bad value names the file and line.
   job.strategy.name = top.string("strategy", "one_device");
@@ -281,10 +403,7 @@ Job load_job(const std::string& path) {
   job.lr_scaling.rule = top.string("lr_scaling", "none");
   check_lr_scaling(job.lr_scaling.rule, top.where(top.get("lr_scaling")) + "lr_scaling");
   job.lr_scaling.base_batch_size = top.positive("base_batch_size", 64);
-  job.lr_scaling.warmup_epochs = top.number("warmup_epochs", 0);
-  STRATA_CHECK(job.lr_scaling.warmup_epochs >= 0, InvalidArgument,
-               top.where(top.get("warmup_epochs"))
-                   << "warmup_epochs: must not be negative, got " << job.lr_scaling.warmup_epochs);
+  job.lr_scaling.warmup_epochs = top.number("warmup_epochs", 0, kNonNegative);
   STRATA_CHECK(job.lr_scaling.warmup_epochs == 0 || job.lr_scaling.rule == "linear", InvalidArgument,
                top.where(top.get("warmup_epochs"))
                    << "warmup_epochs: needs lr_scaling: linear (the warmup ramps from the optimizer's "
@@ -313,13 +432,17 @@ Job load_job(const std::string& path) {
     d.x_feature = data.string("x", "image");
     d.y_feature = data.string("y", "label");
     d.image_shape = data.integers("image_shape", {28, 28, 1});
+    for (int64_t dim : d.image_shape) {
+      STRATA_CHECK(dim > 0, InvalidArgument,
+                   data.where(data.get("image_shape")) << "data.image_shape: dimensions must be positive, got " << dim);
+    }
   } else {
     STRATA_THROW(InvalidArgument, data.where(data.get("format")) << "data.format: expected idx or tfrecord, got '"
                                                                  << d.format << "'");
   }
-  d.scale = data.number("scale", 1.0 / 255.0);
-  d.shuffle = data.integer("shuffle", 10000);
-  if (data.has("seed")) d.seed = static_cast<uint64_t>(data.integer("seed", 0));
+  d.scale = data.number("scale", 1.0 / 255.0, kPositive);
+  d.shuffle = data.integer_at_least("shuffle", 10000, 0);
+  if (data.has("seed")) d.seed = data.seed("seed", 0);
   data.finish();
 
   job.model = top.get("model");
@@ -375,12 +498,18 @@ void compile_model(const Job& job, Model& model, int64_t steps_per_epoch) {
   // loss: a name, or {name, from_logits, reduction}
   std::shared_ptr<losses::Loss> loss;
   if (job.loss.IsScalar()) {
-    loss = losses::get(job.loss.as<std::string>());
+    Section top(YAML::Node(), "", job.file);
+    try {
+      loss = losses::get(job.loss.as<std::string>());
+    } catch (const InvalidArgument& e) {
+      STRATA_THROW(InvalidArgument, top.where(job.loss) << "loss: " << without_location(e.what()));
+    }
   } else {
     Section s(job.loss, "loss", job.file);
     const std::string name = s.required_string("name");
     const bool from_logits = s.flag("from_logits", false);
-    const std::string canonical = losses::get(name)->name();
+    const std::string canonical =
+        s.named("name", "", [](const std::string& v) { return losses::get(v); })->name();
     if (canonical == "sparse_categorical_crossentropy") {
       loss = std::make_shared<losses::SparseCategoricalCrossentropy>(
           losses::SparseCategoricalCrossentropyOptions{.from_logits = from_logits});
@@ -408,18 +537,27 @@ std::shared_ptr<optim::Optimizer> make_optimizer(const Job& job) {
   // optimizer: a name, or {name, learning_rate, momentum, nesterov, beta_1, ...}
   std::shared_ptr<optim::Optimizer> optimizer;
   if (job.optimizer.IsScalar()) {
-    optimizer = optim::get(job.optimizer.as<std::string>());
+    Section top(YAML::Node(), "", job.file);
+    try {
+      optimizer = optim::get(job.optimizer.as<std::string>());
+    } catch (const InvalidArgument& e) {
+      STRATA_THROW(InvalidArgument, top.where(job.optimizer) << "optimizer: " << without_location(e.what()));
+    }
   } else {
     Section s(job.optimizer, "optimizer", job.file);
     std::string name = s.required_string("name");
     std::transform(name.begin(), name.end(), name.begin(), [](unsigned char c) { return std::tolower(c); });
     optim::OptimizerConfig common;
-    const double lr = s.number("learning_rate", -1);
-    if (s.has("clipnorm")) common.clipnorm = static_cast<float>(s.number("clipnorm", 0));
-    if (s.has("clipvalue")) common.clipvalue = static_cast<float>(s.number("clipvalue", 0));
-    if (s.has("global_clipnorm")) common.global_clipnorm = static_cast<float>(s.number("global_clipnorm", 0));
+    // Each optimizer's own default rate when the key is absent; a present one must be usable.
+    const bool has_lr = s.has("learning_rate");
+    const double lr = s.number("learning_rate", 0, kPositive);
+    if (s.has("clipnorm")) common.clipnorm = static_cast<float>(s.number("clipnorm", 0, kPositive));
+    if (s.has("clipvalue")) common.clipvalue = static_cast<float>(s.number("clipvalue", 0, kPositive));
+    if (s.has("global_clipnorm")) {
+      common.global_clipnorm = static_cast<float>(s.number("global_clipnorm", 0, kPositive));
+    }
     auto fill = [&](auto& o) {
-      if (lr > 0) o.learning_rate = lr;
+      if (has_lr) o.learning_rate = static_cast<float>(lr);
       o.clipnorm = common.clipnorm;
       o.clipvalue = common.clipvalue;
       o.global_clipnorm = common.global_clipnorm;
@@ -427,16 +565,16 @@ std::shared_ptr<optim::Optimizer> make_optimizer(const Job& job) {
     if (name == "sgd") {
       optim::SGDOptions o;
       fill(o);
-      o.momentum = static_cast<float>(s.number("momentum", 0));
+      o.momentum = static_cast<float>(s.number("momentum", 0, kFraction));
       o.nesterov = s.flag("nesterov", false);
       optimizer = std::make_shared<optim::SGD>(o);
     } else if (name == "adam" || name == "adamw") {
       optim::AdamWOptions w;
       optim::AdamOptions a;
       fill(a);
-      a.beta_1 = static_cast<float>(s.number("beta_1", 0.9));
-      a.beta_2 = static_cast<float>(s.number("beta_2", 0.999));
-      a.epsilon = static_cast<float>(s.number("epsilon", 1e-7));
+      a.beta_1 = static_cast<float>(s.number("beta_1", 0.9, kFraction));
+      a.beta_2 = static_cast<float>(s.number("beta_2", 0.999, kFraction));
+      a.epsilon = static_cast<float>(s.number("epsilon", 1e-7, kPositive));
       a.amsgrad = s.flag("amsgrad", false);
       if (name == "adam") {
         optimizer = std::make_shared<optim::Adam>(a);
@@ -446,20 +584,20 @@ std::shared_ptr<optim::Optimizer> make_optimizer(const Job& job) {
         w.beta_2 = a.beta_2;
         w.epsilon = a.epsilon;
         w.amsgrad = a.amsgrad;
-        w.weight_decay = static_cast<float>(s.number("weight_decay", 0.004));
+        w.weight_decay = static_cast<float>(s.number("weight_decay", 0.004, kNonNegative));
         optimizer = std::make_shared<optim::AdamW>(w);
       }
     } else if (name == "rmsprop") {
       optim::RMSpropOptions o;
       fill(o);
-      o.rho = static_cast<float>(s.number("rho", 0.9));
-      o.momentum = static_cast<float>(s.number("momentum", 0));
+      o.rho = static_cast<float>(s.number("rho", 0.9, kFraction));
+      o.momentum = static_cast<float>(s.number("momentum", 0, kFraction));
       o.centered = s.flag("centered", false);
       optimizer = std::make_shared<optim::RMSprop>(o);
     } else if (name == "adagrad") {
       optim::AdagradOptions o;
       fill(o);
-      o.initial_accumulator_value = static_cast<float>(s.number("initial_accumulator_value", 0.1));
+      o.initial_accumulator_value = static_cast<float>(s.number("initial_accumulator_value", 0.1, kNonNegative));
       optimizer = std::make_shared<optim::Adagrad>(o);
     } else {
       STRATA_THROW(InvalidArgument, s.where(s.get("name")) << "optimizer.name: unknown optimizer '" << name

@@ -1,6 +1,10 @@
 // A training job described by a YAML file (`strata train JOB.yaml`): the data, the model as a list of
 // layers, the loss, the optimizer, the metrics, epochs and batch size. Every key is checked when the job is
-// loaded: an unknown key or a bad value is an InvalidArgument naming the file, the line and the key.
+// loaded: an unknown key, a key repeated in one mapping, a value of the wrong type, a number that is not
+// finite or out of its range (learning_rate > 0, momentum and betas in [0, 1), seeds and shuffle >= 0, ...;
+// nothing falls back to a default silently) and an unknown layer, activation, loss, metric or optimizer
+// name are each an InvalidArgument naming the file, the line and the key:
+//   "job.yaml:9: optimizer.learning_rate: must be a finite number > 0, got -1"
 //
 //   data: {format: idx, directory: /usr/share/datasets/fashion-mnist, shuffle: 10000}
 //   model:

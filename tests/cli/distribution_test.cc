@@ -77,7 +77,7 @@ TEST(DistributionTest, BadKeysNameTheLineAndListTheChoices) {
   msg = load_error("warmup_epochs: 2\n");
   EXPECT_NE(msg.find("warmup_epochs: needs lr_scaling: linear"), std::string::npos) << msg;
   msg = load_error("lr_scaling: linear\nwarmup_epochs: -1\n");
-  EXPECT_NE(msg.find("warmup_epochs: must not be negative"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("warmup_epochs: must be a finite number >= 0, got -1"), std::string::npos) << msg;
   msg = load_error("base_batch_size: 32\n");
   EXPECT_NE(msg.find("base_batch_size: needs lr_scaling: linear"), std::string::npos) << msg;
 }
