@@ -1,6 +1,8 @@
 // CheckpointManager: numbered checkpoint directories written whole or not at all, a pointer file
-// naming the latest, and the manifest that describes them (see strata/io/checkpoint.h).
-// Thread-safety: a manager is not synchronised; `restore` shares no state.
+// naming the latest, the manifest that describes them, damage reported by `latest` rather than
+// skipped, and removal of dead writers' temporaries (see strata/io/checkpoint.h).
+// Thread-safety: a manager is not synchronised; `restore` shares no state; the temporaries this
+// process is writing are registered process-wide (io/atomic_file.h), so cleanup never takes them.
 #include "strata/io/checkpoint.h"
 
 #include <fcntl.h>
@@ -46,6 +48,20 @@ std::optional<int64_t> ckpt_number(const std::string& name) {
 bool is_complete_checkpoint(const fs::path& dir) {
   std::error_code ec;
   return fs::is_directory(dir, ec) && fs::is_regular_file(dir / kManifestFile, ec);
+}
+
+// Whether anything (even a dangling link) has this name.
+bool entry_exists(const fs::path& path) {
+  std::error_code ec;
+  return fs::exists(fs::symlink_status(path, ec));
+}
+
+[[noreturn]] void throw_incomplete(const fs::path& ckpt, const std::string& why) {
+  STRATA_THROW(DataCorrupt, "checkpoint " << ckpt.string() << " is incomplete (it has no " << kManifestFile << ") "
+                                          << why
+                                          << "; CheckpointManager never leaves a ckpt-<n> without its manifest, so it "
+                                             "is damaged: repair or restore it, or move it away to resume from an "
+                                             "older checkpoint");
 }
 
 std::string read_text(const std::string& path) {
@@ -149,23 +165,49 @@ std::vector<std::string> read_pointer_list(const fs::path& dir, std::string* lat
                  pointer.string() << ": " << name.dump() << " is not a ckpt-<n> name");
     all.push_back(name.get<std::string>());
   }
+  STRATA_CHECK(ckpt_number(j["latest"].get<std::string>()), DataCorrupt,
+               pointer.string() << ": \"latest\" is " << j["latest"].dump() << ", not a ckpt-<n> name");
   if (latest) *latest = j["latest"].get<std::string>();
   return all;
 }
 
-// The complete ckpt-<n> directories in `dir`, by increasing number.
-std::vector<std::string> scan_checkpoints(const fs::path& dir) {
-  std::vector<std::pair<int64_t, std::string>> found;
+// Every entry named ckpt-<n> in `dir`, complete or not, by increasing number.
+struct Found {
+  int64_t number;
+  std::string name;
+  bool complete;
+};
+std::vector<Found> scan_all_checkpoints(const fs::path& dir) {
+  std::vector<Found> found;
   std::error_code ec;
   for (const auto& entry : fs::directory_iterator(dir, ec)) {
     const std::string name = entry.path().filename().string();
-    const auto n = ckpt_number(name);
-    if (n && is_complete_checkpoint(entry.path())) found.emplace_back(*n, name);
+    if (const auto n = ckpt_number(name)) found.push_back({*n, name, is_complete_checkpoint(entry.path())});
   }
-  std::sort(found.begin(), found.end());
+  std::sort(found.begin(), found.end(), [](const Found& a, const Found& b) { return a.number < b.number; });
+  return found;
+}
+
+// The complete ckpt-<n> directories in `dir`, by increasing number.
+std::vector<std::string> scan_checkpoints(const fs::path& dir) {
   std::vector<std::string> names;
-  for (auto& [n, name] : found) names.push_back(std::move(name));
+  for (auto& f : scan_all_checkpoints(dir))
+    if (f.complete) names.push_back(std::move(f.name));
   return names;
+}
+
+// Deletes a whole checkpoint without ever leaving a ckpt-<n> that lacks files: it is first renamed to a
+// temporary name (registered while it is removed), so a crash halfway leaves litter, not damage.
+void remove_checkpoint(const fs::path& dir, const std::string& name) {
+  const fs::path doomed = detail::temp_name_for((dir / ("." + name)).string());
+  detail::TempInProgress in_progress(doomed.string());
+  STRATA_CHECK(::rename((dir / name).c_str(), doomed.c_str()) == 0, IoError,
+               "cannot remove old checkpoint " << (dir / name).string() << ": " << detail::errno_message(errno));
+  std::error_code ec;
+  fs::remove_all(doomed, ec);
+  STRATA_CHECK(!ec, IoError,
+               "cannot remove old checkpoint " << (dir / name).string() << " (moved to " << doomed.string()
+                                               << "): " << ec.message());
 }
 
 }  // namespace
@@ -195,7 +237,11 @@ std::string CheckpointManager::save(const TrainingCheckpoint& checkpoint, int64_
 
   const std::string name = ckpt_name(number);
   const fs::path final_dir = dir / name;
+  // Replacing a checkpoint of the same number is fine; replacing a damaged one would hide the damage.
+  if (entry_exists(final_dir) && !is_complete_checkpoint(final_dir))
+    throw_incomplete(final_dir, "and CheckpointManager::save will not write over it");
   const fs::path temp_dir = detail::temp_name_for((dir / ("." + name)).string());
+  detail::TempInProgress in_progress(temp_dir.string());
   fs::create_directory(temp_dir, ec);
   STRATA_CHECK(!ec, IoError, "cannot create " << temp_dir.string() << ": " << ec.message());
   try {
@@ -251,10 +297,9 @@ std::string CheckpointManager::save(const TrainingCheckpoint& checkpoint, int64_
   const json pointer = {
       {"format", kPointerFormat}, {"version", kCheckpointFormatVersion}, {"latest", name}, {"all", all}};
   detail::write_file_atomically((dir / kPointerFile).string(), pointer.dump(2) + "\n");
-  for (const auto& old : drop) {
-    fs::remove_all(dir / old, ec);
-    STRATA_CHECK(!ec, IoError, "cannot remove old checkpoint " << (dir / old).string() << ": " << ec.message());
-  }
+  for (const auto& old : drop) remove_checkpoint(dir, old);
+  // Temporaries of writers that were killed (never another live process's work in progress).
+  detail::remove_dead_writers_temporaries(directory_);
   return final_dir.string();
 }
 
@@ -270,13 +315,23 @@ std::optional<std::string> CheckpointManager::latest() const {
   const fs::path dir(directory_);
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return std::nullopt;
-  std::string latest;
-  read_pointer_list(dir, &latest);
-  if (!latest.empty() && ckpt_number(latest) && is_complete_checkpoint(dir / latest)) return (dir / latest).string();
-  // No pointer (or it names a checkpoint that is gone): the highest-numbered complete ckpt-<n>.
-  const auto found = scan_checkpoints(dir);
-  if (found.empty()) return std::nullopt;
-  return (dir / found.back()).string();
+  std::string named;  // what the pointer file calls the latest; empty without one
+  read_pointer_list(dir, &named);
+  if (!named.empty() && entry_exists(dir / named) && !is_complete_checkpoint(dir / named))
+    throw_incomplete(dir / named, "but " + (dir / kPointerFile).string() + " names it as the latest");
+  const auto found = scan_all_checkpoints(dir);
+  if (!found.empty() && !found.back().complete)
+    throw_incomplete(dir / found.back().name, "and is the highest-numbered checkpoint in " + directory_);
+  if (!named.empty() && is_complete_checkpoint(dir / named)) return (dir / named).string();
+  // No pointer, or it names a checkpoint that is gone: the highest-numbered complete ckpt-<n>.
+  const auto complete = scan_checkpoints(dir);
+  STRATA_CHECK(!complete.empty() || named.empty(), DataCorrupt,
+               (dir / kPointerFile).string()
+                   << " names " << named << " as the latest checkpoint, but " << (dir / named).string()
+                   << " is gone and no complete checkpoint is left in " << directory_
+                   << ": the checkpoints were lost; remove the pointer file to start over");
+  if (complete.empty()) return std::nullopt;
+  return (dir / complete.back()).string();
 }
 
 TrainingCheckpoint CheckpointManager::restore(const std::string& checkpoint_path) {

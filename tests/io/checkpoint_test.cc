@@ -1,14 +1,19 @@
 // CheckpointManager: round trips of everything a training checkpoint holds, the manifest, latest(),
-// max_to_keep, replacing a number, and failures that leave the previous checkpoints as they were.
+// max_to_keep, replacing a number, failures that leave the previous checkpoints as they were, damage
+// (a missing manifest, flipped bits) reported instead of skipped, and removal of dead writers' litter.
 #include "strata/io/checkpoint.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <filesystem>
 #include <nlohmann/json.hpp>
 
+#include "io/atomic_file.h"
 #include "io/io_test_util.h"
 #include "test_util.h"
 
@@ -217,12 +222,73 @@ TEST(CheckpointTest, LatestFallsBackToTheHighestCompleteCheckpoint) {
   EXPECT_EQ(manager.latest(), std::nullopt);  // exists but empty
   manager.save(make_checkpoint(1.0f, 1), 1);
   manager.save(make_checkpoint(1.0f, 3), 3);
-  fs::create_directory(dir / "ckpt-9");            // incomplete: no manifest
-  fs::create_directory(dir / ".ckpt-12.tmp-1-0");  // a crashed save's temporary
+  fs::create_directory(dir / ".ckpt-12.tmp-1-0");  // a crashed save's temporary: not a checkpoint
   fs::remove(dir / "checkpoint");
   EXPECT_EQ(manager.latest(), dir / "ckpt-3");
   write_bytes(dir / "checkpoint", R"({"latest": "ckpt-8", "all": ["ckpt-8"]})");  // names one that is gone
   EXPECT_EQ(manager.latest(), dir / "ckpt-3");
+}
+
+TEST(CheckpointTest, LatestReportsADamagedCheckpointInsteadOfSkippingIt) {
+  ScratchDir dir;
+  CheckpointManager manager(dir.path());
+  manager.save(make_checkpoint(1.0f, 1), 1);
+  // The only checkpoint lost its manifest: resuming must not silently start over.
+  fs::remove(dir / "ckpt-1/manifest.json");
+  std::string msg = message_of<DataCorrupt>([&] { manager.latest(); });
+  EXPECT_THAT(msg, HasSubstr("checkpoint " + (dir / "ckpt-1") + " is incomplete (it has no manifest.json) but " +
+                             (dir / "checkpoint") + " names it as the latest"));
+  // Without the pointer file it is the highest-numbered one, and damaged all the same.
+  fs::remove(dir / "checkpoint");
+  msg = message_of<DataCorrupt>([&] { manager.latest(); });
+  EXPECT_THAT(msg, HasSubstr(dir / "ckpt-1"));
+  EXPECT_THAT(msg, HasSubstr("is the highest-numbered checkpoint"));
+  // save() does not write over it either.
+  EXPECT_THAT(message_of<DataCorrupt>([&] { manager.save(make_checkpoint(1.0f, 1), 1); }),
+              HasSubstr("will not write over it"));
+  EXPECT_EQ(dir.entries(), std::vector<std::string>{"ckpt-1"});
+  EXPECT_FALSE(fs::exists(dir / "ckpt-1/manifest.json"));
+  // Moved away, nothing is left to resume from: that is "start at the beginning" again.
+  fs::rename(dir / "ckpt-1", dir / "damaged");
+  EXPECT_EQ(manager.latest(), std::nullopt);
+}
+
+TEST(CheckpointTest, LatestDoesNotFallBackPastADamagedNewestCheckpoint) {
+  ScratchDir dir;
+  CheckpointManager manager(dir.path(), 1);
+  manager.save(make_checkpoint(1.0f, 1), 1);
+  fs::create_directory(dir / "older");
+  fs::copy(dir / "ckpt-1", dir / "older");
+  manager.save(make_checkpoint(1.0f, 2), 2);
+  fs::rename(dir / "older", dir / "ckpt-1");  // a complete older one, outside max_to_keep
+  fs::remove(dir / "ckpt-2/manifest.json");
+  EXPECT_THAT(message_of<DataCorrupt>([&] { manager.latest(); }), HasSubstr(dir / "ckpt-2"));
+  // The pointer names the complete ckpt-1, but a higher-numbered ckpt-5 is incomplete: also damage.
+  write_bytes(dir / "checkpoint", R"({"latest": "ckpt-1", "all": ["ckpt-1"]})");
+  fs::rename(dir / "ckpt-2", dir / "ckpt-5");
+  EXPECT_THAT(message_of<DataCorrupt>([&] { manager.latest(); }),
+              HasSubstr((dir / "ckpt-5") + " is incomplete (it has no manifest.json) and is the highest-numbered"));
+  // A damaged checkpoint below the latest one does not stop a resume, and saving never deletes it,
+  // even when it is beyond max_to_keep.
+  fs::rename(dir / "ckpt-5", dir / "ckpt-0");
+  EXPECT_EQ(manager.latest(), dir / "ckpt-1");
+  manager.save(make_checkpoint(1.0f, 3), 3);
+  EXPECT_EQ(dir.entries(), (std::vector<std::string>{"checkpoint", "ckpt-0", "ckpt-3"}));
+  EXPECT_EQ(manager.latest(), dir / "ckpt-3");
+}
+
+TEST(CheckpointTest, PointerToACheckpointThatIsGoneWithNoneLeftIsDamage) {
+  ScratchDir dir;
+  CheckpointManager manager(dir.path());
+  manager.save(make_checkpoint(1.0f, 4), 4);
+  fs::remove_all(dir / "ckpt-4");
+  std::string msg = message_of<DataCorrupt>([&] { manager.latest(); });
+  EXPECT_THAT(msg, HasSubstr((dir / "checkpoint") + " names ckpt-4 as the latest checkpoint, but " + (dir / "ckpt-4") +
+                             " is gone and no complete checkpoint is left"));
+  write_bytes(dir / "checkpoint", R"({"latest": "model.bin", "all": []})");
+  EXPECT_THAT(message_of<DataCorrupt>([&] { manager.latest(); }), HasSubstr("not a ckpt-<n> name"));
+  fs::remove(dir / "checkpoint");
+  EXPECT_EQ(manager.latest(), std::nullopt);
 }
 
 TEST(CheckpointTest, CorruptPointerFileIsReported) {
@@ -237,6 +303,63 @@ TEST(CheckpointTest, CorruptPointerFileIsReported) {
   manager.save(make_checkpoint(1.0f, 2), 2);
   EXPECT_EQ(manager.latest(), dir / "ckpt-2");
   EXPECT_EQ(read_json(dir / "checkpoint")["all"], nlohmann::json::array({"ckpt-1", "ckpt-2"}));
+}
+
+// A pid that no process has: a child that exited and was reaped.
+pid_t dead_pid() {
+  const pid_t child = ::fork();
+  if (child == 0) ::_exit(0);
+  EXPECT_GT(child, 0);
+  int status = 0;
+  EXPECT_EQ(::waitpid(child, &status, 0), child);
+  return child;
+}
+
+TEST(CheckpointTest, SaveRemovesTheTemporariesOfDeadWritersOnly) {
+  ScratchDir dir;
+  CheckpointManager manager(dir.path());
+  manager.save(make_checkpoint(1.0f, 1), 1);
+  const std::string dead = std::to_string(dead_pid());
+  const std::string live = std::to_string(::getppid());  // whoever started this test is still running
+  const std::string self = std::to_string(::getpid());
+  ASSERT_TRUE(::kill(std::stoi(live), 0) == 0 || errno == EPERM);
+  // A killed writer's litter: a half-written checkpoint, the aside name of a replace, a pointer and a file.
+  fs::create_directories(dir / (".ckpt-4.tmp-" + dead + "-0/sub"));
+  write_bytes(dir / (".ckpt-4.tmp-" + dead + "-0/model.safetensors.tmp-" + dead + "-1"), "half");
+  fs::create_directory(dir / (".ckpt-5.tmp-" + dead + "-2.old"));
+  write_bytes(dir / ("checkpoint.tmp-" + dead + "-3"), "{");
+  write_bytes(dir / ("model.safetensors.tmp-" + dead + "-4"), "x");
+  // Another live process's work in progress: kept.
+  fs::create_directory(dir / (".ckpt-6.tmp-" + live + "-0"));
+  write_bytes(dir / ("checkpoint.tmp-" + live + "-1"), "{");
+  // This process: a temporary it is not writing (left by a failed cleanup, or a reused pid) goes; one it
+  // is writing stays.
+  fs::create_directory(dir / (".ckpt-7.tmp-" + self + "-999999"));
+  const std::string writing = dir / ("checkpoint.tmp-" + self + "-888888");
+  detail::TempInProgress in_progress(writing);
+  write_bytes(writing, "{");
+  // Not temporaries: kept whatever their look.
+  write_bytes(dir / "notes.txt", "mine");
+  write_bytes(dir / "x.tmp-abc-1", "mine");
+  write_bytes(dir / ".tmp-1-1", "mine");
+
+  manager.save(make_checkpoint(1.0f, 2), 2);
+  EXPECT_EQ(dir.entries(), (std::vector<std::string>{
+                               ".ckpt-6.tmp-" + live + "-0", ".tmp-1-1", "checkpoint", "checkpoint.tmp-" + live + "-1",
+                               writing.substr(dir.path().size() + 1), "ckpt-1", "ckpt-2", "notes.txt", "x.tmp-abc-1"}));
+  EXPECT_EQ(manager.latest(), dir / "ckpt-2");
+}
+
+TEST(CheckpointTest, TempWriterPidParsesTemporaryNamesOnly) {
+  EXPECT_EQ(detail::temp_writer_pid(".ckpt-3.tmp-1234-5"), 1234);
+  EXPECT_EQ(detail::temp_writer_pid(".ckpt-3.tmp-1234-5.old"), 1234);
+  EXPECT_EQ(detail::temp_writer_pid("checkpoint.tmp-77-0"), 77);
+  EXPECT_EQ(detail::temp_writer_pid("checkpoint.tmp-77-"), std::nullopt);
+  EXPECT_EQ(detail::temp_writer_pid("checkpoint.tmp--1-0"), std::nullopt);
+  EXPECT_EQ(detail::temp_writer_pid("checkpoint.tmp-0-0"), std::nullopt);
+  EXPECT_EQ(detail::temp_writer_pid("checkpoint.tmp-99999999999-0"), std::nullopt);
+  EXPECT_EQ(detail::temp_writer_pid(".tmp-5-0"), std::nullopt);
+  EXPECT_EQ(detail::temp_writer_pid("ckpt-3"), std::nullopt);
 }
 
 TEST(CheckpointTest, SaveRejectsBadArguments) {

@@ -11,8 +11,17 @@
 // `save` writes a ckpt-<n> into a temporary directory ".ckpt-<n>.tmp-<pid>-<k>", fsyncs it and renames it
 // into place (an existing ckpt-<n> is swapped out atomically and then removed), then replaces the
 // pointer file atomically, and only then deletes the checkpoints beyond `max_to_keep` (oldest saved
-// first). A crash at any moment leaves the previous checkpoint complete and `latest()` pointing at a
-// complete one.
+// first; each is renamed to a temporary name before it is removed). A crash at any moment leaves the
+// previous checkpoint complete and `latest()` pointing at a complete one, and never a ckpt-<n> without
+// its manifest.json — so one found without it is damage, and `latest()` says so rather than skip it.
+//
+// Every tensor file carries a CRC-32C per tensor (strata/io/safetensors.h): `restore` raises the
+// DataCorrupt that names the damaged file and tensor.
+//
+// Temporaries of writers that were killed (".ckpt-<n>.tmp-<pid>-<k>/", "checkpoint.tmp-<pid>-<k>" and
+// any "*.tmp-<pid>-<k>" directly in the directory) are removed by the next successful `save`, when
+// process <pid> no longer exists, or is this process and is not writing that temporary now. Another
+// live process's temporaries are never touched. (pids are this machine's: one host writes a directory.)
 //
 // Thread-safety: a CheckpointManager is not synchronised, and one process (the chief) should write a
 // directory; `restore` and `latest` may run from any thread.
@@ -46,15 +55,22 @@ class CheckpointManager {
   // `max_to_keep` < 1 keeps every checkpoint. The directory is created on the first save.
   explicit CheckpointManager(std::string directory, int max_to_keep = 5);
 
-  // Writes `checkpoint` as "<directory>/ckpt-<number>" (replacing one of the same number) and makes it
-  // the latest; returns its path. Throws InvalidArgument for a negative number, an `extra_json` that is
-  // not a JSON object, or bad tensors (see save_safetensors); IoError when writing fails (the previous
-  // checkpoints are left as they were).
+  // Writes `checkpoint` as "<directory>/ckpt-<number>" (replacing a complete one of the same number) and
+  // makes it the latest; then removes the checkpoints beyond max_to_keep and dead writers' temporaries;
+  // returns its path. A damaged (incomplete) ckpt-<n> is never written over or deleted: one of the same
+  // number makes save throw DataCorrupt naming it before anything is written; others are left where they
+  // are and out of the pointer file's list. Throws InvalidArgument for a negative number, an
+  // `extra_json` that is not a JSON object, or bad tensors (see save_safetensors); IoError when writing
+  // fails (the previous checkpoints are left as they were).
   std::string save(const TrainingCheckpoint& checkpoint, int64_t number);
 
   // The path of the latest checkpoint: the one the pointer file names, or, when it is missing or names
-  // a directory that is gone, the highest-numbered complete ckpt-<n>. None if the directory has none.
-  // Throws DataCorrupt when the pointer file is not what this class writes.
+  // a checkpoint that is gone, the highest-numbered complete ckpt-<n>. None when the directory is
+  // missing or holds no ckpt-<n> and no pointer file (nothing to resume from). Throws DataCorrupt,
+  // naming the directory, when the checkpoint the pointer file names exists but is incomplete (no
+  // manifest.json), when the highest-numbered ckpt-<n> is incomplete, when the pointer file names a
+  // checkpoint that is gone and no complete one is left, or when the pointer file is not what this
+  // class writes. A resume never silently starts over or from an older checkpoint past the damage.
   std::optional<std::string> latest() const;
 
   // Every checkpoint the pointer file lists that still exists, oldest first.
@@ -64,7 +80,8 @@ class CheckpointManager {
   int max_to_keep() const { return max_to_keep_; }
 
   // Reads a ckpt-<n> directory. Throws IoError when a file is missing or unreadable, DataCorrupt when
-  // the manifest is bad or a file's tensors differ from those the manifest lists (naming which).
+  // the manifest is bad, a file's tensors differ from those the manifest lists (naming which), or a
+  // tensor's data fails its checksum (naming the file and the tensor).
   static TrainingCheckpoint restore(const std::string& checkpoint_path);
 
  private:
