@@ -140,6 +140,30 @@ TEST(ResumeTest, InTheMiddleOfAnEpochLosesAtMostSaveFreqStepsAndEndsBitwiseEqual
   }
 }
 
+TEST(ResumeTest, WithStepsPerEpochTheIteratorThatLivesAcrossEpochsContinues) {
+  // steps_per_epoch: one iterator over a repeated dataset runs through every epoch (Keras), so an epoch's
+  // end is not a pass's end: 10 steps an epoch over passes of 13.
+  auto repeated = [] { return pipeline().repeat(); };
+  auto with = [](std::vector<std::shared_ptr<Callback>> callbacks) {
+    FitOptions o = options(std::move(callbacks));
+    o.steps_per_epoch = 10;
+    return o;
+  };
+  auto full = model();
+  full->fit(repeated(), with({}));
+  Scratch scratch;
+  callbacks::BackupAndRestore::Options backup{.restore = true, .max_to_keep = 3, .save_freq = 7};
+  auto first = model();
+  EXPECT_THROW(first->fit(repeated(), with({std::make_shared<callbacks::BackupAndRestore>(scratch.dir.string(), backup),
+                                            std::make_shared<CrashAt>(23)})),
+               std::runtime_error);
+  auto resumed = model();
+  resumed->fit(repeated(), with({std::make_shared<callbacks::BackupAndRestore>(scratch.dir.string(), backup)}));
+  EXPECT_EQ(resumed->restored_position().epochs_done, 2);  // the backup at global step 21: epoch 3, step 1
+  EXPECT_EQ(resumed->restored_position().step_in_epoch, 1);
+  expect_bitwise_equal(*full, *resumed);
+}
+
 TEST(ResumeTest, NothingToResumeFromStartsAtTheFirstEpochAndSaysSo) {
   Scratch scratch;
   auto m = model();
