@@ -1,9 +1,11 @@
-// Buffered, optionally compressed file streams (see compression.h). Thread-safety: per object; the
-// whole-file bound is an atomic.
+// Buffered, optionally compressed file streams, read and written, the written ones optionally
+// published by rename once complete (see compression.h). Thread-safety: per object; the whole-file
+// bound is an atomic.
 #include "data/compression.h"
 
 #include <libdeflate.h>
 #include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
@@ -17,6 +19,7 @@
 #include "data/crc32c.h"
 #include "data/crc_fold.h"
 #include "data/inflate_streams.h"
+#include "data/temp_file.h"
 #include "strata/error.h"
 
 namespace strata::data::detail {
@@ -306,9 +309,10 @@ size_t ByteReader::fill(size_t want) {
       const size_t got = read_file(f.in.data(), f.in.size());
       if (got == 0) {
         // A file that ends inside a compressed stream is truncated.
-        STRATA_CHECK(z.total_in == 0 && z.total_out == 0, DataCorrupt,
-                     path_ << ": " << compression_name(compression_) << " stream is truncated at uncompressed offset "
-                           << position_ + (end_ - begin_) + (want - z.avail_out));
+        if (z.total_in != 0 || z.total_out != 0)
+          stream_error(std::string(compression_name(compression_)) + " stream is truncated at uncompressed offset " +
+                           std::to_string(position_ + (end_ - begin_) + (want - z.avail_out)),
+                       __LINE__);
         f.finished = true;
         break;
       }
@@ -341,8 +345,13 @@ size_t ByteReader::fill(size_t want) {
 }
 
 void ByteReader::corrupt_stream(uint64_t offset, const std::string& why) const {
-  STRATA_THROW(DataCorrupt, path_ << ": " << compression_name(compression_)
-                                  << " stream is corrupt near uncompressed offset " << offset << " (" << why << ")");
+  stream_error(std::string(compression_name(compression_)) + " stream is corrupt near uncompressed offset " +
+                   std::to_string(offset) + " (" + why + ")",
+               __LINE__);
+}
+
+void ByteReader::stream_error(const std::string& detail, int line) const {
+  throw StreamCorrupt(::strata::detail::with_location(path_ + ": " + detail, __FILE__, line), detail);
 }
 
 void ByteReader::check_gzip_crcs(size_t upto) {
@@ -444,7 +453,7 @@ struct ByteWriter::Deflater {
   ~Deflater() { deflateEnd(&z); }
 };
 
-ByteWriter::ByteWriter(std::string path, Compression compression, DeflateSettings deflate)
+ByteWriter::ByteWriter(std::string path, Compression compression, DeflateSettings deflate, bool atomic)
     : path_(std::move(path)), compression_(compression) {
   if (compression_ == Compression::kGzip) {
     const size_t m = deflate.gzip_member_bytes;
@@ -461,8 +470,6 @@ ByteWriter::ByteWriter(std::string path, Compression compression, DeflateSetting
     STRATA_CHECK(deflate.strategy >= Z_DEFAULT_STRATEGY && deflate.strategy <= Z_FIXED, InvalidArgument,
                  "compression strategy " << deflate.strategy << " for " << path_ << " is not one of zlib's 0..4");
   }
-  file_ = std::fopen(path_.c_str(), "wb");
-  STRATA_CHECK(file_, IoError, "cannot create " << path_ << ": " << std::strerror(errno));
   in_.reserve(256 << 10);
   if (compression_ != Compression::kNone) {
     deflater_ = std::make_unique<Deflater>();
@@ -481,13 +488,35 @@ ByteWriter::ByteWriter(std::string path, Compression compression, DeflateSetting
       out_.resize(256 << 10);
     }
   }
+  // The file is made last, so no exception above leaves one behind. "x": a temporary file is new.
+  if (atomic) {
+    temp_ = temp_name_for(path_);
+    file_ = std::fopen(temp_.c_str(), "wbx");
+    STRATA_CHECK(
+        file_, IoError,
+        "cannot create " << path_ << ": cannot create temporary file " << temp_ << ": " << std::strerror(errno));
+  } else {
+    file_ = std::fopen(path_.c_str(), "wb");
+    STRATA_CHECK(file_, IoError, "cannot create " << path_ << ": " << std::strerror(errno));
+  }
 }
 
 ByteWriter::~ByteWriter() {
+  if (!temp_.empty()) {
+    discard();  // never closed: an atomic file is not published unfinished
+    return;
+  }
   try {
     close();
   } catch (...) {
   }
+}
+
+void ByteWriter::discard() {
+  if (!file_) return;  // closed already (close() removes the temporary file when it fails)
+  std::fclose(file_);
+  file_ = nullptr;
+  if (!temp_.empty()) std::remove(temp_.c_str());
 }
 
 void ByteWriter::write_file(const void* data, size_t n) {
@@ -609,7 +638,6 @@ void ByteWriter::flush() {
 
 void ByteWriter::close() {
   if (!file_) return;
-  std::FILE* f = file_;
   try {
     if (member_bytes_) {
       deflate_members(in_.data(), in_.size());
@@ -621,13 +649,24 @@ void ByteWriter::close() {
       write_file(in_.data(), in_.size());
       in_.clear();
     }
+    if (!temp_.empty()) {  // every byte on the disk before the name says the file is there
+      STRATA_CHECK(std::fflush(file_) == 0, IoError,
+                   "write error in " << path_ << " (" << temp_ << "): " << std::strerror(errno));
+      STRATA_CHECK(::fsync(fileno(file_)) == 0, IoError,
+                   "fsync failed for " << path_ << " (" << temp_ << "): " << std::strerror(errno));
+    }
   } catch (...) {
-    std::fclose(f);
-    file_ = nullptr;
+    discard();
     throw;
   }
+  std::FILE* f = file_;
   file_ = nullptr;
-  STRATA_CHECK(std::fclose(f) == 0, IoError, "close failed for " << path_ << ": " << std::strerror(errno));
+  if (std::fclose(f) != 0) {
+    const int err = errno;
+    if (!temp_.empty()) std::remove(temp_.c_str());
+    STRATA_THROW(IoError, "close failed for " << path_ << ": " << std::strerror(err));
+  }
+  if (!temp_.empty()) publish_temp_file(temp_, path_);
 }
 
 // ---- sniffing

@@ -5,7 +5,7 @@
 // cache for the next file): a chain of size-tagged gzip members (what ByteWriter writes) two members
 // at a time by inflate_streams, anything else by libdeflate (about twice zlib's speed); larger files,
 // pipes and other non-regular files stream through zlib in chunks. Data they reject is read again
-// through zlib, so a damaged file gives the records before the damage and the same DataCorrupt (file
+// through zlib, so a damaged file gives the records before the damage and the same StreamCorrupt (file
 // and offset) either way. Read whole, a gzip member's CRC-32 is summed as its bytes are read (while they are in the
 // cache) and checked where the member ends, as zlib checks it: a damaged trailer CRC is reported after
 // the member's last record (zlib may stop up to a chunk earlier).
@@ -14,6 +14,9 @@
 // available at data(), consume(n) moves past them. Positions count bytes of the *uncompressed* stream,
 // which is how TFRecord offsets are named and how iterator state is saved. A concatenation of gzip
 // members reads as one stream (like `zcat`).
+//
+// ByteWriter writes a file, compressing it when asked; with `atomic` it writes a temporary file beside
+// the target and renames it into place only when close() has finished and fsync'ed it (temp_file.h).
 // Thread-safety: one object per thread; distinct objects are independent.
 #pragma once
 
@@ -27,8 +30,21 @@
 
 #include "data/recycled_buffer.h"
 #include "strata/data/tfrecord.h"  // Compression
+#include "strata/error.h"
 
 namespace strata::data::detail {
+
+// DataCorrupt from a damaged compressed stream (bad deflate data, a CRC-32 or size that does not match,
+// a stream cut short). what() is the whole message ("<file>: <detail> [source:line]"); detail() is the
+// part after the file's name, for a reader that adds which record it was reading (TFRecordReader).
+class StreamCorrupt : public DataCorrupt {
+ public:
+  StreamCorrupt(const std::string& what, std::string detail) : DataCorrupt(what), detail_(std::move(detail)) {}
+  const std::string& detail() const { return detail_; }
+
+ private:
+  std::string detail_;
+};
 
 // Compressed files up to this many bytes are inflated whole (when their contents fit in
 // kWholeFileMaxInflated); the default of whole_file_limit().
@@ -60,7 +76,7 @@ class ByteReader {
   ByteReader& operator=(const ByteReader&) = delete;
 
   // Makes at least `n` bytes available at data() unless the stream ends first; returns how many are
-  // available (less than n only at the end). Throws DataCorrupt on a damaged compressed stream.
+  // available (less than n only at the end). Throws StreamCorrupt on a damaged compressed stream.
   size_t ensure(size_t n);
   const char* data() const { return base_ + begin_; }
   size_t available() const { return end_ - begin_; }
@@ -87,10 +103,12 @@ class ByteReader {
   // Appends up to `want` bytes to buf_[end_...]; returns how many (0 at the end).
   size_t fill(size_t want);
   size_t read_file(char* dst, size_t n);
-  // Throws DataCorrupt: the compressed stream is damaged near uncompressed `offset` (both paths' words).
+  // Throws StreamCorrupt: the compressed stream is damaged near uncompressed `offset` (both paths' words).
   [[noreturn]] void corrupt_stream(uint64_t offset, const std::string& why) const;
+  // Throws StreamCorrupt naming the file, with `detail` after its name.
+  [[noreturn]] void stream_error(const std::string& detail, int line) const;
   // Adds bytes [crc_pos_, upto) to the running CRC-32 and checks each gzip member that ends by then
-  // (DataCorrupt on a mismatch, in zlib's words).
+  // (StreamCorrupt on a mismatch, in zlib's words).
   void check_gzip_crcs(size_t upto);
 
   std::string path_;
@@ -144,8 +162,12 @@ class ByteWriter {
   // Creates (truncates) `path`; throws IoError naming it when it cannot, InvalidArgument naming the
   // setting when one is out of zlib's range or gzip_member_bytes is neither 0 nor in
   // kMinGzipMemberBytes..kMaxGzipMemberBytes (before the file is created).
-  ByteWriter(std::string path, Compression compression, DeflateSettings deflate = {});
-  ~ByteWriter();  // closes; errors are swallowed here, so call close() to see them
+  // atomic: the bytes go to temp_name_for(path) instead (created anew, never an existing file), and
+  // close() fsyncs it and renames it over `path`; until then `path` is untouched. A writer destroyed
+  // without close(), or whose write() or close() failed, removes its temporary file.
+  ByteWriter(std::string path, Compression compression, DeflateSettings deflate = {}, bool atomic = false);
+  // Not atomic: closes, swallowing errors (call close() to see them). Atomic: discards the file.
+  ~ByteWriter();
   ByteWriter(const ByteWriter&) = delete;
   ByteWriter& operator=(const ByteWriter&) = delete;
 
@@ -154,7 +176,8 @@ class ByteWriter {
   // so the file is a complete gzip file of everything written so far; otherwise a full zlib flush
   // point when compressing.
   void flush();
-  // Finishes the compressed stream and closes the file; throws IoError on failure. Idempotent.
+  // Finishes the compressed stream and closes the file (atomic: fsyncs, closes and renames it into
+  // place); throws IoError on failure. Idempotent.
   void close();
   const std::string& path() const { return path_; }
 
@@ -168,7 +191,11 @@ class ByteWriter {
   // Finishes the current member and writes it (header with its size, body, trailer).
   void end_member();
 
+  // Closes file_ and removes the temporary file, if atomic (a file that is not to be published).
+  void discard();
+
   std::string path_;
+  std::string temp_;  // atomic: the file written until close() renames it to path_; else ""
   Compression compression_;
   std::FILE* file_ = nullptr;
   std::vector<char> in_;  // pending uncompressed bytes

@@ -1,4 +1,7 @@
-// TFRecord reader and writer (see strata/data/tfrecord.h). Thread-safety: per object.
+// TFRecord reader and writer (see strata/data/tfrecord.h): records framed and checked here, bytes
+// (de)compressed by ByteReader / ByteWriter. Errors name the file, the record's 0-based index in it and
+// its byte offset; the index costs nothing per record (it is worked out from the counters when an error
+// is raised). Thread-safety: per object.
 #include "strata/data/tfrecord.h"
 
 #include <cctype>
@@ -70,7 +73,8 @@ TFRecordWriter::TFRecordWriter(const std::string& path, const TFRecordWriterOpti
           detail::DeflateSettings{.level = options.compression_level,
                                   .mem_level = options.mem_level,
                                   .strategy = static_cast<int>(options.compression_strategy),
-                                  .gzip_member_bytes = options.gzip_member_bytes})) {}
+                                  .gzip_member_bytes = options.gzip_member_bytes},
+          options.atomic)) {}
 // The public header spells the default out (it cannot include src/ headers); they must agree.
 static_assert(TFRecordWriterOptions{}.gzip_member_bytes == detail::kDefaultGzipMemberBytes);
 TFRecordWriter::~TFRecordWriter() = default;
@@ -109,11 +113,21 @@ TFRecordReader& TFRecordReader::operator=(TFRecordReader&&) noexcept = default;
 
 const std::string& TFRecordReader::path() const { return in_->path(); }
 uint64_t TFRecordReader::offset() const { return in_->position(); }
-void TFRecordReader::seek(uint64_t offset) { in_->seek(offset); }
+void TFRecordReader::seek(uint64_t offset) { seek(offset, offset == 0 ? 0 : -1); }
+void TFRecordReader::seek(uint64_t offset, int64_t record_index) {
+  in_->seek(offset);
+  index_base_ = record_index;
+  seen_at_base_ = records_ + corrupt_;
+}
+
+std::string TFRecordReader::next_record_name() const {
+  if (index_base_ < 0) return "record (number unknown: the reader was moved here by seek)";
+  return "record " + std::to_string(index_base_ + records_ + corrupt_ - seen_at_base_) + " (0-based index in the file)";
+}
 
 void TFRecordReader::corrupt(uint64_t at, const std::string& what) {
   std::ostringstream msg;
-  msg << in_->path() << ": corrupt record at byte offset " << at;
+  msg << in_->path() << ": corrupt " << next_record_name() << " at byte offset " << at;
   if (options_.compression != Compression::kNone)
     msg << " (of the uncompressed " << compression_name(options_.compression) << " stream)";
   msg << ": " << what;
@@ -124,67 +138,75 @@ void TFRecordReader::corrupt(uint64_t at, const std::string& what) {
 
 bool TFRecordReader::read(std::string_view* record) {
   detail::ByteReader& in = *in_;
-  for (;;) {
-    const uint64_t at = in.position();
-    const size_t have = in.ensure(12);
-    if (have == 0) return false;
-    if (have < 12) {
-      corrupt(at, "truncated header (" + std::to_string(have) + " of 12 bytes)");
-      in.consume(have);
-      return false;
-    }
-    const char* p = in.data();
-    uint64_t length;
-    uint32_t length_crc;
-    std::memcpy(&length, p, 8);
-    std::memcpy(&length_crc, p + 8, 4);
-    if (mask_crc(crc32c(p, 8)) != length_crc) {
-      corrupt(at, "length CRC mismatch");
-      // Resynchronise: the next offset whose 12 bytes form a valid header.
-      in.consume(1);
-      for (;;) {
-        const size_t n = in.ensure(12);
-        if (n < 12) {
-          in.consume(n);
-          return false;
-        }
-        uint32_t c;
-        std::memcpy(&c, in.data() + 8, 4);
-        if (mask_crc(crc32c(in.data(), 8)) == c) break;
-        in.consume(1);
+  // A damaged compressed stream is reported by ByteReader::ensure(), which knows the offset in the
+  // stream but not the record: it is named here (the try costs nothing until something throws).
+  try {
+    for (;;) {
+      const uint64_t at = in.position();
+      const size_t have = in.ensure(12);
+      if (have == 0) return false;
+      if (have < 12) {
+        corrupt(at, "truncated header (" + std::to_string(have) + " of 12 bytes)");
+        in.consume(have);
+        return false;
       }
-      continue;
+      const char* p = in.data();
+      uint64_t length;
+      uint32_t length_crc;
+      std::memcpy(&length, p, 8);
+      std::memcpy(&length_crc, p + 8, 4);
+      if (mask_crc(crc32c(p, 8)) != length_crc) {
+        corrupt(at, "length CRC mismatch");
+        // Resynchronise: the next offset whose 12 bytes form a valid header.
+        in.consume(1);
+        for (;;) {
+          const size_t n = in.ensure(12);
+          if (n < 12) {
+            in.consume(n);
+            return false;
+          }
+          uint32_t c;
+          std::memcpy(&c, in.data() + 8, 4);
+          if (mask_crc(crc32c(in.data(), 8)) == c) break;
+          in.consume(1);
+        }
+        continue;
+      }
+      const uint64_t total = 12 + length + 4;
+      // A length this large cannot be a record of this stream; ensure() would try to allocate it.
+      if (length > (uint64_t{1} << 40)) {
+        corrupt(at, "implausible length " + std::to_string(length));
+        in.consume(12);
+        continue;
+      }
+      const size_t got = in.ensure(static_cast<size_t>(total));
+      if (got < total) {
+        corrupt(at, "truncated record: length " + std::to_string(length) + " but only " +
+                        std::to_string(got < 12 ? 0 : got - 12) + " bytes follow the header");
+        in.consume(got);
+        return false;
+      }
+      p = in.data();
+      // The data's CRC first, then the stored one after it: the bytes are read front to back, which the
+      // cache's prefetcher follows (loading the stored CRC first was a cache miss per record).
+      const uint32_t computed = mask_crc(crc32c(p + 12, length));
+      uint32_t data_crc;
+      std::memcpy(&data_crc, p + 12 + length, 4);
+      if (computed != data_crc) {
+        corrupt(at, "data CRC mismatch (length " + std::to_string(length) + ")");
+        in.consume(total);
+        continue;
+      }
+      *record = std::string_view(p + 12, length);
+      in.consume(total);  // the bytes stay in the buffer until the next ensure()
+      last_offset_ = at;
+      ++records_;
+      return true;
     }
-    const uint64_t total = 12 + length + 4;
-    // A length this large cannot be a record of this stream; ensure() would try to allocate it.
-    if (length > (uint64_t{1} << 40)) {
-      corrupt(at, "implausible length " + std::to_string(length));
-      in.consume(12);
-      continue;
-    }
-    const size_t got = in.ensure(static_cast<size_t>(total));
-    if (got < total) {
-      corrupt(at, "truncated record: length " + std::to_string(length) + " but only " +
-                      std::to_string(got < 12 ? 0 : got - 12) + " bytes follow the header");
-      in.consume(got);
-      return false;
-    }
-    p = in.data();
-    // The data's CRC first, then the stored one after it: the bytes are read front to back, which the
-    // cache's prefetcher follows (loading the stored CRC first was a cache miss per record).
-    const uint32_t computed = mask_crc(crc32c(p + 12, length));
-    uint32_t data_crc;
-    std::memcpy(&data_crc, p + 12 + length, 4);
-    if (computed != data_crc) {
-      corrupt(at, "data CRC mismatch (length " + std::to_string(length) + ")");
-      in.consume(total);
-      continue;
-    }
-    *record = std::string_view(p + 12, length);
-    in.consume(total);  // the bytes stay in the buffer until the next ensure()
-    last_offset_ = at;
-    ++records_;
-    return true;
+  } catch (const detail::StreamCorrupt& e) {
+    // ensure() throws before it consumes: position() is the offset of the record being read.
+    STRATA_THROW(DataCorrupt, in.path() << ": " << e.detail() << " while reading " << next_record_name()
+                                        << " at uncompressed byte offset " << in.position());
   }
 }
 

@@ -1,9 +1,13 @@
 // Helpers for the data tests: collecting int64 datasets, checking save/restore at every position, a
-// bitwise CRC-32, and a scratch directory per test with whole-file read and write.
+// bitwise CRC-32, a scratch directory per test with whole-file read and write, the files of a directory,
+// and a cap on file sizes that makes writes fail part-way (as on a full disk).
 #pragma once
 
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 
+#include <algorithm>
+#include <csignal>
 #include <cstdint>
 #include <filesystem>
 #include <fstream>
@@ -62,6 +66,37 @@ inline void put_bytes(const std::string& path, const std::string& bytes) {
   std::ofstream out(path, std::ios::binary | std::ios::trunc);
   out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
 }
+
+// The names of the entries of `dir`, sorted.
+inline std::vector<std::string> file_names(const std::filesystem::path& dir) {
+  std::vector<std::string> out;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) out.push_back(e.path().filename().string());
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// For its scope, files this process writes cannot grow past `bytes` (RLIMIT_FSIZE): a write beyond
+// fails with EFBIG, as on a full disk, rather than raising SIGXFSZ (ignored meanwhile).
+class FileSizeLimit {
+ public:
+  explicit FileSizeLimit(rlim_t bytes) {
+    EXPECT_EQ(getrlimit(RLIMIT_FSIZE, &old_), 0);
+    old_handler_ = std::signal(SIGXFSZ, SIG_IGN);
+    rlimit capped = old_;
+    capped.rlim_cur = std::min<rlim_t>(bytes, old_.rlim_max);
+    EXPECT_EQ(setrlimit(RLIMIT_FSIZE, &capped), 0);
+  }
+  ~FileSizeLimit() {
+    setrlimit(RLIMIT_FSIZE, &old_);
+    std::signal(SIGXFSZ, old_handler_);
+  }
+  FileSizeLimit(const FileSizeLimit&) = delete;
+  FileSizeLimit& operator=(const FileSizeLimit&) = delete;
+
+ private:
+  rlimit old_{};
+  void (*old_handler_)(int) = SIG_DFL;
+};
 
 inline std::vector<int64_t> ints(std::initializer_list<int64_t> v) { return std::vector<int64_t>(v); }
 

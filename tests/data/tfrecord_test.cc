@@ -1,5 +1,6 @@
 // TFRecord: CRC32C known answers, the CRC fold against bitwise CRCs, the exact bytes of a record, round trips with and without
-// compression, corrupt and truncated files (raised or skipped and counted), and resuming at an offset.
+// compression, corrupt and truncated files (raised or skipped and counted; errors name the file, the record's
+// 0-based index and its offset, also in a damaged GZIP stream), and resuming at an offset.
 #include "strata/data/tfrecord.h"
 
 #include <gtest/gtest.h>
@@ -325,6 +326,83 @@ TEST_F(TFRecordTest, TruncatedGzipStreamIsCorrupt) {
   EXPECT_NE(msg.find("cut.gz"), std::string::npos) << msg;
   // Reading a GZIP file as uncompressed fails on the first header's CRC.
   EXPECT_THROW(read_all(path("t.gz")), DataCorrupt);
+}
+
+TEST_F(TFRecordTest, CorruptRecordErrorsNameTheRecordNumber) {
+  TFRecordWriter w(path("bad"));
+  for (int i = 0; i < 4; ++i) w.write("record" + std::to_string(i));  // 7 bytes each: 23 per record
+  w.close();
+  std::string bytes = file_bytes(path("bad"));
+  bytes[2 * 23 + 12 + 1] ^= 0x20;  // a byte of record 2's data
+  put_bytes(path("bad"), bytes);
+  const std::string want = path("bad") + ": corrupt record 2 (0-based index in the file) at byte offset 46: data CRC";
+  std::string msg = test::message_of<DataCorrupt>([&] { read_all(path("bad")); });
+  EXPECT_EQ(msg.rfind(want, 0), 0u) << msg;
+
+  // Skipping: the first corruption is numbered the same, and records after a skipped one keep counting.
+  bytes[3 * 23 + 12 + 1] ^= 0x20;
+  put_bytes(path("bad"), bytes);
+  TFRecordReader skip(path("bad"), {.skip_corrupt = true});
+  std::string r;
+  while (skip.read(&r)) {
+  }
+  EXPECT_EQ(skip.corrupt_records(), 2);
+  EXPECT_EQ(skip.first_corruption().rfind(want, 0), 0u) << skip.first_corruption();
+
+  // A reader moved by seek(offset, index) numbers from there; seek(offset) alone cannot.
+  TFRecordReader told(path("bad"));
+  told.seek(23, 1);
+  ASSERT_TRUE(told.read(&r));
+  msg = test::message_of<DataCorrupt>([&] { told.read(&r); });
+  EXPECT_EQ(msg.rfind(want, 0), 0u) << msg;
+  TFRecordReader untold(path("bad"));
+  untold.seek(23);
+  ASSERT_TRUE(untold.read(&r));
+  msg = test::message_of<DataCorrupt>([&] { untold.read(&r); });
+  EXPECT_NE(msg.find("number unknown"), std::string::npos) << msg;
+  EXPECT_NE(msg.find("byte offset 46"), std::string::npos) << msg;
+
+  // A truncated record is numbered too.
+  put_bytes(path("cut"), file_bytes(path("bad")).substr(0, 23 + 5));
+  msg = test::message_of<DataCorrupt>([&] { read_all(path("cut")); });
+  EXPECT_NE(msg.find("corrupt record 1 (0-based index in the file) at byte offset 23: truncated"), std::string::npos)
+      << msg;
+}
+
+TEST_F(TFRecordTest, DamagedGzipStreamErrorsNameFileRecordAndOffset) {
+  const auto records = sample_records();
+  TFRecordWriter w(path("t.gz"), {.compression = Compression::kGzip, .gzip_member_bytes = 0});
+  for (const auto& r : records) w.write(r);
+  w.close();
+  std::string bytes = file_bytes(path("t.gz"));
+  bytes[bytes.size() / 2] ^= 0x5a;  // inside the deflate data
+  put_bytes(path("bad.gz"), bytes);
+  for (const uint64_t whole_limit : {detail::kWholeFileMaxCompressed, uint64_t{0}}) {
+    SCOPED_TRACE(whole_limit ? "read whole" : "streamed");
+    test::WholeFileLimit limit(whole_limit);
+    TFRecordReader reader(path("bad.gz"), {.compression = Compression::kGzip, .buffer_size = 4096});
+    std::string r;
+    size_t n = 0;
+    uint64_t offset = 0;  // of the record after the last one read
+    std::string msg;
+    try {
+      while (reader.read(&r)) offset += 16 + records[n++].size();
+    } catch (const DataCorrupt& e) {
+      msg = e.what();
+    }
+    ASSERT_LT(n, records.size());
+    EXPECT_EQ(msg.rfind(path("bad.gz") + ": GZIP stream is corrupt near uncompressed offset ", 0), 0u) << msg;
+    EXPECT_NE(msg.find(" while reading record " + std::to_string(n) +
+                       " (0-based index in the file) at uncompressed byte offset " + std::to_string(offset)),
+              std::string::npos)
+        << msg;
+  }
+  // A stream cut short says so, with the record too.
+  put_bytes(path("cut.gz"), file_bytes(path("t.gz")).substr(0, bytes.size() / 2));
+  const std::string msg =
+      test::message_of<DataCorrupt>([&] { read_all(path("cut.gz"), {.compression = Compression::kGzip}); });
+  EXPECT_NE(msg.find("GZIP stream is truncated at uncompressed offset"), std::string::npos) << msg;
+  EXPECT_NE(msg.find(" while reading record "), std::string::npos) << msg;
 }
 
 TEST_F(TFRecordTest, SeekResumesAtASavedOffset) {

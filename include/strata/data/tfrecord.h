@@ -2,7 +2,12 @@
 //
 // Each record is   uint64 length | uint32 masked_crc32c(length) | data[length] | uint32 masked_crc32c(data)
 // (little-endian), optionally inside one GZIP or ZLIB stream. Offsets in errors and in saved reader
-// state count bytes of the uncompressed stream.
+// state count bytes of the uncompressed stream. A corrupt record or stream raises DataCorrupt naming
+// the file, the record's number (its 0-based index in the file) and its byte offset, e.g.
+//   "f.gz: corrupt record 7 (0-based index in the file) at byte offset 1834 (of the uncompressed GZIP
+//    stream): data CRC mismatch (length 100)"
+//   "f.gz: GZIP stream is corrupt near uncompressed offset 4096 (invalid block type) while reading
+//    record 12 (0-based index in the file) at uncompressed byte offset 3456"
 //
 //   data::TFRecordWriter w("out.tfrecord.gz", data::Compression::kGzip);
 //   w.write(example.serialize());
@@ -53,6 +58,11 @@ struct TFRecordWriterOptions {
   // (zcat, Python, TensorFlow) reads the chain as one stream. 4 KiB..1 GiB, or 0: the whole file as
   // one gzip member written by zlib's gzip wrapper (no FEXTRA).
   size_t gzip_member_bytes = size_t{256} << 10;  // 256 KiB (detail::kDefaultGzipMemberBytes)
+  // true: the records go to "<path>.tmp-<pid>-<n>" beside `path`, and close() fsyncs that file and
+  // renames it over `path` (then fsyncs the directory), so `path` never holds a partial file: a writer
+  // destroyed without close(), or whose write() or close() threw, removes its temporary file and leaves
+  // `path` as it was. false: `path` is written in place.
+  bool atomic = false;
 };
 
 namespace detail {
@@ -73,8 +83,9 @@ class TFRecordWriter {
 
   void write(std::string_view record);
   void flush();
-  // Finishes the file; throws IoError when the bytes could not be written. The destructor closes too
-  // but cannot report errors.
+  // Finishes the file (atomic: and renames it into place); throws IoError when the bytes could not be
+  // written. The destructor closes a non-atomic file too but cannot report errors; it discards an
+  // atomic one that was not closed.
   void close();
   int64_t records_written() const { return records_; }
 
@@ -87,7 +98,8 @@ struct TFRecordReaderOptions {
   Compression compression = Compression::kNone;
   // Bytes read from the file at a time.
   size_t buffer_size = 256 << 10;
-  // false: a bad CRC or a truncated record throws DataCorrupt naming the file and byte offset.
+  // false: a bad CRC or a truncated record throws DataCorrupt naming the file, the record number and
+  // its byte offset. A damaged compressed stream throws DataCorrupt whatever this says.
   // true: the record is skipped and counted in corrupt_records() (after a bad length CRC the reader
   // scans forward for the next valid record header; a truncated tail ends the file).
   bool skip_corrupt = false;
@@ -106,7 +118,11 @@ class TFRecordReader {
 
   // Uncompressed offset of the next record: save it, and seek() to it later to resume there.
   uint64_t offset() const;
+  // Errors after seek(offset) number records from the one at `offset` when that is 0; otherwise they
+  // cannot (the message says the number is unknown). seek(offset, record_index) tells the reader that
+  // the record at `offset` is record `record_index` of the file (0-based), so errors number them all.
   void seek(uint64_t offset);
+  void seek(uint64_t offset, int64_t record_index);
   // Offset of the record the last read() returned.
   uint64_t last_record_offset() const { return last_offset_; }
 
@@ -119,12 +135,18 @@ class TFRecordReader {
  private:
   // Handles a corrupt record at `at`: throws, or counts it and returns.
   void corrupt(uint64_t at, const std::string& what);
+  // "record 7 (0-based index in the file)" for the record read next, or "record (number unknown ...)".
+  std::string next_record_name() const;
 
   std::unique_ptr<detail::ByteReader> in_;
   TFRecordReaderOptions options_;
   uint64_t last_offset_ = 0;
   int64_t records_ = 0;
   int64_t corrupt_ = 0;
+  // The record read next is record index_base_ + (records_ + corrupt_ - seen_at_base_) of the file; -1:
+  // unknown (after a seek to an offset other than 0 without a record index).
+  int64_t index_base_ = 0;
+  int64_t seen_at_base_ = 0;
   std::string first_corruption_;
 };
 
