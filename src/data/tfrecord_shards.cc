@@ -1,5 +1,5 @@
-// IDX split -> TFRecord shards of tf.train.Example (see strata/data/tfrecord_shards.h).
-// Thread-safety: no shared state.
+// IDX split -> TFRecord shards of tf.train.Example (see strata/data/tfrecord_shards.h), each written
+// under a temporary name and renamed into place once complete. Thread-safety: no shared state.
 #include "strata/data/tfrecord_shards.h"
 
 #include <filesystem>
@@ -43,6 +43,8 @@ WrittenShards write_idx_shards(const std::string& idx_dir, Split split, const st
   STRATA_CHECK(total >= 0, Error, "unknown record count for " << idx_dir);
   const std::string split_name = split == Split::kTrain ? "train" : "test";
   auto it = ds.make_iterator();
+  TFRecordWriterOptions writer = options.writer;
+  writer.atomic = true;  // a shard is under its name only once it is complete
   WrittenShards out;
   auto& paths = out.paths;
   int64_t& written = out.records;
@@ -50,7 +52,7 @@ WrittenShards write_idx_shards(const std::string& idx_dir, Split split, const st
     const int64_t end = total * (s + 1) / options.shards;
     paths.push_back(
         (fs::path(out_dir) / shard_file_name(split_name, s, options.shards, options.writer.compression)).string());
-    TFRecordWriter w(paths.back(), options.writer);
+    TFRecordWriter w(paths.back(), writer);
     for (; written < end; ++written) {
       auto e = it.next();
       STRATA_CHECK(e, DataCorrupt, idx_dir << " ended after " << written << " " << split_name << " records");

@@ -1,6 +1,10 @@
 // Writing an IDX image split (Fashion-MNIST, MNIST) as TFRecord shards of tf.train.Example, the
 // schema `strata data convert` documents: `image` (bytes, the rows*cols uint8 pixels) and `label`
 // (int64). Records are cut into contiguous runs, so reading the shards in order gives the IDX order.
+// Each shard is written atomically (TFRecordWriterOptions::atomic): under "<name>.tmp-<pid>-<n>" in the
+// output directory, fsync'ed and renamed to its final name only once complete, so a conversion that
+// fails or is interrupted never leaves a truncated file under a shard's name (an interrupted process
+// may leave a "*.tmp-*" file, which no shard pattern matches).
 //
 //   auto written = data::write_idx_shards("/usr/share/datasets/fashion-mnist", data::Split::kTrain, "out/",
 //                                       {.shards = 4, .writer = data::image_shard_writer(data::Compression::kGzip)});
@@ -36,9 +40,9 @@ struct WrittenShards {
 };
 
 // Writes `split` of the IDX files in `idx_dir` into options.shards files in `out_dir` (created when
-// missing) named by shard_file_name with "train" or "test". Throws
-// InvalidArgument for shards < 1, IoError when a file cannot be written, DataCorrupt when the IDX
-// files end early.
+// missing) named by shard_file_name with "train" or "test", each atomically whatever options.writer.atomic
+// says. Throws InvalidArgument for shards < 1, IoError when a file cannot be written, DataCorrupt when the
+// IDX files end early; the shards finished before the error are in place, the one being written is not.
 WrittenShards write_idx_shards(const std::string& idx_dir, Split split, const std::string& out_dir,
                                const IdxShardOptions& options);
 
