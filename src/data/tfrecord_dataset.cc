@@ -1,7 +1,11 @@
 // TFRecordDataset and make_example_dataset: one DatasetNode that reads TFRecord files (in order, or
 // several at once on worker threads handed out round-robin) and turns each record into an element,
-// either its bytes or its parsed Example. Thread-safety: the node is immutable; an iterator is used by
-// one thread and owns its workers, which it stops and joins before it is destroyed or restored.
+// either its bytes or its parsed Example. A file read from its start to its end without a record (a 0-byte
+// shard, most often a conversion cut short) is reported on stderr, once per file per dataset:
+//   strata: warning: TFRecord shard 'DIR/train-00001-of-00004.tfrecord' holds no record (a file of 0 bytes)
+// Thread-safety: the node is immutable but for the set of files already reported (under its mutex); an
+// iterator is used by one thread and owns its workers, which it stops and joins before it is destroyed or
+// restored.
 #include "strata/data/tfrecord_dataset.h"
 
 #include <algorithm>
@@ -10,7 +14,9 @@
 #include <cstring>
 #include <deque>
 #include <exception>
+#include <filesystem>
 #include <mutex>
+#include <set>
 #include <thread>
 
 #include "data/rows.h"
@@ -24,8 +30,15 @@ using NodePtr = std::shared_ptr<const DatasetNode>;
 using detail::RowIterator;
 using detail::RowLayout;
 
+// The files a dataset has reported as holding no record, so each is reported once, not every epoch.
+struct ReportedFiles {
+  std::mutex mu;
+  std::set<std::string> files;  // GUARDED_BY(mu)
+};
+
 struct Config {
   std::vector<std::string> files;
+  std::shared_ptr<ReportedFiles> empty_files = std::make_shared<ReportedFiles>();
   TFRecordDatasetOptions options;
   std::shared_ptr<const ExampleParser> parser;  // null: elements are the records' bytes
   std::shared_ptr<const std::vector<std::string>> names;
@@ -42,8 +55,9 @@ class FileCursor {
         reader_(cfg.files[static_cast<size_t>(file)], {.compression = cfg.options.compression,
                                                        .buffer_size = cfg.options.buffer_size,
                                                        .skip_corrupt = cfg.options.skip_corrupt}),
-        record_(record) {
-    if (offset) reader_.seek(offset);
+        record_(record),
+        from_start_(offset == 0 && record == 0) {
+    if (offset) reader_.seek(offset, record);
   }
 
   bool next(Element* out) {
@@ -82,7 +96,7 @@ class FileCursor {
   int64_t record() const { return record_; }
 
  private:
-  // The next record's bytes (counting and reporting skipped corrupt ones).
+  // The next record's bytes (counting and reporting skipped corrupt ones, and a file without records).
   bool read(std::string_view* bytes) {
     const bool got = reader_.read(bytes);
     if (reader_.corrupt_records() != corrupt_seen_) {
@@ -91,12 +105,28 @@ class FileCursor {
       if (cfg_.options.corrupt_records) *cfg_.options.corrupt_records += reader_.corrupt_records() - corrupt_seen_;
       corrupt_seen_ = reader_.corrupt_records();
     }
+    if (!got && record_ == 0 && from_start_ && corrupt_seen_ == 0) report_empty();
     return got;
+  }
+
+  // The file ended without a record (and none was corrupt, which is reported already): say so once per
+  // dataset. A 0-record shard among shards is almost always a conversion cut short.
+  [[gnu::cold, gnu::noinline]] void report_empty() const {
+    const std::string& path = reader_.path();
+    {
+      std::lock_guard<std::mutex> lock(cfg_.empty_files->mu);
+      if (!cfg_.empty_files->files.insert(path).second) return;
+    }
+    std::error_code ec;
+    const auto size = std::filesystem::file_size(path, ec);
+    const std::string what = ec ? "" : " (a file of " + std::to_string(size) + " bytes)";
+    std::fprintf(stderr, "strata: warning: TFRecord shard '%s' holds no record%s\n", path.c_str(), what.c_str());
   }
 
   const Config& cfg_;
   TFRecordReader reader_;
   int64_t record_;
+  const bool from_start_;  // reading began at the file's first record
   int64_t corrupt_seen_ = 0;
   std::vector<ParsedFeature> scratch_;
   ExampleTemplate learned_;  // the layout of the records next_row parsed last
@@ -426,6 +456,7 @@ class TFRecordNode : public DatasetNode {
   NodePtr with_files(std::vector<std::string> files) const override {
     auto cfg = std::make_shared<Config>(*cfg_);
     cfg->files = std::move(files);
+    cfg->empty_files = std::make_shared<ReportedFiles>();
     return std::make_shared<TFRecordNode>(std::move(cfg));
   }
 

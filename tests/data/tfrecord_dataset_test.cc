@@ -1,5 +1,6 @@
 // TFRecordDataset and make_example_dataset: order with 1 and n parallel reads, save/restore at every
-// position, corrupt records raised or skipped and counted, and Example parsing with named elements.
+// position, corrupt records raised or skipped and counted (numbered within their file, also after a
+// restore), files without a record reported once per dataset, and Example parsing with named elements.
 #include "strata/data/tfrecord_dataset.h"
 
 #include <gtest/gtest.h>
@@ -139,6 +140,75 @@ TEST_F(TFRecordDatasetTest, CorruptRecordsRaiseOrAreCounted) {
     EXPECT_EQ(std::count(got.begin(), got.end(), 1001), 0);
     EXPECT_EQ(counter->load(), 1);
   }
+}
+
+TEST_F(TFRecordDatasetTest, ACorruptRecordAfterARestoreIsNumberedInItsFile) {
+  auto files = write_files({6});
+  std::string bytes = test::file_bytes(files[0]);
+  TFRecordReader probe(files[0]);
+  std::string r;
+  for (int i = 0; i < 4; ++i) probe.read(&r);
+  const uint64_t fifth = probe.offset();
+  bytes[fifth + 14] ^= 1;  // record 4's data
+  test::put_bytes(files[0], bytes);
+  const Dataset ds = TFRecordDataset(files);
+  auto it = ds.make_iterator();
+  for (int i = 0; i < 3; ++i) ASSERT_TRUE(it.next());
+  auto resumed = ds.make_iterator();
+  resumed.restore_state(it.save_state());
+  ASSERT_TRUE(resumed.next());  // record 3
+  const std::string msg = test::message_of<DataCorrupt>([&] { resumed.next(); });
+  EXPECT_NE(msg.find(files[0] + ": corrupt record 4 (0-based index in the file) at byte offset " +
+                     std::to_string(fifth)),
+            std::string::npos)
+      << msg;
+}
+
+TEST_F(TFRecordDatasetTest, AFileWithoutRecordsIsReportedOncePerDataset) {
+  const auto files = write_files({2, 0, 3, 0});  // files 1 and 3 are 0-byte files (a conversion cut short)
+  ASSERT_EQ(std::filesystem::file_size(files[1]), 0u);
+  const std::string warning = "strata: warning: TFRecord shard '" + files[1] + "' holds no record (a file of 0 bytes)\n";
+  auto count = [](const std::string& text, const std::string& what) {
+    size_t n = 0;
+    for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+    return n;
+  };
+  for (int64_t reads : {1, 2}) {
+    SCOPED_TRACE("parallel reads " + std::to_string(reads));
+    const Dataset ds = make_example_dataset(files, spec(), {.num_parallel_reads = reads});
+    testing::internal::CaptureStderr();
+    const auto first = ids(ds);   // epoch 1
+    const auto second = ids(ds);  // epoch 2: a new iterator of the same dataset
+    const std::string err = testing::internal::GetCapturedStderr();
+    EXPECT_EQ(first.size(), 5u);
+    EXPECT_EQ(second, first);
+    EXPECT_EQ(count(err, warning), 1u) << err;
+    EXPECT_EQ(count(err, "holds no record"), 2u) << err;  // files[1] and files[3], once each
+  }
+  // A new dataset of the same files reports them again; so does one restored at the start of the file.
+  const Dataset again = TFRecordDataset(files);
+  testing::internal::CaptureStderr();
+  auto it = again.make_iterator();
+  ASSERT_TRUE(it.next());
+  ASSERT_TRUE(it.next());
+  auto resumed = again.make_iterator();
+  resumed.restore_state(it.save_state());
+  while (resumed.next()) {
+  }
+  const std::string err = testing::internal::GetCapturedStderr();
+  EXPECT_EQ(count(err, warning), 1u) << err;
+
+  // A GZIP file of no record (an empty stream, not 0 bytes) is reported too, with its size.
+  const auto gz = write_files({1, 0}, Compression::kGzip);
+  testing::internal::CaptureStderr();
+  auto gz_it = TFRecordDataset(gz, {.compression = Compression::kGzip}).make_iterator();
+  ASSERT_TRUE(gz_it.next());
+  EXPECT_FALSE(gz_it.next());
+  const std::string gz_err = testing::internal::GetCapturedStderr();
+  EXPECT_NE(gz_err.find("strata: warning: TFRecord shard '" + gz[1] + "' holds no record (a file of " +
+                        std::to_string(std::filesystem::file_size(gz[1])) + " bytes)"),
+            std::string::npos)
+      << gz_err;
 }
 
 TEST_F(TFRecordDatasetTest, BadFeaturesNameTheRecord) {
