@@ -1,5 +1,6 @@
-// `strata data convert` (IDX -> TFRecord shards of tf.train.Example) and `strata data inspect`
-// (record counts, features, compression and corrupt records of TFRecord files).
+// `strata data convert` (IDX -> TFRecord shards of tf.train.Example, each renamed into place once complete)
+// and `strata data inspect` (record counts, features, compression and corrupt records of TFRecord files;
+// it fails on a file with a corrupt record or with no record at all, the mark of a conversion cut short).
 // Thread-safety: run from main's thread only.
 #include <algorithm>
 #include <cstdio>
@@ -72,7 +73,7 @@ struct InspectArgs {
   std::string compression = "auto";
 };
 
-// Returns true when the file had a corrupt record.
+// Returns true when the file had a corrupt record or held no record.
 bool inspect_file(const std::string& path, const std::string& compression_flag, std::ostream& out) {
   const Compression c =
       compression_flag == "auto" ? data::detect_compression(path) : data::parse_compression(compression_flag);
@@ -110,6 +111,10 @@ bool inspect_file(const std::string& path, const std::string& compression_flag, 
     stream_error = e.what();
   }
   out << "  records: " << records << "\n";
+  // A file of no records among shards is almost always a conversion cut short; it is an error here
+  // (the datasets only warn, once per file).
+  const bool empty = records == 0;
+  if (empty) out << "  error: the file holds no record (a conversion cut short?)\n";
   if (not_examples) out << "  records that are not tf.train.Example: " << not_examples << "\n";
   if (!features.empty()) out << "  features:\n";
   for (const auto& [name, s] : features) {
@@ -126,7 +131,7 @@ bool inspect_file(const std::string& path, const std::string& compression_flag, 
     out << "  corrupt records: " << reader.corrupt_records() << " (first: " << reader.first_corruption() << ")\n";
   if (!stream_error.empty()) out << "  corrupt stream: " << stream_error << "\n";
   if (!corrupt) out << "  corrupt records: 0\n";
-  return corrupt;
+  return corrupt || empty;
 }
 
 }  // namespace
@@ -140,7 +145,9 @@ void add_data_commands(CLI::App& app) {
       "convert",
       "Convert a data set to TFRecord shards of tf.train.Example. From IDX (MNIST / Fashion-MNIST): each record "
       "holds `image` (bytes: rows*cols raw uint8, row-major) and `label` (int64); shards are named "
-      "<split>-NNNNN-of-MMMMM.tfrecord[.gz], with split train and test.");
+      "<split>-NNNNN-of-MMMMM.tfrecord[.gz], with split train and test. Each shard is written as "
+      "<name>.tmp-<pid>-<n> and renamed to its name once complete and synced, so a failed or interrupted "
+      "conversion leaves no truncated shard.");
   convert
       ->add_option("--from", convert_args->from, "FORMAT DIR: the input, e.g. `idx /usr/share/datasets/fashion-mnist`")
       ->expected(2)
@@ -167,17 +174,17 @@ void add_data_commands(CLI::App& app) {
   CLI::App* inspect = data_cmd->add_subcommand(
       "inspect",
       "Print each TFRecord file's compression, record count, features (type, [values per record], bytes per value) "
-      "and corrupt records. Exits with status 1 when a file has a corrupt record.");
+      "and corrupt records. Exits with status 1 when a file has a corrupt record or holds no record at all (a "
+      "0-record shard is almost always a conversion cut short).");
   inspect->add_option("files", inspect_args->files, "TFRecord files")->required();
   inspect
       ->add_option("--compression", inspect_args->compression, "auto (detect from the first bytes), none, gzip, zlib")
       ->capture_default_str();
   inspect->callback([inspect_args] {
-    bool corrupt = false;
-    for (const auto& f : inspect_args->files)
-      corrupt = inspect_file(f, inspect_args->compression, std::cout) || corrupt;
+    bool bad = false;
+    for (const auto& f : inspect_args->files) bad = inspect_file(f, inspect_args->compression, std::cout) || bad;
     std::cout.flush();
-    if (corrupt) throw CLI::RuntimeError(1);
+    if (bad) throw CLI::RuntimeError(1);
   });
 }
 

@@ -1,5 +1,6 @@
-// `strata data convert` and `strata data inspect` on a tiny synthetic IDX data set: shard layout,
-// the Example schema read back through make_example_dataset, inspect's report and its corrupt-record exit.
+// `strata data convert` and `strata data inspect` on a tiny synthetic IDX data set: shard layout (and no
+// temporary file left), the Example schema read back through make_example_dataset, inspect's report and
+// its exit status 1 for a file with a corrupt record or with no record at all.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -69,6 +70,12 @@ TEST_F(DataCommandTest, ConvertWritesShardsThatReadBack) {
   for (int s = 0; s < 3; ++s) shards.push_back(p("tf/train-0000" + std::to_string(s) + "-of-00003.tfrecord.gz"));
   for (const auto& s : shards) ASSERT_TRUE(fs::exists(s)) << s;
   ASSERT_TRUE(fs::exists(p("tf/test-00002-of-00003.tfrecord.gz")));
+  int files = 0;
+  for (const auto& e : fs::directory_iterator(p("tf"))) {  // the shards, each renamed into place: no *.tmp-*
+    EXPECT_EQ(e.path().filename().string().find(".tmp-"), std::string::npos) << e.path();
+    ++files;
+  }
+  EXPECT_EQ(files, 6);
 
   auto ds = data::make_example_dataset(shards, data::fashion_mnist_example_spec(5, 4),
                                        {.compression = data::Compression::kGzip});
@@ -127,10 +134,31 @@ TEST_F(DataCommandTest, InspectFindsCorruptRecordsAndFails) {
   } catch (const CLI::RuntimeError& e) {
     EXPECT_EQ(e.get_exit_code(), 1);
   }
-  EXPECT_NE(last_output_.find("corrupt records: 1 (first: " + file + ": corrupt record at byte offset"),
+  EXPECT_NE(last_output_.find("corrupt records: 1 (first: " + file + ": corrupt record 5 (0-based index in the file) "
+                              "at byte offset"),
             std::string::npos)
       << last_output_;
   EXPECT_NE(last_output_.find("records: 9"), std::string::npos) << last_output_;
+}
+
+TEST_F(DataCommandTest, InspectFailsOnAFileWithoutRecords) {
+  // Two shards, the second cut to 0 bytes (an interrupted conversion of an older strata).
+  run("data convert --from idx " + p("idx") + " --to tfrecord " + p("tf") + " --split train --shards 2");
+  const std::string whole = p("tf/train-00000-of-00002.tfrecord"), empty = p("tf/train-00001-of-00002.tfrecord");
+  std::ofstream(empty, std::ios::trunc).close();
+  EXPECT_EQ(run("data inspect " + whole).find("holds no record"), std::string::npos);
+  try {
+    run("data inspect " + whole + " " + empty);
+    FAIL() << "inspect should fail on a file without records";
+  } catch (const CLI::RuntimeError& e) {
+    EXPECT_EQ(e.get_exit_code(), 1);
+  }
+  const size_t at = last_output_.find(empty + "\n");
+  ASSERT_NE(at, std::string::npos) << last_output_;
+  EXPECT_NE(last_output_.find("  records: 0\n  error: the file holds no record (a conversion cut short?)", at),
+            std::string::npos)
+      << last_output_;
+  EXPECT_NE(last_output_.find("records: 5"), std::string::npos) << last_output_;  // the other file is reported
 }
 
 TEST_F(DataCommandTest, CompressionFlagsReachTheWriter) {
