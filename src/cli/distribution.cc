@@ -1,9 +1,13 @@
-// The job's distribution strategy and learning-rate scaling (see distribution.h).
+// The job's distribution strategy and learning-rate scaling, and the warnings about replicas and memory
+// (see distribution.h). Thread-safety: free functions of their arguments.
 #include "cli/distribution.h"
+
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <sstream>
 #include <vector>
 
@@ -54,13 +58,14 @@ StrategySpec resolve_strategy(const StrategySpec& from_job, const StrategyFlags&
       if (flags.strategy == "mirrored") spec.cross_device_ops = from_job.cross_device_ops;
     }
   }
-  if (flags.replicas != 0) {
-    STRATA_CHECK(flags.replicas > 0, InvalidArgument, "--replicas: must be positive, got " << flags.replicas);
-    STRATA_CHECK(spec.name != "one_device" || flags.replicas == 1, InvalidArgument,
-                 "--replicas " << flags.replicas
+  if (flags.replicas) {
+    const int replicas = *flags.replicas;
+    STRATA_CHECK(replicas > 0, InvalidArgument, "--replicas: must be a positive integer, got " << replicas);
+    STRATA_CHECK(spec.name != "one_device" || replicas == 1, InvalidArgument,
+                 "--replicas " << replicas
                                << ": one_device has one replica; use --strategy mirrored or "
                                   "central_storage for more");
-    spec.replicas = flags.replicas;
+    spec.replicas = replicas;
   }
   if (!flags.cross_device_ops.empty()) {
     check_cross_device_ops(flags.cross_device_ops, "--cross-device-ops");
@@ -92,6 +97,60 @@ std::string strategy_line(const distribute::Strategy& strategy, int64_t global_b
     const int64_t per = (global_batch + n - 1) / n;
     out << " (" << per << (global_batch % n == 0 ? "" : " or fewer") << " per replica)";
   }
+  return out.str();
+}
+
+std::string replicas_warning(int replicas, unsigned cores) {
+  if (replicas <= 0 || cores == 0 || static_cast<unsigned>(replicas) <= cores) return "";
+  std::ostringstream out;
+  out << "more replicas (" << replicas << ") than CPU cores (" << cores
+      << "): replicas are threads and will take turns on the cores; training runs, slower than with " << cores;
+  return out.str();
+}
+
+namespace {
+int64_t activation_elements(const nn::Layer& layer) {
+  if (!layer.layers().empty()) {
+    int64_t total = 0;
+    for (const auto& sub : layer.layers()) total += activation_elements(*sub);
+    return total;
+  }
+  const Shape& shape = layer.output_shape();
+  if (shape.empty()) return 0;
+  int64_t n = 1;
+  for (size_t i = 1; i < shape.size(); ++i) n *= std::max<int64_t>(shape[i], 0);  // [0] is the batch (-1)
+  return n;
+}
+
+std::string gib(int64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1f GiB", static_cast<double>(bytes) / (1024.0 * 1024 * 1024));
+  return buf;
+}
+}  // namespace
+
+int64_t activation_bytes(const nn::Layer& model, int64_t global_batch) {
+  constexpr int64_t kBytesPerElement = 4;  // float32
+  constexpr int64_t kCopies = 3;           // forward value, gradient, workspace
+  return activation_elements(model) * global_batch * kBytesPerElement * kCopies;
+}
+
+int64_t available_memory_bytes() {
+  std::ifstream meminfo("/proc/meminfo");
+  for (std::string line; std::getline(meminfo, line);) {  // "MemAvailable:   24046584 kB"
+    long long kib = 0;
+    if (std::sscanf(line.c_str(), "MemAvailable: %lld kB", &kib) == 1) return static_cast<int64_t>(kib) * 1024;
+  }
+  const long pages = ::sysconf(_SC_AVPHYS_PAGES), page = ::sysconf(_SC_PAGESIZE);
+  return pages > 0 && page > 0 ? static_cast<int64_t>(pages) * page : 0;
+}
+
+std::string batch_memory_warning(int64_t needed, int64_t available, int64_t global_batch) {
+  if (available <= 0 || needed <= available) return "";
+  std::ostringstream out;
+  out << "global batch " << global_batch << ": its activations need about " << gib(needed)
+      << " (estimate) but " << gib(available)
+      << " of memory is available; expect swapping or an out-of-memory kill (lower batch_size)";
   return out.str();
 }
 

@@ -10,14 +10,19 @@
 //   base_batch_size: 64         # the batch the optimizer's learning_rate was tuned for (default 64)
 //   warmup_epochs: 2            # ramp from learning_rate to the scaled rate over 2 epochs' steps
 //
+// Also the warnings for settings that run, but badly: more replicas than cores, and a global batch whose
+// activations would not fit in memory.
+//
 // Thread-safety: plain functions of values; the strategy they make is driven by one thread.
 #pragma once
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "strata/distribute/strategies.h"  // kDefaultCrossDeviceOps
+#include "strata/nn/layer.h"
 #include "strata/optim/schedules.h"
 
 namespace strata::cli {
@@ -40,10 +45,10 @@ void check_strategy_name(const std::string& name, const std::string& where);
 void check_cross_device_ops(const std::string& name, const std::string& where);
 void check_lr_scaling(const std::string& rule, const std::string& where);
 
-// The command-line overrides; empty / 0 leave the job's value.
+// The command-line overrides; empty / unset leave the job's value.
 struct StrategyFlags {
   std::string strategy;
-  int replicas = 0;
+  std::optional<int> replicas;  // when given, >= 1 (`--replicas 0` is an error, not "the default")
   std::string cross_device_ops;
 };
 // The job's strategy with the flags applied. A flag that contradicts the strategy it ends up with (say
@@ -64,6 +69,23 @@ optim::LearningRate scaled_learning_rate(const LrScalingSpec& spec, float base_l
                                          int64_t steps_per_epoch);
 // The number of warmup steps scaled_learning_rate uses.
 int64_t warmup_steps(const LrScalingSpec& spec, int64_t steps_per_epoch);
+// "more replicas (8) than CPU cores (2): replicas are threads and will take turns on the cores; training
+// runs, slower than with 2", or "" when `replicas` <= `cores` (or either is 0: the default, or unknown).
+std::string replicas_warning(int replicas, unsigned cores);
+
+// A rough peak of the memory a training step's activations take, in bytes: every layer's output elements
+// per example (leaf layers; the model must be built) x the global batch (all replicas share this process)
+// x 4 bytes (float32) x 3 (the forward value, its gradient, and about as much workspace: im2col buffers,
+// saved masks). Weights and optimizer slots are not counted; they do not grow with the batch.
+int64_t activation_bytes(const nn::Layer& model, int64_t global_batch);
+// Memory the system can give without swapping: /proc/meminfo's MemAvailable, else
+// sysconf(_SC_AVPHYS_PAGES) x the page size (free pages only); 0 when neither is known.
+int64_t available_memory_bytes();
+// "global batch 4096: its activations need about 12.3 GiB (estimate) but 7.5 GiB of memory is available;
+// expect swapping or an out-of-memory kill (lower batch_size)", or "" when needed <= available or
+// available is 0 (unknown).
+std::string batch_memory_warning(int64_t needed, int64_t available, int64_t global_batch);
+
 // "learning rate: 0.001 -> 0.002 (linear scaling: global batch 128 / base 64), warmup 2 epochs (938 steps)",
 // or "" when the job neither scales nor warms up.
 std::string learning_rate_line(const LrScalingSpec& spec, float base_lr, int64_t global_batch, int64_t steps_per_epoch);

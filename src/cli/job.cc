@@ -646,6 +646,11 @@ data::Dataset tfrecord_source(const Job& job, const std::vector<std::string>& pa
   return data::make_example_dataset(std::move(files), std::move(spec), options)
       .map([x, y](const data::Element& e) { return data::Element({e[x], e[y]}); });
 }
+// The test set's (x, y) elements before batching.
+data::Dataset test_source(const Job& job) {
+  if (job.data.format == "idx") return data::Dataset::from_idx(job.data.directory, data::Split::kTest);
+  return tfrecord_source(job, job.data.test_files, false);
+}
 }  // namespace
 
 data::Dataset train_dataset(const Job& job) {
@@ -654,8 +659,22 @@ data::Dataset train_dataset(const Job& job) {
 }
 
 data::Dataset test_dataset(const Job& job) {
-  if (job.data.format == "idx") return pipeline(job, data::Dataset::from_idx(job.data.directory, data::Split::kTest), false);
-  return pipeline(job, tfrecord_source(job, job.data.test_files, false), false);
+  return pipeline(job, test_source(job), false);
+}
+
+int64_t check_test_data(const Job& job) {
+  const std::string where = job.file + ": data.test: ";
+  int64_t records = 0;
+  try {
+    for (data::Iterator it = test_source(job).make_iterator(); it.next();) ++records;
+  } catch (const DataCorrupt& e) {
+    STRATA_THROW(DataCorrupt, where << without_location(e.what()));
+  } catch (const IoError& e) {
+    STRATA_THROW(IoError, where << without_location(e.what()));
+  } catch (const InvalidArgument& e) {
+    STRATA_THROW(InvalidArgument, where << without_location(e.what()));
+  }
+  return records;
 }
 
 }  // namespace strata::cli

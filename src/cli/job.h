@@ -84,6 +84,11 @@ void compile_model(const Job& job, Model& model, int64_t steps_per_epoch = 0);
 std::shared_ptr<optim::Optimizer> make_optimizer(const Job& job);
 data::Dataset train_dataset(const Job& job);
 data::Dataset test_dataset(const Job& job);
+// Reads every test record once (for TFRecord: decompressed, CRC-checked and parsed as the spec says) and
+// returns how many there are; a bad one raises its error (DataCorrupt, IoError, InvalidArgument) prefixed
+// with "job.yaml: data.test: ". `strata train` calls it before training so a corrupt test shard does not
+// surface only after the last epoch.
+int64_t check_test_data(const Job& job);
 // The shape of one batch of x (batch dimension included), for building the model before training.
 Shape input_shape(const Job& job);
 

@@ -1,5 +1,5 @@
-// The job file's strategy and lr_scaling keys, the flags that override them, and the learning rate a
-// job trains at (linear scaling and gradual warmup, Goyal et al.).
+// The job file's strategy and lr_scaling keys, the flags that override them, the learning rate a job
+// trains at (linear scaling and gradual warmup, Goyal et al.), and the replica and memory warnings.
 #include "cli/distribution.h"
 
 #include <gtest/gtest.h>
@@ -12,6 +12,7 @@
 #include "cli/job.h"
 #include "strata/distribute/strategies.h"
 #include "strata/error.h"
+#include "strata/nn/nn.h"
 #include "strata/threading.h"
 #include "test_util.h"
 
@@ -94,10 +95,10 @@ TEST(DistributionTest, FlagsOverrideTheJob) {
   EXPECT_EQ(s.replicas, 2);
   EXPECT_EQ(s.cross_device_ops, "tree");
   // --strategy one_device drops the file's replicas and cross-device ops; central_storage keeps replicas.
-  s = resolve_strategy(mirrored, StrategyFlags{"one_device", 0, ""});
+  s = resolve_strategy(mirrored, StrategyFlags{"one_device", std::nullopt, ""});
   EXPECT_EQ(s.name, "one_device");
   EXPECT_EQ(s.replicas, 0);
-  s = resolve_strategy(mirrored, StrategyFlags{"central_storage", 0, ""});
+  s = resolve_strategy(mirrored, StrategyFlags{"central_storage", std::nullopt, ""});
   EXPECT_EQ(s.replicas, 3);
   EXPECT_EQ(s.cross_device_ops, "reduction_to_one_device");
   s = resolve_strategy({}, {.strategy = "mirrored", .replicas = 2, .cross_device_ops = "reduction_to_one_device"});
@@ -108,17 +109,20 @@ TEST(DistributionTest, FlagsOverrideTheJob) {
   auto error = [](const StrategySpec& job, const StrategyFlags& flags) {
     return test::message_of<InvalidArgument>([&] { resolve_strategy(job, flags); });
   };
-  std::string msg = error({}, StrategyFlags{"mirror", 0, ""});
+  std::string msg = error({}, StrategyFlags{"mirror", std::nullopt, ""});
   EXPECT_NE(msg.find("--strategy: unknown strategy 'mirror'; choose one of one_device, mirrored, central_storage"),
             std::string::npos)
       << msg;
   msg = error({}, StrategyFlags{"", 2, ""});
   EXPECT_NE(msg.find("--replicas 2: one_device has one replica"), std::string::npos) << msg;
   msg = error({}, StrategyFlags{"", -1, ""});
-  EXPECT_NE(msg.find("--replicas: must be positive"), std::string::npos) << msg;
-  msg = error(mirrored, StrategyFlags{"", 0, "butterfly"});
+  EXPECT_NE(msg.find("--replicas: must be a positive integer, got -1"), std::string::npos) << msg;
+  // --replicas 0 is an error, not "the default".
+  msg = error(mirrored, StrategyFlags{"", 0, ""});
+  EXPECT_NE(msg.find("--replicas: must be a positive integer, got 0"), std::string::npos) << msg;
+  msg = error(mirrored, StrategyFlags{"", std::nullopt, "butterfly"});
   EXPECT_NE(msg.find("--cross-device-ops: unknown cross-device ops 'butterfly'"), std::string::npos) << msg;
-  msg = error({}, StrategyFlags{"central_storage", 0, "tree"});
+  msg = error({}, StrategyFlags{"central_storage", std::nullopt, "tree"});
   EXPECT_NE(msg.find("only the mirrored strategy"), std::string::npos) << msg;
 }
 
@@ -139,6 +143,35 @@ TEST(DistributionTest, MakesTheStrategyAndDescribesIt) {
   EXPECT_EQ(central->num_replicas_in_sync(), 4);
   EXPECT_EQ(strategy_line(*central, 30),
             "strategy: CentralStorageStrategy, 4 replicas (1 thread each), global batch 30 (8 or fewer per replica)");
+}
+
+TEST(DistributionTest, WarnsAboutMoreReplicasThanCores) {
+  EXPECT_EQ(replicas_warning(2, 2), "");
+  EXPECT_EQ(replicas_warning(1, 8), "");
+  EXPECT_EQ(replicas_warning(0, 2), "");   // the default: one per core
+  EXPECT_EQ(replicas_warning(16, 0), "");  // cores unknown
+  EXPECT_EQ(replicas_warning(8, 2),
+            "more replicas (8) than CPU cores (2): replicas are threads and will take turns on the cores; training "
+            "runs, slower than with 2");
+}
+
+TEST(DistributionTest, EstimatesActivationMemoryAndWarnsWhenABatchWouldNotFit) {
+  // flatten [784] + dense [10] + dense [10] per example; x 32 examples x 4 bytes x 3 copies.
+  Job job = load_job(job_file(""));
+  auto model = build_model(job);
+  EXPECT_EQ(activation_bytes(*model, 32), 0) << "not built: no shapes yet";
+  model->add(nn::Dense(10));
+  model->build_for({1, 28, 28, 1});
+  EXPECT_EQ(activation_bytes(*model, 32), (784 + 10 + 10) * 32 * 4 * 3);
+  EXPECT_EQ(activation_bytes(*model, 64), 2 * activation_bytes(*model, 32));
+
+  EXPECT_GT(available_memory_bytes(), 0);  // Linux: /proc/meminfo
+  const int64_t gib = int64_t{1} << 30;
+  EXPECT_EQ(batch_memory_warning(gib, 2 * gib, 64), "");
+  EXPECT_EQ(batch_memory_warning(100 * gib, 0, 64), "") << "unknown memory: no warning";
+  EXPECT_EQ(batch_memory_warning(12 * gib + gib / 4, 7 * gib + gib / 2, 4096),
+            "global batch 4096: its activations need about 12.2 GiB (estimate) but 7.5 GiB of memory is available; "
+            "expect swapping or an out-of-memory kill (lower batch_size)");
 }
 
 TEST(DistributionTest, LinearScalingAndGradualWarmup) {

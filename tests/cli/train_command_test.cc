@@ -9,6 +9,7 @@
 #include <map>
 #include <regex>
 #include <sstream>
+#include <thread>
 
 #include "cli/job.h"
 #include "strata/error.h"
@@ -274,6 +275,135 @@ TEST(TrainCommandTest, BadJobKeysNameTheKeyAndLine) {
   expect_error(body + "steps_per_execution: 0\n", "steps_per_execution: must be positive");
   expect_error("data: [1, 2\n", "not valid YAML");
   expect_error(std::regex_replace(body, std::regex("metrics: \\[accuracy\\]"), "metrics: [acuracy]"), "acuracy");
+}
+
+TEST(TrainCommandTest, ALossThatBecomesNaNOrInfStopsTrainingAndFails) {
+  Scratch s("nan");
+  write_tiny_idx(s.dir, "train", 256, 7);
+  write_tiny_idx(s.dir, "t10k", 64, 8);
+  // SGD at 1e38: the first update brings weights near the float maximum, so the next step's logits
+  // overflow and the loss turns NaN (at 1e30 the loss stays huge but finite).
+  const std::string job = write_job(s.dir, std::regex_replace(tiny_job(s.dir), std::regex("name: adam, learning_rate: 0.01"),
+                                                              "name: sgd, learning_rate: 1e38"));
+  auto [rc, out] = run(std::string(STRATA_BINARY) + " train " + job + " --threads 1 --epochs 3 --csv-log " +
+                       (s.dir / "log.csv").string());
+  EXPECT_EQ(rc, 1) << out;
+  std::smatch m;
+  const std::string error = last_line(out);
+  ASSERT_TRUE(std::regex_search(error, m, std::regex(R"(^strata: error: the loss became (NaN|inf|-inf) at epoch 1, step ([0-9]+); training stopped \(TerminateOnNaN\))")))
+      << out;
+  EXPECT_GE(std::stoi(m[2]), 1) << out;
+  EXPECT_LE(std::stoi(m[2]), 8) << out;  // 256 examples in batches of 32
+  EXPECT_EQ(out.find("Epoch 2/3"), std::string::npos) << "training went on after the loss was " << m[1] << "\n" << out;
+  EXPECT_EQ(out.find("test loss"), std::string::npos) << out;
+}
+
+TEST(TrainCommandTest, UnusableOutputPathsFailBeforeTraining) {
+  Scratch s("outputs");
+  write_tiny_idx(s.dir, "train", 64, 9);
+  write_tiny_idx(s.dir, "t10k", 32, 10);
+  const std::string job = write_job(s.dir, tiny_job(s.dir));
+  const std::string train = std::string(STRATA_BINARY) + " train " + job + " --threads 1 ";
+  const std::string file = (s.dir / "a_file").string();
+  std::ofstream(file) << "x";
+  auto expect_io_error = [&](const std::string& flags, const std::string& needle) {
+    auto [rc, out] = run(train + flags);
+    EXPECT_EQ(rc, 1) << flags << "\n" << out;
+    EXPECT_NE(last_line(out).find("strata: error: " + needle), std::string::npos) << flags << "\n" << out;
+    EXPECT_EQ(out.find("Epoch 1/"), std::string::npos) << "training started: " << flags << "\n" << out;
+  };
+  expect_io_error("--checkpoint-dir " + file, "--checkpoint-dir: '" + file + "' exists and is not a directory");
+  expect_io_error("--checkpoint-dir " + file + "/ckpt", "--checkpoint-dir: cannot create directory '" + file + "/ckpt'");
+  // A directory nobody can create files in, root included.
+  expect_io_error("--checkpoint-dir /proc", "--checkpoint-dir: cannot write in directory '/proc'");
+  expect_io_error("--csv-log " + s.dir.string(), "--csv-log: '" + s.dir.string() + "' is a directory");
+  expect_io_error("--csv-log " + file + "/log.csv", "--csv-log: cannot write '" + file + "/log.csv'");
+  expect_io_error("--csv-log /proc/log.csv", "--csv-log: cannot write '/proc/log.csv'");
+
+  // A checkpoint directory that does not exist yet is created (with its parents) before training.
+  const fs::path nested = s.dir / "runs" / "a" / "ckpt";
+  auto [rc, out] = run(train + "--epochs 1 --checkpoint-dir " + nested.string());
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_TRUE(fs::exists(nested / "ckpt-1")) << out;
+}
+
+TEST(TrainCommandTest, ACorruptTestShardFailsBeforeTrainingAndTheErrorIsTheLastLine) {
+  Scratch s("corrupt");
+  write_tiny_idx(s.dir, "train", 128, 11);
+  write_tiny_idx(s.dir, "t10k", 64, 12);
+  const fs::path shards = s.dir / "shards";
+  auto [rc, out] = run(std::string(STRATA_BINARY) + " data convert --from idx " + s.dir.string() + " --to tfrecord " +
+                       shards.string() + " --shards 2");
+  ASSERT_EQ(rc, 0) << out;
+  // Flip one byte in the middle of the second test shard: the record there fails its CRC.
+  const fs::path bad = shards / "test-00001-of-00002.tfrecord";
+  ASSERT_TRUE(fs::exists(bad)) << out;
+  {
+    std::fstream f(bad, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekg(static_cast<std::streamoff>(fs::file_size(bad) / 2));
+    const char c = static_cast<char>(f.get());
+    f.seekp(static_cast<std::streamoff>(fs::file_size(bad) / 2));
+    f.put(static_cast<char>(c ^ 0x5a));
+  }
+  std::string job_text = std::regex_replace(tiny_job(s.dir), std::regex("  format: idx\n  directory: [^\n]*\n"),
+                                            "  format: tfrecord\n  train: [" + (shards / "train-*").string() +
+                                                "]\n  test: [" + (shards / "test-*").string() + "]\n");
+  const std::string job = write_job(s.dir, job_text);
+  // The whole output goes to one pipe: the summary on stdout must come out before the error, not after it.
+  auto [rc2, out2] = run(std::string(STRATA_BINARY) + " train " + job + " --threads 1");
+  EXPECT_EQ(rc2, 1) << out2;
+  EXPECT_EQ(out2.find("Epoch 1/"), std::string::npos) << "trained before finding the bad test record\n" << out2;
+  EXPECT_NE(out2.find("Total params"), std::string::npos) << out2;
+  const std::string error = last_line(out2);
+  EXPECT_EQ(error.rfind("strata: error: " + job + ": data.test: ", 0), 0u) << out2;
+  EXPECT_NE(error.find(bad.filename().string()), std::string::npos) << out2;
+}
+
+TEST(TrainCommandTest, FlagErrorsAndWarningsAreReadable) {
+  Scratch s("flags");
+  write_tiny_idx(s.dir, "train", 64, 13);
+  write_tiny_idx(s.dir, "t10k", 32, 14);
+  const std::string job = write_job(s.dir, tiny_job(s.dir));
+  const std::string bin = std::string(STRATA_BINARY);
+
+  auto [rc, out] = run(bin + " trian " + job);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("unknown command 'trian'; did you mean 'train'?"), std::string::npos) << out;
+  auto [rc1, out1] = run(bin + " data convrt");
+  EXPECT_NE(rc1, 0);
+  EXPECT_NE(out1.find("unknown command 'data convrt'; did you mean 'data convert'?"), std::string::npos) << out1;
+  auto [rc2, out2] = run(bin + " frobnicate");
+  EXPECT_NE(rc2, 0);
+  EXPECT_NE(out2.find("unknown command 'frobnicate'; the commands are: train, evaluate, data"), std::string::npos)
+      << out2;
+
+  for (const char* flag : {"--epochs 0", "--batch-size -3", "--threads x", "--strategy mirrored --replicas 0"}) {
+    auto [rc3, out3] = run(bin + " train " + job + " " + flag);
+    EXPECT_NE(rc3, 0) << flag;
+    const std::string name = std::string(flag).substr(std::string(flag).rfind("--"));
+    const std::string value = name.substr(name.find(' ') + 1);
+    EXPECT_NE(out3.find(name.substr(0, name.find(' ')) + ": must be a positive integer, got '" + value + "'"),
+              std::string::npos)
+        << flag << "\n" << out3;
+    EXPECT_EQ(out3.find("1.797"), std::string::npos) << out3;
+    EXPECT_EQ(out3.find("Epoch 1/"), std::string::npos) << out3;
+  }
+  auto [rc4, out4] = run(bin + " train " + job + " --verbose 5");
+  EXPECT_NE(rc4, 0);
+  EXPECT_NE(out4.find("--verbose: must be 0, 1 or 2, got '5'"), std::string::npos) << out4;
+
+  // More replicas than cores trains, with a warning.
+  const unsigned cores = std::max(1u, std::thread::hardware_concurrency());
+  auto [rc5, out5] = run(bin + " train " + job + " --threads 1 --epochs 1 --strategy mirrored --replicas " +
+                         std::to_string(cores + 1));
+  EXPECT_EQ(rc5, 0) << out5;
+  EXPECT_NE(out5.find("strata: warning: more replicas (" + std::to_string(cores + 1) + ") than CPU cores (" +
+                      std::to_string(cores) + ")"),
+            std::string::npos)
+      << out5;
+  auto [rc6, out6] = run(bin + " train " + job + " --threads 1 --epochs 1");
+  EXPECT_EQ(rc6, 0) << out6;
+  EXPECT_EQ(out6.find("strata: warning"), std::string::npos) << out6;
 }
 
 TEST(TrainCommandTest, HelpIsCompleteAndUsageErrorsFail) {
