@@ -19,6 +19,7 @@
 #include "cli/job.h"
 #include "cli/distribution.h"
 #include "strata/distribute/strategies.h"
+#include "strata/io/checkpoint.h"
 #include "strata/random.h"
 #include "strata/threading.h"
 #include "strata/train/callbacks.h"
@@ -33,6 +34,7 @@ struct TrainArgs {
   int64_t batch_size = 0;
   std::string checkpoint_dir;
   bool resume = false;
+  int64_t checkpoint_every = 0;  // steps between checkpoints; 0: at each epoch's end only
   std::string csv_log;
   int threads = 0;
   int verbose = 1;
@@ -126,10 +128,21 @@ void run_train(const TrainArgs& args) {
   if (!args.checkpoint_dir.empty()) job.checkpoint_dir = args.checkpoint_dir;
   STRATA_CHECK(!args.resume || !job.checkpoint_dir.empty(), InvalidArgument,
                "--resume needs --checkpoint-dir (or checkpoint_dir in " << job.file << ")");
+  STRATA_CHECK(args.checkpoint_every == 0 || !job.checkpoint_dir.empty(), InvalidArgument,
+               "--checkpoint-every needs --checkpoint-dir (or checkpoint_dir in " << job.file << ")");
   // Every output path now, not at the end of the first epoch.
   if (!job.checkpoint_dir.empty()) {
     check_output_directory(job.checkpoint_dir,
                            args.checkpoint_dir.empty() ? job.file + ": checkpoint_dir" : "--checkpoint-dir");
+    // A fresh run would number its checkpoints from the start and write over an earlier run's. (A damaged
+    // checkpoint there is a DataCorrupt naming it, with or without --resume.)
+    if (!args.resume) {
+      if (const std::optional<std::string> earlier = io::CheckpointManager(job.checkpoint_dir).latest()) {
+        STRATA_THROW(InvalidArgument, "checkpoint directory '" << job.checkpoint_dir << "' already holds "
+                                                               << *earlier << " of an earlier run: pass --resume to "
+                                                                  "continue it, or give an empty directory");
+      }
+    }
   }
   if (!args.csv_log.empty()) check_output_file(args.csv_log, "--csv-log");
   const std::unique_ptr<distribute::Strategy> strategy = open_strategy(job, args.strategy);
@@ -163,7 +176,8 @@ void run_train(const TrainArgs& args) {
   fit.verbose = args.verbose;
   if (!job.checkpoint_dir.empty()) {
     fit.callbacks.push_back(std::make_shared<callbacks::BackupAndRestore>(
-        job.checkpoint_dir, callbacks::BackupAndRestore::Options{.restore = args.resume}));
+        job.checkpoint_dir,
+        callbacks::BackupAndRestore::Options{.restore = args.resume, .save_freq = args.checkpoint_every}));
   }
   if (!args.csv_log.empty()) {
     fit.callbacks.push_back(
@@ -249,9 +263,15 @@ void add_train_commands(CLI::App& app) {
   train->add_option("--batch-size", train_args->batch_size, "override the job's batch_size (the global batch)")
       ->check(kPositiveInteger);
   train->add_option("--checkpoint-dir", train_args->checkpoint_dir,
-                    "write a full training checkpoint (weights, optimizer, epoch, RNG) here after every epoch");
+                    "write a full training checkpoint (weights, optimizer, RNG, and where training stands: epoch, "
+                    "step, the input pipeline's position) here after every epoch");
+  train->add_option("--checkpoint-every", train_args->checkpoint_every,
+                    "also checkpoint every N global steps (named ckpt-<step>), so a killed run loses at most N "
+                    "steps; --resume then continues mid-epoch, exactly")
+      ->check(kPositiveInteger);
   train->add_flag("--resume", train_args->resume,
-                  "continue from the latest checkpoint in --checkpoint-dir (from the epoch after it)");
+                  "continue exactly where the latest checkpoint in --checkpoint-dir stood (on one device the "
+                  "weights end bitwise as if never stopped); a damaged checkpoint is an error");
   train->add_option("--csv-log", train_args->csv_log, "append one row per epoch (loss, metrics) to this CSV file");
   train->add_option("--threads", train_args->threads, "CPU threads for the math (default: all cores)")
       ->check(kPositiveInteger);

@@ -242,6 +242,7 @@ BackupAndRestore::BackupAndRestore(std::string directory, Options options)
 void BackupAndRestore::on_train_begin(const Logs&) {
   Model& model = require_model(*this, "BackupAndRestore");
   last_saved_step_ = model.step();
+  warned_non_finite_ = false;
   if (!options_.restore) return;
   // A damaged checkpoint (or pointer file) throws here, naming it: fit does not start and writes nothing.
   const std::optional<std::string> latest = io::CheckpointManager(directory_).latest();
@@ -267,25 +268,30 @@ void BackupAndRestore::on_train_begin(const Logs&) {
   std::fflush(stdout);
 }
 
-void BackupAndRestore::save(int64_t number) {
+void BackupAndRestore::save(int64_t number, const Logs& logs) {
   Model& model = require_model(*this, "BackupAndRestore");
+  // Diverged weights never replace the last good checkpoint: resuming from them would go on diverging.
+  if (const std::optional<double> loss = logs.get("loss"); loss && !std::isfinite(*loss)) {
+    if (!warned_non_finite_) {
+      std::fflush(stdout);
+      std::fprintf(stderr, "BackupAndRestore: the loss is %g; no checkpoint is saved while it is not finite\n", *loss);
+      warned_non_finite_ = true;
+    }
+    return;
+  }
   model.save_checkpoint(directory_, number, options_.max_to_keep);
   last_saved_step_ = model.step();
 }
 
-void BackupAndRestore::on_train_batch_end(int64_t, const Logs&) {
+void BackupAndRestore::on_train_batch_end(int64_t, const Logs& logs) {
   if (options_.save_freq == 0) return;
   const int64_t step = require_model(*this, "BackupAndRestore").step();
   // Steps run in groups (steps_per_execution): save when the group crossed a multiple of save_freq.
-  if (step / options_.save_freq > last_saved_step_ / options_.save_freq) save(step);
+  if (step / options_.save_freq > last_saved_step_ / options_.save_freq) save(step, logs);
 }
 
-void BackupAndRestore::on_epoch_end(int64_t epoch, const Logs&) {
-  if (options_.save_freq == 0) {
-    save(epoch + 1);
-  } else {
-    save(require_model(*this, "BackupAndRestore").step());
-  }
+void BackupAndRestore::on_epoch_end(int64_t epoch, const Logs& logs) {
+  save(options_.save_freq == 0 ? epoch + 1 : require_model(*this, "BackupAndRestore").step(), logs);
 }
 
 }  // namespace callbacks

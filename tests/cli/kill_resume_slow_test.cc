@@ -6,29 +6,18 @@
 // resume that misses any of them ends with other weights. The script kills its children on every way
 // out and has its own time limit; `timeout` stops the script itself if that ever fails.
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <string>
 
+#include "cli/cli_test_util.h"
+
+namespace strata::cli {
 namespace {
 
-namespace fs = std::filesystem;
-
 constexpr const char* kFashionMnist = "/usr/share/datasets/fashion-mnist";
-
-std::pair<int, std::string> run(const std::string& command) {
-  std::string output;
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  EXPECT_NE(pipe, nullptr);
-  char buf[4096];
-  while (size_t n = std::fread(buf, 1, sizeof buf, pipe)) output.append(buf, n);
-  const int status = ::pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), output};
-}
 
 class KillResumeTest : public testing::Test {
  protected:
@@ -70,3 +59,4 @@ TEST_F(KillResumeTest, TenKillsWithACheckpointEvery100StepsResumeMidEpochAndEndB
 }
 
 }  // namespace
+}  // namespace strata::cli

@@ -14,86 +14,13 @@
 #include "cli/job.h"
 #include "strata/error.h"
 #include "strata/io/safetensors.h"
+#include "cli/cli_test_util.h"
 #include "test_util.h"
 
 namespace strata::cli {
 namespace {
 
 namespace fs = std::filesystem;
-
-struct Scratch {
-  fs::path dir;
-  explicit Scratch(const std::string& name)
-      : dir(fs::temp_directory_path() / ("strata_cli_test_" + name + "_" + std::to_string(::getpid()))) {
-    fs::remove_all(dir);
-    fs::create_directories(dir);
-  }
-  ~Scratch() { fs::remove_all(dir); }
-};
-
-void write_be32(std::ofstream& out, uint32_t v) {
-  const unsigned char b[4] = {static_cast<unsigned char>(v >> 24), static_cast<unsigned char>(v >> 16),
-                              static_cast<unsigned char>(v >> 8), static_cast<unsigned char>(v)};
-  out.write(reinterpret_cast<const char*>(b), 4);
-}
-
-// Fashion-MNIST-shaped IDX files where class k lights rows 2k..2k+1 (plus noise): a linear model learns it.
-void write_tiny_idx(const fs::path& dir, const std::string& prefix, int n, uint32_t seed) {
-  std::ofstream images(dir / (prefix + "-images-idx3-ubyte"), std::ios::binary);
-  std::ofstream labels(dir / (prefix + "-labels-idx1-ubyte"), std::ios::binary);
-  write_be32(images, 0x00000803);
-  write_be32(images, n);
-  write_be32(images, 28);
-  write_be32(images, 28);
-  write_be32(labels, 0x00000801);
-  write_be32(labels, n);
-  uint32_t state = seed;
-  auto next = [&state] { return state = state * 1664525u + 1013904223u; };
-  for (int i = 0; i < n; ++i) {
-    const int label = static_cast<int>(next() >> 24) % 10;
-    labels.put(static_cast<char>(label));
-    for (int r = 0; r < 28; ++r) {
-      for (int c = 0; c < 28; ++c) {
-        int v = static_cast<int>(next() >> 26);  // noise 0..63
-        if (r / 2 == label) v += 180;
-        images.put(static_cast<char>(v));
-      }
-    }
-  }
-}
-
-std::string write_job(const fs::path& dir, const std::string& body) {
-  const fs::path path = dir / "job.yaml";
-  std::ofstream(path) << body;
-  return path.string();
-}
-
-std::string tiny_job(const fs::path& data_dir) {
-  return "data:\n  format: idx\n  directory: " + data_dir.string() +
-         "\n  shuffle: 512\nmodel:\n  - flatten\n  - dense: {units: 10}\n"
-         "loss: {name: sparse_categorical_crossentropy, from_logits: true}\n"
-         "optimizer: {name: adam, learning_rate: 0.01}\nmetrics: [accuracy]\nepochs: 2\nbatch_size: 32\n";
-}
-
-// Runs a shell command; returns its exit status and output (stdout + stderr).
-std::pair<int, std::string> run(const std::string& command) {
-  std::string output;
-  FILE* pipe = ::popen((command + " 2>&1").c_str(), "r");
-  EXPECT_NE(pipe, nullptr);
-  char buf[4096];
-  while (size_t n = std::fread(buf, 1, sizeof buf, pipe)) output.append(buf, n);
-  const int status = ::pclose(pipe);
-  return {WEXITSTATUS(status), output};
-}
-
-std::string last_line(const std::string& text) {
-  std::istringstream in(text);
-  std::string line, last;
-  while (std::getline(in, line)) {
-    if (!line.empty()) last = line;
-  }
-  return last;
-}
 
 TEST(TrainCommandTest, TrainsSavesAndEvaluatesToTheSameResultReadableByAnIndependentReader) {
   Scratch s("e2e");

@@ -232,7 +232,8 @@ class TerminateOnNaN : public Callback {
 //
 // `save_freq` 0 saves at the end of each epoch as ckpt-<epochs done> (a kill loses at most the epoch in
 // progress); N > 0 saves every N global steps and at each epoch's end, as ckpt-<global step> (a kill
-// loses at most N steps).
+// loses at most N steps). While the loss is NaN or infinite nothing is saved: diverged weights never
+// replace the last good checkpoint.
 class BackupAndRestore : public Callback {
  public:
   struct Options {
@@ -248,11 +249,13 @@ class BackupAndRestore : public Callback {
   const std::string& directory() const { return directory_; }
 
  private:
-  void save(int64_t number);
+  // Saves as ckpt-<number>, unless the loss in `logs` is not finite.
+  void save(int64_t number, const Logs& logs);
 
   std::string directory_;
   Options options_;
   int64_t last_saved_step_ = -1;
+  bool warned_non_finite_ = false;
 };
 
 }  // namespace callbacks
