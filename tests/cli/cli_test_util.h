@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <regex>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -82,6 +83,30 @@ inline std::pair<int, std::string> run(const std::string& command) {
   while (size_t n = std::fread(buf, 1, sizeof buf, pipe)) output.append(buf, n);
   const int status = ::pclose(pipe);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status), output};
+}
+
+// Converts the IDX files in `dir` (write_tiny_idx) to TFRecord shards in dir/shards with `strata data convert
+// --shards N [--compression C]`, and returns the text of a tiny_job that trains on them.
+inline std::string tiny_tfrecord_job(const fs::path& dir, int shards, const std::string& compression = "") {
+  const fs::path out = dir / "shards";
+  const auto [rc, log] = run(std::string(STRATA_BINARY) + " data convert --from idx " + dir.string() + " --to tfrecord " +
+                             out.string() + " --shards " + std::to_string(shards) +
+                             (compression.empty() ? "" : " --compression " + compression));
+  EXPECT_EQ(rc, 0) << log;
+  return std::regex_replace(tiny_job(dir), std::regex("  format: idx\n  directory: [^\n]*\n"),
+                            "  format: tfrecord\n  train: [" + (out / "train-*").string() + "]\n  test: [" +
+                                (out / "test-*").string() + "]\n" +
+                                (compression.empty() ? "" : "  compression: " + compression + "\n"));
+}
+
+// XORs the byte of `file` at `offset` (from the end when `from_end`) with `mask`: damage on purpose.
+inline void flip_byte(const fs::path& file, std::streamoff offset, char mask, bool from_end = false) {
+  std::fstream f(file, std::ios::in | std::ios::out | std::ios::binary);
+  ASSERT_TRUE(f) << "cannot open " << file;
+  f.seekg(offset, from_end ? std::ios::end : std::ios::beg);
+  const char c = static_cast<char>(f.get());
+  f.seekp(offset, from_end ? std::ios::end : std::ios::beg);
+  f.put(static_cast<char>(c ^ mask));
 }
 
 inline std::string last_line(const std::string& text) {

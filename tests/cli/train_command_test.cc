@@ -84,14 +84,7 @@ TEST(TrainCommandTest, TrainsFromTFRecordShardsThatDataConvertWrote) {
   Scratch s("tfrecord");
   write_tiny_idx(s.dir, "train", 512, 3);
   write_tiny_idx(s.dir, "t10k", 128, 4);
-  const fs::path shards = s.dir / "shards";
-  auto [rc, out] = run(std::string(STRATA_BINARY) + " data convert --from idx " + s.dir.string() + " --to tfrecord " +
-                       shards.string() + " --shards 3 --compression gzip");
-  ASSERT_EQ(rc, 0) << out;
-  std::string job_text = tiny_job(s.dir);
-  job_text = std::regex_replace(job_text, std::regex("  format: idx\n  directory: [^\n]*\n"),
-                                "  format: tfrecord\n  train: [" + (shards / "train-*").string() + "]\n  test: [" +
-                                    (shards / "test-*").string() + "]\n  compression: gzip\n");
+  const std::string job_text = tiny_tfrecord_job(s.dir, 3, "gzip");
   const std::string job = write_job(s.dir, job_text);
   auto [rc2, out2] = run(std::string(STRATA_BINARY) + " train " + job + " --threads 1");
   ASSERT_EQ(rc2, 0) << job_text << "\n" << out2;
@@ -258,24 +251,11 @@ TEST(TrainCommandTest, ACorruptTestShardFailsBeforeTrainingAndTheErrorIsTheLastL
   Scratch s("corrupt");
   write_tiny_idx(s.dir, "train", 128, 11);
   write_tiny_idx(s.dir, "t10k", 64, 12);
-  const fs::path shards = s.dir / "shards";
-  auto [rc, out] = run(std::string(STRATA_BINARY) + " data convert --from idx " + s.dir.string() + " --to tfrecord " +
-                       shards.string() + " --shards 2");
-  ASSERT_EQ(rc, 0) << out;
+  const std::string job = write_job(s.dir, tiny_tfrecord_job(s.dir, 2));
   // Flip one byte in the middle of the second test shard: the record there fails its CRC.
-  const fs::path bad = shards / "test-00001-of-00002.tfrecord";
-  ASSERT_TRUE(fs::exists(bad)) << out;
-  {
-    std::fstream f(bad, std::ios::in | std::ios::out | std::ios::binary);
-    f.seekg(static_cast<std::streamoff>(fs::file_size(bad) / 2));
-    const char c = static_cast<char>(f.get());
-    f.seekp(static_cast<std::streamoff>(fs::file_size(bad) / 2));
-    f.put(static_cast<char>(c ^ 0x5a));
-  }
-  std::string job_text = std::regex_replace(tiny_job(s.dir), std::regex("  format: idx\n  directory: [^\n]*\n"),
-                                            "  format: tfrecord\n  train: [" + (shards / "train-*").string() +
-                                                "]\n  test: [" + (shards / "test-*").string() + "]\n");
-  const std::string job = write_job(s.dir, job_text);
+  const fs::path bad = s.dir / "shards" / "test-00001-of-00002.tfrecord";
+  ASSERT_TRUE(fs::exists(bad));
+  flip_byte(bad, static_cast<std::streamoff>(fs::file_size(bad) / 2), 0x5a);
   // The whole output goes to one pipe: the summary on stdout must come out before the error, not after it.
   auto [rc2, out2] = run(std::string(STRATA_BINARY) + " train " + job + " --threads 1");
   EXPECT_EQ(rc2, 1) << out2;
