@@ -405,7 +405,13 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
   // then orders the next pass as the uninterrupted run did).
   if (!resume.input_state.empty()) {
     data::Iterator restored = dataset.make_iterator();
-    restored.restore_state(resume.input_state);
+    try {
+      restored.restore_state(resume.input_state);
+    } catch (const Error& e) {
+      STRATA_THROW(InvalidArgument, "fit: the checkpoint's input position does not fit this dataset, which is "
+                                    "not the one it was saved with (resume with the same data settings): "
+                                        << e.what());
+    }
     if (!resume.input_finished) iterator.emplace(std::move(restored));
   }
   int64_t resume_steps = resume.input_finished ? 0 : resume.step_in_epoch;

@@ -192,6 +192,20 @@ TEST(ResumeTest, ADamagedCheckpointIsAnErrorAndIsNotWrittenOver) {
   EXPECT_FALSE(fs::exists(scratch.dir / "ckpt-2"));
 }
 
+TEST(ResumeTest, AnotherDatasetThanTheCheckpointsIsAClearError) {
+  Scratch scratch;
+  auto first = model();
+  FitOptions o = options({std::make_shared<callbacks::BackupAndRestore>(scratch.dir.string())});
+  o.epochs = 1;
+  first->fit(pipeline(), o);
+  auto resumed = model();
+  const data::Dataset unshuffled = data::Dataset::range(kExamples).batch(kBatch);
+  const std::string msg = test::message_of<InvalidArgument>([&] {
+    resumed->fit(unshuffled, options({std::make_shared<callbacks::BackupAndRestore>(scratch.dir.string())}));
+  });
+  EXPECT_NE(msg.find("the checkpoint's input position does not fit this dataset"), std::string::npos) << msg;
+}
+
 TEST(ResumeTest, BadSaveFreqIsAnError) {
   EXPECT_THROW(callbacks::BackupAndRestore("d", {.save_freq = -1}), InvalidArgument);
 }
