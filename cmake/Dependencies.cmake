@@ -18,6 +18,11 @@ if(NOT ISAL_FOUND)
   message(FATAL_ERROR "ISA-L not found (pkg-config libisal): install libisal-dev (scripts/setup.sh does)")
 endif()
 find_package(Protobuf REQUIRED)  # CMake's module: protobuf::libprotobuf, protobuf_generate()
+# gRPC (libgrpc++-dev, protobuf-compiler-grpc): the coordination service; its protoc plugin generates stubs.
+find_package(gRPC CONFIG REQUIRED)
+find_program(GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
+# Gloo (libgloo-dev): collectives over TCP between processes; target `gloo` (not namespaced).
+find_package(Gloo CONFIG REQUIRED)
 find_package(nlohmann_json REQUIRED)
 find_package(yaml-cpp REQUIRED)
 find_package(CLI11 REQUIRED)
