@@ -74,22 +74,41 @@ const char* kind_name(Kind kind) {
 
 class LocalWork final : public Work {
  public:
+  // How Work::wait(timeout) names the operation ("local group of 3: all_reduce #2 on rank 0"); the text is
+  // built only when needed, so issuing stays cheap.
+  void set_name(const char* kind, int64_t seq, int rank, int group_size) {
+    kind_ = kind;
+    seq_ = seq;
+    rank_ = rank;
+    group_size_ = group_size;
+  }
+
   bool is_completed() const override { return done_.load(std::memory_order_acquire); }
 
   void wait() override {
-    for (int i = 0; i < 512 && !is_completed(); ++i) {
-      if (i < 256) {
-        detail::spin_pause();
-      } else {
-        std::this_thread::yield();
-      }
-    }
+    spin_until_completed();
     if (!is_completed()) {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return is_completed(); });
     }
     if (error_) rethrow_copy(error_);
   }
+
+  void wait(std::chrono::milliseconds timeout) override {
+    const auto deadline = Clock::now() + timeout;
+    spin_until_completed();
+    if (!is_completed()) {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (!cv_.wait_until(lock, deadline, [&] { return is_completed(); })) {
+        STRATA_THROW(Timeout, "local group of " << group_size_ << ": " << kind_ << " #" << seq_ << " on rank "
+                                                << rank_ << " did not complete within the " << timeout.count()
+                                    << " ms of Work::wait (it goes on running under its own timeout)");
+      }
+    }
+    if (error_) rethrow_copy(error_);
+  }
+
+  std::exception_ptr exception() const override { return is_completed() ? error_ : nullptr; }
 
   void finish(std::exception_ptr error) {
     {
@@ -101,10 +120,25 @@ class LocalWork final : public Work {
   }
 
  private:
+  void spin_until_completed() const {
+    for (int i = 0; i < 512 && !is_completed(); ++i) {
+      if (i < 256) {
+        detail::spin_pause();
+      } else {
+        std::this_thread::yield();
+      }
+    }
+  }
+
   std::atomic<bool> done_{false};
   std::mutex mu_;
   std::condition_variable cv_;
   std::exception_ptr error_;  // written once, before done_
+  // Written before the Work is shared.
+  const char* kind_ = "";
+  int64_t seq_ = 0;
+  int rank_ = 0;
+  int group_size_ = 0;
 };
 
 // What one rank passed to the collective it is running; read by every rank between arrive and depart.
@@ -141,7 +175,8 @@ struct Op {
   int64_t seq = 0;
   ReduceOp reduce = ReduceOp::kSum;
   int root = 0;
-  std::vector<Tensor> tensors;  // all_gather: {input, output}
+  std::chrono::milliseconds timeout{0};  // bounds each wait of this operation
+  std::vector<Tensor> tensors;           // all_gather: {input, output}
   std::shared_ptr<LocalWork> work;
 };
 
@@ -179,19 +214,43 @@ class LocalCommunicator final : public Communicator {
   std::string backend() const override { return "local"; }
 
   std::shared_ptr<Work> all_reduce(std::vector<Tensor> tensors, ReduceOp op) override {
-    return issue(Kind::kAllReduce, std::move(tensors), op, 0);
+    return issue(Kind::kAllReduce, std::move(tensors), op, 0, group_->options.timeout);
   }
   std::shared_ptr<Work> broadcast(std::vector<Tensor> tensors, int root) override {
-    return issue(Kind::kBroadcast, std::move(tensors), ReduceOp::kSum, root);
+    return issue(Kind::kBroadcast, std::move(tensors), ReduceOp::kSum, root, group_->options.timeout);
   }
   std::shared_ptr<Work> all_gather(Tensor input, Tensor output) override {
-    return issue(Kind::kAllGather, {std::move(input), std::move(output)}, ReduceOp::kSum, 0);
+    return issue(Kind::kAllGather, {std::move(input), std::move(output)}, ReduceOp::kSum, 0,
+                 group_->options.timeout);
   }
-  void barrier() override { issue(Kind::kBarrier, {}, ReduceOp::kSum, 0)->wait(); }
+  void barrier() override { issue(Kind::kBarrier, {}, ReduceOp::kSum, 0, group_->options.timeout)->wait(); }
   void abort(const std::string& reason) override { group_->barrier.abort(reason); }
 
+  std::shared_ptr<Work> all_reduce(std::vector<Tensor> tensors, const AllReduceOptions& options) override {
+    return issue(Kind::kAllReduce, std::move(tensors), options.op, 0, timeout_of("all_reduce", options.timeout));
+  }
+  std::shared_ptr<Work> broadcast(std::vector<Tensor> tensors, const BroadcastOptions& options) override {
+    return issue(Kind::kBroadcast, std::move(tensors), ReduceOp::kSum, options.root,
+                 timeout_of("broadcast", options.timeout));
+  }
+  std::shared_ptr<Work> all_gather(Tensor input, Tensor output, const AllGatherOptions& options) override {
+    return issue(Kind::kAllGather, {std::move(input), std::move(output)}, ReduceOp::kSum, 0,
+                 timeout_of("all_gather", options.timeout));
+  }
+  void barrier(const BarrierOptions& options) override {
+    issue(Kind::kBarrier, {}, ReduceOp::kSum, 0, timeout_of("barrier", options.timeout))->wait();
+  }
+
  private:
-  std::shared_ptr<Work> issue(Kind kind, std::vector<Tensor> tensors, ReduceOp reduce, int root);
+  std::shared_ptr<Work> issue(Kind kind, std::vector<Tensor> tensors, ReduceOp reduce, int root,
+                              std::chrono::milliseconds timeout);
+  // An options' timeout, or the group's when it is kDefaultTimeout; InvalidArgument when not positive.
+  std::chrono::milliseconds timeout_of(const char* what, std::chrono::milliseconds timeout) const {
+    if (timeout == kDefaultTimeout) return group_->options.timeout;
+    STRATA_CHECK(timeout.count() > 0, InvalidArgument,
+                 what << " on rank " << rank_ << ": timeout must be positive, got " << timeout.count() << " ms");
+    return timeout;
+  }
   void run_alone(Op& op);
   void worker_loop();
   void execute(Op& op);
@@ -237,13 +296,15 @@ class LocalCommunicator final : public Communicator {
   std::thread worker_;               // last: starts once the members above exist
 };
 
-std::shared_ptr<Work> LocalCommunicator::issue(Kind kind, std::vector<Tensor> tensors, ReduceOp reduce, int root) {
+std::shared_ptr<Work> LocalCommunicator::issue(Kind kind, std::vector<Tensor> tensors, ReduceOp reduce, int root,
+                                               std::chrono::milliseconds timeout) {
   auto work = std::make_shared<LocalWork>();
-  Op op{kind, 0, reduce, root, std::move(tensors), work};
+  Op op{kind, 0, reduce, root, timeout, std::move(tensors), work};
   bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
     op.seq = ++issued_;
+    work->set_name(kind_name(kind), op.seq, rank_, group_->size);
     RankStatus& status = group_->status[rank_];
     status.issued_kind.store(static_cast<int>(kind), std::memory_order_relaxed);
     status.issued.store(op.seq, std::memory_order_release);
@@ -424,13 +485,13 @@ std::string LocalCommunicator::missing_ranks(const Op& op, uint64_t step) const 
 std::string LocalCommunicator::timeout_message(const Op& op, const std::string& what, uint64_t step) const {
   std::ostringstream out;
   out << "local group of " << group_->size << ": " << op_name(op) << " on rank " << rank_ << " timed out after "
-      << group_->options.timeout.count() << " ms at step '" << what << "': " << missing_ranks(op, step);
+      << op.timeout.count() << " ms at step '" << what << "': " << missing_ranks(op, step);
   return strata::detail::with_location(out.str(), __FILE__, __LINE__);
 }
 
 void LocalCommunicator::step(const Op& op, const std::string& what) {
   const uint64_t step = group_->status[rank_].steps.fetch_add(1, std::memory_order_relaxed) + 1;
-  const auto deadline = Clock::now() + group_->options.timeout;
+  const auto deadline = Clock::now() + op.timeout;
   const auto result = group_->barrier.arrive_and_wait(deadline, [&] { return timeout_message(op, what, step); });
   switch (result) {
     case GroupBarrier::Result::kPassed:

@@ -1,20 +1,26 @@
-// Communicator: one rank's end of a group of replicas, and the collectives it runs with its peers.
+// Communicator: one rank's end of a group of replicas, and the collectives it runs with its peers (the role of
+// PyTorch c10d's Backend / ProcessGroup).
 //
-// Collectives return a `Work` handle at once and run in the background, in the order each rank issued them
-// (every rank must issue the same sequence, like NCCL or c10d). Tensors are float32 host tensors written in
-// place; the caller must not touch them until `wait()` returns. Backends: "local" (threads of one process,
-// strata/comm/local.h).
+// Collectives return a `Work` at once and run in the background, in the order each rank issued them (every
+// rank must issue the same sequence, like NCCL or c10d). Tensors are host tensors of one dtype per call
+// (float32, bfloat16 or int64) written in place; the caller must not touch them until `wait()` returns.
+// Backends: "local" (threads of one process, strata/comm/local.h). An operation a backend lacks throws
+// Unavailable "backend <name> does not support <op>" (c10d's habit), so a new backend builds with only the
+// pure virtuals and grows from there.
 //
 //   auto ranks = comm::make_local_group(2);            // rank i is used by thread i
 //   // on thread i:
 //   auto work = ranks[i]->all_reduce({grad_a, grad_b}, comm::ReduceOp::kMean);
 //   ...                                                 // keep computing
 //   work->wait();                                       // grad_a, grad_b now hold the mean over ranks
+//   ranks[i]->all_reduce({loss}, {.op = comm::ReduceOp::kSum, .timeout = std::chrono::seconds(5)})->wait();
 //
 // Thread-safety: a Communicator is used by one thread at a time (one thread per rank); different ranks of a
 // group may be used from different threads concurrently. A Work may be waited on from any thread.
 #pragma once
 
+#include <chrono>
+#include <exception>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,19 +33,60 @@ enum class ReduceOp { kSum, kMean, kMax, kMin };
 // "sum", "mean", "max", "min".
 std::string to_string(ReduceOp op);
 
-// A collective in flight (like c10d's Work / an NCCL stream event).
+// The `timeout` of the options below when the caller sets none: the backend's group timeout applies.
+inline constexpr std::chrono::milliseconds kDefaultTimeout{-1};
+
+// One options struct per operation, as c10d's Types.hpp. `timeout` bounds every wait of that one operation
+// for the other ranks, instead of the group's timeout.
+struct AllReduceOptions {
+  ReduceOp op = ReduceOp::kSum;
+  std::chrono::milliseconds timeout = kDefaultTimeout;
+};
+struct BroadcastOptions {
+  int root = 0;
+  std::chrono::milliseconds timeout = kDefaultTimeout;
+};
+struct AllGatherOptions {
+  std::chrono::milliseconds timeout = kDefaultTimeout;
+};
+struct ReduceScatterOptions {
+  ReduceOp op = ReduceOp::kSum;
+  std::chrono::milliseconds timeout = kDefaultTimeout;
+};
+struct BarrierOptions {
+  std::chrono::milliseconds timeout = kDefaultTimeout;
+};
+// Point to point: a recv matches the sends of its source with the same tag, in the order they were issued.
+struct SendOptions {
+  int tag = 0;
+  std::chrono::milliseconds timeout = kDefaultTimeout;
+};
+struct RecvOptions {
+  int tag = 0;
+  std::chrono::milliseconds timeout = kDefaultTimeout;
+};
+
+// An operation in flight (like c10d's Work / an NCCL stream event).
 class Work {
  public:
   virtual ~Work();
   virtual bool is_completed() const = 0;
-  // Blocks until done. Rethrows the collective's error: Timeout (strata/error.h) naming the collective, the
-  // waiting rank and the ranks that never arrived; InvalidArgument when ranks passed mismatched shapes/dtypes/counts.
+  // Blocks until done. Rethrows the operation's error: Timeout (strata/error.h) naming the operation, the
+  // waiting rank and the ranks that never arrived; InvalidArgument when ranks passed mismatched
+  // shapes/dtypes/counts.
   virtual void wait() = 0;
+  // c10d's Work::wait(timeout): like wait(), but throws Timeout (naming the operation when the backend knows
+  // it) if the operation has not completed within `timeout`. Giving up the wait does not cancel the
+  // operation: it goes on under its own timeout, and the tensors stay untouchable until it completes. The
+  // default polls is_completed().
+  virtual void wait(std::chrono::milliseconds timeout);
+  // The error of a failed operation; null while it runs and after a success. The default asks wait().
+  virtual std::exception_ptr exception() const;
 };
 
 // One rank's end of a group. Collectives run in the order each rank issued them (every rank must issue the
-// same sequence); they return at once and run in the background. Tensors are float32 host tensors and are
-// written in place; the caller must not touch them until wait() returns.
+// same sequence); they return at once and run in the background. Tensors are written in place; the caller
+// must not touch them until wait() returns.
 class Communicator {
  public:
   virtual ~Communicator();
@@ -59,6 +106,36 @@ class Communicator {
   // pending and later collective on every rank fails with Timeout quoting `reason`. The group cannot be
   // used again.
   virtual void abort(const std::string& reason) = 0;
+
+  // ---- With options. The defaults forward to the calls above when no timeout is set, and otherwise throw
+  // Unavailable "backend <name> does not support <op> with a per-call timeout".
+  virtual std::shared_ptr<Work> all_reduce(std::vector<Tensor> tensors, const AllReduceOptions& options);
+  virtual std::shared_ptr<Work> broadcast(std::vector<Tensor> tensors, const BroadcastOptions& options);
+  virtual std::shared_ptr<Work> all_gather(Tensor input, Tensor output, const AllGatherOptions& options);
+  virtual void barrier(const BarrierOptions& options);
+
+  // ---- Operations a backend may lack; the defaults throw Unavailable "backend <name> does not support <op>".
+  // input [size*n, ...] -> output [n, ...]: rank r gets the reduction over ranks of input rows [r*n, (r+1)*n).
+  virtual std::shared_ptr<Work> reduce_scatter(Tensor input, Tensor output, const ReduceScatterOptions& options = {});
+  // Sends `tensors` to rank `dst`, where a recv(tensors, this rank, same tag) takes them.
+  virtual std::shared_ptr<Work> send(std::vector<Tensor> tensors, int dst, const SendOptions& options);
+  // Receives into `tensors` (the sent shapes and dtype) what rank `src` sent with the same tag.
+  virtual std::shared_ptr<Work> recv(std::vector<Tensor> tensors, int src, const RecvOptions& options);
+  std::shared_ptr<Work> send(std::vector<Tensor> tensors, int dst, int tag = 0) {
+    return send(std::move(tensors), dst, SendOptions{.tag = tag});
+  }
+  std::shared_ptr<Work> recv(std::vector<Tensor> tensors, int src, int tag = 0) {
+    return recv(std::move(tensors), src, RecvOptions{.tag = tag});
+  }
+  // The sub-group of this group's `ranks` (torch.distributed.new_group): this rank's Communicator in it, its
+  // rank being its position among the sorted `ranks`; nullptr when this rank is not among them. Every member
+  // calls it with the same ranks; members' k-th calls for the same ranks make the same group. Sub-groups run
+  // independently of their parent (their own queue and timeout), and nest.
+  virtual std::shared_ptr<Communicator> new_group(std::vector<int> ranks);
+
+ protected:
+  // Throws Unavailable "backend <backend()> does not support <what>".
+  [[noreturn]] void unsupported(const std::string& what) const;
 };
 
 }  // namespace strata::comm
