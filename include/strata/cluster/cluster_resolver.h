@@ -1,0 +1,116 @@
+// Cluster resolution: who is in the job and which task this process is, from the environment a launcher
+// left behind. Three launchers are understood, and all resolve to the same TaskInfo value:
+//
+//   TF_CONFIG (TensorFlow's JSON, one process per task; `strata launch` writes it):
+//     {"cluster": {"chief": ["h0:2222"], "worker": ["h1:2222", "h2:2222"], "ps": ["h3:2222"]},
+//      "task": {"type": "worker", "index": 1}}
+//   mpirun (OpenMPI):  OMPI_COMM_WORLD_RANK, OMPI_COMM_WORLD_SIZE [, OMPI_COMM_WORLD_LOCAL_RANK]
+//   torchrun:          RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT [, LOCAL_RANK]
+//
+// and none of them is a single process (source kSingle: worker 0 of 1).
+//
+//   const cluster::TaskInfo me = cluster::resolve_cluster_from_environment();
+//   if (me.hosts_coordinator) start_coordination_service(me.coordinator_address);
+//   std::cout << me.name() << " is worker " << *me.id_in_cluster << " of " << me.num_workers;
+//
+// TF_CONFIG follows TensorFlow (TFConfigClusterResolver and multi_worker_util): task types chief, worker,
+// ps, evaluator; at most one chief and one evaluator; `is_chief` is the chief, or worker 0 when the cluster
+// has no chief, or the evaluator (which TensorFlow treats as the chief of its own partition);
+// `id_in_cluster` is 0 for the chief, index + (1 if there is a chief) for a worker, the index for the
+// evaluator, and none for a ps; `num_workers` (a MultiWorkerMirroredStrategy's) counts chief + workers.
+// The keys "rpc_layer" and "environment" are read; other top-level keys are ignored, as TensorFlow does.
+// Stricter than TensorFlow, so that a mistake is an error and not a silent single-process run or a hang:
+// a cluster job with an unknown name, an address that is not "host:port", two tasks on one address, a
+// cluster without a task, a task without a cluster, a negative index, and two launchers' variables at
+// once are errors. An empty job list ("ps": []) counts as absent.
+//
+// Every error is InvalidArgument naming the variable and the problem (for malformed JSON, the parser's
+// line and column).
+// Thread-safety: pure functions of their arguments; resolve_cluster_from_environment reads `environ`,
+// which must not be changed concurrently (as for getenv).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace strata::cluster {
+
+// Where a TaskInfo came from.
+enum class Source { kSingle, kTfConfig, kMpi, kTorchrun };
+// "single", "tf_config", "mpi", "torchrun".
+const char* source_name(Source source);
+
+// The tasks of a job by type, each type a list of "host:port" addresses in task-index order. Only the
+// types chief, worker, ps and evaluator occur, and only with at least one task. Under mpirun and torchrun
+// the addresses of the tasks are not known: the list holds one empty string per task.
+struct ClusterSpec {
+  std::map<std::string, std::vector<std::string>> jobs;
+
+  int64_t num_tasks(const std::string& type) const;
+  bool has(const std::string& type) const { return num_tasks(type) > 0; }
+  // The `cluster` object of a TF_CONFIG: {"chief": [...], "worker": [...], ...}.
+  std::string to_json() const;
+  bool operator==(const ClusterSpec&) const = default;
+};
+
+// This process's place in the job.
+struct TaskInfo {
+  Source source = Source::kSingle;
+  ClusterSpec cluster;
+  std::string task_type = "worker";
+  int64_t task_index = 0;
+  // TensorFlow's multi_worker_util.is_chief (see the top of this file).
+  bool is_chief = true;
+  // TensorFlow's multi_worker_util.id_in_cluster: the task's rank among the workers; none for a ps.
+  std::optional<int64_t> id_in_cluster = 0;
+  // Workers of a MultiWorkerMirroredStrategy: chief + workers (the world size under mpirun / torchrun).
+  int64_t num_workers = 1;
+  // The task's index among the tasks of its machine, where the launcher says (mpirun, torchrun).
+  std::optional<int64_t> local_rank;
+  // This task's "host:port" ("" when the launcher does not say: mpirun, torchrun, single).
+  std::string address;
+  // Where the coordination service is: the chief's address, or worker 0's when there is no chief
+  // (TF_CONFIG); MASTER_ADDR:MASTER_PORT (torchrun); "" when unknown (mpirun, single, a ps-only cluster).
+  std::string coordinator_address;
+  // Whether this task serves the coordination service: the chief, or worker 0 without a chief; rank 0
+  // under mpirun and torchrun; the single process.
+  bool hosts_coordinator = true;
+  std::string rpc_layer;    // TF_CONFIG "rpc_layer" ("" when absent)
+  std::string environment;  // TF_CONFIG "environment" ("" when absent)
+
+  // "worker:1", "chief:0", "ps:2".
+  std::string name() const { return task_type + ":" + std::to_string(task_index); }
+};
+
+// Variable name -> value.
+using Environment = std::map<std::string, std::string>;
+
+// Parses and checks one TF_CONFIG value. An empty or blank string, "{}", or a TF_CONFIG whose cluster is
+// empty and that names no task, is a single process (as in TensorFlow).
+TaskInfo resolve_tf_config(const std::string& tf_config);
+
+// Resolves from an environment given as a map (tests, or a launcher checking what it is about to set).
+// At most one launcher's variables may be set: TF_CONFIG (non-blank), OMPI_COMM_WORLD_*, or torchrun's
+// RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT / LOCAL_RANK.
+TaskInfo resolve_cluster(const Environment& env);
+
+// resolve_cluster over this process's environment.
+TaskInfo resolve_cluster_from_environment();
+
+// A TF_CONFIG value naming `cluster` and the task `type`:`index` (what `strata launch` gives each task).
+// REQUIRES: the result resolves (resolve_tf_config) to that task; checked, InvalidArgument otherwise.
+std::string make_tf_config(const ClusterSpec& cluster, const std::string& type, int64_t index);
+
+// Splits "host:port" (IPv6 as "[::1]:2222") and checks it: a non-empty host of letters, digits, '.', '-',
+// '_' (or a bracketed IPv6 literal) and a port 1..65535. `what` names the address in the error
+// ("TF_CONFIG cluster worker[1]").
+struct HostPort {
+  std::string host;
+  int port = 0;
+};
+HostPort parse_address(const std::string& address, const std::string& what);
+
+}  // namespace strata::cluster

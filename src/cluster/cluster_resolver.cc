@@ -1,0 +1,356 @@
+// TF_CONFIG, mpirun and torchrun environments -> TaskInfo (see strata/cluster/cluster_resolver.h for the
+// rules and where they follow TensorFlow). Errors are InvalidArgument naming the variable and the problem.
+// Thread-safety: pure functions; resolve_cluster_from_environment reads `environ`.
+#include "strata/cluster/cluster_resolver.h"
+
+#include <algorithm>
+#include <cctype>
+#include <charconv>
+#include <set>
+
+#include <nlohmann/json.hpp>
+
+#include "strata/error.h"
+
+extern char** environ;
+
+namespace strata::cluster {
+namespace {
+
+using nlohmann::json;
+
+constexpr const char* kTaskTypes[] = {"chief", "worker", "ps", "evaluator"};
+
+bool known_type(const std::string& type) {
+  return std::find(std::begin(kTaskTypes), std::end(kTaskTypes), type) != std::end(kTaskTypes);
+}
+
+bool blank(const std::string& s) {
+  return std::all_of(s.begin(), s.end(), [](unsigned char c) { return std::isspace(c) != 0; });
+}
+
+// A whole decimal integer, else nullopt.
+std::optional<int64_t> parse_int(const std::string& s) {
+  int64_t v = 0;
+  const char* end = s.data() + s.size();
+  const auto [ptr, ec] = std::from_chars(s.data(), end, v);
+  if (s.empty() || ec != std::errc() || ptr != end) return std::nullopt;
+  return v;
+}
+
+// The task's "index": a JSON integer, or a string of one (TensorFlow applies int() to it).
+int64_t task_index(const json& index) {
+  if (index.is_number_integer()) return index.get<int64_t>();
+  if (index.is_number_float()) {
+    const double d = index.get<double>();
+    STRATA_CHECK(d == static_cast<double>(static_cast<int64_t>(d)), InvalidArgument,
+                 "TF_CONFIG: task index must be an integer, got " << index.dump());
+    return static_cast<int64_t>(d);
+  }
+  if (index.is_string()) {
+    const auto v = parse_int(index.get<std::string>());
+    STRATA_CHECK(v.has_value(), InvalidArgument, "TF_CONFIG: task index must be an integer, got " << index.dump());
+    return *v;
+  }
+  STRATA_THROW(InvalidArgument, "TF_CONFIG: task index must be an integer, got " << index.dump());
+}
+
+std::string string_field(const json& object, const char* key, const char* where) {
+  if (!object.contains(key) || object[key].is_null()) return "";
+  STRATA_CHECK(object[key].is_string(), InvalidArgument,
+               where << " \"" << key << "\" must be a string, got " << object[key].dump());
+  return object[key].get<std::string>();
+}
+
+ClusterSpec parse_cluster(const json& cluster) {
+  STRATA_CHECK(cluster.is_object(), InvalidArgument,
+               "TF_CONFIG: \"cluster\" must be an object of job lists, got " << cluster.dump());
+  ClusterSpec spec;
+  for (const auto& [type, tasks] : cluster.items()) {
+    STRATA_CHECK(known_type(type), InvalidArgument,
+                 "TF_CONFIG: unknown task type '" << type
+                                                  << "' in cluster; the task types are chief, worker, ps, evaluator");
+    STRATA_CHECK(tasks.is_array(), InvalidArgument,
+                 "TF_CONFIG: cluster job '" << type << "' must be a list of \"host:port\" strings, got "
+                                            << tasks.dump());
+    std::vector<std::string> addresses;
+    for (size_t i = 0; i < tasks.size(); ++i) {
+      STRATA_CHECK(tasks[i].is_string(), InvalidArgument,
+                   "TF_CONFIG: cluster " << type << "[" << i << "] must be a \"host:port\" string, got "
+                                         << tasks[i].dump());
+      addresses.push_back(tasks[i].get<std::string>());
+      parse_address(addresses.back(), "TF_CONFIG cluster " + type + "[" + std::to_string(i) + "]");
+    }
+    if (!addresses.empty()) spec.jobs[type] = std::move(addresses);
+  }
+  STRATA_CHECK(spec.num_tasks("chief") <= 1, InvalidArgument,
+               "TF_CONFIG: there must be at most one chief, the cluster lists " << spec.num_tasks("chief"));
+  STRATA_CHECK(spec.num_tasks("evaluator") <= 1, InvalidArgument,
+               "TF_CONFIG: there must be at most one evaluator, the cluster lists " << spec.num_tasks("evaluator"));
+  std::map<std::string, std::string> owner;  // address -> first task listing it
+  for (const auto& [type, addresses] : spec.jobs) {
+    for (size_t i = 0; i < addresses.size(); ++i) {
+      const std::string task = type + ":" + std::to_string(i);
+      const auto [it, fresh] = owner.emplace(addresses[i], task);
+      STRATA_CHECK(fresh, InvalidArgument,
+                   "TF_CONFIG: tasks " << it->second << " and " << task << " both use address " << addresses[i]);
+    }
+  }
+  return spec;
+}
+
+// Fills the fields that follow from the cluster and the task (TensorFlow's multi_worker_util).
+TaskInfo describe(ClusterSpec spec, const std::string& type, int64_t index) {
+  STRATA_CHECK(known_type(type), InvalidArgument,
+               "TF_CONFIG: unknown task type '" << type << "'; the task types are chief, worker, ps, evaluator");
+  STRATA_CHECK(spec.has(type), InvalidArgument,
+               "TF_CONFIG: task type '" << type << "' is not in the cluster (it lists "
+                                        << [&] {
+                                             std::string names;
+                                             for (const auto& [t, a] : spec.jobs) names += (names.empty() ? "" : ", ") + t;
+                                             return names;
+                                           }()
+                                        << ")");
+  STRATA_CHECK(index >= 0 && index < spec.num_tasks(type), InvalidArgument,
+               "TF_CONFIG: task index " << index << " is out of range: the cluster has " << spec.num_tasks(type)
+                                        << " " << type << " task" << (spec.num_tasks(type) == 1 ? "" : "s")
+                                        << " (indices 0.." << spec.num_tasks(type) - 1 << ")");
+  TaskInfo info;
+  info.source = Source::kTfConfig;
+  info.task_type = type;
+  info.task_index = index;
+  const bool has_chief = spec.has("chief");
+  info.is_chief = type == "chief" || type == "evaluator" || (!has_chief && type == "worker" && index == 0);
+  if (type == "chief") {
+    info.id_in_cluster = 0;
+  } else if (type == "worker") {
+    info.id_in_cluster = index + (has_chief ? 1 : 0);
+  } else if (type == "evaluator") {
+    info.id_in_cluster = index;
+  } else {
+    info.id_in_cluster.reset();
+  }
+  info.num_workers = spec.num_tasks("chief") + spec.num_tasks("worker");
+  info.address = spec.jobs.at(type)[static_cast<size_t>(index)];
+  if (has_chief) {
+    info.coordinator_address = spec.jobs.at("chief")[0];
+  } else if (spec.has("worker")) {
+    info.coordinator_address = spec.jobs.at("worker")[0];
+  }
+  info.hosts_coordinator = (type == "chief") || (!has_chief && type == "worker" && index == 0);
+  info.cluster = std::move(spec);
+  return info;
+}
+
+// The value of `name`, or nullopt when unset.
+std::optional<std::string> lookup(const Environment& env, const std::string& name) {
+  const auto it = env.find(name);
+  if (it == env.end()) return std::nullopt;
+  return it->second;
+}
+
+// A rank-like variable: a decimal integer >= 0 (size: >= 1).
+int64_t env_int(const Environment& env, const std::string& name, int64_t min) {
+  const std::string value = *lookup(env, name);
+  const auto v = parse_int(value);
+  STRATA_CHECK(v.has_value() && *v >= min, InvalidArgument,
+               name << " must be an integer >= " << min << ", got '" << value << "'");
+  return *v;
+}
+
+// Names the variables of `group` that are set, or "" when none is.
+std::string set_names(const Environment& env, const std::vector<std::string>& group) {
+  std::string names;
+  for (const auto& name : group) {
+    if (lookup(env, name)) names += (names.empty() ? "" : ", ") + name;
+  }
+  return names;
+}
+
+// Checks that every variable of `required` is set once any variable of `group` is.
+void require_all(const Environment& env, const std::vector<std::string>& group,
+                 const std::vector<std::string>& required, const char* launcher) {
+  std::string missing;
+  for (const auto& name : required) {
+    if (!lookup(env, name)) missing += (missing.empty() ? "" : ", ") + name;
+  }
+  STRATA_CHECK(missing.empty(), InvalidArgument,
+               launcher << "'s environment is half-set: " << set_names(env, group) << " set but " << missing
+                        << " missing");
+}
+
+TaskInfo rank_task(Source source, int64_t rank, int64_t size) {
+  TaskInfo info;
+  info.source = source;
+  info.task_type = "worker";
+  info.task_index = rank;
+  info.cluster.jobs["worker"] = std::vector<std::string>(static_cast<size_t>(size));
+  info.is_chief = rank == 0;
+  info.hosts_coordinator = rank == 0;
+  info.id_in_cluster = rank;
+  info.num_workers = size;
+  return info;
+}
+
+const std::vector<std::string> kMpiVars = {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"};
+const std::vector<std::string> kTorchVars = {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK"};
+
+TaskInfo resolve_mpi(const Environment& env) {
+  require_all(env, kMpiVars, {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}, "mpirun");
+  const int64_t size = env_int(env, "OMPI_COMM_WORLD_SIZE", 1);
+  const int64_t rank = env_int(env, "OMPI_COMM_WORLD_RANK", 0);
+  STRATA_CHECK(rank < size, InvalidArgument,
+               "OMPI_COMM_WORLD_RANK " << rank << " is out of range for OMPI_COMM_WORLD_SIZE " << size);
+  TaskInfo info = rank_task(Source::kMpi, rank, size);
+  if (lookup(env, "OMPI_COMM_WORLD_LOCAL_RANK")) info.local_rank = env_int(env, "OMPI_COMM_WORLD_LOCAL_RANK", 0);
+  return info;
+}
+
+TaskInfo resolve_torchrun(const Environment& env) {
+  require_all(env, kTorchVars, {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}, "torchrun");
+  const int64_t size = env_int(env, "WORLD_SIZE", 1);
+  const int64_t rank = env_int(env, "RANK", 0);
+  STRATA_CHECK(rank < size, InvalidArgument, "RANK " << rank << " is out of range for WORLD_SIZE " << size);
+  TaskInfo info = rank_task(Source::kTorchrun, rank, size);
+  if (lookup(env, "LOCAL_RANK")) info.local_rank = env_int(env, "LOCAL_RANK", 0);
+  const std::string host = *lookup(env, "MASTER_ADDR");
+  const bool ipv6 = host.find(':') != std::string::npos && !host.empty() && host.front() != '[';
+  info.coordinator_address = (ipv6 ? "[" + host + "]" : host) + ":" + *lookup(env, "MASTER_PORT");
+  parse_address(info.coordinator_address, "MASTER_ADDR:MASTER_PORT");
+  return info;
+}
+
+}  // namespace
+
+const char* source_name(Source source) {
+  switch (source) {
+    case Source::kSingle: return "single";
+    case Source::kTfConfig: return "tf_config";
+    case Source::kMpi: return "mpi";
+    case Source::kTorchrun: return "torchrun";
+  }
+  return "?";
+}
+
+int64_t ClusterSpec::num_tasks(const std::string& type) const {
+  const auto it = jobs.find(type);
+  return it == jobs.end() ? 0 : static_cast<int64_t>(it->second.size());
+}
+
+std::string ClusterSpec::to_json() const {
+  json cluster = json::object();
+  for (const auto& [type, addresses] : jobs) cluster[type] = addresses;
+  return cluster.dump();
+}
+
+HostPort parse_address(const std::string& address, const std::string& what) {
+  const auto bad = [&](const std::string& why) {
+    STRATA_THROW(InvalidArgument, what << ": bad address '" << address << "': " << why
+                                       << " (want \"host:port\", e.g. \"127.0.0.1:2222\")");
+  };
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) bad("no ':port'");
+  HostPort hp;
+  hp.host = address.substr(0, colon);
+  const std::string port = address.substr(colon + 1);
+  if (hp.host.empty()) bad("empty host");
+  if (hp.host.front() == '[') {
+    if (hp.host.size() < 3 || hp.host.back() != ']') bad("an IPv6 host must be bracketed, as in [::1]:2222");
+    for (size_t i = 1; i + 1 < hp.host.size(); ++i) {
+      if (!std::isxdigit(static_cast<unsigned char>(hp.host[i])) && hp.host[i] != ':' && hp.host[i] != '.') {
+        bad("not an IPv6 address between the brackets");
+      }
+    }
+  } else {
+    for (const char c : hp.host) {
+      if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != '_') {
+        bad(c == ':' ? "an IPv6 host must be bracketed, as in [::1]:2222" : "the host has a character that no host name has");
+      }
+    }
+  }
+  const auto p = parse_int(port);
+  if (!p || port.front() == '+' || *p < 1 || *p > 65535) bad("the port must be a number 1..65535");
+  hp.port = static_cast<int>(*p);
+  return hp;
+}
+
+TaskInfo resolve_tf_config(const std::string& tf_config) {
+  if (blank(tf_config)) return TaskInfo{};
+  json config;
+  try {
+    config = json::parse(tf_config);
+  } catch (const json::parse_error& e) {
+    // e.what(): "[json.exception.parse_error.101] parse error at line 1, column 17: syntax error ...".
+    std::string what = e.what();
+    const size_t start = what.find("parse error");
+    STRATA_THROW(InvalidArgument,
+                 "TF_CONFIG is not valid JSON: " << (start == std::string::npos ? what : what.substr(start))
+                                                 << " (byte " << e.byte << ")");
+  }
+  STRATA_CHECK(config.is_object(), InvalidArgument,
+               "TF_CONFIG must be a JSON object with \"cluster\" and \"task\", got " << config.dump());
+  const json cluster = config.contains("cluster") && !config["cluster"].is_null() ? config["cluster"] : json::object();
+  const json task = config.contains("task") && !config["task"].is_null() ? config["task"] : json::object();
+  STRATA_CHECK(task.is_object(), InvalidArgument,
+               "TF_CONFIG: \"task\" must be an object like {\"type\": \"worker\", \"index\": 0}, got " << task.dump());
+  ClusterSpec spec = parse_cluster(cluster);
+  const bool names_task = task.contains("type") || task.contains("index");
+  if (spec.jobs.empty()) {
+    STRATA_CHECK(!names_task, InvalidArgument,
+                 "TF_CONFIG names a task (" << task.dump() << ") but its \"cluster\" lists no task");
+    TaskInfo single;
+    single.rpc_layer = string_field(config, "rpc_layer", "TF_CONFIG:");
+    single.environment = string_field(config, "environment", "TF_CONFIG:");
+    return single;
+  }
+  STRATA_CHECK(task.contains("type") && !task["type"].is_null(), InvalidArgument,
+               "TF_CONFIG has a cluster but no task type (want \"task\": {\"type\": \"worker\", \"index\": 0})");
+  STRATA_CHECK(task.contains("index") && !task["index"].is_null(), InvalidArgument,
+               "TF_CONFIG has a cluster but no task index (want \"task\": {\"type\": \"worker\", \"index\": 0})");
+  STRATA_CHECK(task["type"].is_string(), InvalidArgument,
+               "TF_CONFIG: task type must be a string, got " << task["type"].dump());
+  TaskInfo info = describe(std::move(spec), task["type"].get<std::string>(), task_index(task["index"]));
+  info.rpc_layer = string_field(config, "rpc_layer", "TF_CONFIG:");
+  info.environment = string_field(config, "environment", "TF_CONFIG:");
+  return info;
+}
+
+TaskInfo resolve_cluster(const Environment& env) {
+  const auto tf_config = lookup(env, "TF_CONFIG");
+  std::vector<std::string> sources;
+  if (tf_config && !blank(*tf_config)) sources.push_back("TF_CONFIG");
+  if (const std::string mpi = set_names(env, kMpiVars); !mpi.empty()) sources.push_back("mpirun's " + mpi);
+  if (const std::string torch = set_names(env, kTorchVars); !torch.empty()) sources.push_back("torchrun's " + torch);
+  STRATA_CHECK(sources.size() <= 1, InvalidArgument,
+               "the environment names the cluster twice: " << sources[0] << " and " << sources[1]
+                                                           << " are both set; unset one launcher's variables");
+  if (tf_config && !blank(*tf_config)) return resolve_tf_config(*tf_config);
+  if (!set_names(env, kMpiVars).empty()) return resolve_mpi(env);
+  if (!set_names(env, kTorchVars).empty()) return resolve_torchrun(env);
+  return TaskInfo{};
+}
+
+TaskInfo resolve_cluster_from_environment() {
+  Environment env;
+  for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
+    const std::string entry = *e;
+    const size_t eq = entry.find('=');
+    if (eq != std::string::npos) env.emplace(entry.substr(0, eq), entry.substr(eq + 1));
+  }
+  return resolve_cluster(env);
+}
+
+std::string make_tf_config(const ClusterSpec& cluster, const std::string& type, int64_t index) {
+  json config;
+  json jobs = json::object();
+  for (const auto& [t, addresses] : cluster.jobs) jobs[t] = addresses;
+  config["cluster"] = jobs;
+  config["task"] = {{"type", type}, {"index", index}};
+  std::string text = config.dump();
+  const TaskInfo check = resolve_tf_config(text);  // throws naming the problem
+  STRATA_CHECK(check.task_type == type && check.task_index == index, InvalidArgument,
+               "make_tf_config: the cluster has no task " << type << ":" << index);
+  return text;
+}
+
+}  // namespace strata::cluster
