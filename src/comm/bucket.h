@@ -1,5 +1,6 @@
-// Bucket: a list of float32 tensors seen as one flat array without copying them, and the elementwise kernels
-// the local collectives run over pieces of it.
+// Bucket: a list of tensors of one dtype seen as one flat array without copying them, and the elementwise
+// kernels the local collectives run over pieces of it (float32; bfloat16 accumulated in float32 and rounded
+// once; int64).
 //
 // Every rank of a collective passes tensors of the same shapes, so a flat index [begin, end) maps to the same
 // (tensor, offset) pieces on every rank; the collectives walk those pieces on their own view and address the
@@ -22,12 +23,17 @@ class Bucket {
     data_.clear();
     starts_.assign(1, 0);
   }
-  void add(float* data, int64_t numel) {
-    data_.push_back(data);
+  void add(void* data, int64_t numel) {
+    data_.push_back(static_cast<char*>(data));
     starts_.push_back(starts_.back() + numel);
   }
   int64_t numel() const { return starts_.empty() ? 0 : starts_.back(); }
-  float* segment(size_t i) const { return data_[i]; }
+  size_t segments() const { return data_.size(); }
+  // Segment i's first element, as T (the bucket's dtype) or as bytes.
+  template <class T = float>
+  T* segment(size_t i) const {
+    return reinterpret_cast<T*>(data_[i]);
+  }
 
   // Calls fn(segment, offset, length) for each contiguous piece of the flat range [begin, end).
   template <class Fn>
@@ -42,7 +48,7 @@ class Bucket {
   }
 
  private:
-  std::vector<float*> data_;
+  std::vector<char*> data_;
   std::vector<int64_t> starts_{0};  // starts_[i] = flat index of segment i's first element; back() = numel
 };
 
@@ -51,9 +57,16 @@ class Bucket {
 // the group size; kSum, kMax and kMin pass 0; kMean combines like kSum). `out` may be one of the inputs.
 // REQUIRES: count >= 2.
 void reduce_piece(float* out, const float* const* inputs, int count, int64_t length, ReduceOp op, float divisor);
+// bfloat16: each element is combined in float32 left to right, divided, and rounded to bfloat16 once.
+void reduce_piece(BFloat16* out, const BFloat16* const* inputs, int count, int64_t length, ReduceOp op,
+                  float divisor);
+// int64: sums wrap around (two's complement) instead of overflowing; kMean divides the sum by the integer
+// `divisor`, rounding toward zero.
+void reduce_piece(int64_t* out, const int64_t* const* inputs, int count, int64_t length, ReduceOp op,
+                  float divisor);
 
 // [begin, end) of chunk `index` when `numel` elements are split into `parts` chunks whose boundaries are
-// multiples of 16 elements (64 bytes), so two ranks never write one cache line.
-std::pair<int64_t, int64_t> chunk_range(int64_t numel, int parts, int index);
+// multiples of `align` elements (16 float32 = 64 bytes), so two ranks never write one cache line.
+std::pair<int64_t, int64_t> chunk_range(int64_t numel, int parts, int index, int64_t align = 16);
 
 }  // namespace strata::comm::detail

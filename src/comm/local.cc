@@ -21,6 +21,7 @@
 #include <mutex>
 #include <sstream>
 #include <thread>
+#include <type_traits>
 
 #include "comm/bucket.h"
 #include "comm/group_barrier.h"
@@ -32,7 +33,7 @@ using detail::Bucket;
 using detail::GroupBarrier;
 using Clock = std::chrono::steady_clock;
 
-enum class Kind : int { kNone, kAllReduce, kBroadcast, kAllGather, kBarrier };
+enum class Kind : int { kNone, kAllReduce, kBroadcast, kAllGather, kBarrier, kReduceScatter };
 
 const char* kind_name(Kind kind) {
   switch (kind) {
@@ -46,6 +47,8 @@ const char* kind_name(Kind kind) {
       return "all_gather";
     case Kind::kBarrier:
       return "barrier";
+    case Kind::kReduceScatter:
+      return "reduce_scatter";
   }
   return "?";
 }
@@ -146,8 +149,9 @@ struct Descriptor {
   Kind kind = Kind::kNone;
   ReduceOp op = ReduceOp::kSum;
   int root = 0;
-  std::vector<Shape> shapes;  // all_gather: {input, output}
-  Bucket bucket;              // the tensors' elements; all_gather: {input, output}
+  DType dtype = DType::kFloat32;  // of every tensor
+  std::vector<Shape> shapes;      // all_gather, reduce_scatter: {input, output}
+  Bucket bucket;                  // the tensors' elements; all_gather, reduce_scatter: {input, output}
   std::string local_error;    // a problem with this rank's own arguments
 };
 
@@ -191,6 +195,7 @@ std::string describe_tensors(const Descriptor& d) {
     numel += shape_numel(s);
   }
   out << " (" << numel << " elements)";
+  if (!d.shapes.empty()) out << " " << dtype_name(d.dtype);
   return out.str();
 }
 
@@ -237,6 +242,10 @@ class LocalCommunicator final : public Communicator {
     return issue(Kind::kAllGather, {std::move(input), std::move(output)}, ReduceOp::kSum, 0,
                  timeout_of("all_gather", options.timeout));
   }
+  std::shared_ptr<Work> reduce_scatter(Tensor input, Tensor output, const ReduceScatterOptions& options) override {
+    return issue(Kind::kReduceScatter, {std::move(input), std::move(output)}, options.op, 0,
+                 timeout_of("reduce_scatter", options.timeout));
+  }
   void barrier(const BarrierOptions& options) override {
     issue(Kind::kBarrier, {}, ReduceOp::kSum, 0, timeout_of("barrier", options.timeout))->wait();
   }
@@ -267,24 +276,38 @@ class LocalCommunicator final : public Communicator {
   void copy_from(const Op& op, int src, int64_t begin, int64_t end) const {
     const Bucket& mine = view(rank_, op);
     const Bucket& theirs = view(src, op);
+    const size_t elem = dtype_size(slot(rank_, op).dtype);
     mine.for_each_piece(begin, end, [&](size_t seg, int64_t offset, int64_t length) {
-      std::memcpy(mine.segment(seg) + offset, theirs.segment(seg) + offset, static_cast<size_t>(length) * 4);
+      std::memcpy(mine.segment<char>(seg) + offset * elem, theirs.segment<char>(seg) + offset * elem,
+                  static_cast<size_t>(length) * elem);
     });
   }
   // This rank's elements [begin, end) = the reduction of `ranks`' elements, in the order given.
   void reduce_into_mine(const Op& op, int64_t begin, int64_t end, const std::vector<int>& ranks, float divisor) {
+    switch (slot(rank_, op).dtype) {
+      case DType::kBFloat16:
+        return reduce_into_mine_as<BFloat16>(op, begin, end, ranks, divisor);
+      case DType::kInt64:
+        return reduce_into_mine_as<int64_t>(op, begin, end, ranks, divisor);
+      default:
+        return reduce_into_mine_as<float>(op, begin, end, ranks, divisor);
+    }
+  }
+  template <class T>
+  void reduce_into_mine_as(const Op& op, int64_t begin, int64_t end, const std::vector<int>& ranks, float divisor) {
     const Bucket& mine = view(rank_, op);
     inputs_.resize(ranks.size());
     mine.for_each_piece(begin, end, [&](size_t seg, int64_t offset, int64_t length) {
-      for (size_t k = 0; k < ranks.size(); ++k) inputs_[k] = view(ranks[k], op).segment(seg) + offset;
-      detail::reduce_piece(mine.segment(seg) + offset, inputs_.data(), static_cast<int>(ranks.size()), length,
-                           op.reduce, divisor);
+      for (size_t k = 0; k < ranks.size(); ++k) inputs_[k] = view(ranks[k], op).segment<T>(seg) + offset;
+      detail::reduce_piece(mine.segment<T>(seg) + offset, reinterpret_cast<const T* const*>(inputs_.data()),
+                           static_cast<int>(ranks.size()), length, op.reduce, divisor);
     });
   }
+  void run_reduce_scatter(const Op& op);
 
   const std::shared_ptr<LocalGroup> group_;
   const int rank_;
-  std::vector<const float*> inputs_;  // worker scratch
+  std::vector<const void*> inputs_;  // worker scratch
 
   std::mutex mu_;
   std::condition_variable cv_;
@@ -329,8 +352,9 @@ void LocalCommunicator::run_alone(Op& op) {
     Descriptor d;
     describe(op, d);
     if (!d.local_error.empty()) STRATA_THROW(InvalidArgument, op_name(op) << " (local group of 1): " << d.local_error);
-    if (op.kind == Kind::kAllGather && d.bucket.segment(0) != d.bucket.segment(1)) {
-      std::memcpy(d.bucket.segment(1), d.bucket.segment(0), op.tensors[0].nbytes());
+    if ((op.kind == Kind::kAllGather || op.kind == Kind::kReduceScatter) && d.bucket.segments() == 2 &&
+        d.bucket.segment<char>(0) != d.bucket.segment<char>(1)) {
+      std::memcpy(d.bucket.segment<char>(1), d.bucket.segment<char>(0), op.tensors[0].nbytes());
     }
   } catch (...) {
     error = std::current_exception();
@@ -379,19 +403,24 @@ void LocalCommunicator::describe(Op& op, Descriptor& d) const {
   auto fail = [&](const std::string& message) {
     if (d.local_error.empty()) d.local_error = message;
   };
+  d.dtype = DType::kFloat32;
+  const bool pair = op.kind == Kind::kAllGather || op.kind == Kind::kReduceScatter;
   for (size_t i = 0; i < op.tensors.size(); ++i) {
     Tensor& t = op.tensors[i];
-    const std::string what =
-        op.kind == Kind::kAllGather ? (i == 0 ? "input" : "output") : "tensor " + std::to_string(i);
+    const std::string what = pair ? (i == 0 ? "input" : "output") : "tensor " + std::to_string(i);
     d.shapes.push_back(t.defined() ? t.shape() : Shape{});
+    if (t.defined() && i == 0) d.dtype = t.dtype();
     if (!t.defined()) {
       fail(what + " is undefined");
-    } else if (t.dtype() != DType::kFloat32) {
-      fail(what + " is " + dtype_name(t.dtype()) + ", wants float32");
+    } else if (t.dtype() != DType::kFloat32 && t.dtype() != DType::kBFloat16 && t.dtype() != DType::kInt64) {
+      fail(what + " is " + dtype_name(t.dtype()) + ", wants float32, bfloat16 or int64");
+    } else if (t.dtype() != d.dtype) {
+      fail(what + " is " + dtype_name(t.dtype()) + " but " + (pair ? "input" : "tensor 0") + " is " +
+           dtype_name(d.dtype) + " (one dtype per call)");
     } else if (!t.device().is_cpu()) {
       fail(what + " is on " + t.device().str() + ", wants host memory");
     } else {
-      d.bucket.add(t.data<float>(), t.numel());
+      d.bucket.add(t.raw_data(), t.numel());
     }
   }
   const int size = group_->size;
@@ -405,6 +434,24 @@ void LocalCommunicator::describe(Op& op, Descriptor& d) const {
     if (d.shapes[1] != want) {
       fail("output is " + shape_str(d.shapes[1]) + ", wants " + shape_str(want) + " (" + std::to_string(size) +
            " x input " + shape_str(in) + ")");
+    }
+  }
+  if (op.kind == Kind::kReduceScatter && d.local_error.empty()) {
+    const Shape& out = d.shapes[1];
+    Shape want = out.empty() ? Shape{static_cast<int64_t>(size)} : out;
+    if (!out.empty()) want[0] *= size;
+    if (d.shapes[0] != want) {
+      fail("input is " + shape_str(d.shapes[0]) + ", wants " + shape_str(want) + " (" + std::to_string(size) +
+           " x output " + shape_str(out) + ")");
+    } else {
+      // The output may be this rank's own chunk of the input (the others never read it), nothing else of it.
+      const char* in = d.bucket.segment<char>(0);
+      const char* outp = d.bucket.segment<char>(1);
+      const size_t chunk = op.tensors[1].nbytes();
+      const bool overlap = chunk > 0 && outp < in + chunk * size && in < outp + chunk;
+      if (overlap && outp != in + chunk * rank_) {
+        fail("output overlaps the input other than as this rank's chunk (rows of rank " + std::to_string(rank_) + ")");
+      }
     }
   }
 }
@@ -434,13 +481,17 @@ void LocalCommunicator::validate(const Op& op) const {
   }
   for (int q = 1; q < size; ++q) {
     const Descriptor& d = slot(q, op);
-    if (op.kind == Kind::kAllReduce && d.op != first.op) {
+    if ((op.kind == Kind::kAllReduce || op.kind == Kind::kReduceScatter) && d.op != first.op) {
       STRATA_THROW(InvalidArgument, where << ": the ranks reduce with different ops: "
                                           << list([](const Descriptor& e) { return to_string(e.op); }));
     }
     if (op.kind == Kind::kBroadcast && d.root != first.root) {
       STRATA_THROW(InvalidArgument, where << ": the ranks name different roots: "
                                           << list([](const Descriptor& e) { return std::to_string(e.root); }));
+    }
+    if (d.dtype != first.dtype && !d.shapes.empty()) {
+      STRATA_THROW(InvalidArgument, where << ": the ranks passed different dtypes: "
+                                          << list([](const Descriptor& e) { return dtype_name(e.dtype); }));
     }
     if (d.shapes != first.shapes) {
       STRATA_THROW(InvalidArgument, where << ": the ranks passed different tensors: " << list(describe_tensors));
@@ -526,20 +577,50 @@ void LocalCommunicator::execute(Op& op) {
       step(op, "copy from root");
       return;
     case Kind::kAllGather: {
-      const auto n = static_cast<size_t>(shape_numel(slot(rank_, op).shapes[0]));
+      const size_t n = static_cast<size_t>(shape_numel(slot(rank_, op).shapes[0])) * dtype_size(slot(rank_, op).dtype);
       if (n == 0) return;
       for (int q = 0; q < group_->size; ++q) {
-        const float* src = view(q, op).segment(0);
-        float* dst = mine.segment(1) + q * n;
-        if (src != dst) std::memcpy(dst, src, n * sizeof(float));
+        const char* src = view(q, op).segment<char>(0);
+        char* dst = mine.segment<char>(1) + q * n;
+        if (src != dst) std::memcpy(dst, src, n);
       }
       step(op, "copy inputs");
       return;
     }
+    case Kind::kReduceScatter:
+      run_reduce_scatter(op);
+      return;
     case Kind::kBarrier:
     case Kind::kNone:
       return;
   }
+}
+
+// Rank r reduces chunk r of every rank's input (rank order 0..N-1) into its output; nobody writes an input.
+void LocalCommunicator::run_reduce_scatter(const Op& op) {
+  const int size = group_->size;
+  const Descriptor& mine = slot(rank_, op);
+  const int64_t n = shape_numel(mine.shapes[1]);
+  if (n == 0) return;
+  const float divisor = op.reduce == ReduceOp::kMean ? static_cast<float>(size) : 0.0f;
+  auto reduce = [&](auto* out) {
+    using T = std::remove_const_t<std::remove_pointer_t<decltype(out)>>;
+    inputs_.resize(size);
+    for (int q = 0; q < size; ++q) inputs_[q] = view(q, op).template segment<T>(0) + n * rank_;
+    detail::reduce_piece(out, reinterpret_cast<const T* const*>(inputs_.data()), size, n, op.reduce, divisor);
+  };
+  switch (mine.dtype) {
+    case DType::kBFloat16:
+      reduce(mine.bucket.segment<BFloat16>(1));
+      break;
+    case DType::kInt64:
+      reduce(mine.bucket.segment<int64_t>(1));
+      break;
+    default:
+      reduce(mine.bucket.segment<float>(1));
+      break;
+  }
+  step(op, "reduce-scatter");
 }
 
 void LocalCommunicator::run_all_reduce(const Op& op) {
@@ -550,16 +631,22 @@ void LocalCommunicator::run_all_reduce(const Op& op) {
   std::vector<int> everyone(size);
   for (int q = 0; q < size; ++q) everyone[q] = q;
 
-  switch (group_->options.algorithm) {
+  const DType dtype = slot(rank_, op).dtype;
+  const int64_t align = 64 / static_cast<int64_t>(dtype_size(dtype));  // chunks of whole cache lines
+  // bfloat16 is combined in rank order and rounded once, so the pairwise tree runs as the ring.
+  const AllReduceAlgorithm algorithm =
+      dtype == DType::kBFloat16 && group_->options.algorithm == AllReduceAlgorithm::kTree ? AllReduceAlgorithm::kRing
+                                                                                         : group_->options.algorithm;
+  switch (algorithm) {
     case AllReduceAlgorithm::kRing: {
       // Reduce-scatter: this rank owns chunk `rank_` and reduces it over every rank, in rank order.
-      const auto [begin, end] = detail::chunk_range(numel, size, rank_);
+      const auto [begin, end] = detail::chunk_range(numel, size, rank_, align);
       reduce_into_mine(op, begin, end, everyone, divisor);
       step(op, "reduce-scatter");
       // All-gather: copy every other chunk from its owner (who no longer writes it).
       for (int q = 0; q < size; ++q) {
         if (q == rank_) continue;
-        const auto [b, e] = detail::chunk_range(numel, size, q);
+        const auto [b, e] = detail::chunk_range(numel, size, q, align);
         copy_from(op, q, b, e);
       }
       step(op, "all-gather");
