@@ -1,0 +1,293 @@
+// The coordination service's client (strata/cluster/coordination.h): a comm::Store over gRPC, barriers,
+// and a heartbeat thread. Every RPC carries a deadline (rpc_timeout, plus the wait for a waiting RPC),
+// and every failed status becomes a strata error that names the RPC, its keys and the service's address.
+//
+// Thread-safety: the gRPC stub is thread-safe; the heartbeat state and the lost tasks seen are guarded by
+// Impl::mu. on_lost runs on the heartbeat thread, outside the lock.
+#include <grpcpp/grpcpp.h>
+
+#include <condition_variable>
+#include <mutex>
+#include <random>
+#include <set>
+#include <thread>
+
+#include "cluster/proto/coordination.grpc.pb.h"
+#include "strata/cluster/coordination.h"
+#include "strata/error.h"
+
+namespace strata::cluster {
+namespace {
+
+using std::chrono::milliseconds;
+
+std::string quoted(const std::vector<std::string>& keys) {
+  std::string out;
+  for (const auto& k : keys) out += (out.empty() ? "'" : ", '") + k + "'";
+  return out;
+}
+
+std::string describe(const std::vector<LostTask>& lost) {
+  std::string out;
+  for (const auto& l : lost) out += (out.empty() ? "" : "; ") + l.task + " (" + l.reason + ")";
+  return out;
+}
+
+template <class Proto>
+std::vector<LostTask> from_proto(const Proto& list) {
+  std::vector<LostTask> out;
+  for (const auto& l : list) out.push_back({l.task(), l.reason()});
+  return out;
+}
+
+}  // namespace
+
+struct CoordinationClient::Impl {
+  std::string address;
+  std::string task;
+  Options options;
+  uint64_t incarnation = 0;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<Coordination::Stub> stub;
+
+  std::mutex mu;
+  std::condition_variable cv;
+  std::function<void(const LostTask&)> on_lost;  // GUARDED_BY(mu)
+  std::set<std::string> lost_seen;               // GUARDED_BY(mu): tasks already passed to on_lost
+  bool heartbeat_stop = false;                   // GUARDED_BY(mu)
+  std::thread heartbeat;
+
+  // Calls `method` with a deadline of `deadline` from now; a failed status becomes the strata error for
+  // it, naming `rpc`, `what` (the keys or the barrier) and the address.
+  template <class Request, class Response>
+  Response call(grpc::Status (Coordination::Stub::*method)(grpc::ClientContext*, const Request&, Response*),
+                const char* rpc, const std::string& what, const Request& request, milliseconds deadline) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + deadline);
+    Response response;
+    const grpc::Status status = (stub.get()->*method)(&ctx, request, &response);
+    if (status.ok()) return response;
+    const std::string head = std::string("coordination ") + rpc + (what.empty() ? "" : " of " + what);
+    switch (status.error_code()) {
+      case grpc::StatusCode::DEADLINE_EXCEEDED:
+        STRATA_THROW(Timeout, head << " timed out: no reply within " << deadline.count()
+                                   << " ms from the coordination service at " << address);
+      case grpc::StatusCode::UNAVAILABLE:
+        STRATA_THROW(Unavailable, head << " failed: the coordination service at " << address << " is unavailable ("
+                                       << status.error_message() << ")");
+      case grpc::StatusCode::INVALID_ARGUMENT:
+        STRATA_THROW(InvalidArgument,
+                     head << " refused by the coordination service at " << address << ": " << status.error_message());
+      default:
+        STRATA_THROW(Error, head << " failed at the coordination service at " << address << ": gRPC status "
+                                 << static_cast<int>(status.error_code()) << ": " << status.error_message());
+    }
+  }
+
+  // One heartbeat; passes newly lost tasks to on_lost. Throws what call() throws.
+  void beat() {
+    HeartbeatRequest request;
+    request.set_task(task);
+    request.set_incarnation(incarnation);
+    const auto deadline = std::min(options.rpc_timeout, milliseconds(2000));
+    const auto response = call(&Coordination::Stub::Heartbeat, "Heartbeat", "task " + task, request, deadline);
+    std::vector<LostTask> fresh;
+    std::function<void(const LostTask&)> callback;
+    {
+      std::lock_guard lock(mu);
+      for (auto& l : from_proto(response.lost())) {
+        if (lost_seen.insert(l.task).second) fresh.push_back(std::move(l));
+      }
+      callback = on_lost;
+    }
+    if (callback) {
+      for (const auto& l : fresh) callback(l);
+    }
+  }
+
+  void barrier(BarrierRequest request, milliseconds timeout) {
+    request.set_task(task);
+    request.set_timeout_ms(timeout.count());
+    const auto response =
+        call(&Coordination::Stub::Barrier, "Barrier", "barrier '" + request.barrier_id() + "' as " + task, request,
+             timeout + options.rpc_timeout);
+    switch (response.outcome()) {
+      case BarrierResponse::PASSED:
+        return;
+      case BarrierResponse::TIMED_OUT:
+        STRATA_THROW(Timeout, response.message() << " (coordination service at " << address << ")");
+      case BarrierResponse::TASK_LOST:
+        STRATA_THROW(Unavailable, response.message() << " (coordination service at " << address << ")");
+      default:
+        STRATA_THROW(InvalidArgument, response.message() << " (coordination service at " << address << ")");
+    }
+  }
+};
+
+CoordinationClient::CoordinationClient(const std::string& address, const std::string& task, Options options)
+    : comm::Store(options.store_timeout), impl_(std::make_unique<Impl>()) {
+  STRATA_CHECK(!task.empty(), InvalidArgument, "coordination client for " << address << ": the task has no name");
+  impl_->address = address;
+  impl_->task = task;
+  impl_->options = options;
+  impl_->incarnation = (static_cast<uint64_t>(std::random_device{}()) << 32) ^ std::random_device{}();
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);               // talk to the chief directly, whatever http_proxy says
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);  // find a service that comes up late quickly
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
+  impl_->channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  const auto start = std::chrono::steady_clock::now();
+  if (!impl_->channel->WaitForConnected(std::chrono::system_clock::now() + options.connect_timeout)) {
+    const auto tried = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start);
+    STRATA_THROW(Unavailable, "coordination client " << task << ": no coordination service answered at " << address
+                                                     << " within " << tried.count() << " ms (connect timeout "
+                                                     << options.connect_timeout.count()
+                                                     << " ms); is the chief up and is that its address?");
+  }
+  impl_->stub = Coordination::NewStub(impl_->channel);
+}
+
+CoordinationClient::~CoordinationClient() { stop_heartbeats(); }
+
+void CoordinationClient::set(const std::string& key, const std::string& value) {
+  SetRequest request;
+  request.set_key(key);
+  request.set_value(value);
+  impl_->call(&Coordination::Stub::Set, "Set", "key '" + key + "'", request, impl_->options.rpc_timeout);
+}
+
+std::string CoordinationClient::get(const std::string& key) {
+  GetRequest request;
+  request.set_key(key);
+  request.set_wait_ms(timeout().count());
+  auto response = impl_->call(&Coordination::Stub::Get, "Get", "key '" + key + "'", request,
+                              timeout() + impl_->options.rpc_timeout);
+  STRATA_CHECK(response.found(), Timeout,
+               "coordination Get of key '" << key << "' timed out: the key was not set within " << timeout().count()
+                                           << " ms at the coordination service at " << impl_->address);
+  return std::move(*response.mutable_value());
+}
+
+int64_t CoordinationClient::add(const std::string& key, int64_t delta) {
+  AddRequest request;
+  request.set_key(key);
+  request.set_delta(delta);
+  return impl_->call(&Coordination::Stub::Add, "Add", "key '" + key + "'", request, impl_->options.rpc_timeout).value();
+}
+
+std::string CoordinationClient::compare_set(const std::string& key, const std::string& expected,
+                                            const std::string& desired) {
+  CompareSetRequest request;
+  request.set_key(key);
+  request.set_expected(expected);
+  request.set_desired(desired);
+  auto response = impl_->call(&Coordination::Stub::CompareSet, "CompareSet", "key '" + key + "'", request,
+                              impl_->options.rpc_timeout);
+  return std::move(*response.mutable_value());
+}
+
+bool CoordinationClient::check(const std::vector<std::string>& keys) {
+  CheckRequest request;
+  for (const auto& k : keys) request.add_keys(k);
+  return impl_->call(&Coordination::Stub::Check, "Check", "keys " + quoted(keys), request, impl_->options.rpc_timeout)
+      .all_present();
+}
+
+void CoordinationClient::wait(const std::vector<std::string>& keys, milliseconds timeout) {
+  WaitRequest request;
+  for (const auto& k : keys) request.add_keys(k);
+  request.set_wait_ms(timeout.count());
+  const auto response = impl_->call(&Coordination::Stub::Wait, "Wait", "keys " + quoted(keys), request,
+                                    timeout + impl_->options.rpc_timeout);
+  if (response.missing().empty()) return;
+  const std::vector<std::string> missing(response.missing().begin(), response.missing().end());
+  STRATA_THROW(Timeout, "coordination Wait timed out after " << timeout.count() << " ms: keys " << quoted(missing)
+                                                             << " not set at the coordination service at "
+                                                             << impl_->address);
+}
+
+bool CoordinationClient::delete_key(const std::string& key) {
+  DeleteRequest request;
+  request.set_key(key);
+  return impl_->call(&Coordination::Stub::Delete, "Delete", "key '" + key + "'", request, impl_->options.rpc_timeout)
+      .existed();
+}
+
+int64_t CoordinationClient::num_keys() {
+  return impl_->call(&Coordination::Stub::NumKeys, "NumKeys", "", NumKeysRequest(), impl_->options.rpc_timeout)
+      .num_keys();
+}
+
+void CoordinationClient::barrier(const std::string& id, const std::vector<std::string>& tasks, milliseconds timeout) {
+  STRATA_CHECK(!tasks.empty(), InvalidArgument, "barrier '" << id << "': no participating tasks");
+  BarrierRequest request;
+  request.set_barrier_id(id);
+  for (const auto& t : tasks) request.add_tasks(t);
+  impl_->barrier(std::move(request), timeout);
+}
+
+void CoordinationClient::barrier(const std::string& id, int num_tasks, milliseconds timeout) {
+  STRATA_CHECK(num_tasks > 0, InvalidArgument, "barrier '" << id << "': num_tasks must be positive, got " << num_tasks);
+  BarrierRequest request;
+  request.set_barrier_id(id);
+  request.set_num_tasks(num_tasks);
+  impl_->barrier(std::move(request), timeout);
+}
+
+void CoordinationClient::start_heartbeats(milliseconds interval) {
+  STRATA_CHECK(!impl_->heartbeat.joinable(), InvalidArgument,
+               "coordination client " << impl_->task << ": heartbeats already running");
+  STRATA_CHECK(interval > milliseconds(0), InvalidArgument,
+               "coordination client " << impl_->task << ": heartbeat interval must be positive");
+  impl_->beat();  // registers the task now; an unreachable service is an error here, not later
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->heartbeat_stop = false;
+  }
+  impl_->heartbeat = std::thread([impl = impl_.get(), interval] {
+    std::unique_lock lock(impl->mu);
+    while (!impl->cv.wait_for(lock, interval, [impl] { return impl->heartbeat_stop; })) {
+      lock.unlock();
+      try {
+        impl->beat();
+      } catch (const Error&) {
+        // The service is unreachable or slow: keep beating. Callers learn it from their own RPCs.
+      }
+      lock.lock();
+    }
+  });
+}
+
+void CoordinationClient::stop_heartbeats() {
+  if (!impl_->heartbeat.joinable()) return;
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->heartbeat_stop = true;
+  }
+  impl_->cv.notify_all();
+  impl_->heartbeat.join();
+}
+
+void CoordinationClient::set_on_lost(std::function<void(const LostTask&)> on_lost) {
+  std::lock_guard lock(impl_->mu);
+  impl_->on_lost = std::move(on_lost);
+}
+
+std::vector<LostTask> CoordinationClient::lost_tasks() {
+  return from_proto(impl_
+                        ->call(&Coordination::Stub::GetLostTasks, "GetLostTasks", "", GetLostTasksRequest(),
+                               impl_->options.rpc_timeout)
+                        .lost());
+}
+
+void CoordinationClient::check_peers() {
+  const auto lost = lost_tasks();
+  STRATA_CHECK(lost.empty(), Unavailable,
+               "the coordination service at " << impl_->address << " declared task(s) lost: " << describe(lost));
+}
+
+const std::string& CoordinationClient::address() const { return impl_->address; }
+const std::string& CoordinationClient::task() const { return impl_->task; }
+
+}  // namespace strata::cluster
