@@ -1,0 +1,40 @@
+// The "gloo" backend: ranks are processes (or threads) connected by Gloo's TCP transport, bootstrapped through a
+// strata Store (strata/comm/store.h).
+//
+//   auto store = comm::make_file_store("/tmp/job-42");              // or the coordination service's store
+//   auto comm = comm::make_gloo_communicator(store, rank, size, {.timeout = std::chrono::seconds(30),
+//                                                                .prefix = "epoch-0/dp"});
+//   comm->all_reduce({grad_w, grad_b}, comm::ReduceOp::kMean)->wait();
+//
+// Every rank calls make_gloo_communicator with the same store, size and prefix; it returns once the full mesh of
+// TCP connections is up (or throws Timeout naming the ranks that never came). Collectives run on a worker thread
+// per communicator, in issue order, with Gloo's options-style algorithms (ring all-reduce: every rank ends with the
+// same bits). A collective that passes `timeout` makes Gloo close every connection of the group: the collective
+// fails with Timeout and the communicator is unusable from then on — build a new group under a fresh prefix.
+// Thread-safety: as every Communicator (strata/comm/communicator.h); make_gloo_communicator is safe from any thread.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include "strata/comm/communicator.h"
+#include "strata/comm/store.h"
+
+namespace strata::comm {
+
+struct GlooOptions {
+  // Bound on connecting the group and on every collective (Gloo's per-operation timeout).
+  std::chrono::milliseconds timeout{std::chrono::seconds(30)};
+  // The address this rank listens on and announces to its peers.
+  std::string hostname = "127.0.0.1";
+  // The group's keys live under "<prefix>/" in the store. A group rebuilt after a failure needs a fresh prefix;
+  // reusing one is InvalidArgument.
+  std::string prefix = "gloo";
+};
+
+// This rank's end of a Gloo group of `size` ranks; blocks until every rank has connected.
+std::shared_ptr<Communicator> make_gloo_communicator(std::shared_ptr<Store> store, int rank, int size,
+                                                     GlooOptions options = {});
+
+}  // namespace strata::comm

@@ -1,0 +1,484 @@
+// The "gloo" backend (strata/comm/gloo.h): collectives over Gloo's TCP transport.
+//
+// make_gloo_communicator claims the rank's slot under the group's store prefix ("joined/rank-<r>", a counter, so a
+// reused prefix is caught), creates a TCP device bound to the given hostname (127.0.0.1 by default) and connects
+// the full mesh through GlooStore (comm/gloo_store.h) under that prefix. Collectives are queued and run in issue
+// order on the communicator's worker thread with Gloo's options-style functions only (gloo::allreduce, broadcast,
+// allgather, barrier; mixing them with the older algorithm classes stalled, see DEPENDENCIES.md), each with the
+// group timeout and a tag of its sequence number. A bucket of several tensors is copied into one flat buffer
+// (Gloo's several-input all-reduce reduces copies of one buffer, not a list of different ones); one tensor is
+// reduced in place. All-reduce uses Gloo's ring: every element is reduced along one path and then copied to every
+// rank, so all ranks end with the same bits; kMean divides that sum by the size on every rank (same bits again).
+//
+// On a Gloo IoException (a timeout, or a peer that closed its connections) Gloo has closed every pair of the
+// context: the collective fails with Timeout and the communicator is broken — every later collective fails at once
+// with Timeout quoting that first failure. abort(reason) records the reason in the store (so that peers quote it),
+// fails the queued collectives and closes the connections, which makes the peers' collectives fail at once; a
+// collective this rank is running ends by its own timeout at the latest (Gloo cannot interrupt a local wait).
+// Thread-safety: one thread per rank issues collectives (mu_ guards the queue); the worker owns the Gloo context.
+#include "strata/comm/gloo.h"
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "comm/gloo_store.h"
+#include "strata/error.h"
+
+namespace strata::comm {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+enum class Kind { kAllReduce, kBroadcast, kAllGather, kBarrier };
+
+const char* kind_name(Kind kind) {
+  switch (kind) {
+    case Kind::kAllReduce:
+      return "all_reduce";
+    case Kind::kBroadcast:
+      return "broadcast";
+    case Kind::kAllGather:
+      return "all_gather";
+    case Kind::kBarrier:
+      return "barrier";
+  }
+  return "?";
+}
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// The error of a finished collective, kept as (type, message) so that every waiter throws its own copy.
+struct Failure {
+  enum class Type { kNone, kInvalidArgument, kTimeout, kError } type = Type::kNone;
+  std::string message;
+  [[noreturn]] void raise() const {
+    switch (type) {
+      case Type::kInvalidArgument:
+        throw InvalidArgument(message);
+      case Type::kTimeout:
+        throw Timeout(message);
+      case Type::kNone:
+      case Type::kError:
+        break;
+    }
+    throw Error(message);
+  }
+};
+
+class GlooWork final : public Work {
+ public:
+  bool is_completed() const override { return done_.load(std::memory_order_acquire); }
+
+  void wait() override {
+    for (int i = 0; i < 2000 && !is_completed(); ++i) cpu_relax();
+    if (!is_completed()) {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return is_completed(); });
+    }
+    if (failure_.type != Failure::Type::kNone) failure_.raise();
+  }
+
+  void finish(Failure failure) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      failure_ = std::move(failure);
+      done_.store(true, std::memory_order_release);
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  std::atomic<bool> done_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  Failure failure_;  // written once, before done_
+};
+
+struct Op {
+  Kind kind = Kind::kBarrier;
+  int64_t seq = 0;
+  ReduceOp reduce = ReduceOp::kSum;
+  int root = 0;
+  std::vector<Tensor> tensors;  // all_gather: {input, output}
+  std::shared_ptr<GlooWork> work;
+};
+
+using ReduceFn = void (*)(void*, const void*, const void*, size_t);
+
+ReduceFn reduce_function(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+    case ReduceOp::kMean:
+      return &gloo::sum<float>;
+    case ReduceOp::kMax:
+      return &gloo::max<float>;
+    case ReduceOp::kMin:
+      return &gloo::min<float>;
+  }
+  return &gloo::sum<float>;
+}
+
+std::string rank_list(const std::vector<int>& ranks) {
+  std::ostringstream out;
+  out << (ranks.size() == 1 ? "rank" : "ranks");
+  for (size_t i = 0; i < ranks.size(); ++i) out << (i ? ", " : " ") << ranks[i];
+  return out.str();
+}
+
+class GlooCommunicator final : public Communicator {
+ public:
+  GlooCommunicator(std::shared_ptr<Store> group_store, std::shared_ptr<gloo::rendezvous::Context> context,
+                   GlooOptions options)
+      : store_(std::move(group_store)),
+        context_(std::move(context)),
+        options_(std::move(options)),
+        name_("gloo group of " + std::to_string(context_->size) + " (prefix '" + options_.prefix + "')") {
+    worker_ = std::thread([this] { worker_loop(); });
+  }
+
+  ~GlooCommunicator() override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_one();
+    worker_.join();  // runs what is queued first
+    context_.reset();
+  }
+
+  // The option-taking overloads of the base class stay visible beside the overrides below.
+  using Communicator::all_gather;
+  using Communicator::all_reduce;
+  using Communicator::barrier;
+  using Communicator::broadcast;
+
+  int rank() const override { return context_->rank; }
+  int size() const override { return context_->size; }
+  std::string backend() const override { return "gloo"; }
+
+  std::shared_ptr<Work> all_reduce(std::vector<Tensor> tensors, ReduceOp op) override {
+    return issue(Kind::kAllReduce, std::move(tensors), op, 0);
+  }
+  std::shared_ptr<Work> broadcast(std::vector<Tensor> tensors, int root) override {
+    return issue(Kind::kBroadcast, std::move(tensors), ReduceOp::kSum, root);
+  }
+  std::shared_ptr<Work> all_gather(Tensor input, Tensor output) override {
+    return issue(Kind::kAllGather, {std::move(input), std::move(output)}, ReduceOp::kSum, 0);
+  }
+  void barrier() override { issue(Kind::kBarrier, {}, ReduceOp::kSum, 0)->wait(); }
+
+  void abort(const std::string& reason) override {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!broken_.empty()) return;
+      broken_ = "it was aborted on rank " + std::to_string(rank()) + ": " + reason;
+      for (Op& op : queue_) op.work->finish(not_run(op));
+      queue_.clear();
+      pending_.store(0, std::memory_order_relaxed);
+    }
+    try {
+      store_->set("aborted", "rank " + std::to_string(rank()) + ": " + reason);
+    } catch (const Error&) {
+      // The peers still fail (their connections close below); they only miss the reason.
+    }
+    // Peers blocked on this rank fail at once; Gloo's pairs are closed under their own locks.
+    context_->closeConnections();
+  }
+
+ private:
+  std::string op_name(const Op& op) const { return std::string(kind_name(op.kind)) + " #" + std::to_string(op.seq); }
+
+  // REQUIRES: mu_ held (reads broken_).
+  Failure not_run(const Op& op) const {
+    return {Failure::Type::kTimeout,
+            strata::detail::with_location(name_ + ": " + op_name(op) + " on rank " + std::to_string(rank()) +
+                                              " was not run: the communicator is unusable since " + broken_ +
+                                              "; rebuild the group under a fresh store prefix",
+                                          __FILE__, __LINE__)};
+  }
+
+  std::shared_ptr<Work> issue(Kind kind, std::vector<Tensor> tensors, ReduceOp reduce, int root) {
+    auto work = std::make_shared<GlooWork>();
+    Op op{kind, 0, reduce, root, std::move(tensors), work};
+    bool wake = false;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      op.seq = ++issued_;
+      if (!broken_.empty()) {
+        op.work->finish(not_run(op));
+        return work;
+      }
+      queue_.push_back(std::move(op));
+      pending_.fetch_add(1, std::memory_order_release);
+      wake = worker_sleeping_;
+    }
+    if (wake) cv_.notify_one();
+    return work;
+  }
+
+  void worker_loop() {
+    while (true) {
+      // Collectives often come back to back: look for the next one briefly before sleeping.
+      for (int i = 0; i < 2000 && pending_.load(std::memory_order_acquire) == 0; ++i) cpu_relax();
+      Op op;
+      {
+        std::unique_lock<std::mutex> lock(mu_);
+        worker_sleeping_ = true;
+        cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
+        worker_sleeping_ = false;
+        if (queue_.empty()) return;
+        op = std::move(queue_.front());
+        queue_.pop_front();
+        pending_.fetch_sub(1, std::memory_order_relaxed);
+        if (!broken_.empty()) {
+          op.work->finish(not_run(op));
+          continue;
+        }
+      }
+      Failure failure = run(op);
+      op.tensors.clear();
+      op.work->finish(std::move(failure));
+    }
+  }
+
+  // Runs one collective on the worker; a Gloo failure breaks the communicator.
+  Failure run(Op& op) {
+    const auto start = Clock::now();
+    try {
+      const std::string problem = check_arguments(op);
+      if (!problem.empty()) {
+        return {Failure::Type::kInvalidArgument,
+                strata::detail::with_location(name_ + ": " + op_name(op) + " on rank " + std::to_string(rank()) + ": " +
+                                                  problem,
+                                              __FILE__, __LINE__)};
+      }
+      execute(op);
+      return {};
+    } catch (const gloo::IoException& e) {
+      return broken(op, start, "Timeout", e.what());
+    } catch (const std::exception& e) {
+      return broken(op, start, "Error", e.what());
+    }
+  }
+
+  Failure broken(const Op& op, Clock::time_point start, const char* what, const std::string& gloo_message) {
+    const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+    std::string aborted;
+    try {
+      if (store_->check({"aborted"})) aborted = store_->get("aborted");
+    } catch (const Error&) {
+    }
+    std::ostringstream out;
+    out << name_ << ": " << op_name(op) << " on rank " << rank() << " failed after " << waited << " ms (timeout "
+        << options_.timeout.count() << " ms): ";
+    if (!aborted.empty()) out << "the group was aborted by " << aborted << "; ";
+    out << "gloo: " << gloo_message
+        << "; Gloo closed every connection of the group, so this communicator cannot be used again: rebuild the "
+           "group under a fresh store prefix";
+    const std::string message = strata::detail::with_location(out.str(), __FILE__, __LINE__);
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (broken_.empty()) {
+        broken_ = op_name(op) + " failed after " + std::to_string(waited) + " ms" +
+                  (aborted.empty() ? "" : ", aborted by " + aborted) + " (gloo: " + gloo_message + ")";
+      }
+    }
+    return {std::string(what) == "Timeout" ? Failure::Type::kTimeout : Failure::Type::kError, message};
+  }
+
+  // A problem with this rank's own arguments, or "". (Gloo cannot compare arguments across ranks without a
+  // round trip; mismatched shapes across ranks end in a Gloo error or the timeout.)
+  std::string check_arguments(const Op& op) const {
+    for (size_t i = 0; i < op.tensors.size(); ++i) {
+      const Tensor& t = op.tensors[i];
+      const std::string what =
+          op.kind == Kind::kAllGather ? (i == 0 ? "input" : "output") : "tensor " + std::to_string(i);
+      if (!t.defined()) return what + " is undefined";
+      if (t.dtype() != DType::kFloat32) return what + " is " + dtype_name(t.dtype()) + ", wants float32";
+      if (!t.device().is_cpu()) return what + " is on " + t.device().str() + ", wants host memory";
+    }
+    if (op.kind == Kind::kBroadcast && (op.root < 0 || op.root >= size())) {
+      return "root " + std::to_string(op.root) + " is not a rank of a group of " + std::to_string(size());
+    }
+    if (op.kind == Kind::kAllGather) {
+      const Shape& in = op.tensors[0].shape();
+      Shape want = in.empty() ? Shape{static_cast<int64_t>(size())} : in;
+      if (!in.empty()) want[0] *= size();
+      if (op.tensors[1].shape() != want) {
+        return "output is " + shape_str(op.tensors[1].shape()) + ", wants " + shape_str(want) + " (" +
+               std::to_string(size()) + " x input " + shape_str(in) + ")";
+      }
+    }
+    return "";
+  }
+
+  // The bucket as one float array: the tensor itself when there is one, else flat_ holding a copy.
+  float* gather_bucket(std::vector<Tensor>& tensors, size_t numel, bool copy_in) {
+    if (tensors.size() == 1) return tensors[0].data<float>();
+    flat_.resize(numel);
+    if (copy_in) {
+      size_t offset = 0;
+      for (Tensor& t : tensors) {
+        std::memcpy(flat_.data() + offset, t.data<float>(), static_cast<size_t>(t.numel()) * sizeof(float));
+        offset += static_cast<size_t>(t.numel());
+      }
+    }
+    return flat_.data();
+  }
+
+  void scatter_bucket(std::vector<Tensor>& tensors) {
+    if (tensors.size() == 1) return;
+    size_t offset = 0;
+    for (Tensor& t : tensors) {
+      std::memcpy(t.data<float>(), flat_.data() + offset, static_cast<size_t>(t.numel()) * sizeof(float));
+      offset += static_cast<size_t>(t.numel());
+    }
+  }
+
+  void execute(Op& op) {
+    const auto tag = static_cast<uint32_t>(op.seq);
+    size_t numel = 0;
+    for (const Tensor& t : op.tensors) numel += static_cast<size_t>(t.numel());
+    switch (op.kind) {
+      case Kind::kAllReduce: {
+        if (numel == 0) return;
+        float* data = gather_bucket(op.tensors, numel, true);
+        gloo::AllreduceOptions opts(context_);
+        opts.setOutput(data, numel);
+        opts.setReduceFunction(reduce_function(op.reduce));
+        opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+        opts.setTag(tag);
+        opts.setTimeout(options_.timeout);
+        gloo::allreduce(opts);
+        if (op.reduce == ReduceOp::kMean) {
+          const float divisor = static_cast<float>(size());
+          for (size_t i = 0; i < numel; ++i) data[i] /= divisor;
+        }
+        scatter_bucket(op.tensors);
+        return;
+      }
+      case Kind::kBroadcast: {
+        if (numel == 0) return;
+        float* data = gather_bucket(op.tensors, numel, rank() == op.root);
+        gloo::BroadcastOptions opts(context_);
+        opts.setOutput(data, numel);
+        opts.setRoot(op.root);
+        opts.setTag(tag);
+        opts.setTimeout(options_.timeout);
+        gloo::broadcast(opts);
+        if (rank() != op.root) scatter_bucket(op.tensors);
+        return;
+      }
+      case Kind::kAllGather: {
+        const auto n = static_cast<size_t>(op.tensors[0].numel());
+        if (n == 0) return;
+        gloo::AllgatherOptions opts(context_);
+        opts.setInput(op.tensors[0].data<float>(), n);
+        opts.setOutput(op.tensors[1].data<float>(), n * static_cast<size_t>(size()));
+        opts.setTag(tag);
+        opts.setTimeout(options_.timeout);
+        gloo::allgather(opts);
+        return;
+      }
+      case Kind::kBarrier: {
+        gloo::BarrierOptions opts(context_);
+        opts.setTag(tag);
+        opts.setTimeout(options_.timeout);
+        gloo::barrier(opts);
+        return;
+      }
+    }
+  }
+
+  const std::shared_ptr<Store> store_;  // the group's prefix store
+  std::shared_ptr<gloo::rendezvous::Context> context_;
+  const GlooOptions options_;
+  const std::string name_;
+  std::vector<float> flat_;  // worker scratch: a bucket of several tensors
+
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::deque<Op> queue_;             // guarded by mu_
+  std::atomic<int64_t> pending_{0};  // queue_.size(), readable without mu_
+  bool worker_sleeping_ = false;     // guarded by mu_
+  bool stop_ = false;                // guarded by mu_
+  int64_t issued_ = 0;               // guarded by mu_
+  std::string broken_;               // guarded by mu_: why the communicator is unusable, or ""
+  std::thread worker_;               // last: starts once the members above exist
+};
+
+}  // namespace
+
+std::shared_ptr<Communicator> make_gloo_communicator(std::shared_ptr<Store> store, int rank, int size,
+                                                     GlooOptions options) {
+  STRATA_CHECK(store != nullptr, InvalidArgument, "make_gloo_communicator: the store is null");
+  STRATA_CHECK(size >= 1, InvalidArgument, "make_gloo_communicator: size must be at least 1, got " << size);
+  STRATA_CHECK(rank >= 0 && rank < size, InvalidArgument,
+               "make_gloo_communicator: rank " << rank << " is not in a group of " << size);
+  STRATA_CHECK(options.timeout.count() > 0, InvalidArgument,
+               "make_gloo_communicator: timeout must be positive, got " << options.timeout.count() << " ms");
+  STRATA_CHECK(!options.prefix.empty(), InvalidArgument, "make_gloo_communicator: the store prefix is empty");
+  const std::string name = "gloo group of " + std::to_string(size) + " (prefix '" + options.prefix + "')";
+
+  auto group_store = make_prefix_store(store, options.prefix);
+  const int64_t joins = group_store->add("joined/rank-" + std::to_string(rank), 1);
+  STRATA_CHECK(joins == 1, InvalidArgument,
+               name << ": rank " << rank << " already joined a group under this prefix; a rebuilt group needs a fresh "
+                    << "store prefix");
+
+  gloo::transport::tcp::attr attr;
+  attr.hostname = options.hostname;
+  std::shared_ptr<gloo::transport::Device> device;
+  try {
+    device = gloo::transport::tcp::CreateDevice(attr);
+  } catch (const std::exception& e) {
+    STRATA_THROW(Unavailable, name << ": rank " << rank << " cannot listen on '" << options.hostname
+                                   << "': " << e.what());
+  }
+  auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
+  context->setTimeout(options.timeout);
+  detail::GlooStore rendezvous(group_store, options.timeout);
+  auto missing_ranks = [&] {
+    std::vector<int> missing;
+    for (int q = 0; q < size; ++q) {
+      if (!group_store->check({"joined/rank-" + std::to_string(q)})) missing.push_back(q);
+    }
+    return missing;
+  };
+  try {
+    context->connectFullMesh(rendezvous, device);
+  } catch (const Timeout& e) {
+    const auto missing = missing_ranks();
+    STRATA_THROW(Timeout, name << ": rank " << rank << " could not connect within " << options.timeout.count()
+                               << " ms: "
+                               << (missing.empty() ? std::string("every rank joined but the mesh did not form")
+                                                   : rank_list(missing) + " never joined")
+                               << " (" << e.what() << ")");
+  } catch (const std::exception& e) {
+    const auto missing = missing_ranks();
+    STRATA_THROW(Timeout, name << ": rank " << rank << " could not connect within " << options.timeout.count()
+                               << " ms" << (missing.empty() ? std::string() : ": " + rank_list(missing) + " never joined")
+                               << " (gloo: " << e.what() << ")");
+  }
+  return std::make_shared<GlooCommunicator>(std::move(group_store), std::move(context), std::move(options));
+}
+
+}  // namespace strata::comm

@@ -1,0 +1,402 @@
+// The gloo communicator (strata/comm/gloo.h) over 127.0.0.1: every collective for group sizes 1-4, as threads of
+// one process (in-memory store) and as forked processes (file store in a temp dir), bitwise-equal on every rank and
+// equal to a reference computed here; a rank that never joins a collective (Timeout within the timeout plus a
+// margin, naming the collective), a rank that never connects, abort, and argument errors.
+// Processes: each child has an alarm(); the parent waits with a deadline, kills what is left and reaps every child.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <thread>
+
+#include "strata/comm/gloo.h"
+#include "strata/comm/store.h"
+#include "strata/error.h"
+#include "test_util.h"
+
+namespace strata::comm {
+namespace {
+
+using namespace std::chrono_literals;
+using Clock = std::chrono::steady_clock;
+using test::message_of;
+
+constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMax, ReduceOp::kMin};
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+// Rank r's tensor t: multiples of 1/8 in [-8, 8], so that sums of up to 4 ranks are exact in any order and the
+// reference equals Gloo's ring bit for bit.
+Tensor exact_tensor(const Shape& shape, int rank, int t, int salt) {
+  Tensor x = Tensor::empty(shape);
+  float* p = x.data<float>();
+  uint64_t state = 0x9E3779B97F4A7C15ull * static_cast<uint64_t>(1 + rank * 131 + t * 17 + salt * 7919);
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    state = state * 6364136223846793005ull + 1442695040888963407ull;
+    p[i] = static_cast<float>(static_cast<int>((state >> 33) % 129) - 64) / 8.0f;
+  }
+  return x;
+}
+
+bool same_bits(const Tensor& a, const Tensor& b) {
+  return a.shape() == b.shape() && std::memcmp(a.data<float>(), b.data<float>(), a.nbytes()) == 0;
+}
+
+uint64_t fnv1a(const Tensor& t) {
+  uint64_t h = 1469598103934665603ull;
+  const auto* p = reinterpret_cast<const unsigned char*>(t.data<float>());
+  for (size_t i = 0; i < t.nbytes(); ++i) h = (h ^ p[i]) * 1099511628211ull;
+  return h;
+}
+
+const std::vector<Shape> kBucket = {{3, 5}, {7}, {1}, {2, 2, 2}};
+
+// Every collective on `comm`, checked against references; returns the first problem or "". `results` receives
+// every tensor the collectives produced (for the cross-rank bitwise comparison).
+std::string run_all_collectives(Communicator& comm, std::vector<Tensor>* results) {
+  const int size = comm.size(), rank = comm.rank();
+  std::ostringstream problems;
+  int salt = 0;
+  for (ReduceOp op : kOps) {
+    for (bool bucket : {false, true}) {
+      const std::vector<Shape> shapes = bucket ? kBucket : std::vector<Shape>{{1000}};
+      ++salt;
+      std::vector<Tensor> mine;
+      for (size_t t = 0; t < shapes.size(); ++t) mine.push_back(exact_tensor(shapes[t], rank, int(t), salt));
+      comm.all_reduce(mine, op)->wait();
+      for (size_t t = 0; t < shapes.size(); ++t) {
+        Tensor want = exact_tensor(shapes[t], 0, int(t), salt);
+        float* w = want.data<float>();
+        for (int q = 1; q < size; ++q) {
+          Tensor other = exact_tensor(shapes[t], q, int(t), salt);
+          const float* o = other.data<float>();
+          for (int64_t i = 0; i < want.numel(); ++i) {
+            w[i] = op == ReduceOp::kMax ? std::max(w[i], o[i]) : op == ReduceOp::kMin ? std::min(w[i], o[i]) : w[i] + o[i];
+          }
+        }
+        if (op == ReduceOp::kMean) {
+          for (int64_t i = 0; i < want.numel(); ++i) w[i] /= static_cast<float>(size);
+        }
+        if (!same_bits(mine[t], want)) problems << "all_reduce " << to_string(op) << " tensor " << t << " differs; ";
+        results->push_back(mine[t]);
+      }
+    }
+  }
+  // A large all-reduce of arbitrary floats (several Gloo segments): close to the reference here, and compared
+  // bit for bit across ranks by the caller (the ring sums each element along one path, then copies it).
+  {
+    Tensor big = test::random_tensor({300001}, 77 + rank);
+    comm.all_reduce({big}, ReduceOp::kSum)->wait();
+    Tensor want = test::random_tensor({300001}, 77);
+    for (int q = 1; q < size; ++q) {
+      Tensor o = test::random_tensor({300001}, 77 + q);
+      for (int64_t i = 0; i < want.numel(); ++i) want.data<float>()[i] += o.data<float>()[i];
+    }
+    for (int64_t i = 0; i < want.numel(); ++i) {
+      if (std::abs(big.data<float>()[i] - want.data<float>()[i]) > 1e-5f) {
+        problems << "large all_reduce element " << i << " differs; ";
+        break;
+      }
+    }
+    results->push_back(big);
+  }
+  for (int root = 0; root < size; ++root) {
+    std::vector<Tensor> mine;
+    for (size_t t = 0; t < kBucket.size(); ++t) mine.push_back(exact_tensor(kBucket[t], rank, int(t), 100 + root));
+    Tensor single = exact_tensor({33}, rank, 9, 200 + root);
+    auto w1 = comm.broadcast(mine, root);
+    auto w2 = comm.broadcast({single}, root);  // two in flight: they run in issue order
+    w1->wait();
+    w2->wait();
+    for (size_t t = 0; t < kBucket.size(); ++t) {
+      if (!same_bits(mine[t], exact_tensor(kBucket[t], root, int(t), 100 + root)))
+        problems << "broadcast from " << root << " tensor " << t << " differs; ";
+      results->push_back(mine[t]);
+    }
+    if (!same_bits(single, exact_tensor({33}, root, 9, 200 + root)))
+      problems << "broadcast from " << root << " (one tensor) differs; ";
+  }
+  {
+    Tensor input = exact_tensor({2, 3}, rank, 0, 300);
+    Tensor output = Tensor::zeros({2 * size, 3});
+    comm.all_gather(input, output)->wait();
+    for (int q = 0; q < size; ++q) {
+      Tensor want = exact_tensor({2, 3}, q, 0, 300);
+      if (std::memcmp(output.data<float>() + q * 6, want.data<float>(), 6 * sizeof(float)) != 0)
+        problems << "all_gather rows of rank " << q << " differ; ";
+    }
+    results->push_back(output);
+  }
+  comm.barrier();
+  return problems.str();
+}
+
+void run_threads(int size, const std::function<void(int)>& fn) {
+  std::vector<std::thread> threads;
+  for (int r = 0; r < size; ++r) threads.emplace_back([&, r] { fn(r); });
+  for (auto& t : threads) t.join();
+}
+
+class GlooThreadsTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(GlooThreadsTest, EveryCollectiveMatchesTheReferenceBitwiseOnEveryRank) {
+  const int size = GetParam();
+  auto store = make_in_memory_store(10s);
+  std::vector<std::vector<Tensor>> results(size);
+  std::vector<std::string> problems(size);
+  run_threads(size, [&](int r) {
+    try {
+      auto comm = make_gloo_communicator(store, r, size, {.timeout = 10s});
+      EXPECT_EQ(comm->rank(), r);
+      EXPECT_EQ(comm->size(), size);
+      EXPECT_EQ(comm->backend(), "gloo");
+      problems[r] = run_all_collectives(*comm, &results[r]);
+    } catch (const std::exception& e) {
+      problems[r] = e.what();
+    }
+  });
+  for (int r = 0; r < size; ++r) EXPECT_EQ(problems[r], "") << "rank " << r;
+  for (int r = 1; r < size; ++r) {
+    ASSERT_EQ(results[r].size(), results[0].size());
+    for (size_t i = 0; i < results[0].size(); ++i) EXPECT_TRUE(same_bits(results[r][i], results[0][i])) << "result " << i;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, GlooThreadsTest, ::testing::Values(1, 2, 3, 4));
+
+// A fresh directory under the system temp dir, removed at the end of the test.
+class TempDir {
+ public:
+  TempDir() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "strata_gloo_test_XXXXXX").string();
+    path_ = ::mkdtemp(pattern.data());
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    std::filesystem::remove_all(path_, ignored);
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// Forks `n` children running `child(i)` (its return value is the exit status; an exception is 100). The parent
+// waits until `limit`, then kills the children still running (status 1000 = killed) and reaps all of them.
+// `stop_early(i)`: children the parent kills as soon as every other child has exited (ranks that hang on purpose).
+std::vector<int> run_processes(int n, const std::function<int(int)>& child, std::chrono::milliseconds limit,
+                               const std::function<bool(int)>& stop_early = [](int) { return false; }) {
+  std::vector<pid_t> pids;
+  for (int i = 0; i < n; ++i) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::alarm(static_cast<unsigned>(limit.count() / 1000 + 2));  // dies on its own if the parent cannot kill it
+      int status = 100;
+      try {
+        status = child(i);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "child %d: %s\n", i, e.what());
+      }
+      ::_exit(status);
+    }
+    if (pid < 0) break;
+    pids.push_back(pid);
+  }
+  std::vector<int> statuses(n, -1);
+  const auto deadline = Clock::now() + limit;
+  while (Clock::now() < deadline) {
+    bool others_done = true;
+    for (size_t i = 0; i < pids.size(); ++i) {
+      if (statuses[i] != -1) continue;
+      int status = 0;
+      if (::waitpid(pids[i], &status, WNOHANG) == pids[i]) {
+        statuses[i] = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      } else if (!stop_early(static_cast<int>(i))) {
+        others_done = false;
+      }
+    }
+    if (others_done) break;
+    std::this_thread::sleep_for(2ms);
+  }
+  for (size_t i = 0; i < pids.size(); ++i) {
+    if (statuses[i] != -1) continue;
+    ::kill(pids[i], SIGKILL);
+    int status = 0;
+    ::waitpid(pids[i], &status, 0);
+    statuses[i] = 1000;
+  }
+  EXPECT_EQ(static_cast<int>(pids.size()), n) << "fork failed";
+  return statuses;
+}
+
+class GlooProcessesTest : public ::testing::TestWithParam<int> {};
+
+TEST_P(GlooProcessesTest, EveryCollectiveMatchesTheReferenceBitwiseInEveryProcess) {
+  const int size = GetParam();
+  TempDir dir;
+  const auto statuses = run_processes(
+      size,
+      [&](int r) {
+        auto store = make_file_store(dir.path(), 10s);
+        std::vector<Tensor> results;
+        std::string problems;
+        {
+          auto comm = make_gloo_communicator(store, r, size, {.timeout = 10s, .prefix = "job"});
+          problems = run_all_collectives(*comm, &results);
+        }
+        // Bitwise across processes: every rank publishes digests of its results and compares the others'.
+        std::string digest = problems.empty() ? "" : "failed:";
+        for (const Tensor& t : results) digest += std::to_string(fnv1a(t)) + ",";
+        store->set("digest-" + std::to_string(r), digest);
+        if (!problems.empty()) {
+          std::fprintf(stderr, "rank %d: %s\n", r, problems.c_str());
+          return 1;
+        }
+        for (int q = 0; q < size; ++q) {
+          if (store->get("digest-" + std::to_string(q)) != digest) {
+            std::fprintf(stderr, "rank %d: results differ from rank %d's\n", r, q);
+            return 2;
+          }
+        }
+        return 0;
+      },
+      20s);
+  for (int r = 0; r < size; ++r) EXPECT_EQ(statuses[r], 0) << "rank " << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(Sizes, GlooProcessesTest, ::testing::Values(1, 2, 3, 4));
+
+// ---- failures
+
+TEST(GlooFaultTest, ARankThatNeverJoinsACollectiveTimesOutNamingIt) {
+  for (int size : {2, 3}) {
+    std::atomic<bool> rank0_done{false};
+    std::string message, later;
+    Clock::duration waited{};
+    // Only rank 0 issues the all-reduce; the others stay connected and never join it.
+    auto store2 = make_in_memory_store(10s);
+    run_threads(size, [&](int r) {
+      auto comm = make_gloo_communicator(store2, r, size, {.timeout = 300ms});
+      if (r != 0) {
+        while (!rank0_done.load()) std::this_thread::sleep_for(1ms);
+        return;
+      }
+      Tensor x = Tensor::ones({16});
+      const auto start = Clock::now();
+      message = message_of<Timeout>([&] { comm->all_reduce({x}, ReduceOp::kSum)->wait(); });
+      waited = Clock::now() - start;
+      later = message_of<Timeout>([&] { comm->broadcast({x}, 0)->wait(); });
+      rank0_done = true;
+    });
+    SCOPED_TRACE("size " + std::to_string(size));
+    EXPECT_GE(waited, 300ms);
+    EXPECT_LT(waited, 1300ms);
+    EXPECT_TRUE(contains(message, "gloo group of " + std::to_string(size) + " (prefix 'gloo'): all_reduce #1 on rank 0 "
+                                  "failed after "))
+        << message;
+    EXPECT_TRUE(contains(message, "(timeout 300 ms)")) << message;
+    EXPECT_TRUE(contains(message, "rebuild the group under a fresh store prefix")) << message;
+    EXPECT_TRUE(contains(later, "broadcast #2 on rank 0 was not run: the communicator is unusable")) << later;
+    EXPECT_TRUE(contains(later, "unusable since all_reduce #1 failed after ")) << later;
+  }
+}
+
+TEST(GlooFaultTest, ARankThatNeverJoinsACollectiveTimesOutAcrossProcesses) {
+  TempDir dir;
+  const auto statuses = run_processes(
+      2,
+      [&](int r) {
+        auto store = make_file_store(dir.path(), 10s);
+        auto comm = make_gloo_communicator(store, r, 2, {.timeout = 300ms});
+        if (r == 1) {
+          ::pause();  // alive and connected, never joins; the parent kills it
+          return 3;
+        }
+        Tensor x = Tensor::ones({1024});
+        const auto start = Clock::now();
+        try {
+          comm->all_reduce({x}, ReduceOp::kMean)->wait();
+        } catch (const Timeout& e) {
+          const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+          const std::string m = e.what();
+          if (ms < 300 || ms > 1300) return 4;
+          if (!contains(m, "all_reduce #1 on rank 0") || !contains(m, "timeout 300 ms") ||
+              !contains(m, "rebuild the group"))
+            return 5;
+          return 0;
+        }
+        return 6;
+      },
+      10s, [](int i) { return i == 1; });
+  EXPECT_EQ(statuses[0], 0);
+  EXPECT_EQ(statuses[1], 1000);  // killed by the parent, as planned
+}
+
+TEST(GlooFaultTest, ARankThatNeverConnectsIsNamed) {
+  auto store = make_in_memory_store(10s);
+  const auto start = Clock::now();
+  const std::string message =
+      message_of<Timeout>([&] { make_gloo_communicator(store, 0, 3, {.timeout = 300ms, .prefix = "lonely"}); });
+  EXPECT_LT(Clock::now() - start, 1500ms);
+  EXPECT_TRUE(contains(message, "gloo group of 3 (prefix 'lonely'): rank 0 could not connect within 300 ms: "
+                                "ranks 1, 2 never joined"))
+      << message;
+}
+
+TEST(GlooFaultTest, AbortFailsThePeersAtOnceQuotingTheReason) {
+  auto store = make_in_memory_store(10s);
+  std::string message, after;
+  Clock::duration waited{};
+  std::atomic<bool> started{false};
+  run_threads(2, [&](int r) {
+    auto comm = make_gloo_communicator(store, r, 2, {.timeout = 5s});
+    if (r == 1) {
+      while (!started.load()) std::this_thread::sleep_for(1ms);
+      std::this_thread::sleep_for(50ms);
+      comm->abort("replica 1 failed");
+      after = message_of<Timeout>([&] { comm->barrier(); });
+      return;
+    }
+    Tensor x = Tensor::ones({8});
+    const auto start = Clock::now();
+    auto work = comm->all_reduce({x}, ReduceOp::kSum);
+    started = true;
+    message = message_of<Timeout>([&] { work->wait(); });
+    waited = Clock::now() - start;
+  });
+  EXPECT_LT(waited, 3s);  // well before the 5 s timeout
+  EXPECT_TRUE(contains(message, "all_reduce #1 on rank 0")) << message;
+  EXPECT_TRUE(contains(message, "the group was aborted by rank 1: replica 1 failed")) << message;
+  EXPECT_TRUE(contains(after, "barrier #1 on rank 1 was not run")) << after;
+  EXPECT_TRUE(contains(after, "unusable since it was aborted on rank 1: replica 1 failed")) << after;
+}
+
+TEST(GlooCommunicatorTest, ArgumentErrors) {
+  auto store = make_in_memory_store(5s);
+  EXPECT_THROW(make_gloo_communicator(store, 2, 2), InvalidArgument);
+  EXPECT_THROW(make_gloo_communicator(nullptr, 0, 1), InvalidArgument);
+  auto comm = make_gloo_communicator(store, 0, 1, {.timeout = 1s, .prefix = "solo"});
+  const std::string reused =
+      message_of<InvalidArgument>([&] { make_gloo_communicator(store, 0, 1, {.timeout = 1s, .prefix = "solo"}); });
+  EXPECT_TRUE(contains(reused, "rank 0 already joined a group under this prefix")) << reused;
+
+  Tensor ints = Tensor::zeros({4}, DType::kInt64);
+  std::string m = message_of<InvalidArgument>([&] { comm->all_reduce({ints}, ReduceOp::kSum)->wait(); });
+  EXPECT_TRUE(contains(m, "all_reduce #1 on rank 0: tensor 0 is int64, wants float32")) << m;
+  m = message_of<InvalidArgument>([&] { comm->broadcast({Tensor::ones({2})}, 1)->wait(); });
+  EXPECT_TRUE(contains(m, "root 1 is not a rank of a group of 1")) << m;
+  m = message_of<InvalidArgument>([&] { comm->all_gather(Tensor::ones({2, 3}), Tensor::ones({3, 3}))->wait(); });
+  EXPECT_TRUE(contains(m, "output is [3, 3], wants [2, 3]")) << m;
+  // An argument error leaves the group usable.
+  Tensor x = Tensor::full({3}, 2.0);
+  comm->all_reduce({x}, ReduceOp::kMean)->wait();
+  EXPECT_EQ(x.to_vector<float>(), (std::vector<float>{2, 2, 2}));
+}
+
+}  // namespace
+}  // namespace strata::comm
