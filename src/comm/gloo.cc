@@ -27,8 +27,10 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <algorithm>
 #include <atomic>
 #include <condition_variable>
+#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -152,6 +154,7 @@ class GlooCommunicator final : public Communicator {
         options_(std::move(options)),
         name_("gloo group of " + std::to_string(context_->size) + " (prefix '" + options_.prefix + "')") {
     worker_ = std::thread([this] { worker_loop(); });
+    if (context_->size > 1) reporter_ = std::thread([this] { reporter_loop(); });
   }
 
   ~GlooCommunicator() override {
@@ -161,6 +164,12 @@ class GlooCommunicator final : public Communicator {
     }
     cv_.notify_one();
     worker_.join();  // runs what is queued first
+    {
+      std::lock_guard<std::mutex> lock(reporter_mu_);
+      reporter_stop_ = true;
+    }
+    reporter_cv_.notify_one();
+    if (reporter_.joinable()) reporter_.join();
     context_.reset();
   }
 
@@ -253,10 +262,67 @@ class GlooCommunicator final : public Communicator {
           continue;
         }
       }
+      running_kind_.store(static_cast<int>(op.kind), std::memory_order_relaxed);
+      running_since_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+      running_.store(op.seq, std::memory_order_release);
       Failure failure = run(op);
+      running_.store(0, std::memory_order_release);
       op.tensors.clear();
       op.work->finish(std::move(failure));
     }
+  }
+
+  // How often the reporter looks at the worker: a quarter of the timeout, within [5 ms, 1 s].
+  std::chrono::milliseconds report_interval() const {
+    return std::clamp(options_.timeout / 4, std::chrono::milliseconds(5), std::chrono::milliseconds(1000));
+  }
+
+  // Publishes "progress/rank-<r>" = "<seq> <kind>" once a collective has run for a report interval, so that a
+  // rank whose collective times out can name the ranks that never entered it. Fast collectives publish nothing
+  // (no store traffic on the fast path).
+  void reporter_loop() {
+    const auto interval = report_interval();
+    int64_t posted = 0;
+    std::unique_lock<std::mutex> lock(reporter_mu_);
+    while (!reporter_cv_.wait_for(lock, interval / 2, [&] { return reporter_stop_; })) {
+      const int64_t seq = running_.load(std::memory_order_acquire);
+      if (seq == 0 || seq == posted) continue;
+      const Clock::time_point since{Clock::duration(running_since_.load(std::memory_order_relaxed))};
+      if (Clock::now() - since < interval) continue;
+      const Kind kind = static_cast<Kind>(running_kind_.load(std::memory_order_relaxed));
+      try {
+        store_->set("progress/rank-" + std::to_string(rank()), std::to_string(seq) + " " + kind_name(kind));
+        posted = seq;
+      } catch (const Error&) {
+        posted = seq;  // the store is gone too; the timeout message will say the rank was not seen
+      }
+    }
+  }
+
+  // After `op` failed: the ranks that had not reported being in it, with where they last reported being.
+  std::string absent_ranks(const Op& op) {
+    // A peer that entered the collective reports within about one interval; wait that long before judging.
+    std::this_thread::sleep_for(std::min(report_interval(), std::chrono::milliseconds(100)));
+    std::vector<int> absent;
+    std::ostringstream where;
+    for (int q = 0; q < size(); ++q) {
+      if (q == rank()) continue;
+      const std::string key = "progress/rank-" + std::to_string(q);
+      std::string seen;
+      try {
+        if (store_->check({key})) seen = store_->get(key);
+      } catch (const Error&) {
+      }
+      const auto space = seen.find(' ');
+      const int64_t seq = space == std::string::npos ? 0 : std::strtoll(seen.c_str(), nullptr, 10);
+      if (seq == op.seq) continue;
+      absent.push_back(q);
+      where << "; rank " << q
+            << (seq == 0 ? std::string(" was never seen waiting in a collective")
+                         : " was last seen in " + seen.substr(space + 1) + " #" + std::to_string(seq));
+    }
+    if (absent.empty()) return "every rank had entered it";
+    return rank_list(absent) + " had not entered it" + where.str();
   }
 
   // Runs one collective on the worker; a Gloo failure breaks the communicator.
@@ -289,7 +355,11 @@ class GlooCommunicator final : public Communicator {
     std::ostringstream out;
     out << name_ << ": " << op_name(op) << " on rank " << rank() << " failed after " << waited << " ms (timeout "
         << options_.timeout.count() << " ms): ";
-    if (!aborted.empty()) out << "the group was aborted by " << aborted << "; ";
+    if (!aborted.empty()) {
+      out << "the group was aborted by " << aborted << "; ";
+    } else if (size() > 1) {
+      out << absent_ranks(op) << "; ";
+    }
     out << "gloo: " << gloo_message
         << "; Gloo closed every connection of the group, so this communicator cannot be used again: rebuild the "
            "group under a fresh store prefix";
@@ -422,7 +492,15 @@ class GlooCommunicator final : public Communicator {
   bool stop_ = false;                // guarded by mu_
   int64_t issued_ = 0;               // guarded by mu_
   std::string broken_;               // guarded by mu_: why the communicator is unusable, or ""
-  std::thread worker_;               // last: starts once the members above exist
+  // Where the worker is, for the reporter thread: the collective running (0: none), its kind and start.
+  std::atomic<int64_t> running_{0};
+  std::atomic<int> running_kind_{0};
+  std::atomic<int64_t> running_since_{0};  // Clock ticks since its epoch
+  std::mutex reporter_mu_;
+  std::condition_variable reporter_cv_;
+  bool reporter_stop_ = false;  // guarded by reporter_mu_
+  std::thread reporter_;
+  std::thread worker_;  // last: starts once the members above exist
 };
 
 }  // namespace

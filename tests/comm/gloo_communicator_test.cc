@@ -275,23 +275,28 @@ INSTANTIATE_TEST_SUITE_P(Sizes, GlooProcessesTest, ::testing::Values(1, 2, 3, 4)
 
 TEST(GlooFaultTest, ARankThatNeverJoinsACollectiveTimesOutNamingIt) {
   for (int size : {2, 3}) {
-    std::atomic<bool> rank0_done{false};
-    std::string message, later;
+    std::atomic<int> finished{0};
+    std::string message, later, rank1_message;
     Clock::duration waited{};
-    // Only rank 0 issues the all-reduce; the others stay connected and never join it.
-    auto store2 = make_in_memory_store(10s);
+    // Every rank but the last issues the all-reduce; the last stays connected and never joins it.
+    auto store = make_in_memory_store(10s);
     run_threads(size, [&](int r) {
-      auto comm = make_gloo_communicator(store2, r, size, {.timeout = 300ms});
-      if (r != 0) {
-        while (!rank0_done.load()) std::this_thread::sleep_for(1ms);
+      auto comm = make_gloo_communicator(store, r, size, {.timeout = 300ms});
+      if (r == size - 1) {
+        while (finished.load() < size - 1) std::this_thread::sleep_for(1ms);
         return;
       }
       Tensor x = Tensor::ones({16});
       const auto start = Clock::now();
-      message = message_of<Timeout>([&] { comm->all_reduce({x}, ReduceOp::kSum)->wait(); });
-      waited = Clock::now() - start;
-      later = message_of<Timeout>([&] { comm->broadcast({x}, 0)->wait(); });
-      rank0_done = true;
+      const std::string m = message_of<Timeout>([&] { comm->all_reduce({x}, ReduceOp::kSum)->wait(); });
+      if (r == 0) {
+        message = m;
+        waited = Clock::now() - start;
+        later = message_of<Timeout>([&] { comm->broadcast({x}, 0)->wait(); });
+      } else {
+        rank1_message = m;
+      }
+      ++finished;
     });
     SCOPED_TRACE("size " + std::to_string(size));
     EXPECT_GE(waited, 300ms);
@@ -300,6 +305,14 @@ TEST(GlooFaultTest, ARankThatNeverJoinsACollectiveTimesOutNamingIt) {
                                   "failed after "))
         << message;
     EXPECT_TRUE(contains(message, "(timeout 300 ms)")) << message;
+    const std::string last = std::to_string(size - 1);
+    EXPECT_TRUE(contains(message, "): rank " + last + " had not entered it; rank " + last +
+                                      " was never seen waiting in a collective; gloo: "))
+        << message;
+    if (size == 3) {
+      EXPECT_TRUE(contains(rank1_message, "all_reduce #1 on rank 1")) << rank1_message;
+      EXPECT_TRUE(contains(rank1_message, "rank 2 had not entered it")) << rank1_message;
+    }
     EXPECT_TRUE(contains(message, "rebuild the group under a fresh store prefix")) << message;
     EXPECT_TRUE(contains(later, "broadcast #2 on rank 0 was not run: the communicator is unusable")) << later;
     EXPECT_TRUE(contains(later, "unusable since all_reduce #1 failed after ")) << later;
@@ -326,7 +339,7 @@ TEST(GlooFaultTest, ARankThatNeverJoinsACollectiveTimesOutAcrossProcesses) {
           const std::string m = e.what();
           if (ms < 300 || ms > 1300) return 4;
           if (!contains(m, "all_reduce #1 on rank 0") || !contains(m, "timeout 300 ms") ||
-              !contains(m, "rebuild the group"))
+              !contains(m, "rank 1 had not entered it") || !contains(m, "rebuild the group"))
             return 5;
           return 0;
         }
