@@ -7,6 +7,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <condition_variable>
+#include <cstdio>
 #include <mutex>
 #include <random>
 #include <set>
@@ -20,6 +21,16 @@ namespace strata::cluster {
 namespace {
 
 using std::chrono::milliseconds;
+using namespace std::chrono_literals;
+
+// The longest a wait may ask for: the service caps waits at a day too.
+constexpr milliseconds kMaxWait = 24h;
+
+std::string seconds(std::chrono::steady_clock::duration d) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.2f s", std::chrono::duration<double>(d).count());
+  return buf;
+}
 
 std::string quoted(const std::vector<std::string>& keys) {
   std::string out;
@@ -52,9 +63,11 @@ struct CoordinationClient::Impl {
 
   std::mutex mu;
   std::condition_variable cv;
-  std::function<void(const LostTask&)> on_lost;  // GUARDED_BY(mu)
-  std::set<std::string> lost_seen;               // GUARDED_BY(mu): tasks already passed to on_lost
-  bool heartbeat_stop = false;                   // GUARDED_BY(mu)
+  std::function<void(const LostTask&)> on_lost;      // GUARDED_BY(mu)
+  std::set<std::string> lost_seen;                   // GUARDED_BY(mu): tasks already passed to on_lost
+  bool heartbeat_stop = false;                       // GUARDED_BY(mu)
+  std::chrono::steady_clock::time_point last_reply;  // GUARDED_BY(mu): of the last heartbeat answered
+  bool service_reported = false;                     // GUARDED_BY(mu): on_lost told the service is gone
   std::thread heartbeat;
 
   // Calls `method` with a deadline of `deadline` from now; a failed status becomes the strata error for
@@ -63,7 +76,7 @@ struct CoordinationClient::Impl {
   Response call(grpc::Status (Coordination::Stub::*method)(grpc::ClientContext*, const Request&, Response*),
                 const char* rpc, const std::string& what, const Request& request, milliseconds deadline) {
     grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + deadline);
+    ctx.set_deadline(std::chrono::system_clock::now() + std::min(deadline, 2 * kMaxWait));
     Response response;
     const grpc::Status status = (stub.get()->*method)(&ctx, request, &response);
     if (status.ok()) return response;
@@ -84,6 +97,11 @@ struct CoordinationClient::Impl {
     }
   }
 
+  // The deadline of an RPC that waits up to `wait` on the service.
+  milliseconds waiting_deadline(milliseconds wait) const {
+    return std::clamp<milliseconds>(wait, 0ms, kMaxWait) + std::clamp<milliseconds>(options.rpc_timeout, 0ms, kMaxWait);
+  }
+
   // One heartbeat; passes newly lost tasks to on_lost. Throws what call() throws.
   void beat() {
     HeartbeatRequest request;
@@ -95,6 +113,8 @@ struct CoordinationClient::Impl {
     std::function<void(const LostTask&)> callback;
     {
       std::lock_guard lock(mu);
+      last_reply = std::chrono::steady_clock::now();
+      service_reported = false;
       for (auto& l : from_proto(response.lost())) {
         if (lost_seen.insert(l.task).second) fresh.push_back(std::move(l));
       }
@@ -105,12 +125,29 @@ struct CoordinationClient::Impl {
     }
   }
 
+  // A heartbeat failed with `error`: once no heartbeat has been answered for service_timeout, tells
+  // on_lost that the service itself is gone (once, until it answers again).
+  void beat_failed(const std::string& error) {
+    std::function<void(const LostTask&)> callback;
+    LostTask lost;
+    {
+      std::lock_guard lock(mu);
+      const auto silent = std::chrono::steady_clock::now() - last_reply;
+      if (service_reported || silent <= options.service_timeout) return;
+      service_reported = true;
+      lost = {"coordination service at " + address, "no heartbeat answered for " + seconds(silent) +
+                                                        " (service timeout " + seconds(options.service_timeout) +
+                                                        "): " + error};
+      callback = on_lost;
+    }
+    if (callback) callback(lost);
+  }
+
   void barrier(BarrierRequest request, milliseconds timeout) {
     request.set_task(task);
-    request.set_timeout_ms(timeout.count());
-    const auto response =
-        call(&Coordination::Stub::Barrier, "Barrier", "barrier '" + request.barrier_id() + "' as " + task, request,
-             timeout + options.rpc_timeout);
+    request.set_timeout_ms(std::min(timeout, kMaxWait).count());
+    const auto response = call(&Coordination::Stub::Barrier, "Barrier",
+                               "barrier '" + request.barrier_id() + "' as " + task, request, waiting_deadline(timeout));
     switch (response.outcome()) {
       case BarrierResponse::PASSED:
         return;
@@ -160,9 +197,9 @@ void CoordinationClient::set(const std::string& key, const std::string& value) {
 std::string CoordinationClient::get(const std::string& key) {
   GetRequest request;
   request.set_key(key);
-  request.set_wait_ms(timeout().count());
-  auto response = impl_->call(&Coordination::Stub::Get, "Get", "key '" + key + "'", request,
-                              timeout() + impl_->options.rpc_timeout);
+  request.set_wait_ms(std::min(timeout(), kMaxWait).count());
+  auto response =
+      impl_->call(&Coordination::Stub::Get, "Get", "key '" + key + "'", request, impl_->waiting_deadline(timeout()));
   STRATA_CHECK(response.found(), Timeout,
                "coordination Get of key '" << key << "' timed out: the key was not set within " << timeout().count()
                                            << " ms at the coordination service at " << impl_->address);
@@ -197,9 +234,9 @@ bool CoordinationClient::check(const std::vector<std::string>& keys) {
 void CoordinationClient::wait(const std::vector<std::string>& keys, milliseconds timeout) {
   WaitRequest request;
   for (const auto& k : keys) request.add_keys(k);
-  request.set_wait_ms(timeout.count());
-  const auto response = impl_->call(&Coordination::Stub::Wait, "Wait", "keys " + quoted(keys), request,
-                                    timeout + impl_->options.rpc_timeout);
+  request.set_wait_ms(std::min(timeout, kMaxWait).count());
+  const auto response =
+      impl_->call(&Coordination::Stub::Wait, "Wait", "keys " + quoted(keys), request, impl_->waiting_deadline(timeout));
   if (response.missing().empty()) return;
   const std::vector<std::string> missing(response.missing().begin(), response.missing().end());
   STRATA_THROW(Timeout, "coordination Wait timed out after " << timeout.count() << " ms: keys " << quoted(missing)
@@ -244,6 +281,7 @@ void CoordinationClient::start_heartbeats(milliseconds interval) {
   {
     std::lock_guard lock(impl_->mu);
     impl_->heartbeat_stop = false;
+    impl_->service_reported = false;
   }
   impl_->heartbeat = std::thread([impl = impl_.get(), interval] {
     std::unique_lock lock(impl->mu);
@@ -251,8 +289,8 @@ void CoordinationClient::start_heartbeats(milliseconds interval) {
       lock.unlock();
       try {
         impl->beat();
-      } catch (const Error&) {
-        // The service is unreachable or slow: keep beating. Callers learn it from their own RPCs.
+      } catch (const Error& e) {
+        impl->beat_failed(e.what());  // keep beating: the service may come back
       }
       lock.lock();
     }

@@ -27,6 +27,12 @@ namespace {
 using Clock = std::chrono::steady_clock;
 // The longest a waiting handler sleeps before it looks again at cancellation and shutdown.
 constexpr auto kSlice = std::chrono::milliseconds(100);
+// The longest wait a request may ask for (a day), so that a huge wait_ms cannot overflow a time point.
+constexpr int64_t kMaxWaitMs = 24LL * 3600 * 1000;
+
+std::chrono::milliseconds bounded_wait(int64_t ms) {
+  return std::chrono::milliseconds(std::clamp<int64_t>(ms, 0, kMaxWaitMs));
+}
 
 std::string join(const std::vector<std::string>& names) {
   std::string out;
@@ -71,7 +77,7 @@ class ServiceImpl final : public Coordination::Service {
 
   grpc::Status Get(grpc::ServerContext* ctx, const GetRequest* req, GetResponse* resp) override {
     std::unique_lock lock(mu_);
-    const auto deadline = Clock::now() + std::chrono::milliseconds(std::max<int64_t>(0, req->wait_ms()));
+    const auto deadline = Clock::now() + bounded_wait(req->wait_ms());
     for (;;) {
       if (auto it = kv_.find(req->key()); it != kv_.end()) {
         resp->set_found(true);
@@ -126,7 +132,7 @@ class ServiceImpl final : public Coordination::Service {
 
   grpc::Status Wait(grpc::ServerContext* ctx, const WaitRequest* req, WaitResponse* resp) override {
     std::unique_lock lock(mu_);
-    const auto deadline = Clock::now() + std::chrono::milliseconds(std::max<int64_t>(0, req->wait_ms()));
+    const auto deadline = Clock::now() + bounded_wait(req->wait_ms());
     for (;;) {
       auto missing = missing_keys(req->keys());
       if (missing.empty()) return grpc::Status::OK;
@@ -173,8 +179,8 @@ class ServiceImpl final : public Coordination::Service {
     if (created) {
       b.participants = participants;
       b.num_tasks = num_tasks;
-      b.timeout_ms = std::max<int64_t>(0, req->timeout_ms());
-      b.deadline = Clock::now() + std::chrono::milliseconds(b.timeout_ms);
+      b.timeout_ms = bounded_wait(req->timeout_ms()).count();
+      b.deadline = Clock::now() + bounded_wait(b.timeout_ms);
     } else if (b.participants != participants || b.num_tasks != num_tasks) {
       resp->set_outcome(BarrierResponse::MISMATCH);
       resp->set_message("barrier '" + req->barrier_id() + "': task " + req->task() + " arrived for " +

@@ -225,6 +225,20 @@ TEST_F(CoordinationTest, WaitTimesOutNamingOnlyTheMissingKeys) {
   EXPECT_LT(took, 400ms + kMargin);
 }
 
+TEST_F(CoordinationTest, HugeTimeoutsDoNotOverflow) {
+  auto waiter = client("worker:0", milliseconds::max());
+  auto done = std::async(std::launch::async, [&] {
+    waiter->wait({"big"}, milliseconds::max());
+    return waiter->get("big");
+  });
+  std::this_thread::sleep_for(100ms);
+  EXPECT_EQ(done.wait_for(0s), std::future_status::timeout) << "a wait of milliseconds::max() returned at once";
+  client("worker:1")->set("big", "ok");
+  ASSERT_EQ(done.wait_for(5s), std::future_status::ready);
+  EXPECT_EQ(done.get(), "ok");
+  waiter->barrier("alone", 1, milliseconds::max());
+}
+
 TEST_F(CoordinationTest, StoreTimeoutIsTheDefaultWait) {
   auto c = client("worker:0", 250ms);
   const auto start = Clock::now();
@@ -519,6 +533,33 @@ TEST(CoordinationConnect, StoppingTheServiceEndsPendingWaitsAndLaterCallsAreUnav
       << pending_msg;
   const auto msg = message_of<Unavailable>([&] { c.set("k", "v"); });
   EXPECT_TRUE(contains(msg, "coordination Set of key 'k' failed: the coordination service at " + address)) << msg;
+}
+
+TEST(CoordinationConnect, HeartbeatingClientsLearnThatTheServiceIsGone) {
+  std::promise<LostTask> report;  // declared before the client: its heartbeat thread calls on_lost
+  std::once_flag once;
+  CoordinationService service;
+  service.start("127.0.0.1:0");
+  const std::string address = "127.0.0.1:" + std::to_string(service.port());
+  auto options = client_options();
+  options.service_timeout = 1s;
+  CoordinationClient c(address, "worker:1", options);
+  c.set_on_lost([&](const LostTask& l) { std::call_once(once, [&] { report.set_value(l); }); });
+  c.start_heartbeats(100ms);
+  std::this_thread::sleep_for(1500ms);  // heartbeats answered: nothing reported
+  auto future = report.get_future();
+  EXPECT_EQ(future.wait_for(0s), std::future_status::timeout);
+  const auto start = Clock::now();
+  service.stop();
+  ASSERT_EQ(future.wait_for(1s + kMargin), std::future_status::ready)
+      << "the stopped service was not reported within service_timeout + 2 s";
+  EXPECT_GE(since(start), 900ms);
+  const auto lost = future.get();
+  EXPECT_EQ(lost.task, "coordination service at " + address);
+  EXPECT_TRUE(contains(lost.reason, "no heartbeat answered for")) << lost.reason;
+  EXPECT_TRUE(contains(lost.reason, "(service timeout 1.00 s): coordination Heartbeat of task worker:1 failed"))
+      << lost.reason;
+  c.stop_heartbeats();
 }
 
 // Not a speed assertion: prints the round trip of a small Set for the record.

@@ -82,6 +82,9 @@ class CoordinationClient : public comm::Store {
     std::chrono::milliseconds rpc_timeout{std::chrono::seconds(10)};
     // The store's timeout: how long get() and wait(keys) wait for keys.
     std::chrono::milliseconds store_timeout{comm::Store::kDefaultTimeout};
+    // When no heartbeat has been answered for this long, on_lost is told that the service itself is
+    // gone (task "coordination service at <address>"): the chief died or the network failed.
+    std::chrono::milliseconds service_timeout{std::chrono::seconds(10)};
   };
 
   // Connects to the service at `address` ("host:port") as `task` (e.g. "worker:1"): the name it has in
@@ -111,7 +114,8 @@ class CoordinationClient : public comm::Store {
   void barrier(const std::string& id, int num_tasks, std::chrono::milliseconds timeout);
 
   // Sends a heartbeat as task() now and every `interval` on a background thread, which records the lost
-  // tasks each reply names and calls on_lost (on that thread) once for each newly lost task.
+  // tasks each reply names and calls on_lost (on that thread) once for each newly lost task, and once
+  // with "coordination service at <address>" when no heartbeat was answered for service_timeout.
   // REQUIRES: heartbeats not running.
   void start_heartbeats(std::chrono::milliseconds interval = std::chrono::seconds(1));
   // Stops the heartbeat thread (the service will declare this task lost after its heartbeat timeout).
