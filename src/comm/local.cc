@@ -1,39 +1,26 @@
 // The "local" backend (strata/comm/local.h): ranks are threads of one process and collectives work directly
-// on each other's tensors in shared memory.
+// on each other's tensors in shared memory. This file issues operations, runs each rank's worker, checks the
+// ranks' arguments against each other and words the timeouts; the algorithms are in local_collectives.cc,
+// send/recv in local_p2p.cc, new_group in local_group.cc (shared declarations: local_internal.h).
 //
-// Issuing a collective queues it on the rank's worker thread and returns a LocalWork. The worker runs the
-// queue in order. For collective #s a rank publishes a Descriptor (its tensors as a flat Bucket, shapes, op,
-// root, any local problem) in its slot s % 2, then every step of the collective ends at the group barrier:
+// Issuing queues the operation on the rank's worker thread and returns a LocalWork. The worker runs the
+// queue in order. For collective #s a rank publishes a Descriptor (its tensors as a flat Bucket, dtype, shapes,
+// op, root, any local problem) in its slot s % 2, then every step of the collective ends at the group barrier:
 //   arrive  -> every rank checks every descriptor (the same verdict everywhere: run, or InvalidArgument)
-//   work    -> each rank writes only its own tensors, reading the others' (see the algorithms below)
+//   work    -> each rank writes only its own tensors, reading the others' (see local_collectives.cc)
 //   depart  -> no rank returns (letting its caller reuse the tensors) while another still reads them.
 // Two slots suffice: a rank writes slot s % 2 again only for #s+2, after every rank arrived at #s+1, that is
-// after every rank is done reading #s.
-// Thread-safety: one thread per rank issues collectives (guarded by mu_); the worker owns everything else.
+// after every rank is done reading #s. Sends and recvs are numbered apart from collectives (they need not
+// line up across ranks) and never touch the slots or the barrier.
+// Thread-safety: one thread per rank issues operations (guarded by mu_); the worker owns everything else.
 #include "strata/comm/local.h"
 
-#include <array>
-#include <atomic>
-#include <condition_variable>
-#include <cstring>
-#include <deque>
-#include <exception>
-#include <mutex>
 #include <sstream>
-#include <thread>
-#include <type_traits>
 
-#include "comm/bucket.h"
-#include "comm/group_barrier.h"
+#include "comm/local_internal.h"
 
 namespace strata::comm {
-namespace {
-
-using detail::Bucket;
-using detail::GroupBarrier;
-using Clock = std::chrono::steady_clock;
-
-enum class Kind : int { kNone, kAllReduce, kBroadcast, kAllGather, kBarrier, kReduceScatter };
+namespace local_detail {
 
 const char* kind_name(Kind kind) {
   switch (kind) {
@@ -49,13 +36,15 @@ const char* kind_name(Kind kind) {
       return "barrier";
     case Kind::kReduceScatter:
       return "reduce_scatter";
+    case Kind::kSend:
+      return "send";
+    case Kind::kRecv:
+      return "recv";
   }
   return "?";
 }
 
-// Throws a new exception of the same strata type and message as `error`, so that every waiter owns what it
-// catches (the stored one stays with the Work, whichever thread drops the Work last).
-[[noreturn]] void rethrow_copy(const std::exception_ptr& error) {
+void rethrow_copy(const std::exception_ptr& error) {
   try {
     std::rethrow_exception(error);
   } catch (const ShapeError& e) {
@@ -75,116 +64,14 @@ const char* kind_name(Kind kind) {
   }
 }
 
-class LocalWork final : public Work {
- public:
-  // How Work::wait(timeout) names the operation ("local group of 3: all_reduce #2 on rank 0"); the text is
-  // built only when needed, so issuing stays cheap.
-  void set_name(const char* kind, int64_t seq, int rank, int group_size) {
-    kind_ = kind;
-    seq_ = seq;
-    rank_ = rank;
-    group_size_ = group_size;
-  }
-
-  bool is_completed() const override { return done_.load(std::memory_order_acquire); }
-
-  void wait() override {
-    spin_until_completed();
-    if (!is_completed()) {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return is_completed(); });
-    }
-    if (error_) rethrow_copy(error_);
-  }
-
-  void wait(std::chrono::milliseconds timeout) override {
-    const auto deadline = Clock::now() + timeout;
-    spin_until_completed();
-    if (!is_completed()) {
-      std::unique_lock<std::mutex> lock(mu_);
-      if (!cv_.wait_until(lock, deadline, [&] { return is_completed(); })) {
-        STRATA_THROW(Timeout, "local group of " << group_size_ << ": " << kind_ << " #" << seq_ << " on rank "
-                                                << rank_ << " did not complete within the " << timeout.count()
-                                    << " ms of Work::wait (it goes on running under its own timeout)");
-      }
-    }
-    if (error_) rethrow_copy(error_);
-  }
-
-  std::exception_ptr exception() const override { return is_completed() ? error_ : nullptr; }
-
-  void finish(std::exception_ptr error) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      error_ = std::move(error);
-      done_.store(true, std::memory_order_release);
-    }
-    cv_.notify_all();
-  }
-
- private:
-  void spin_until_completed() const {
-    for (int i = 0; i < 512 && !is_completed(); ++i) {
-      if (i < 256) {
-        detail::spin_pause();
-      } else {
-        std::this_thread::yield();
-      }
-    }
-  }
-
-  std::atomic<bool> done_{false};
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::exception_ptr error_;  // written once, before done_
-  // Written before the Work is shared.
-  const char* kind_ = "";
-  int64_t seq_ = 0;
-  int rank_ = 0;
-  int group_size_ = 0;
-};
-
-// What one rank passed to the collective it is running; read by every rank between arrive and depart.
-struct Descriptor {
-  Kind kind = Kind::kNone;
-  ReduceOp op = ReduceOp::kSum;
-  int root = 0;
-  DType dtype = DType::kFloat32;  // of every tensor
-  std::vector<Shape> shapes;      // all_gather, reduce_scatter: {input, output}
-  Bucket bucket;                  // the tensors' elements; all_gather, reduce_scatter: {input, output}
-  std::string local_error;    // a problem with this rank's own arguments
-};
-
-// Where a rank is, for the messages of the other ranks' timeouts. Written by the rank, read by anyone.
-struct RankStatus {
-  std::atomic<int64_t> issued{0};  // collectives issued so far (#1, #2, ...)
-  std::atomic<int> issued_kind{0};
-  std::atomic<int64_t> running{0};  // the collective its worker is in, 0 when idle
-  std::atomic<int> running_kind{0};
-  std::atomic<uint64_t> steps{0};  // barrier arrivals so far
-};
-
-struct LocalGroup {
-  LocalGroup(int size, LocalGroupOptions options)
-      : size(size), options(options), barrier(size), status(size), slots(size) {}
-  const int size;
-  const LocalGroupOptions options;
-  GroupBarrier barrier;
-  std::vector<RankStatus> status;
-  std::vector<std::array<Descriptor, 2>> slots;  // [rank][seq % 2], written by the rank before it arrives
-};
-
-struct Op {
-  Kind kind = Kind::kNone;
-  int64_t seq = 0;
-  ReduceOp reduce = ReduceOp::kSum;
-  int root = 0;
-  std::chrono::milliseconds timeout{0};  // bounds each wait of this operation
-  std::vector<Tensor> tensors;           // all_gather: {input, output}
-  std::shared_ptr<LocalWork> work;
-};
-
 std::string op_name(const Op& op) { return std::string(kind_name(op.kind)) + " #" + std::to_string(op.seq); }
+
+std::string p2p_status(const RankStatus& s, int64_t seq) {
+  const auto kind = static_cast<Kind>(s.p2p_kind.load(std::memory_order_relaxed));
+  return std::string(kind_name(kind)) + " #" + std::to_string(seq) + (kind == Kind::kSend ? " to" : " from") +
+         " rank " + std::to_string(s.p2p_peer.load(std::memory_order_relaxed)) + " (tag " +
+         std::to_string(s.p2p_tag.load(std::memory_order_relaxed)) + ")";
+}
 
 std::string describe_tensors(const Descriptor& d) {
   std::ostringstream out;
@@ -199,138 +86,23 @@ std::string describe_tensors(const Descriptor& d) {
   return out.str();
 }
 
-class LocalCommunicator final : public Communicator {
- public:
-  LocalCommunicator(std::shared_ptr<LocalGroup> group, int rank) : group_(std::move(group)), rank_(rank) {
-    if (group_->size > 1) worker_ = std::thread([this] { worker_loop(); });
-  }
-
-  ~LocalCommunicator() override {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      stop_ = true;
-    }
-    cv_.notify_one();
-    if (worker_.joinable()) worker_.join();  // runs what is queued first
-  }
-
-  int rank() const override { return rank_; }
-  int size() const override { return group_->size; }
-  std::string backend() const override { return "local"; }
-
-  std::shared_ptr<Work> all_reduce(std::vector<Tensor> tensors, ReduceOp op) override {
-    return issue(Kind::kAllReduce, std::move(tensors), op, 0, group_->options.timeout);
-  }
-  std::shared_ptr<Work> broadcast(std::vector<Tensor> tensors, int root) override {
-    return issue(Kind::kBroadcast, std::move(tensors), ReduceOp::kSum, root, group_->options.timeout);
-  }
-  std::shared_ptr<Work> all_gather(Tensor input, Tensor output) override {
-    return issue(Kind::kAllGather, {std::move(input), std::move(output)}, ReduceOp::kSum, 0,
-                 group_->options.timeout);
-  }
-  void barrier() override { issue(Kind::kBarrier, {}, ReduceOp::kSum, 0, group_->options.timeout)->wait(); }
-  void abort(const std::string& reason) override { group_->barrier.abort(reason); }
-
-  std::shared_ptr<Work> all_reduce(std::vector<Tensor> tensors, const AllReduceOptions& options) override {
-    return issue(Kind::kAllReduce, std::move(tensors), options.op, 0, timeout_of("all_reduce", options.timeout));
-  }
-  std::shared_ptr<Work> broadcast(std::vector<Tensor> tensors, const BroadcastOptions& options) override {
-    return issue(Kind::kBroadcast, std::move(tensors), ReduceOp::kSum, options.root,
-                 timeout_of("broadcast", options.timeout));
-  }
-  std::shared_ptr<Work> all_gather(Tensor input, Tensor output, const AllGatherOptions& options) override {
-    return issue(Kind::kAllGather, {std::move(input), std::move(output)}, ReduceOp::kSum, 0,
-                 timeout_of("all_gather", options.timeout));
-  }
-  std::shared_ptr<Work> reduce_scatter(Tensor input, Tensor output, const ReduceScatterOptions& options) override {
-    return issue(Kind::kReduceScatter, {std::move(input), std::move(output)}, options.op, 0,
-                 timeout_of("reduce_scatter", options.timeout));
-  }
-  void barrier(const BarrierOptions& options) override {
-    issue(Kind::kBarrier, {}, ReduceOp::kSum, 0, timeout_of("barrier", options.timeout))->wait();
-  }
-
- private:
-  std::shared_ptr<Work> issue(Kind kind, std::vector<Tensor> tensors, ReduceOp reduce, int root,
-                              std::chrono::milliseconds timeout);
-  // An options' timeout, or the group's when it is kDefaultTimeout; InvalidArgument when not positive.
-  std::chrono::milliseconds timeout_of(const char* what, std::chrono::milliseconds timeout) const {
-    if (timeout == kDefaultTimeout) return group_->options.timeout;
-    STRATA_CHECK(timeout.count() > 0, InvalidArgument,
-                 what << " on rank " << rank_ << ": timeout must be positive, got " << timeout.count() << " ms");
-    return timeout;
-  }
-  void run_alone(Op& op);
-  void worker_loop();
-  void execute(Op& op);
-  void describe(Op& op, Descriptor& d) const;
-  void validate(const Op& op) const;
-  void step(const Op& op, const std::string& what);
-  std::string timeout_message(const Op& op, const std::string& what, uint64_t step) const;
-  std::string missing_ranks(const Op& op, uint64_t step) const;
-  void run_all_reduce(const Op& op);
-
-  const Descriptor& slot(int rank, const Op& op) const { return group_->slots[rank][op.seq & 1]; }
-  const Bucket& view(int rank, const Op& op) const { return slot(rank, op).bucket; }
-  // This rank's elements [begin, end) of the bucket = the same elements of `src`'s.
-  void copy_from(const Op& op, int src, int64_t begin, int64_t end) const {
-    const Bucket& mine = view(rank_, op);
-    const Bucket& theirs = view(src, op);
-    const size_t elem = dtype_size(slot(rank_, op).dtype);
-    mine.for_each_piece(begin, end, [&](size_t seg, int64_t offset, int64_t length) {
-      std::memcpy(mine.segment<char>(seg) + offset * elem, theirs.segment<char>(seg) + offset * elem,
-                  static_cast<size_t>(length) * elem);
-    });
-  }
-  // This rank's elements [begin, end) = the reduction of `ranks`' elements, in the order given.
-  void reduce_into_mine(const Op& op, int64_t begin, int64_t end, const std::vector<int>& ranks, float divisor) {
-    switch (slot(rank_, op).dtype) {
-      case DType::kBFloat16:
-        return reduce_into_mine_as<BFloat16>(op, begin, end, ranks, divisor);
-      case DType::kInt64:
-        return reduce_into_mine_as<int64_t>(op, begin, end, ranks, divisor);
-      default:
-        return reduce_into_mine_as<float>(op, begin, end, ranks, divisor);
-    }
-  }
-  template <class T>
-  void reduce_into_mine_as(const Op& op, int64_t begin, int64_t end, const std::vector<int>& ranks, float divisor) {
-    const Bucket& mine = view(rank_, op);
-    inputs_.resize(ranks.size());
-    mine.for_each_piece(begin, end, [&](size_t seg, int64_t offset, int64_t length) {
-      for (size_t k = 0; k < ranks.size(); ++k) inputs_[k] = view(ranks[k], op).segment<T>(seg) + offset;
-      detail::reduce_piece(mine.segment<T>(seg) + offset, reinterpret_cast<const T* const*>(inputs_.data()),
-                           static_cast<int>(ranks.size()), length, op.reduce, divisor);
-    });
-  }
-  void run_reduce_scatter(const Op& op);
-
-  const std::shared_ptr<LocalGroup> group_;
-  const int rank_;
-  std::vector<const void*> inputs_;  // worker scratch
-
-  std::mutex mu_;
-  std::condition_variable cv_;
-  std::deque<Op> queue_;             // guarded by mu_
-  std::atomic<int64_t> pending_{0};  // queue_.size(), readable without mu_
-  bool worker_sleeping_ = false;     // guarded by mu_: the worker blocks on cv_ and needs a notify
-  bool stop_ = false;                // guarded by mu_
-  int64_t issued_ = 0;               // guarded by mu_
-  std::thread worker_;               // last: starts once the members above exist
-};
-
 std::shared_ptr<Work> LocalCommunicator::issue(Kind kind, std::vector<Tensor> tensors, ReduceOp reduce, int root,
-                                               std::chrono::milliseconds timeout) {
+                                               std::chrono::milliseconds timeout, int tag) {
   auto work = std::make_shared<LocalWork>();
-  Op op{kind, 0, reduce, root, timeout, std::move(tensors), work};
+  Op op{kind, 0, reduce, root, tag, timeout, std::move(tensors), work};
   bool wake = false;
   {
     std::lock_guard<std::mutex> lock(mu_);
-    op.seq = ++issued_;
-    work->set_name(kind_name(kind), op.seq, rank_, group_->size);
     RankStatus& status = group_->status[rank_];
-    status.issued_kind.store(static_cast<int>(kind), std::memory_order_relaxed);
-    status.issued.store(op.seq, std::memory_order_release);
+    if (is_p2p(kind)) {  // numbered apart: the ranks' collectives must line up, their sends and recvs need not
+      op.seq = ++p2p_issued_;
+      if (kind == Kind::kSend) status.sends_issued.fetch_add(1, std::memory_order_release);
+    } else {
+      op.seq = ++issued_;
+      status.issued_kind.store(static_cast<int>(kind), std::memory_order_relaxed);
+      status.issued.store(op.seq, std::memory_order_release);
+    }
+    work->set_name(kind_name(kind), op.seq, rank_, group_->size);
     if (group_->size > 1) {
       queue_.push_back(std::move(op));
       pending_.fetch_add(1, std::memory_order_release);
@@ -379,15 +151,23 @@ void LocalCommunicator::worker_loop() {
       queue_.pop_front();
       pending_.fetch_sub(1, std::memory_order_relaxed);
     }
-    status.running_kind.store(static_cast<int>(op.kind), std::memory_order_relaxed);
-    status.running.store(op.seq, std::memory_order_release);
+    const bool p2p = is_p2p(op.kind);
+    if (p2p) {
+      status.p2p_kind.store(static_cast<int>(op.kind), std::memory_order_relaxed);
+      status.p2p_peer.store(op.root, std::memory_order_relaxed);
+      status.p2p_tag.store(op.tag, std::memory_order_relaxed);
+      status.p2p_running.store(op.seq, std::memory_order_release);
+    } else {
+      status.running_kind.store(static_cast<int>(op.kind), std::memory_order_relaxed);
+      status.running.store(op.seq, std::memory_order_release);
+    }
     std::exception_ptr error;
     try {
       execute(op);
     } catch (...) {
       error = std::current_exception();
     }
-    status.running.store(0, std::memory_order_release);
+    (p2p ? status.p2p_running : status.running).store(0, std::memory_order_release);
     op.tensors.clear();
     op.work->finish(error);
   }
@@ -521,16 +301,29 @@ std::string LocalCommunicator::missing_ranks(const Op& op, uint64_t step) const 
             << " (the last: " << kind_name(static_cast<Kind>(s.issued_kind.load(std::memory_order_relaxed))) << " #"
             << issued << ")";
       }
+      if (const int64_t p2p = s.p2p_running.load(std::memory_order_acquire); p2p != 0) {
+        out << " and is in " << p2p_status(s, p2p);
+      }
     } else if (running == op.seq) {
       out << " is in " << op_name(op) << " but had not reached this step";
     } else if (running != 0) {
       out << " is still in " << kind_name(static_cast<Kind>(s.running_kind.load(std::memory_order_relaxed))) << " #"
           << running;
+    } else if (const int64_t p2p = s.p2p_running.load(std::memory_order_acquire); p2p != 0) {
+      out << " is in " << p2p_status(s, p2p);
     } else {
       out << " has issued it but not started it";
     }
   }
   return out.str();
+}
+
+void LocalCommunicator::abort(const std::string& reason) {
+  group_->barrier.abort(reason);
+  for (Inbox& box : group_->inboxes) {  // wake the ranks blocked in recv
+    std::lock_guard<std::mutex> lock(box.mu);
+    box.cv.notify_all();
+  }
 }
 
 std::string LocalCommunicator::timeout_message(const Op& op, const std::string& what, uint64_t step) const {
@@ -556,124 +349,10 @@ void LocalCommunicator::step(const Op& op, const std::string& what) {
   }
 }
 
-void LocalCommunicator::execute(Op& op) {
-  if (group_->barrier.aborted()) {
-    STRATA_THROW(Timeout, "local group of "
-                              << group_->size << ": " << op_name(op) << " on rank " << rank_
-                              << " was not run: the group was aborted: " << group_->barrier.abort_reason());
-  }
-  describe(op, group_->slots[rank_][op.seq & 1]);
-  step(op, "arrive");
-  validate(op);
+}  // namespace local_detail
 
-  const Bucket& mine = view(rank_, op);
-  switch (op.kind) {
-    case Kind::kAllReduce:
-      run_all_reduce(op);
-      return;
-    case Kind::kBroadcast:
-      if (mine.numel() == 0) return;
-      if (rank_ != op.root) copy_from(op, op.root, 0, mine.numel());
-      step(op, "copy from root");
-      return;
-    case Kind::kAllGather: {
-      const size_t n = static_cast<size_t>(shape_numel(slot(rank_, op).shapes[0])) * dtype_size(slot(rank_, op).dtype);
-      if (n == 0) return;
-      for (int q = 0; q < group_->size; ++q) {
-        const char* src = view(q, op).segment<char>(0);
-        char* dst = mine.segment<char>(1) + q * n;
-        if (src != dst) std::memcpy(dst, src, n);
-      }
-      step(op, "copy inputs");
-      return;
-    }
-    case Kind::kReduceScatter:
-      run_reduce_scatter(op);
-      return;
-    case Kind::kBarrier:
-    case Kind::kNone:
-      return;
-  }
-}
-
-// Rank r reduces chunk r of every rank's input (rank order 0..N-1) into its output; nobody writes an input.
-void LocalCommunicator::run_reduce_scatter(const Op& op) {
-  const int size = group_->size;
-  const Descriptor& mine = slot(rank_, op);
-  const int64_t n = shape_numel(mine.shapes[1]);
-  if (n == 0) return;
-  const float divisor = op.reduce == ReduceOp::kMean ? static_cast<float>(size) : 0.0f;
-  auto reduce = [&](auto* out) {
-    using T = std::remove_const_t<std::remove_pointer_t<decltype(out)>>;
-    inputs_.resize(size);
-    for (int q = 0; q < size; ++q) inputs_[q] = view(q, op).template segment<T>(0) + n * rank_;
-    detail::reduce_piece(out, reinterpret_cast<const T* const*>(inputs_.data()), size, n, op.reduce, divisor);
-  };
-  switch (mine.dtype) {
-    case DType::kBFloat16:
-      reduce(mine.bucket.segment<BFloat16>(1));
-      break;
-    case DType::kInt64:
-      reduce(mine.bucket.segment<int64_t>(1));
-      break;
-    default:
-      reduce(mine.bucket.segment<float>(1));
-      break;
-  }
-  step(op, "reduce-scatter");
-}
-
-void LocalCommunicator::run_all_reduce(const Op& op) {
-  const int size = group_->size;
-  const int64_t numel = view(rank_, op).numel();
-  if (numel == 0) return;
-  const float divisor = op.reduce == ReduceOp::kMean ? static_cast<float>(size) : 0.0f;
-  std::vector<int> everyone(size);
-  for (int q = 0; q < size; ++q) everyone[q] = q;
-
-  const DType dtype = slot(rank_, op).dtype;
-  const int64_t align = 64 / static_cast<int64_t>(dtype_size(dtype));  // chunks of whole cache lines
-  // bfloat16 is combined in rank order and rounded once, so the pairwise tree runs as the ring.
-  const AllReduceAlgorithm algorithm =
-      dtype == DType::kBFloat16 && group_->options.algorithm == AllReduceAlgorithm::kTree ? AllReduceAlgorithm::kRing
-                                                                                         : group_->options.algorithm;
-  switch (algorithm) {
-    case AllReduceAlgorithm::kRing: {
-      // Reduce-scatter: this rank owns chunk `rank_` and reduces it over every rank, in rank order.
-      const auto [begin, end] = detail::chunk_range(numel, size, rank_, align);
-      reduce_into_mine(op, begin, end, everyone, divisor);
-      step(op, "reduce-scatter");
-      // All-gather: copy every other chunk from its owner (who no longer writes it).
-      for (int q = 0; q < size; ++q) {
-        if (q == rank_) continue;
-        const auto [b, e] = detail::chunk_range(numel, size, q, align);
-        copy_from(op, q, b, e);
-      }
-      step(op, "all-gather");
-      return;
-    }
-    case AllReduceAlgorithm::kReduceToOne:
-      if (rank_ == 0) reduce_into_mine(op, 0, numel, everyone, divisor);
-      step(op, "reduce to rank 0");
-      if (rank_ != 0) copy_from(op, 0, 0, numel);
-      step(op, "copy from rank 0");
-      return;
-    case AllReduceAlgorithm::kTree:
-      // Step s: rank r (a multiple of 2s) adds rank r+s into itself; rank r+s is idle from then on.
-      for (int s = 1; s < size; s *= 2) {
-        if (rank_ % (2 * s) == 0 && rank_ + s < size) {
-          const bool last = rank_ == 0 && 2 * s >= size;
-          reduce_into_mine(op, 0, numel, {rank_, rank_ + s}, last ? divisor : 0.0f);
-        }
-        step(op, "tree distance " + std::to_string(s));
-      }
-      if (rank_ != 0) copy_from(op, 0, 0, numel);
-      step(op, "copy from rank 0");
-      return;
-  }
-}
-
-}  // namespace
+using local_detail::LocalCommunicator;
+using local_detail::LocalGroup;
 
 std::vector<std::shared_ptr<Communicator>> make_local_group(int size, LocalGroupOptions options) {
   STRATA_CHECK(size >= 1, InvalidArgument, "make_local_group: size must be at least 1, got " << size);
