@@ -449,7 +449,7 @@ class Child {
 TEST_F(CoordinationTest, KilledProcessIsReportedLostNamingIt) {
   std::promise<LostTask> report;  // declared before the client: its heartbeat thread calls on_lost
   std::once_flag once;
-  auto watcher = client("worker:0");
+  auto watcher = client("worker:0", 20s);  // the child's start (a process, gRPC) may be slow on a loaded machine
   watcher->set_on_lost([&](const LostTask& l) { std::call_once(once, [&] { report.set_value(l); }); });
   watcher->start_heartbeats(100ms);
   Child child(address_);

@@ -120,6 +120,7 @@ class CoordinationClient : public comm::Store {
   void start_heartbeats(std::chrono::milliseconds interval = std::chrono::seconds(1));
   // Stops the heartbeat thread (the service will declare this task lost after its heartbeat timeout).
   void stop_heartbeats();
+  // REQUIRES: on_lost does not call stop_heartbeats() (it runs on the thread that would be joined).
   void set_on_lost(std::function<void(const LostTask&)> on_lost);
 
   // The tasks the service has declared lost (asks the service now).
