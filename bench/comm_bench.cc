@@ -1,0 +1,237 @@
+// comm_bench: strata's gloo backend beside raw Gloo calls on the same buffers, in the same processes.
+//
+// For 2 and 4 processes (fork, 127.0.0.1) and sizes 1 KB .. 64 MB it times all_reduce (sum), broadcast (root 0)
+// and all_gather (the size is the gathered output) through strata::comm (make_gloo_communicator over a file store)
+// and through Gloo's options-style functions on a second Gloo context of the same processes, alternating the two
+// in rounds, and prints per-op latency (best round's mean), bus bandwidth (NCCL's convention) and the ratio.
+//   comm_bench [--procs 2,4] [--max-mb 64] [--rounds 3]
+// Thread-safety: a program; each process is single-threaded apart from the libraries' own threads.
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/broadcast.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/file_store.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/transport/tcp/device.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "strata/comm/gloo.h"
+#include "strata/comm/store.h"
+#include "strata/tensor.h"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace strata;
+
+enum class Coll { kAllReduce, kBroadcast, kAllGather };
+const char* coll_name(Coll c) {
+  return c == Coll::kAllReduce ? "all_reduce" : c == Coll::kBroadcast ? "broadcast" : "all_gather";
+}
+
+// NCCL's bus bandwidth: bytes a link carries per second, comparable across sizes and process counts.
+double bus_gbps(Coll c, size_t bytes, int n, double seconds) {
+  const double algbw = static_cast<double>(bytes) / seconds / 1e9;
+  switch (c) {
+    case Coll::kAllReduce:
+      return algbw * 2.0 * (n - 1) / n;
+    case Coll::kBroadcast:
+      return algbw;
+    case Coll::kAllGather:
+      return algbw * (n - 1) / n;
+  }
+  return algbw;
+}
+
+std::string human(size_t bytes) {
+  if (bytes >= (1u << 20)) return std::to_string(bytes >> 20) + " MB";
+  return std::to_string(bytes >> 10) + " KB";
+}
+
+// One process of the benchmark; rank 0 prints its rows.
+int run_rank(int rank, int n, const std::string& dir, size_t max_bytes, int rounds) {
+  auto store = comm::make_file_store(dir + "/strata", std::chrono::seconds(60));
+  auto strata_comm = comm::make_gloo_communicator(store, rank, n, {.timeout = std::chrono::seconds(60)});
+
+  gloo::rendezvous::FileStore file_store(dir + "/raw");
+  gloo::rendezvous::PrefixStore raw_store("raw", file_store);
+  gloo::transport::tcp::attr attr;
+  attr.hostname = "127.0.0.1";
+  auto device = gloo::transport::tcp::CreateDevice(attr);
+  auto raw = std::make_shared<gloo::rendezvous::Context>(rank, n);
+  raw->setTimeout(std::chrono::seconds(60));
+  raw->connectFullMesh(raw_store, device);
+
+  for (Coll c : {Coll::kAllReduce, Coll::kBroadcast, Coll::kAllGather}) {
+    for (size_t bytes = 1024; bytes <= max_bytes; bytes *= 4) {
+      const size_t numel = bytes / sizeof(float);
+      const size_t in_numel = c == Coll::kAllGather ? std::max<size_t>(1, numel / n) : numel;
+      Tensor buffer = Tensor::full({static_cast<int64_t>(in_numel)}, 1.0 + rank);
+      Tensor output = Tensor::zeros({static_cast<int64_t>(in_numel * n)});
+      const int iters = static_cast<int>(std::clamp<size_t>((size_t{64} << 20) / bytes, 3, 100));
+
+      auto strata_op = [&] {
+        switch (c) {
+          case Coll::kAllReduce:
+            strata_comm->all_reduce({buffer}, comm::ReduceOp::kSum)->wait();
+            return;
+          case Coll::kBroadcast:
+            strata_comm->broadcast({buffer}, 0)->wait();
+            return;
+          case Coll::kAllGather:
+            strata_comm->all_gather(buffer, output)->wait();
+            return;
+        }
+      };
+      auto raw_op = [&] {
+        switch (c) {
+          case Coll::kAllReduce: {
+            gloo::AllreduceOptions opts(raw);
+            opts.setOutput(buffer.data<float>(), in_numel);
+            opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+            opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+            gloo::allreduce(opts);
+            return;
+          }
+          case Coll::kBroadcast: {
+            gloo::BroadcastOptions opts(raw);
+            opts.setOutput(buffer.data<float>(), in_numel);
+            opts.setRoot(0);
+            gloo::broadcast(opts);
+            return;
+          }
+          case Coll::kAllGather: {
+            gloo::AllgatherOptions opts(raw);
+            opts.setInput(buffer.data<float>(), in_numel);
+            opts.setOutput(output.data<float>(), in_numel * n);
+            gloo::allgather(opts);
+            return;
+          }
+        }
+      };
+      auto time_it = [&](const std::function<void()>& op) {
+        strata_comm->barrier();
+        op();  // warm-up
+        const auto start = Clock::now();
+        for (int i = 0; i < iters; ++i) op();
+        return std::chrono::duration<double>(Clock::now() - start).count() / iters;
+      };
+      double best_strata = 1e30, best_raw = 1e30;
+      for (int round = 0; round < rounds; ++round) {
+        // Alternate which goes first, so neither always follows the other.
+        if (round % 2 == 0) {
+          best_strata = std::min(best_strata, time_it(strata_op));
+          best_raw = std::min(best_raw, time_it(raw_op));
+        } else {
+          best_raw = std::min(best_raw, time_it(raw_op));
+          best_strata = std::min(best_strata, time_it(strata_op));
+        }
+      }
+      if (rank == 0) {
+        const size_t moved = c == Coll::kAllGather ? in_numel * n * sizeof(float) : bytes;
+        std::printf("%5d  %-10s %7s  %11.1f  %11.1f  %7.3f  %9.3f  %9.3f  %+9.1f\n", n, coll_name(c),
+                    human(bytes).c_str(), best_strata * 1e6, best_raw * 1e6, best_strata / best_raw,
+                    bus_gbps(c, moved, n, best_strata), bus_gbps(c, moved, n, best_raw),
+                    (best_strata - best_raw) * 1e6);
+        std::fflush(stdout);
+      }
+    }
+  }
+  strata_comm->barrier();
+  return 0;
+}
+
+// Forks `n` ranks; waits at most `limit` and kills whatever is left. Returns whether every rank exited 0.
+bool run_group(int n, size_t max_bytes, int rounds, std::chrono::seconds limit) {
+  std::string pattern = (std::filesystem::temp_directory_path() / "strata_comm_bench_XXXXXX").string();
+  const std::string dir = ::mkdtemp(pattern.data());
+  ::mkdir((dir + "/raw").c_str(), 0755);
+  std::vector<pid_t> pids;
+  std::fflush(stdout);  // or each child prints the parent's buffered lines again
+  for (int r = 0; r < n; ++r) {
+    const pid_t pid = ::fork();
+    if (pid == 0) {
+      ::alarm(static_cast<unsigned>(limit.count()) + 5);
+      int status = 1;
+      try {
+        status = run_rank(r, n, dir, max_bytes, rounds);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "rank %d: %s\n", r, e.what());
+      }
+      std::fflush(stdout);
+      ::_exit(status);
+    }
+    if (pid > 0) pids.push_back(pid);
+  }
+  bool ok = static_cast<int>(pids.size()) == n;
+  const auto deadline = Clock::now() + limit;
+  std::vector<bool> done(pids.size(), false);
+  size_t left = pids.size();
+  while (left > 0 && Clock::now() < deadline) {
+    for (size_t i = 0; i < pids.size(); ++i) {
+      int status = 0;
+      if (!done[i] && ::waitpid(pids[i], &status, WNOHANG) == pids[i]) {
+        done[i] = true;
+        --left;
+        ok = ok && WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      }
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  for (size_t i = 0; i < pids.size(); ++i) {
+    if (done[i]) continue;
+    ::kill(pids[i], SIGKILL);
+    ::waitpid(pids[i], nullptr, 0);
+    ok = false;
+  }
+  std::error_code ignored;
+  std::filesystem::remove_all(dir, ignored);
+  return ok;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<int> procs = {2, 4};
+  size_t max_mb = 64;
+  int rounds = 3;
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i], value = argv[i + 1];
+    if (flag == "--procs") {
+      procs.clear();
+      for (size_t pos = 0; pos < value.size();) {
+        const size_t comma = value.find(',', pos);
+        procs.push_back(std::stoi(value.substr(pos, comma - pos)));
+        pos = comma == std::string::npos ? value.size() : comma + 1;
+      }
+    } else if (flag == "--max-mb") {
+      max_mb = std::stoul(value);
+    } else if (flag == "--rounds") {
+      rounds = std::stoi(value);
+    } else {
+      std::fprintf(stderr, "usage: comm_bench [--procs 2,4] [--max-mb 64] [--rounds 3]\n");
+      return 2;
+    }
+  }
+  std::printf("# strata gloo backend vs raw Gloo (options API, same buffers, same processes), 127.0.0.1 TCP\n");
+  std::printf("# latency: mean per op of the best of %d rounds; busbw in GB/s (NCCL convention)\n", rounds);
+  std::printf("%5s  %-10s %7s  %11s  %11s  %7s  %9s  %9s  %9s\n", "procs", "collective", "size", "strata_us",
+              "raw_us", "ratio", "strata_bw", "raw_bw", "added_us");
+  bool ok = true;
+  for (int n : procs) ok = run_group(n, max_mb << 20, rounds, std::chrono::seconds(600)) && ok;
+  return ok ? 0 : 1;
+}
