@@ -123,7 +123,7 @@ void LocalCommunicator::run_alone(Op& op) {
   try {
     Descriptor d;
     describe(op, d);
-    if (!d.local_error.empty()) STRATA_THROW(InvalidArgument, op_name(op) << " (local group of 1): " << d.local_error);
+    if (!d.local_error.empty()) STRATA_THROW(InvalidArgument, op_name(op) << " (" << group_->name << "): " << d.local_error);
     if ((op.kind == Kind::kAllGather || op.kind == Kind::kReduceScatter) && d.bucket.segments() == 2 &&
         d.bucket.segment<char>(0) != d.bucket.segment<char>(1)) {
       std::memcpy(d.bucket.segment<char>(1), d.bucket.segment<char>(0), op.tensors[0].nbytes());
@@ -238,7 +238,7 @@ void LocalCommunicator::describe(Op& op, Descriptor& d) const {
 
 void LocalCommunicator::validate(const Op& op) const {
   const int size = group_->size;
-  const std::string where = op_name(op) + " (local group of " + std::to_string(size) + ")";
+  const std::string where = op_name(op) + " (" + group_->name + ")";
   std::ostringstream problems;
   for (int q = 0; q < size; ++q) {
     if (!slot(q, op).local_error.empty())
@@ -254,7 +254,7 @@ void LocalCommunicator::validate(const Op& op) const {
   const Descriptor& first = slot(0, op);
   for (int q = 1; q < size; ++q) {
     if (slot(q, op).kind != first.kind) {
-      STRATA_THROW(InvalidArgument, "collective #" << op.seq << " (local group of " << size
+      STRATA_THROW(InvalidArgument, "collective #" << op.seq << " (" << group_->name
                                                    << "): the ranks called different collectives: "
                                                    << list([](const Descriptor& d) { return kind_name(d.kind); }));
     }
@@ -328,7 +328,7 @@ void LocalCommunicator::abort(const std::string& reason) {
 
 std::string LocalCommunicator::timeout_message(const Op& op, const std::string& what, uint64_t step) const {
   std::ostringstream out;
-  out << "local group of " << group_->size << ": " << op_name(op) << " on rank " << rank_ << " timed out after "
+  out << group_->name << ": " << op_name(op) << " on rank " << rank_ << " timed out after "
       << op.timeout.count() << " ms at step '" << what << "': " << missing_ranks(op, step);
   return strata::detail::with_location(out.str(), __FILE__, __LINE__);
 }
@@ -343,7 +343,7 @@ void LocalCommunicator::step(const Op& op, const std::string& what) {
     case GroupBarrier::Result::kTimedOut:
       throw Timeout(group_->barrier.abort_reason());
     case GroupBarrier::Result::kAborted:
-      STRATA_THROW(Timeout, "local group of " << group_->size << ": " << op_name(op) << " on rank " << rank_
+      STRATA_THROW(Timeout, group_->name << ": " << op_name(op) << " on rank " << rank_
                                               << " gave up at step '" << what << "' (" << missing_ranks(op, step)
                                               << ") because the group was aborted: " << group_->barrier.abort_reason());
   }
@@ -358,7 +358,7 @@ std::vector<std::shared_ptr<Communicator>> make_local_group(int size, LocalGroup
   STRATA_CHECK(size >= 1, InvalidArgument, "make_local_group: size must be at least 1, got " << size);
   STRATA_CHECK(options.timeout.count() > 0, InvalidArgument,
                "make_local_group: timeout must be positive, got " << options.timeout.count() << " ms");
-  auto group = std::make_shared<LocalGroup>(size, options);
+  auto group = std::make_shared<LocalGroup>(size, options, "local group of " + std::to_string(size));
   std::vector<std::shared_ptr<Communicator>> ranks;
   ranks.reserve(size);
   for (int r = 0; r < size; ++r) ranks.push_back(std::make_shared<LocalCommunicator>(group, r));

@@ -10,9 +10,8 @@ namespace strata::comm::local_detail {
 
 void LocalCommunicator::execute(Op& op) {
   if (group_->barrier.aborted()) {
-    STRATA_THROW(Timeout, "local group of "
-                              << group_->size << ": " << op_name(op) << " on rank " << rank_
-                              << " was not run: the group was aborted: " << group_->barrier.abort_reason());
+    STRATA_THROW(Timeout, group_->name << ": " << op_name(op) << " on rank " << rank_
+                                       << " was not run: the group was aborted: " << group_->barrier.abort_reason());
   }
   if (op.kind == Kind::kSend) return run_send(op);
   if (op.kind == Kind::kRecv) return run_recv(op);

@@ -25,8 +25,7 @@ std::shared_ptr<Communicator> LocalCommunicator::new_group(std::vector<int> rank
   STRATA_CHECK(std::adjacent_find(ranks.begin(), ranks.end()) == ranks.end(), InvalidArgument,
                "new_group on rank " << rank_ << ": ranks " << list() << " name a rank twice");
   STRATA_CHECK(ranks.front() >= 0 && ranks.back() < group_->size, InvalidArgument,
-               "new_group on rank " << rank_ << ": ranks " << list() << " are not all ranks of a local group of "
-                                    << group_->size);
+               "new_group on rank " << rank_ << ": ranks " << list() << " are not all ranks of " << group_->name);
   const auto me = std::find(ranks.begin(), ranks.end(), rank_);
   if (me == ranks.end()) return nullptr;
   const int k = new_group_calls_[ranks]++;
@@ -34,7 +33,13 @@ std::shared_ptr<Communicator> LocalCommunicator::new_group(std::vector<int> rank
   {
     std::lock_guard<std::mutex> lock(group_->subgroups_mu);
     std::shared_ptr<LocalGroup>& entry = group_->subgroups[{ranks, k}];
-    if (!entry) entry = std::make_shared<LocalGroup>(static_cast<int>(ranks.size()), group_->options);
+    if (!entry) {
+      std::ostringstream name;
+      name << "local group of " << ranks.size() << " (ranks";
+      for (size_t i = 0; i < ranks.size(); ++i) name << (i ? ", " : " ") << ranks[i];
+      name << " of " << group_->name << ")";
+      entry = std::make_shared<LocalGroup>(static_cast<int>(ranks.size()), group_->options, name.str());
+    }
     sub = entry;
   }
   return std::make_shared<LocalCommunicator>(std::move(sub), static_cast<int>(me - ranks.begin()));

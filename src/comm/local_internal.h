@@ -148,10 +148,14 @@ struct Inbox {
 };
 
 struct LocalGroup {
-  LocalGroup(int size, LocalGroupOptions options)
-      : size(size), options(options), barrier(size), status(size), slots(size), inboxes(size) {}
+  LocalGroup(int size, LocalGroupOptions options, std::string name)
+      : size(size), options(options), name(std::move(name)), barrier(size), status(size), slots(size),
+        inboxes(size) {}
   const int size;
   const LocalGroupOptions options;
+  // How messages name the group: "local group of 4", a sub-group "local group of 2 (ranks 0, 2 of local group
+  // of 4)".
+  const std::string name;
   GroupBarrier barrier;
   std::vector<RankStatus> status;
   std::vector<std::array<Descriptor, 2>> slots;  // [rank][seq % 2], written by the rank before it arrives

@@ -17,8 +17,7 @@ namespace strata::comm::local_detail {
 
 void LocalCommunicator::check_peer(const char* what, const char* role, int peer) const {
   STRATA_CHECK(peer >= 0 && peer < group_->size && peer != rank_, InvalidArgument,
-               what << " on rank " << rank_ << ": " << role << " " << peer << " is not another rank of a local group of "
-                    << group_->size);
+               what << " on rank " << rank_ << ": " << role << " " << peer << " is not another rank of " << group_->name);
 }
 
 std::shared_ptr<Work> LocalCommunicator::send(std::vector<Tensor> tensors, int dst, const SendOptions& options) {
@@ -33,9 +32,9 @@ std::shared_ptr<Work> LocalCommunicator::recv(std::vector<Tensor> tensors, int s
 
 namespace {
 
-std::string where(const Op& op, int rank, int size) {
+std::string where(const Op& op, int rank, const std::string& group) {
   std::ostringstream out;
-  out << "local group of " << size << ": " << op_name(op) << (op.kind == Kind::kSend ? " to" : " from") << " rank "
+  out << group << ": " << op_name(op) << (op.kind == Kind::kSend ? " to" : " from") << " rank "
       << op.root << " (tag " << op.tag << ") on rank " << rank;
   return out.str();
 }
@@ -45,7 +44,7 @@ std::string where(const Op& op, int rank, int size) {
 void LocalCommunicator::run_send(Op& op) {
   Descriptor d;
   describe(op, d);
-  if (!d.local_error.empty()) STRATA_THROW(InvalidArgument, where(op, rank_, group_->size) << ": " << d.local_error);
+  if (!d.local_error.empty()) STRATA_THROW(InvalidArgument, where(op, rank_, group_->name) << ": " << d.local_error);
   Message message{rank_, op.tag, {}};
   message.tensors.reserve(op.tensors.size());
   for (const Tensor& t : op.tensors) message.tensors.push_back(t.clone());
@@ -60,7 +59,7 @@ void LocalCommunicator::run_send(Op& op) {
 std::string LocalCommunicator::recv_timeout_message(const Op& op) const {
   // REQUIRES: the inbox's mutex is held (it lists the messages waiting there).
   std::ostringstream out;
-  out << where(op, rank_, group_->size) << " timed out after " << op.timeout.count() << " ms: rank " << op.root
+  out << where(op, rank_, group_->name) << " timed out after " << op.timeout.count() << " ms: rank " << op.root
       << " sent nothing with tag " << op.tag << " to rank " << rank_;
   std::vector<int> tags;
   for (const Message& m : group_->inboxes[rank_].messages) {
@@ -85,7 +84,7 @@ std::string LocalCommunicator::recv_timeout_message(const Op& op) const {
 void LocalCommunicator::run_recv(Op& op) {
   Descriptor mine;
   describe(op, mine);
-  if (!mine.local_error.empty()) STRATA_THROW(InvalidArgument, where(op, rank_, group_->size) << ": " << mine.local_error);
+  if (!mine.local_error.empty()) STRATA_THROW(InvalidArgument, where(op, rank_, group_->name) << ": " << mine.local_error);
   Inbox& box = group_->inboxes[rank_];
   const auto deadline = Clock::now() + op.timeout;
   Message message;
@@ -100,7 +99,7 @@ void LocalCommunicator::run_recv(Op& op) {
         break;
       }
       if (group_->barrier.aborted()) {
-        STRATA_THROW(Timeout, where(op, rank_, group_->size)
+        STRATA_THROW(Timeout, where(op, rank_, group_->name)
                                   << " gave up because the group was aborted: " << group_->barrier.abort_reason());
       }
       const auto now = Clock::now();
@@ -113,7 +112,7 @@ void LocalCommunicator::run_recv(Op& op) {
   sent.dtype = message.tensors.empty() ? DType::kFloat32 : message.tensors[0].dtype();
   for (const Tensor& t : message.tensors) sent.shapes.push_back(t.shape());
   if (sent.shapes != mine.shapes || (!sent.shapes.empty() && sent.dtype != mine.dtype)) {
-    STRATA_THROW(InvalidArgument, where(op, rank_, group_->size) << ": rank " << op.root << " sent "
+    STRATA_THROW(InvalidArgument, where(op, rank_, group_->name) << ": rank " << op.root << " sent "
                                                                  << describe_tensors(sent) << ", this rank receives into "
                                                                  << describe_tensors(mine));
   }

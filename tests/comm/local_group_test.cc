@@ -125,7 +125,7 @@ TEST(LocalGroupTest, DisjointGroupsMadeByTheirMembersInAnyOrder) {
 TEST(LocalGroupTest, BadRankListsAndAGroupOfOne) {
   const Group world = make_local_group(3);
   std::string m = message_of<InvalidArgument>([&] { world[0]->new_group({0, 3}); });
-  EXPECT_TRUE(contains(m, "new_group on rank 0: ranks [0, 3] are not all ranks of a local group of 3")) << m;
+  EXPECT_TRUE(contains(m, "new_group on rank 0: ranks [0, 3] are not all ranks of local group of 3")) << m;
   m = message_of<InvalidArgument>([&] { world[1]->new_group({1, 1}); });
   EXPECT_TRUE(contains(m, "new_group on rank 1: ranks [1, 1] name a rank twice")) << m;
   m = message_of<InvalidArgument>([&] { world[2]->new_group({}); });
@@ -150,7 +150,8 @@ TEST(LocalGroupTest, ASubGroupTimesOutAloneNamingItsRank) {
     // The parent is not aborted by its sub-group's timeout.
     c.all_reduce({t[r]})->wait();
   });
-  EXPECT_TRUE(contains(message, "local group of 2: all_reduce #1 on rank 0 timed out after 200 ms at step 'arrive': "
+  EXPECT_TRUE(contains(message, "local group of 2 (ranks 0, 1 of local group of 3): all_reduce #1 on rank 0 timed out "
+                                "after 200 ms at step 'arrive': "
                                 "rank 1 had not arrived; rank 1 has issued no collective"))
       << message;
   EXPECT_EQ(t[2].to_vector<float>(), std::vector<float>(2, 3.0f));
