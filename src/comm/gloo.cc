@@ -119,21 +119,32 @@ struct Op {
   int64_t seq = 0;
   ReduceOp reduce = ReduceOp::kSum;
   int root = 0;
-  std::vector<Tensor> tensors;  // all_gather: {input, output}
+  std::chrono::milliseconds timeout{0};  // this collective's bound (the group's unless the call set one)
+  std::vector<Tensor> tensors;           // all_gather: {input, output}
   std::shared_ptr<GlooWork> work;
 };
 
 using ReduceFn = void (*)(void*, const void*, const void*, size_t);
 
-ReduceFn reduce_function(ReduceOp op) {
+// int64 sums wrap around (as the local backend's), computed in uint64 so that overflow is defined.
+void sum_int64(void* c, const void* a, const void* b, size_t n) {
+  auto* out = static_cast<int64_t*>(c);
+  const auto* x = static_cast<const int64_t*>(a);
+  const auto* y = static_cast<const int64_t*>(b);
+  for (size_t i = 0; i < n; ++i) out[i] = static_cast<int64_t>(static_cast<uint64_t>(x[i]) + static_cast<uint64_t>(y[i]));
+}
+
+// Gloo's element-wise functions for `op` on float32 or int64 (bfloat16 is reduced as float32).
+ReduceFn reduce_function(ReduceOp op, DType dtype) {
+  const bool ints = dtype == DType::kInt64;
   switch (op) {
     case ReduceOp::kSum:
     case ReduceOp::kMean:
-      return &gloo::sum<float>;
+      return ints ? &sum_int64 : static_cast<ReduceFn>(&gloo::sum<float>);
     case ReduceOp::kMax:
-      return &gloo::max<float>;
+      return ints ? static_cast<ReduceFn>(&gloo::max<int64_t>) : static_cast<ReduceFn>(&gloo::max<float>);
     case ReduceOp::kMin:
-      return &gloo::min<float>;
+      return ints ? static_cast<ReduceFn>(&gloo::min<int64_t>) : static_cast<ReduceFn>(&gloo::min<float>);
   }
   return &gloo::sum<float>;
 }
@@ -184,15 +195,29 @@ class GlooCommunicator final : public Communicator {
   std::string backend() const override { return "gloo"; }
 
   std::shared_ptr<Work> all_reduce(std::vector<Tensor> tensors, ReduceOp op) override {
-    return issue(Kind::kAllReduce, std::move(tensors), op, 0);
+    return issue(Kind::kAllReduce, std::move(tensors), op, 0, kDefaultTimeout);
   }
   std::shared_ptr<Work> broadcast(std::vector<Tensor> tensors, int root) override {
-    return issue(Kind::kBroadcast, std::move(tensors), ReduceOp::kSum, root);
+    return issue(Kind::kBroadcast, std::move(tensors), ReduceOp::kSum, root, kDefaultTimeout);
   }
   std::shared_ptr<Work> all_gather(Tensor input, Tensor output) override {
-    return issue(Kind::kAllGather, {std::move(input), std::move(output)}, ReduceOp::kSum, 0);
+    return issue(Kind::kAllGather, {std::move(input), std::move(output)}, ReduceOp::kSum, 0, kDefaultTimeout);
   }
-  void barrier() override { issue(Kind::kBarrier, {}, ReduceOp::kSum, 0)->wait(); }
+  void barrier() override { issue(Kind::kBarrier, {}, ReduceOp::kSum, 0, kDefaultTimeout)->wait(); }
+
+  // With a per-call timeout: Gloo's setTimeout for that one collective.
+  std::shared_ptr<Work> all_reduce(std::vector<Tensor> tensors, const AllReduceOptions& options) override {
+    return issue(Kind::kAllReduce, std::move(tensors), options.op, 0, options.timeout);
+  }
+  std::shared_ptr<Work> broadcast(std::vector<Tensor> tensors, const BroadcastOptions& options) override {
+    return issue(Kind::kBroadcast, std::move(tensors), ReduceOp::kSum, options.root, options.timeout);
+  }
+  std::shared_ptr<Work> all_gather(Tensor input, Tensor output, const AllGatherOptions& options) override {
+    return issue(Kind::kAllGather, {std::move(input), std::move(output)}, ReduceOp::kSum, 0, options.timeout);
+  }
+  void barrier(const BarrierOptions& options) override {
+    issue(Kind::kBarrier, {}, ReduceOp::kSum, 0, options.timeout)->wait();
+  }
 
   void abort(const std::string& reason) override {
     {
@@ -224,9 +249,10 @@ class GlooCommunicator final : public Communicator {
                                           __FILE__, __LINE__)};
   }
 
-  std::shared_ptr<Work> issue(Kind kind, std::vector<Tensor> tensors, ReduceOp reduce, int root) {
+  std::shared_ptr<Work> issue(Kind kind, std::vector<Tensor> tensors, ReduceOp reduce, int root,
+                              std::chrono::milliseconds timeout) {
     auto work = std::make_shared<GlooWork>();
-    Op op{kind, 0, reduce, root, std::move(tensors), work};
+    Op op{kind, 0, reduce, root, timeout == kDefaultTimeout ? options_.timeout : timeout, std::move(tensors), work};
     bool wake = false;
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -264,6 +290,7 @@ class GlooCommunicator final : public Communicator {
       }
       running_kind_.store(static_cast<int>(op.kind), std::memory_order_relaxed);
       running_since_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+      running_timeout_.store(op.timeout.count(), std::memory_order_relaxed);
       running_.store(op.seq, std::memory_order_release);
       Failure failure = run(op);
       running_.store(0, std::memory_order_release);
@@ -272,23 +299,25 @@ class GlooCommunicator final : public Communicator {
     }
   }
 
-  // How often the reporter looks at the worker: a quarter of the timeout, within [5 ms, 1 s].
-  std::chrono::milliseconds report_interval() const {
-    return std::clamp(options_.timeout / 4, std::chrono::milliseconds(5), std::chrono::milliseconds(1000));
+  // How long a collective with `timeout` runs before the reporter publishes it: a quarter of the timeout, within
+  // [5 ms, 1 s].
+  static std::chrono::milliseconds report_after(std::chrono::milliseconds timeout) {
+    return std::clamp(timeout / 4, std::chrono::milliseconds(5), std::chrono::milliseconds(1000));
   }
+  static constexpr std::chrono::milliseconds kReporterPeriod{20};
 
   // Publishes "progress/rank-<r>" = "<seq> <kind>" once a collective has run for a report interval, so that a
   // rank whose collective times out can name the ranks that never entered it. Fast collectives publish nothing
   // (no store traffic on the fast path).
   void reporter_loop() {
-    const auto interval = report_interval();
     int64_t posted = 0;
     std::unique_lock<std::mutex> lock(reporter_mu_);
-    while (!reporter_cv_.wait_for(lock, interval / 2, [&] { return reporter_stop_; })) {
+    while (!reporter_cv_.wait_for(lock, kReporterPeriod, [&] { return reporter_stop_; })) {
       const int64_t seq = running_.load(std::memory_order_acquire);
       if (seq == 0 || seq == posted) continue;
       const Clock::time_point since{Clock::duration(running_since_.load(std::memory_order_relaxed))};
-      if (Clock::now() - since < interval) continue;
+      const std::chrono::milliseconds timeout{running_timeout_.load(std::memory_order_relaxed)};
+      if (Clock::now() - since < report_after(timeout)) continue;
       const Kind kind = static_cast<Kind>(running_kind_.load(std::memory_order_relaxed));
       try {
         store_->set("progress/rank-" + std::to_string(rank()), std::to_string(seq) + " " + kind_name(kind));
@@ -302,7 +331,7 @@ class GlooCommunicator final : public Communicator {
   // After `op` failed: the ranks that had not reported being in it, with where they last reported being.
   std::string absent_ranks(const Op& op) {
     // A peer that entered the collective reports within about one interval; wait that long before judging.
-    std::this_thread::sleep_for(std::min(report_interval(), std::chrono::milliseconds(100)));
+    std::this_thread::sleep_for(std::min(report_after(op.timeout), std::chrono::milliseconds(100)) + kReporterPeriod);
     std::vector<int> absent;
     std::ostringstream where;
     for (int q = 0; q < size(); ++q) {
@@ -354,7 +383,7 @@ class GlooCommunicator final : public Communicator {
     }
     std::ostringstream out;
     out << name_ << ": " << op_name(op) << " on rank " << rank() << " failed after " << waited << " ms (timeout "
-        << options_.timeout.count() << " ms): ";
+        << op.timeout.count() << " ms): ";
     if (!aborted.empty()) {
       out << "the group was aborted by " << aborted << "; ";
     } else if (size() > 1) {
@@ -377,12 +406,19 @@ class GlooCommunicator final : public Communicator {
   // A problem with this rank's own arguments, or "". (Gloo cannot compare arguments across ranks without a
   // round trip; mismatched shapes across ranks end in a Gloo error or the timeout.)
   std::string check_arguments(const Op& op) const {
+    if (op.timeout.count() <= 0) return "timeout must be positive, got " + std::to_string(op.timeout.count()) + " ms";
     for (size_t i = 0; i < op.tensors.size(); ++i) {
       const Tensor& t = op.tensors[i];
       const std::string what =
           op.kind == Kind::kAllGather ? (i == 0 ? "input" : "output") : "tensor " + std::to_string(i);
       if (!t.defined()) return what + " is undefined";
-      if (t.dtype() != DType::kFloat32) return what + " is " + dtype_name(t.dtype()) + ", wants float32";
+      if (t.dtype() != DType::kFloat32 && t.dtype() != DType::kBFloat16 && t.dtype() != DType::kInt64) {
+        return what + " is " + dtype_name(t.dtype()) + ", wants float32, bfloat16 or int64";
+      }
+      if (i > 0 && t.dtype() != op.tensors[0].dtype()) {
+        return what + " is " + dtype_name(t.dtype()) + " but " + (op.kind == Kind::kAllGather ? "input" : "tensor 0") +
+               " is " + dtype_name(op.tensors[0].dtype()) + " (one dtype per call)";
+      }
       if (!t.device().is_cpu()) return what + " is on " + t.device().str() + ", wants host memory";
     }
     if (op.kind == Kind::kBroadcast && (op.root < 0 || op.root >= size())) {
@@ -400,15 +436,15 @@ class GlooCommunicator final : public Communicator {
     return "";
   }
 
-  // The bucket as one float array: the tensor itself when there is one, else flat_ holding a copy.
-  float* gather_bucket(std::vector<Tensor>& tensors, size_t numel, bool copy_in) {
-    if (tensors.size() == 1) return tensors[0].data<float>();
-    flat_.resize(numel);
+  // The bucket as one array of its dtype: the tensor's own memory when there is one, else flat_ holding a copy.
+  void* gather_bucket(std::vector<Tensor>& tensors, size_t nbytes, bool copy_in) {
+    if (tensors.size() == 1) return tensors[0].raw_data();
+    flat_.resize(nbytes);
     if (copy_in) {
       size_t offset = 0;
       for (Tensor& t : tensors) {
-        std::memcpy(flat_.data() + offset, t.data<float>(), static_cast<size_t>(t.numel()) * sizeof(float));
-        offset += static_cast<size_t>(t.numel());
+        std::memcpy(flat_.data() + offset, t.raw_data(), t.nbytes());
+        offset += t.nbytes();
       }
     }
     return flat_.data();
@@ -418,60 +454,97 @@ class GlooCommunicator final : public Communicator {
     if (tensors.size() == 1) return;
     size_t offset = 0;
     for (Tensor& t : tensors) {
-      std::memcpy(t.data<float>(), flat_.data() + offset, static_cast<size_t>(t.numel()) * sizeof(float));
-      offset += static_cast<size_t>(t.numel());
+      std::memcpy(t.raw_data(), flat_.data() + offset, t.nbytes());
+      offset += t.nbytes();
+    }
+  }
+
+  // float32 and int64: reduced in place (one tensor) or in flat_. bfloat16: widened to float32 in wide_, reduced,
+  // and rounded back once, as the local backend does.
+  void all_reduce(Op& op, size_t numel) {
+    const DType dtype = op.tensors[0].dtype();
+    void* data = nullptr;
+    if (dtype == DType::kBFloat16) {
+      wide_.resize(numel);
+      size_t k = 0;
+      for (Tensor& t : op.tensors) {
+        const auto* p = t.data<BFloat16>();
+        for (int64_t i = 0; i < t.numel(); ++i) wide_[k++] = static_cast<float>(p[i]);
+      }
+      data = wide_.data();
+    } else {
+      data = gather_bucket(op.tensors, numel * dtype_size(dtype), true);
+    }
+    gloo::AllreduceOptions opts(context_);
+    if (dtype == DType::kInt64) {
+      opts.setOutput(static_cast<int64_t*>(data), numel);
+    } else {
+      opts.setOutput(static_cast<float*>(data), numel);
+    }
+    opts.setReduceFunction(reduce_function(op.reduce, dtype));
+    opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+    opts.setTag(static_cast<uint32_t>(op.seq));
+    opts.setTimeout(op.timeout);
+    gloo::allreduce(opts);
+    if (op.reduce == ReduceOp::kMean) {
+      if (dtype == DType::kInt64) {
+        auto* p = static_cast<int64_t*>(data);
+        for (size_t i = 0; i < numel; ++i) p[i] /= size();
+      } else {
+        auto* p = static_cast<float*>(data);
+        const float divisor = static_cast<float>(size());
+        for (size_t i = 0; i < numel; ++i) p[i] /= divisor;
+      }
+    }
+    if (dtype == DType::kBFloat16) {
+      size_t k = 0;
+      for (Tensor& t : op.tensors) {
+        auto* p = t.data<BFloat16>();
+        for (int64_t i = 0; i < t.numel(); ++i) p[i] = BFloat16(wide_[k++]);
+      }
+    } else {
+      scatter_bucket(op.tensors);
     }
   }
 
   void execute(Op& op) {
     const auto tag = static_cast<uint32_t>(op.seq);
-    size_t numel = 0;
-    for (const Tensor& t : op.tensors) numel += static_cast<size_t>(t.numel());
+    size_t numel = 0, nbytes = 0;
+    for (const Tensor& t : op.tensors) {
+      numel += static_cast<size_t>(t.numel());
+      nbytes += t.nbytes();
+    }
     switch (op.kind) {
-      case Kind::kAllReduce: {
-        if (numel == 0) return;
-        float* data = gather_bucket(op.tensors, numel, true);
-        gloo::AllreduceOptions opts(context_);
-        opts.setOutput(data, numel);
-        opts.setReduceFunction(reduce_function(op.reduce));
-        opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
-        opts.setTag(tag);
-        opts.setTimeout(options_.timeout);
-        gloo::allreduce(opts);
-        if (op.reduce == ReduceOp::kMean) {
-          const float divisor = static_cast<float>(size());
-          for (size_t i = 0; i < numel; ++i) data[i] /= divisor;
-        }
-        scatter_bucket(op.tensors);
+      case Kind::kAllReduce:
+        if (numel > 0) all_reduce(op, numel);
         return;
-      }
-      case Kind::kBroadcast: {
-        if (numel == 0) return;
-        float* data = gather_bucket(op.tensors, numel, rank() == op.root);
+      case Kind::kBroadcast: {  // bytes: any dtype
+        if (nbytes == 0) return;
+        auto* data = static_cast<unsigned char*>(gather_bucket(op.tensors, nbytes, rank() == op.root));
         gloo::BroadcastOptions opts(context_);
-        opts.setOutput(data, numel);
+        opts.setOutput(data, nbytes);
         opts.setRoot(op.root);
         opts.setTag(tag);
-        opts.setTimeout(options_.timeout);
+        opts.setTimeout(op.timeout);
         gloo::broadcast(opts);
         if (rank() != op.root) scatter_bucket(op.tensors);
         return;
       }
-      case Kind::kAllGather: {
-        const auto n = static_cast<size_t>(op.tensors[0].numel());
+      case Kind::kAllGather: {  // bytes: any dtype
+        const size_t n = op.tensors[0].nbytes();
         if (n == 0) return;
         gloo::AllgatherOptions opts(context_);
-        opts.setInput(op.tensors[0].data<float>(), n);
-        opts.setOutput(op.tensors[1].data<float>(), n * static_cast<size_t>(size()));
+        opts.setInput(static_cast<unsigned char*>(op.tensors[0].raw_data()), n);
+        opts.setOutput(static_cast<unsigned char*>(op.tensors[1].raw_data()), n * static_cast<size_t>(size()));
         opts.setTag(tag);
-        opts.setTimeout(options_.timeout);
+        opts.setTimeout(op.timeout);
         gloo::allgather(opts);
         return;
       }
       case Kind::kBarrier: {
         gloo::BarrierOptions opts(context_);
         opts.setTag(tag);
-        opts.setTimeout(options_.timeout);
+        opts.setTimeout(op.timeout);
         gloo::barrier(opts);
         return;
       }
@@ -482,7 +555,8 @@ class GlooCommunicator final : public Communicator {
   std::shared_ptr<gloo::rendezvous::Context> context_;
   const GlooOptions options_;
   const std::string name_;
-  std::vector<float> flat_;  // worker scratch: a bucket of several tensors
+  std::vector<unsigned char> flat_;  // worker scratch: a bucket of several tensors
+  std::vector<float> wide_;          // worker scratch: a bfloat16 bucket widened to float32
 
   std::mutex mu_;
   std::condition_variable cv_;
@@ -496,6 +570,7 @@ class GlooCommunicator final : public Communicator {
   std::atomic<int64_t> running_{0};
   std::atomic<int> running_kind_{0};
   std::atomic<int64_t> running_since_{0};  // Clock ticks since its epoch
+  std::atomic<int64_t> running_timeout_{0};  // its timeout in ms
   std::mutex reporter_mu_;
   std::condition_variable reporter_cv_;
   bool reporter_stop_ = false;  // guarded by reporter_mu_

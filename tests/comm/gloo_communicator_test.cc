@@ -398,9 +398,14 @@ TEST(GlooCommunicatorTest, ArgumentErrors) {
       message_of<InvalidArgument>([&] { make_gloo_communicator(store, 0, 1, {.timeout = 1s, .prefix = "solo"}); });
   EXPECT_TRUE(contains(reused, "rank 0 already joined a group under this prefix")) << reused;
 
-  Tensor ints = Tensor::zeros({4}, DType::kInt64);
-  std::string m = message_of<InvalidArgument>([&] { comm->all_reduce({ints}, ReduceOp::kSum)->wait(); });
-  EXPECT_TRUE(contains(m, "all_reduce #1 on rank 0: tensor 0 is int64, wants float32")) << m;
+  Tensor bytes = Tensor::zeros({4}, DType::kUInt8);
+  std::string m = message_of<InvalidArgument>([&] { comm->all_reduce({bytes}, ReduceOp::kSum)->wait(); });
+  EXPECT_TRUE(contains(m, "all_reduce #1 on rank 0: tensor 0 is uint8, wants float32, bfloat16 or int64")) << m;
+  m = message_of<InvalidArgument>(
+      [&] { comm->all_reduce({Tensor::ones({2}), Tensor::zeros({2}, DType::kInt64)}, ReduceOp::kSum)->wait(); });
+  EXPECT_TRUE(contains(m, "tensor 1 is int64 but tensor 0 is float32 (one dtype per call)")) << m;
+  m = message_of<InvalidArgument>([&] { comm->all_reduce({Tensor::ones({2})}, {.timeout = std::chrono::milliseconds(0)})->wait(); });
+  EXPECT_TRUE(contains(m, "timeout must be positive, got 0 ms")) << m;
   m = message_of<InvalidArgument>([&] { comm->broadcast({Tensor::ones({2})}, 1)->wait(); });
   EXPECT_TRUE(contains(m, "root 1 is not a rank of a group of 1")) << m;
   m = message_of<InvalidArgument>([&] { comm->all_gather(Tensor::ones({2, 3}), Tensor::ones({3, 3}))->wait(); });
@@ -409,6 +414,92 @@ TEST(GlooCommunicatorTest, ArgumentErrors) {
   Tensor x = Tensor::full({3}, 2.0);
   comm->all_reduce({x}, ReduceOp::kMean)->wait();
   EXPECT_EQ(x.to_vector<float>(), (std::vector<float>{2, 2, 2}));
+}
+
+TEST(GlooCommunicatorTest, Int64AndBFloat16MatchTheReferenceOnEveryRank) {
+  for (int size : {2, 3}) {
+    auto store = make_in_memory_store(10s);
+    std::vector<std::string> problems(size);
+    run_threads(size, [&](int r) {
+      auto comm = make_gloo_communicator(store, r, size, {.timeout = 10s});
+      std::ostringstream out;
+      for (ReduceOp op : kOps) {
+        // int64 near the top of the range: sums wrap around, mean divides the wrapped sum rounding toward zero.
+        std::vector<int64_t> mine = {int64_t{1} << 62, -7 - r, 1000 * r, -(r % 2) * 5};
+        Tensor a = Tensor::from_vector(mine);
+        Tensor b = Tensor::from_vector(std::vector<int64_t>{r, 2 * r + 1});  // a bucket of two int64 tensors
+        comm->all_reduce({a, b}, op)->wait();
+        for (size_t i = 0; i < mine.size(); ++i) {
+          uint64_t sum = 0;
+          int64_t mx = INT64_MIN, mn = INT64_MAX;
+          for (int q = 0; q < size; ++q) {
+            const std::vector<int64_t> theirs = {int64_t{1} << 62, -7 - q, 1000 * q, -(q % 2) * 5};
+            sum += static_cast<uint64_t>(theirs[i]);
+            mx = std::max(mx, theirs[i]);
+            mn = std::min(mn, theirs[i]);
+          }
+          const int64_t s64 = static_cast<int64_t>(sum);
+          const int64_t want = op == ReduceOp::kSum ? s64 : op == ReduceOp::kMean ? s64 / size : op == ReduceOp::kMax ? mx : mn;
+          if (a.data<int64_t>()[i] != want) out << "int64 " << to_string(op) << " element " << i << "; ";
+        }
+        int64_t bsum = 0;
+        for (int q = 0; q < size; ++q) bsum += 2 * q + 1;
+        if (op == ReduceOp::kSum && b.data<int64_t>()[1] != bsum) out << "int64 bucket; ";
+        // bfloat16: reduced in float32 and rounded once.
+        Tensor h = Tensor::empty({5}, DType::kBFloat16);
+        for (int i = 0; i < 5; ++i) h.data<BFloat16>()[i] = BFloat16(0.1f * (i + 1) + r);
+        comm->all_reduce({h}, op)->wait();
+        for (int i = 0; i < 5; ++i) {
+          float acc = static_cast<float>(BFloat16(0.1f * (i + 1)));
+          for (int q = 1; q < size; ++q) {
+            const float v = static_cast<float>(BFloat16(0.1f * (i + 1) + q));
+            acc = op == ReduceOp::kMax ? std::max(acc, v) : op == ReduceOp::kMin ? std::min(acc, v) : acc + v;
+          }
+          if (op == ReduceOp::kMean) acc /= static_cast<float>(size);
+          if (h.data<BFloat16>()[i].bits != BFloat16(acc).bits) out << "bfloat16 " << to_string(op) << " element " << i << "; ";
+        }
+      }
+      // Broadcast and all_gather move bytes: any of the three dtypes.
+      Tensor ints = Tensor::from_vector(std::vector<int64_t>{10 * r, 10 * r + 1});
+      comm->broadcast({ints}, size - 1)->wait();
+      if (ints.to_vector<int64_t>() != std::vector<int64_t>{10 * (size - 1), 10 * (size - 1) + 1}) out << "int64 broadcast; ";
+      Tensor in = Tensor::full({3}, 1.0 + r, DType::kBFloat16);
+      Tensor gathered = Tensor::zeros({3 * size}, DType::kBFloat16);
+      comm->all_gather(in, gathered)->wait();
+      for (int q = 0; q < size; ++q) {
+        for (int i = 0; i < 3; ++i) {
+          if (static_cast<float>(gathered.data<BFloat16>()[3 * q + i]) != 1.0f + q) out << "bfloat16 all_gather; ";
+        }
+      }
+      problems[r] = out.str();
+    });
+    for (int r = 0; r < size; ++r) EXPECT_EQ(problems[r], "") << "size " << size << " rank " << r;
+  }
+}
+
+TEST(GlooFaultTest, APerCallTimeoutBoundsThatCollective) {
+  auto store = make_in_memory_store(10s);
+  std::atomic<bool> done{false};
+  std::string message;
+  Clock::duration waited{};
+  run_threads(2, [&](int r) {
+    auto comm = make_gloo_communicator(store, r, 2, {.timeout = 20s});
+    if (r == 1) {
+      comm->barrier({.timeout = 5s});  // a first barrier with a per-call timeout passes
+      while (!done.load()) std::this_thread::sleep_for(1ms);
+      return;
+    }
+    comm->barrier({.timeout = 5s});
+    Tensor x = Tensor::ones({4});
+    const auto start = Clock::now();
+    message = message_of<Timeout>([&] { comm->all_reduce({x}, {.op = ReduceOp::kMax, .timeout = 250ms})->wait(); });
+    waited = Clock::now() - start;
+    done = true;
+  });
+  EXPECT_GE(waited, 250ms);
+  EXPECT_LT(waited, 1500ms);  // not the group's 20 s
+  EXPECT_TRUE(contains(message, "all_reduce #2 on rank 0 failed after ")) << message;
+  EXPECT_TRUE(contains(message, "(timeout 250 ms): rank 1 had not entered it")) << message;
 }
 
 }  // namespace
