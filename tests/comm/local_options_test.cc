@@ -40,6 +40,7 @@ TEST(LocalOptionsTest, PerCollectiveTimeoutOverridesTheGroupTimeout) {
       {"all_reduce", [&](Communicator& c) { c.all_reduce({Tensor::ones({8})}, {.op = ReduceOp::kMax, .timeout = timeout})->wait(); }},
       {"broadcast", [&](Communicator& c) { c.broadcast({Tensor::ones({8})}, {.root = 1, .timeout = timeout})->wait(); }},
       {"all_gather", [&](Communicator& c) { c.all_gather(Tensor::ones({2}), Tensor::ones({6}), {.timeout = timeout})->wait(); }},
+      {"reduce_scatter", [&](Communicator& c) { c.reduce_scatter(Tensor::ones({6}), Tensor::ones({2}), {.timeout = timeout})->wait(); }},
       {"barrier", [&](Communicator& c) { c.barrier({.timeout = timeout}); }},
   };
   for (const Case& test_case : cases) {
