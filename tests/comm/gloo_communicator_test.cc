@@ -132,6 +132,23 @@ std::string run_all_collectives(Communicator& comm, std::vector<Tensor>* results
     }
     results->push_back(output);
   }
+  for (ReduceOp op : kOps) {
+    Tensor input = exact_tensor({2 * size, 3}, rank, 0, 400);
+    const Tensor before = input.clone();
+    Tensor output = Tensor::zeros({2, 3});
+    comm.reduce_scatter(input, output, {.op = op})->wait();
+    if (!same_bits(input, before)) problems << "reduce_scatter changed its input; ";
+    Tensor want = Tensor::zeros({2, 3});
+    for (int i = 0; i < 6; ++i) {
+      float acc = exact_tensor({2 * size, 3}, 0, 0, 400).data<float>()[rank * 6 + i];
+      for (int q = 1; q < size; ++q) {
+        const float v = exact_tensor({2 * size, 3}, q, 0, 400).data<float>()[rank * 6 + i];
+        acc = op == ReduceOp::kMax ? std::max(acc, v) : op == ReduceOp::kMin ? std::min(acc, v) : acc + v;
+      }
+      want.data<float>()[i] = op == ReduceOp::kMean ? acc / static_cast<float>(size) : acc;
+    }
+    if (!same_bits(output, want)) problems << "reduce_scatter " << to_string(op) << " differs; ";
+  }
   comm.barrier();
   return problems.str();
 }
@@ -500,6 +517,47 @@ TEST(GlooFaultTest, APerCallTimeoutBoundsThatCollective) {
   EXPECT_LT(waited, 1500ms);  // not the group's 20 s
   EXPECT_TRUE(contains(message, "all_reduce #2 on rank 0 failed after ")) << message;
   EXPECT_TRUE(contains(message, "(timeout 250 ms): rank 1 had not entered it")) << message;
+}
+
+TEST(GlooCommunicatorTest, SubGroupsRunIndependentlyAndNest) {
+  auto store = make_in_memory_store(10s);
+  std::vector<std::string> problems(4);
+  run_threads(4, [&](int r) {
+    std::ostringstream out;
+    auto world = make_gloo_communicator(store, r, 4, {.timeout = 10s});
+    // Even and odd ranks; each rank's k-th call for the same ranks joins the same group.
+    auto pair = world->new_group(r % 2 == 0 ? std::vector<int>{2, 0} : std::vector<int>{1, 3});
+    auto evens = world->new_group({0, 2});
+    if ((evens != nullptr) != (r % 2 == 0)) out << "new_group({0, 2}) membership; ";
+    if (!pair || pair->size() != 2 || pair->rank() != r / 2) {
+      out << "pair group rank/size; ";
+    } else {
+      Tensor x = Tensor::full({3}, 1.0 + r);
+      pair->all_reduce({x}, ReduceOp::kSum)->wait();
+      const float want = r % 2 == 0 ? 1 + 3 : 2 + 4;  // ranks 0+2 or 1+3, each holding 1 + rank
+      if (x.to_vector<float>() != std::vector<float>(3, want)) out << "pair all_reduce; ";
+      auto alone = pair->new_group({pair->rank()});  // nests: a group of one inside the pair
+      Tensor y = Tensor::full({2}, 5.0);
+      alone->all_reduce({y}, ReduceOp::kMean)->wait();
+      if (alone->size() != 1 || y.to_vector<float>() != std::vector<float>(2, 5.0f)) out << "nested group; ";
+    }
+    if (evens) {
+      Tensor z = Tensor::full({1}, static_cast<double>(r));
+      evens->all_reduce({z}, ReduceOp::kMax)->wait();
+      if (z.to_vector<float>()[0] != 2.0f) out << "second even group; ";
+    }
+    Tensor w = Tensor::ones({2});
+    world->all_reduce({w}, ReduceOp::kSum)->wait();  // the parent still works
+    if (w.to_vector<float>() != std::vector<float>(2, 4.0f)) out << "world after sub-groups; ";
+    problems[r] = out.str();
+  });
+  for (int r = 0; r < 4; ++r) EXPECT_EQ(problems[r], "") << "rank " << r;
+  auto solo = make_gloo_communicator(store, 0, 1, {.timeout = 1s, .prefix = "solo"});
+  EXPECT_TRUE(contains(message_of<InvalidArgument>([&] { solo->new_group({0, 0}); }), "name a rank twice"));
+  EXPECT_TRUE(contains(message_of<InvalidArgument>([&] { solo->new_group({1}); }), "are not all ranks of the group"));
+  const std::string m = message_of<InvalidArgument>(
+      [&] { solo->reduce_scatter(Tensor::ones({3}), Tensor::ones({2}), {})->wait(); });
+  EXPECT_TRUE(contains(m, "reduce_scatter #1 on rank 0: output is [2], wants [3] (input [3] / 1)")) << m;
 }
 
 }  // namespace
