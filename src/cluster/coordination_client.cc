@@ -9,6 +9,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <mutex>
+#include <optional>
 #include <random>
 #include <set>
 #include <thread>
@@ -63,11 +64,13 @@ struct CoordinationClient::Impl {
 
   std::mutex mu;
   std::condition_variable cv;
-  std::function<void(const LostTask&)> on_lost;      // GUARDED_BY(mu)
-  std::set<std::string> lost_seen;                   // GUARDED_BY(mu): tasks already passed to on_lost
-  bool heartbeat_stop = false;                       // GUARDED_BY(mu)
-  std::chrono::steady_clock::time_point last_reply;  // GUARDED_BY(mu): of the last heartbeat answered
-  bool service_reported = false;                     // GUARDED_BY(mu): on_lost told the service is gone
+  std::function<void(const LostTask&)> on_lost;  // GUARDED_BY(mu)
+  std::set<std::string> lost_seen;               // GUARDED_BY(mu): tasks already passed to on_lost
+  bool heartbeat_stop = false;                   // GUARDED_BY(mu)
+  // GUARDED_BY(mu): when the first of the heartbeats failing since the last answered one was sent (none:
+  // the last one was answered). Counted from a sent beat, so a starved client does not blame the service.
+  std::optional<std::chrono::steady_clock::time_point> failing_since;
+  bool service_reported = false;  // GUARDED_BY(mu): on_lost told the service is gone
   std::thread heartbeat;
 
   // Calls `method` with a deadline of `deadline` from now; a failed status becomes the strata error for
@@ -113,7 +116,7 @@ struct CoordinationClient::Impl {
     std::function<void(const LostTask&)> callback;
     {
       std::lock_guard lock(mu);
-      last_reply = std::chrono::steady_clock::now();
+      failing_since.reset();
       service_reported = false;
       for (auto& l : from_proto(response.lost())) {
         if (lost_seen.insert(l.task).second) fresh.push_back(std::move(l));
@@ -125,14 +128,15 @@ struct CoordinationClient::Impl {
     }
   }
 
-  // A heartbeat failed with `error`: once no heartbeat has been answered for service_timeout, tells
-  // on_lost that the service itself is gone (once, until it answers again).
-  void beat_failed(const std::string& error) {
+  // The heartbeat sent at `sent` failed with `error`: once heartbeats have gone unanswered for
+  // service_timeout, tells on_lost that the service itself is gone (once, until it answers again).
+  void beat_failed(std::chrono::steady_clock::time_point sent, const std::string& error) {
     std::function<void(const LostTask&)> callback;
     LostTask lost;
     {
       std::lock_guard lock(mu);
-      const auto silent = std::chrono::steady_clock::now() - last_reply;
+      if (!failing_since) failing_since = sent;
+      const auto silent = std::chrono::steady_clock::now() - *failing_since;
       if (service_reported || silent <= options.service_timeout) return;
       service_reported = true;
       lost = {"coordination service at " + address, "no heartbeat answered for " + seconds(silent) +
@@ -251,8 +255,14 @@ bool CoordinationClient::delete_key(const std::string& key) {
       .existed();
 }
 
-int64_t CoordinationClient::num_keys() {
-  return impl_->call(&Coordination::Stub::NumKeys, "NumKeys", "", NumKeysRequest(), impl_->options.rpc_timeout)
+int64_t CoordinationClient::num_keys() { return num_keys_with_prefix(""); }
+
+int64_t CoordinationClient::num_keys_with_prefix(const std::string& prefix) {
+  NumKeysRequest request;
+  request.set_prefix(prefix);
+  return impl_
+      ->call(&Coordination::Stub::NumKeys, "NumKeys", prefix.empty() ? "" : "prefix '" + prefix + "'", request,
+             impl_->options.rpc_timeout)
       .num_keys();
 }
 
@@ -287,10 +297,11 @@ void CoordinationClient::start_heartbeats(milliseconds interval) {
     std::unique_lock lock(impl->mu);
     while (!impl->cv.wait_for(lock, interval, [impl] { return impl->heartbeat_stop; })) {
       lock.unlock();
+      const auto sent = std::chrono::steady_clock::now();
       try {
         impl->beat();
       } catch (const Error& e) {
-        impl->beat_failed(e.what());  // keep beating: the service may come back
+        impl->beat_failed(sent, e.what());  // keep beating: the service may come back
       }
       lock.lock();
     }

@@ -151,9 +151,14 @@ class ServiceImpl final : public Coordination::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status NumKeys(grpc::ServerContext*, const NumKeysRequest*, NumKeysResponse* resp) override {
+  grpc::Status NumKeys(grpc::ServerContext*, const NumKeysRequest* req, NumKeysResponse* resp) override {
     std::lock_guard lock(mu_);
-    resp->set_num_keys(static_cast<int64_t>(kv_.size()));
+    const std::string& prefix = req->prefix();
+    int64_t n = 0;
+    for (auto it = kv_.lower_bound(prefix); it != kv_.end() && it->first.compare(0, prefix.size(), prefix) == 0; ++it) {
+      ++n;
+    }
+    resp->set_num_keys(n);
     return grpc::Status::OK;
   }
 

@@ -200,6 +200,30 @@ TEST_F(CoordinationTest, CheckDeleteAndNumKeys) {
   EXPECT_EQ(c->num_keys(), 1);
 }
 
+TEST_F(CoordinationTest, NumKeysWithPrefixCountsOnlyThoseKeys) {
+  auto c = client("worker:0");
+  for (const char* k : {"g1/a", "g1/b", "g10/a", "g2/a", "h"}) c->set(k, "v");
+  EXPECT_EQ(c->num_keys_with_prefix("g1/"), 2);
+  EXPECT_EQ(c->num_keys_with_prefix("g1"), 3);
+  EXPECT_EQ(c->num_keys_with_prefix("zz"), 0);
+  EXPECT_EQ(c->num_keys_with_prefix(""), 5);
+}
+
+// How communicators use it: a fresh prefix per group over the one client (Gloo's rendezvous).
+TEST_F(CoordinationTest, APrefixStoreOverTheClientKeepsGroupsApart) {
+  std::shared_ptr<comm::Store> shared = client("worker:0");
+  auto epoch1 = comm::make_prefix_store(shared, "epoch-1");
+  auto epoch2 = comm::make_prefix_store(shared, "epoch-2");
+  epoch1->set("rank-0", "127.0.0.1:1000");
+  epoch2->set("rank-0", "127.0.0.1:2000");
+  EXPECT_EQ(epoch1->get("rank-0"), "127.0.0.1:1000");
+  EXPECT_EQ(epoch2->get("rank-0"), "127.0.0.1:2000");
+  EXPECT_EQ(epoch1->add("count", 2), 2);
+  EXPECT_EQ(shared->get("epoch-1/count"), "2");
+  const auto msg = message_of<Timeout>([&] { epoch2->wait({"rank-1"}, 200ms); });
+  EXPECT_TRUE(contains(msg, "'epoch-2/rank-1'")) << msg;
+}
+
 TEST_F(CoordinationTest, WaitReturnsOnceEveryKeyArrives) {
   auto waiter = client("worker:0");
   auto writer = client("worker:1");

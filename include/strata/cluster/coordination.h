@@ -105,6 +105,8 @@ class CoordinationClient : public comm::Store {
   void wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) override;
   bool delete_key(const std::string& key) override;
   int64_t num_keys() override;
+  // How many keys start with `prefix`.
+  int64_t num_keys_with_prefix(const std::string& prefix);
 
   // Blocks until every participant arrived at barrier `id` (ids are single-use: arriving again returns
   // its first outcome). Timeout naming the tasks that did not arrive when the deadline (set by the first
