@@ -12,4 +12,8 @@ void add_train_commands(CLI::App& app);
 // `strata data convert ...` and `strata data inspect FILE...` (src/cli/data_command.cc).
 void add_data_commands(CLI::App& app);
 
+// `strata launch --workers N [--chief] [--ps M] ... -- COMMAND ARGS...`: a local cluster, one process per
+// task with its TF_CONFIG (src/cli/launch_command.cc).
+void add_launch_command(CLI::App& app);
+
 }  // namespace strata::cli
