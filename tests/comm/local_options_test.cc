@@ -199,5 +199,36 @@ TEST(LocalOptionsTest, ABackendThatLacksAnOperationSaysSoByName) {
   EXPECT_EQ(work->exception(), nullptr);
 }
 
+// Work's default wait(timeout) and exception() for a backend whose Work has only is_completed() and wait().
+class ManualWork final : public Work {
+ public:
+  bool is_completed() const override { return done.load(); }
+  void wait() override {
+    while (!done.load()) std::this_thread::yield();
+    if (fail) throw InvalidArgument("the peers disagreed");
+  }
+  std::atomic<bool> done{false};
+  bool fail = false;
+};
+
+TEST(LocalOptionsTest, WorkDefaultsPollAndReport) {
+  ManualWork manual;
+  Work& work = manual;  // as callers see it (ManualWork's own wait() hides the overload)
+  const auto start = Clock::now();
+  const std::string m = message_of<Timeout>([&] { work.wait(milliseconds(30)); });
+  EXPECT_GE(Clock::now() - start, milliseconds(30));
+  EXPECT_TRUE(contains(m, "Work::wait: the operation did not complete within 30 ms (it goes on running)")) << m;
+  EXPECT_EQ(work.exception(), nullptr);  // still running
+  manual.fail = true;
+  std::thread finisher([&] {
+    std::this_thread::sleep_for(milliseconds(20));
+    manual.done.store(true);
+  });
+  EXPECT_THROW(work.wait(milliseconds(20000)), InvalidArgument);  // completes within the wait, then rethrows
+  finisher.join();
+  ASSERT_NE(work.exception(), nullptr);
+  EXPECT_THROW(std::rethrow_exception(work.exception()), InvalidArgument);
+}
+
 }  // namespace
 }  // namespace strata::comm

@@ -78,7 +78,8 @@ class Work {
   // c10d's Work::wait(timeout): like wait(), but throws Timeout (naming the operation when the backend knows
   // it) if the operation has not completed within `timeout`. Giving up the wait does not cancel the
   // operation: it goes on under its own timeout, and the tensors stay untouchable until it completes. The
-  // default polls is_completed().
+  // default polls is_completed() (a subclass overriding only wait() adds `using Work::wait;` to keep this one
+  // callable on its own type).
   virtual void wait(std::chrono::milliseconds timeout);
   // The error of a failed operation; null while it runs and after a success. The default asks wait().
   virtual std::exception_ptr exception() const;
@@ -115,6 +116,8 @@ class Communicator {
   virtual void barrier(const BarrierOptions& options);
 
   // ---- Operations a backend may lack; the defaults throw Unavailable "backend <name> does not support <op>".
+  // (A backend that overrides one overload of a name adds `using Communicator::<name>;` to keep the others
+  // callable on its own type.)
   // input [size*n, ...] -> output [n, ...]: rank r gets the reduction over ranks of input rows [r*n, (r+1)*n).
   virtual std::shared_ptr<Work> reduce_scatter(Tensor input, Tensor output, const ReduceScatterOptions& options = {});
   // Sends `tensors` to rank `dst`, where a recv(tensors, this rank, same tag) takes them.
