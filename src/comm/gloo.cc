@@ -74,6 +74,13 @@ inline void cpu_relax() {
 struct Failure {
   enum class Type { kNone, kInvalidArgument, kTimeout, kError } type = Type::kNone;
   std::string message;
+  std::exception_ptr as_exception_ptr() const {
+    try {
+      raise();
+    } catch (...) {
+      return std::current_exception();
+    }
+  }
   [[noreturn]] void raise() const {
     switch (type) {
       case Type::kInvalidArgument:
@@ -90,7 +97,26 @@ struct Failure {
 
 class GlooWork final : public Work {
  public:
+  GlooWork(Kind kind, int64_t seq, int rank) : kind_(kind), seq_(seq), rank_(rank) {}
+
   bool is_completed() const override { return done_.load(std::memory_order_acquire); }
+
+  void wait(std::chrono::milliseconds timeout) override {
+    if (!is_completed()) {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (!cv_.wait_for(lock, timeout, [&] { return is_completed(); })) {
+        STRATA_THROW(Timeout, "gloo: " << kind_name(kind_) << " #" << seq_ << " on rank " << rank_
+                                       << " did not complete within " << timeout.count()
+                                       << " ms (it goes on running under its own timeout)");
+      }
+    }
+    if (failure_.type != Failure::Type::kNone) failure_.raise();
+  }
+
+  std::exception_ptr exception() const override {
+    if (!is_completed() || failure_.type == Failure::Type::kNone) return nullptr;
+    return failure_.as_exception_ptr();
+  }
 
   void wait() override {
     for (int i = 0; i < 2000 && !is_completed(); ++i) cpu_relax();
@@ -111,6 +137,9 @@ class GlooWork final : public Work {
   }
 
  private:
+  const Kind kind_;
+  const int64_t seq_;
+  const int rank_;
   std::atomic<bool> done_{false};
   std::mutex mu_;
   std::condition_variable cv_;
@@ -282,21 +311,18 @@ class GlooCommunicator final : public Communicator {
 
   std::shared_ptr<Work> issue(Kind kind, std::vector<Tensor> tensors, ReduceOp reduce, int root,
                               std::chrono::milliseconds timeout) {
-    auto work = std::make_shared<GlooWork>();
+    std::lock_guard<std::mutex> lock(mu_);
+    auto work = std::make_shared<GlooWork>(kind, issued_ + 1, rank());
     Op op{kind, 0, reduce, root, timeout == kDefaultTimeout ? options_.timeout : timeout, std::move(tensors), work};
-    bool wake = false;
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      op.seq = ++issued_;
-      if (!broken_.empty()) {
-        op.work->finish(not_run(op));
-        return work;
-      }
-      queue_.push_back(std::move(op));
-      pending_.fetch_add(1, std::memory_order_release);
-      wake = worker_sleeping_;
+    op.seq = ++issued_;
+    if (!broken_.empty()) {
+      op.work->finish(not_run(op));
+      return work;
     }
-    if (wake) cv_.notify_one();
+    queue_.push_back(std::move(op));
+    pending_.fetch_add(1, std::memory_order_release);
+    // Notified under mu_: cheap, since the worker only sleeps on cv_ after checking the queue under mu_.
+    if (worker_sleeping_) cv_.notify_one();
     return work;
   }
 

@@ -560,5 +560,38 @@ TEST(GlooCommunicatorTest, SubGroupsRunIndependentlyAndNest) {
   EXPECT_TRUE(contains(m, "reduce_scatter #1 on rank 0: output is [2], wants [3] (input [3] / 1)")) << m;
 }
 
+TEST(GlooCommunicatorTest, WorkWaitWithATimeoutAndException) {
+  auto store = make_in_memory_store(10s);
+  std::atomic<bool> go{false};
+  std::string early;
+  bool null_while_running = false, null_after_success = false, set_after_failure = false;
+  run_threads(2, [&](int r) {
+    auto comm = make_gloo_communicator(store, r, 2, {.timeout = 5s});
+    Tensor x = Tensor::ones({4});
+    if (r == 1) {
+      while (!go.load()) std::this_thread::sleep_for(1ms);
+      comm->all_reduce({x})->wait();
+      // Every rank issues the same sequence, a rejected call included (it takes a sequence number everywhere).
+      EXPECT_THROW(comm->all_reduce({Tensor::zeros({2}, DType::kUInt8)})->wait(), InvalidArgument);
+      comm->barrier();
+      return;
+    }
+    auto work = comm->all_reduce({x});
+    early = message_of<Timeout>([&] { work->wait(50ms); });  // rank 1 has not issued it yet
+    null_while_running = work->exception() == nullptr;
+    go = true;
+    work->wait(5s);
+    null_after_success = work->exception() == nullptr && x.to_vector<float>() == std::vector<float>(4, 2.0f);
+    auto bad = comm->all_reduce({Tensor::zeros({2}, DType::kUInt8)});
+    EXPECT_THROW(bad->wait(1s), InvalidArgument);
+    set_after_failure = bad->exception() != nullptr;
+    comm->barrier();
+  });
+  EXPECT_TRUE(contains(early, "gloo: all_reduce #1 on rank 0 did not complete within 50 ms")) << early;
+  EXPECT_TRUE(null_while_running);
+  EXPECT_TRUE(null_after_success);
+  EXPECT_TRUE(set_after_failure);
+}
+
 }  // namespace
 }  // namespace strata::comm
