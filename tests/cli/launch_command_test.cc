@@ -164,24 +164,32 @@ TEST(Launch, TaskIgnoringSigtermIsKilled) {
   expect_all_gone(pids, 4);
 }
 
-TEST(Launch, ForwardsSigtermToEveryTask) {
-  Scratch scratch("launch_signal");
+// Starts a 2-worker launch in the background, sends `sig` (TERM or INT) to the launcher once both tasks
+// are up, and checks that each task got it, the launcher exited 128 + the signal, and nothing is left.
+void expect_signal_passed_on(const std::string& sig, int number) {
+  Scratch scratch("launch_signal_" + sig);
   const fs::path log = scratch.dir / "log", pids = scratch.dir / "pids";
-  const std::string task = "trap \"echo got TERM; exit 0\" TERM; " + record_pids(pids) +
+  const std::string task = "trap \"echo got " + sig + "; exit 0\" " + sig + "; " + record_pids(pids) +
                            "echo ready; while :; do sleep 0.05; done";
   const std::string script = kStrata + " launch --workers 2 -- sh -c '" + task + "' > " + log.string() +
                              " 2>&1 & L=$!; until [ \"$(grep -c ready " + log.string() +
-                             ")\" = 2 ]; do sleep 0.05; done; kill -TERM $L; wait $L; echo launcher=$?";
+                             ")\" = 2 ]; do sleep 0.05; done; kill -" + sig + " $L; wait $L; echo launcher=$?";
   const auto [rc, out] = run("timeout 60 sh -c '" + std::regex_replace(script, std::regex("'"), "'\\''") + "'");
   ASSERT_EQ(rc, 0) << out;
-  EXPECT_THAT(out, HasSubstr("launcher=143"));
+  EXPECT_THAT(out, HasSubstr("launcher=" + std::to_string(128 + number)));
   const std::string text = read_file(log);
-  EXPECT_THAT(text, HasSubstr("strata launch: got SIGTERM; passing it to every task\n"));
-  EXPECT_THAT(text, HasSubstr("[worker:0] got TERM\n"));
-  EXPECT_THAT(text, HasSubstr("[worker:1] got TERM\n"));
+  EXPECT_THAT(text, HasSubstr("strata launch: got SIG" + sig + "; passing it to every task\n"));
+  EXPECT_THAT(text, HasSubstr("[worker:0] got " + sig + "\n"));
+  EXPECT_THAT(text, HasSubstr("[worker:1] got " + sig + "\n"));
   EXPECT_THAT(text, Not(HasSubstr("restart")));
+  EXPECT_THAT(text, Not(HasSubstr("exited with")));
   expect_all_gone(pids, 4);
 }
+
+TEST(Launch, ForwardsSigtermToEveryTask) { expect_signal_passed_on("TERM", SIGTERM); }
+
+// A background job of a shell ignores SIGINT; the launcher handles it all the same and resets it for tasks.
+TEST(Launch, ForwardsSigintToEveryTask) { expect_signal_passed_on("INT", SIGINT); }
 
 TEST(Launch, RestartsTheClusterUpToMaxRestarts) {
   const auto [rc, out] = run(launch("--workers 2 --max-restarts 2",
