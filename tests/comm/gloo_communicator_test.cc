@@ -5,6 +5,8 @@
 // Processes: each child has an alarm(); the parent waits with a deadline, kills what is left and reaps every child.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+
+#include <csignal>
 #include <unistd.h>
 
 #include <atomic>
@@ -365,6 +367,65 @@ TEST(GlooFaultTest, ARankThatNeverJoinsACollectiveTimesOutAcrossProcesses) {
       10s, [](int i) { return i == 1; });
   EXPECT_EQ(statuses[0], 0);
   EXPECT_EQ(statuses[1], 1000);  // killed by the parent, as planned
+}
+
+// Rank 1 stops itself (SIGSTOP: alive, connected, stuck) or is killed (SIGKILL) once connected; rank 0's all-reduce
+// must fail within its timeout plus a margin, naming rank 1. Returns rank 0's exit status (0: as expected).
+int run_with_lost_rank(bool stop, std::chrono::milliseconds* waited_out) {
+  TempDir dir;
+  std::string timing_file = dir.path() + "/waited";
+  const auto statuses = run_processes(
+      2,
+      [&](int r) {
+        auto store = make_file_store(dir.path() + "/store", 10s);
+        auto comm = make_gloo_communicator(store, r, 2, {.timeout = 400ms});
+        Tensor x = Tensor::ones({256});
+        comm->all_reduce({x})->wait();  // both ranks are up and connected
+        if (r == 1) {
+          if (stop) ::raise(SIGSTOP);
+          ::raise(SIGKILL);
+          return 3;
+        }
+        std::this_thread::sleep_for(50ms);  // rank 1 is stopped or dead by now
+        const auto start = Clock::now();
+        try {
+          comm->all_reduce({x})->wait();
+        } catch (const Timeout& e) {
+          const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
+          if (std::FILE* f = std::fopen(timing_file.c_str(), "w")) {
+            std::fprintf(f, "%lld", static_cast<long long>(ms));
+            std::fclose(f);
+          }
+          const std::string m = e.what();
+          if (!contains(m, "all_reduce #2 on rank 0") || !contains(m, "rank 1 had not entered it")) {
+            std::fprintf(stderr, "unexpected message: %s\n", m.c_str());
+            return 5;
+          }
+          return ms <= 400 + 900 ? 0 : 4;
+        }
+        return 6;
+      },
+      10s, [](int i) { return i == 1; });
+  if (std::FILE* f = std::fopen(timing_file.c_str(), "r")) {
+    long long ms = -1;
+    if (std::fscanf(f, "%lld", &ms) == 1) *waited_out = std::chrono::milliseconds(ms);
+    std::fclose(f);
+  }
+  EXPECT_TRUE(statuses[1] == 1000 || statuses[1] == 128 + SIGKILL) << statuses[1];
+  return statuses[0];
+}
+
+TEST(GlooFaultTest, AStoppedProcessFailsThePeersWithinTheTimeoutNamingIt) {
+  std::chrono::milliseconds waited{-1};
+  EXPECT_EQ(run_with_lost_rank(true, &waited), 0);
+  EXPECT_GE(waited.count(), 400);  // stopped, not gone: only the timeout tells
+}
+
+TEST(GlooFaultTest, AKilledProcessFailsThePeersAtOnceNamingIt) {
+  std::chrono::milliseconds waited{-1};
+  EXPECT_EQ(run_with_lost_rank(false, &waited), 0);
+  EXPECT_GE(waited.count(), 0);
+  EXPECT_LT(waited.count(), 400);  // its connections closed: no need to wait for the timeout
 }
 
 TEST(GlooFaultTest, ARankThatNeverConnectsIsNamed) {
