@@ -4,18 +4,24 @@
 // reused prefix is caught), creates a TCP device bound to the given hostname (127.0.0.1 by default) and connects
 // the full mesh through GlooStore (comm/gloo_store.h) under that prefix. Collectives are queued and run in issue
 // order on the communicator's worker thread with Gloo's options-style functions only (gloo::allreduce, broadcast,
-// allgather, barrier; mixing them with the older algorithm classes stalled, see DEPENDENCIES.md), each with the
-// group timeout and a tag of its sequence number. A bucket of several tensors is copied into one flat buffer
-// (Gloo's several-input all-reduce reduces copies of one buffer, not a list of different ones); one tensor is
-// reduced in place. All-reduce uses Gloo's ring: every element is reduced along one path and then copied to every
-// rank, so all ranks end with the same bits; kMean divides that sum by the size on every rank (same bits again).
+// allgather, barrier; mixing them with the older algorithm classes stalled, see DEPENDENCIES.md), each with its
+// timeout (per call, or the group's) and a tag of its sequence number. A bucket of several tensors is copied into
+// one flat buffer (Gloo's several-input all-reduce reduces copies of one buffer, not a list of different ones); one
+// tensor is reduced in place. All-reduce uses Gloo's ring: every element is reduced along one path and then copied
+// to every rank, so all ranks end with the same bits; kMean divides that sum by the size on every rank (same bits
+// again). float32 and int64 are reduced as they are, bfloat16 in float32 (rounded once); broadcast and all_gather
+// move bytes. reduce_scatter is an all-reduce of a copy (Gloo has no options-style reduce-scatter); new_group
+// connects a new Gloo group under a sub-prefix.
 //
 // On a Gloo IoException (a timeout, or a peer that closed its connections) Gloo has closed every pair of the
 // context: the collective fails with Timeout and the communicator is broken — every later collective fails at once
-// with Timeout quoting that first failure. abort(reason) records the reason in the store (so that peers quote it),
-// fails the queued collectives and closes the connections, which makes the peers' collectives fail at once; a
-// collective this rank is running ends by its own timeout at the latest (Gloo cannot interrupt a local wait).
-// Thread-safety: one thread per rank issues collectives (mu_ guards the queue); the worker owns the Gloo context.
+// with Timeout quoting that first failure. To name the ranks that never entered a failed collective, a reporter
+// thread publishes "progress/rank-<r>" once this rank has waited in one collective for a quarter of its timeout.
+// abort(reason) records the reason in the store (so that peers quote it), fails the queued collectives and closes
+// the connections, which makes the peers' collectives fail at once; a collective this rank is running ends by its
+// own timeout at the latest (Gloo cannot interrupt a local wait).
+// Thread-safety: one thread per rank issues collectives (mu_ guards the queue); the worker owns the Gloo context
+// and the scratch buffers; the reporter reads only atomics and the store.
 #include "strata/comm/gloo.h"
 
 #include <gloo/allgather.h>

@@ -7,10 +7,13 @@
 //   comm->all_reduce({grad_w, grad_b}, comm::ReduceOp::kMean)->wait();
 //
 // Every rank calls make_gloo_communicator with the same store, size and prefix; it returns once the full mesh of
-// TCP connections is up (or throws Timeout naming the ranks that never came). Collectives run on a worker thread
-// per communicator, in issue order, with Gloo's options-style algorithms (ring all-reduce: every rank ends with the
-// same bits). A collective that passes `timeout` makes Gloo close every connection of the group: the collective
-// fails with Timeout and the communicator is unusable from then on — build a new group under a fresh prefix.
+// TCP connections is up (or throws Timeout naming the ranks that never came). Collectives (all_reduce, broadcast,
+// all_gather, reduce_scatter, barrier; float32, bfloat16, int64) run on a worker thread per communicator, in issue
+// order, with Gloo's options-style algorithms (ring all-reduce: every rank ends with the same bits); the options
+// overloads set a per-call timeout; new_group(ranks) connects a sub-group; send/recv are not supported. A
+// collective that passes its timeout makes Gloo close every connection of the group: the collective fails with
+// Timeout naming the ranks that had not entered it, and the communicator is unusable from then on — build a new
+// group under a fresh prefix. docs/comm.md has the details and the exact errors.
 // Thread-safety: as every Communicator (strata/comm/communicator.h); make_gloo_communicator is safe from any thread.
 #pragma once
 
