@@ -58,12 +58,10 @@ class Bucket {
 // REQUIRES: count >= 2.
 void reduce_piece(float* out, const float* const* inputs, int count, int64_t length, ReduceOp op, float divisor);
 // bfloat16: each element is combined in float32 left to right, divided, and rounded to bfloat16 once.
-void reduce_piece(BFloat16* out, const BFloat16* const* inputs, int count, int64_t length, ReduceOp op,
-                  float divisor);
+void reduce_piece(BFloat16* out, const BFloat16* const* inputs, int count, int64_t length, ReduceOp op, float divisor);
 // int64: sums wrap around (two's complement) instead of overflowing; kMean divides the sum by the integer
 // `divisor`, rounding toward zero.
-void reduce_piece(int64_t* out, const int64_t* const* inputs, int count, int64_t length, ReduceOp op,
-                  float divisor);
+void reduce_piece(int64_t* out, const int64_t* const* inputs, int count, int64_t length, ReduceOp op, float divisor);
 
 // [begin, end) of chunk `index` when `numel` elements are split into `parts` chunks whose boundaries are
 // multiples of `align` elements (16 float32 = 64 bytes), so two ranks never write one cache line.

@@ -19,7 +19,7 @@ void Work::wait(std::chrono::milliseconds timeout) {
   while (!is_completed()) {
     if (std::chrono::steady_clock::now() >= deadline) {
       STRATA_THROW(Timeout, "Work::wait: the operation did not complete within " << timeout.count()
-                                                                                  << " ms (it goes on running)");
+                                                                                 << " ms (it goes on running)");
     }
     std::this_thread::sleep_for(pause);
     pause = std::min(pause * 2, std::chrono::microseconds(5000));

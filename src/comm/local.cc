@@ -123,7 +123,8 @@ void LocalCommunicator::run_alone(Op& op) {
   try {
     Descriptor d;
     describe(op, d);
-    if (!d.local_error.empty()) STRATA_THROW(InvalidArgument, op_name(op) << " (" << group_->name << "): " << d.local_error);
+    if (!d.local_error.empty())
+      STRATA_THROW(InvalidArgument, op_name(op) << " (" << group_->name << "): " << d.local_error);
     if ((op.kind == Kind::kAllGather || op.kind == Kind::kReduceScatter) && d.bucket.segments() == 2 &&
         d.bucket.segment<char>(0) != d.bucket.segment<char>(1)) {
       std::memcpy(d.bucket.segment<char>(1), d.bucket.segment<char>(0), op.tensors[0].nbytes());
@@ -328,8 +329,8 @@ void LocalCommunicator::abort(const std::string& reason) {
 
 std::string LocalCommunicator::timeout_message(const Op& op, const std::string& what, uint64_t step) const {
   std::ostringstream out;
-  out << group_->name << ": " << op_name(op) << " on rank " << rank_ << " timed out after "
-      << op.timeout.count() << " ms at step '" << what << "': " << missing_ranks(op, step);
+  out << group_->name << ": " << op_name(op) << " on rank " << rank_ << " timed out after " << op.timeout.count()
+      << " ms at step '" << what << "': " << missing_ranks(op, step);
   return strata::detail::with_location(out.str(), __FILE__, __LINE__);
 }
 
@@ -343,9 +344,9 @@ void LocalCommunicator::step(const Op& op, const std::string& what) {
     case GroupBarrier::Result::kTimedOut:
       throw Timeout(group_->barrier.abort_reason());
     case GroupBarrier::Result::kAborted:
-      STRATA_THROW(Timeout, group_->name << ": " << op_name(op) << " on rank " << rank_
-                                              << " gave up at step '" << what << "' (" << missing_ranks(op, step)
-                                              << ") because the group was aborted: " << group_->barrier.abort_reason());
+      STRATA_THROW(Timeout, group_->name << ": " << op_name(op) << " on rank " << rank_ << " gave up at step '" << what
+                                         << "' (" << missing_ranks(op, step)
+                                         << ") because the group was aborted: " << group_->barrier.abort_reason());
   }
 }
 

@@ -91,7 +91,7 @@ void LocalCommunicator::run_all_reduce(const Op& op) {
   // bfloat16 is combined in rank order and rounded once, so the pairwise tree runs as the ring.
   const AllReduceAlgorithm algorithm =
       dtype == DType::kBFloat16 && group_->options.algorithm == AllReduceAlgorithm::kTree ? AllReduceAlgorithm::kRing
-                                                                                         : group_->options.algorithm;
+                                                                                          : group_->options.algorithm;
   switch (algorithm) {
     case AllReduceAlgorithm::kRing: {
       // Reduce-scatter: this rank owns chunk `rank_` and reduces it over every rank, in rank order.

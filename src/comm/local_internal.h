@@ -68,9 +68,9 @@ class LocalWork final : public Work {
     if (!is_completed()) {
       std::unique_lock<std::mutex> lock(mu_);
       if (!cv_.wait_until(lock, deadline, [&] { return is_completed(); })) {
-        STRATA_THROW(Timeout, "local group of " << group_size_ << ": " << kind_ << " #" << seq_ << " on rank "
-                                                << rank_ << " did not complete within the " << timeout.count()
-                                    << " ms of Work::wait (it goes on running under its own timeout)");
+        STRATA_THROW(Timeout, "local group of " << group_size_ << ": " << kind_ << " #" << seq_ << " on rank " << rank_
+                                                << " did not complete within the " << timeout.count()
+                                                << " ms of Work::wait (it goes on running under its own timeout)");
       }
     }
     if (error_) rethrow_copy(error_);
@@ -117,7 +117,7 @@ struct Descriptor {
   DType dtype = DType::kFloat32;  // of every tensor
   std::vector<Shape> shapes;      // all_gather, reduce_scatter: {input, output}
   Bucket bucket;                  // the tensors' elements; all_gather, reduce_scatter: {input, output}
-  std::string local_error;    // a problem with this rank's own arguments
+  std::string local_error;        // a problem with this rank's own arguments
 };
 
 // Where a rank is, for the messages of the other ranks' timeouts. Written by the rank, read by anyone.
@@ -143,14 +143,13 @@ struct Message {
 
 struct Inbox {
   std::mutex mu;
-  std::condition_variable cv;      // notified when a message arrives or the group is aborted
-  std::deque<Message> messages;    // guarded by mu, in arrival order
+  std::condition_variable cv;    // notified when a message arrives or the group is aborted
+  std::deque<Message> messages;  // guarded by mu, in arrival order
 };
 
 struct LocalGroup {
   LocalGroup(int size, LocalGroupOptions options, std::string name)
-      : size(size), options(options), name(std::move(name)), barrier(size), status(size), slots(size),
-        inboxes(size) {}
+      : size(size), options(options), name(std::move(name)), barrier(size), status(size), slots(size), inboxes(size) {}
   const int size;
   const LocalGroupOptions options;
   // How messages name the group: "local group of 4", a sub-group "local group of 2 (ranks 0, 2 of local group
@@ -169,8 +168,8 @@ struct Op {
   Kind kind = Kind::kNone;
   int64_t seq = 0;
   ReduceOp reduce = ReduceOp::kSum;
-  int root = 0;  // send: dst; recv: src
-  int tag = 0;   // send, recv
+  int root = 0;                          // send: dst; recv: src
+  int tag = 0;                           // send, recv
   std::chrono::milliseconds timeout{0};  // bounds each wait of this operation
   std::vector<Tensor> tensors;           // all_gather: {input, output}
   std::shared_ptr<LocalWork> work;
@@ -209,8 +208,7 @@ class LocalCommunicator final : public Communicator {
     return issue(Kind::kBroadcast, std::move(tensors), ReduceOp::kSum, root, group_->options.timeout);
   }
   std::shared_ptr<Work> all_gather(Tensor input, Tensor output) override {
-    return issue(Kind::kAllGather, {std::move(input), std::move(output)}, ReduceOp::kSum, 0,
-                 group_->options.timeout);
+    return issue(Kind::kAllGather, {std::move(input), std::move(output)}, ReduceOp::kSum, 0, group_->options.timeout);
   }
   void barrier() override { issue(Kind::kBarrier, {}, ReduceOp::kSum, 0, group_->options.timeout)->wait(); }
   void abort(const std::string& reason) override;
@@ -235,7 +233,8 @@ class LocalCommunicator final : public Communicator {
   }
   using Communicator::recv;
   using Communicator::send;
-  std::shared_ptr<Work> send(std::vector<Tensor> tensors, int dst, const SendOptions& options) override;  // local_p2p.cc
+  std::shared_ptr<Work> send(std::vector<Tensor> tensors, int dst,
+                             const SendOptions& options) override;  // local_p2p.cc
   std::shared_ptr<Work> recv(std::vector<Tensor> tensors, int src, const RecvOptions& options) override;
   std::shared_ptr<Communicator> new_group(std::vector<int> ranks) override;  // local_group.cc
 
@@ -305,14 +304,14 @@ class LocalCommunicator final : public Communicator {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  std::deque<Op> queue_;             // guarded by mu_
-  std::atomic<int64_t> pending_{0};  // queue_.size(), readable without mu_
-  bool worker_sleeping_ = false;     // guarded by mu_: the worker blocks on cv_ and needs a notify
-  bool stop_ = false;                // guarded by mu_
-  int64_t issued_ = 0;               // guarded by mu_: collectives
-  int64_t p2p_issued_ = 0;           // guarded by mu_: sends and recvs
+  std::deque<Op> queue_;                             // guarded by mu_
+  std::atomic<int64_t> pending_{0};                  // queue_.size(), readable without mu_
+  bool worker_sleeping_ = false;                     // guarded by mu_: the worker blocks on cv_ and needs a notify
+  bool stop_ = false;                                // guarded by mu_
+  int64_t issued_ = 0;                               // guarded by mu_: collectives
+  int64_t p2p_issued_ = 0;                           // guarded by mu_: sends and recvs
   std::map<std::vector<int>, int> new_group_calls_;  // how often this rank made a group of these ranks
-  std::thread worker_;               // last: starts once the members above exist
+  std::thread worker_;                               // last: starts once the members above exist
 };
 
 }  // namespace strata::comm::local_detail

@@ -16,8 +16,9 @@
 namespace strata::comm::local_detail {
 
 void LocalCommunicator::check_peer(const char* what, const char* role, int peer) const {
-  STRATA_CHECK(peer >= 0 && peer < group_->size && peer != rank_, InvalidArgument,
-               what << " on rank " << rank_ << ": " << role << " " << peer << " is not another rank of " << group_->name);
+  STRATA_CHECK(
+      peer >= 0 && peer < group_->size && peer != rank_, InvalidArgument,
+      what << " on rank " << rank_ << ": " << role << " " << peer << " is not another rank of " << group_->name);
 }
 
 std::shared_ptr<Work> LocalCommunicator::send(std::vector<Tensor> tensors, int dst, const SendOptions& options) {
@@ -34,8 +35,8 @@ namespace {
 
 std::string where(const Op& op, int rank, const std::string& group) {
   std::ostringstream out;
-  out << group << ": " << op_name(op) << (op.kind == Kind::kSend ? " to" : " from") << " rank "
-      << op.root << " (tag " << op.tag << ") on rank " << rank;
+  out << group << ": " << op_name(op) << (op.kind == Kind::kSend ? " to" : " from") << " rank " << op.root << " (tag "
+      << op.tag << ") on rank " << rank;
   return out.str();
 }
 
@@ -84,7 +85,8 @@ std::string LocalCommunicator::recv_timeout_message(const Op& op) const {
 void LocalCommunicator::run_recv(Op& op) {
   Descriptor mine;
   describe(op, mine);
-  if (!mine.local_error.empty()) STRATA_THROW(InvalidArgument, where(op, rank_, group_->name) << ": " << mine.local_error);
+  if (!mine.local_error.empty())
+    STRATA_THROW(InvalidArgument, where(op, rank_, group_->name) << ": " << mine.local_error);
   Inbox& box = group_->inboxes[rank_];
   const auto deadline = Clock::now() + op.timeout;
   Message message;
@@ -112,12 +114,13 @@ void LocalCommunicator::run_recv(Op& op) {
   sent.dtype = message.tensors.empty() ? DType::kFloat32 : message.tensors[0].dtype();
   for (const Tensor& t : message.tensors) sent.shapes.push_back(t.shape());
   if (sent.shapes != mine.shapes || (!sent.shapes.empty() && sent.dtype != mine.dtype)) {
-    STRATA_THROW(InvalidArgument, where(op, rank_, group_->name) << ": rank " << op.root << " sent "
-                                                                 << describe_tensors(sent) << ", this rank receives into "
-                                                                 << describe_tensors(mine));
+    STRATA_THROW(InvalidArgument, where(op, rank_, group_->name)
+                                      << ": rank " << op.root << " sent " << describe_tensors(sent)
+                                      << ", this rank receives into " << describe_tensors(mine));
   }
   for (size_t i = 0; i < op.tensors.size(); ++i) {
-    if (op.tensors[i].nbytes() > 0) std::memcpy(op.tensors[i].raw_data(), message.tensors[i].raw_data(), op.tensors[i].nbytes());
+    if (op.tensors[i].nbytes() > 0)
+      std::memcpy(op.tensors[i].raw_data(), message.tensors[i].raw_data(), op.tensors[i].nbytes());
   }
 }
 

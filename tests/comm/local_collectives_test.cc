@@ -100,7 +100,9 @@ void reference_reduce(const std::vector<Tensor>& xs, int64_t offset, Tensor& out
   }
 }
 
-std::string label(DType dtype, int size) { return std::string(dtype_name(dtype)) + " on " + std::to_string(size) + " ranks"; }
+std::string label(DType dtype, int size) {
+  return std::string(dtype_name(dtype)) + " on " + std::to_string(size) + " ranks";
+}
 
 TEST(LocalCollectivesTest, AllReduceEveryDTypeAlgorithmSizeAndOp) {
   const std::vector<Shape> shapes = {{37, 11}, {0}, {5}, {300}};
@@ -149,7 +151,8 @@ TEST(LocalCollectivesTest, BroadcastEveryDTypeSizeAndRoot) {
         std::vector<std::vector<Tensor>> buckets(size);
         for (int r = 0; r < size; ++r) buckets[r] = {random_of(dtype, {3, 7}, ++seed), random_of(dtype, {65}, ++seed)};
         const std::vector<Tensor> expected = {buckets[root][0].clone(), buckets[root][1].clone()};
-        run_ranks(make_local_group(size), [&](int r, Communicator& c) { c.broadcast(buckets[r], {.root = root})->wait(); });
+        run_ranks(make_local_group(size),
+                  [&](int r, Communicator& c) { c.broadcast(buckets[r], {.root = root})->wait(); });
         for (int r = 0; r < size; ++r) {
           for (size_t t = 0; t < expected.size(); ++t) EXPECT_TRUE(same_bytes(buckets[r][t], expected[t])) << r;
         }
@@ -227,8 +230,9 @@ TEST(LocalCollectivesTest, ReduceScatterShapeAndOverlapErrors) {
   const Group group = make_local_group(2);
   std::vector<std::string> shape(2), overlap(2), op(2);
   run_ranks(group, [&](int r, Communicator& c) {
-    shape[r] = message_of<InvalidArgument>(
-        [&] { c.reduce_scatter(Tensor::ones({r == 0 ? 4 : 5, 2}), Tensor::zeros({2, 2}))->wait(); });
+    shape[r] = message_of<InvalidArgument>([&] {
+      c.reduce_scatter(Tensor::ones({r == 0 ? 4 : 5, 2}), Tensor::zeros({2, 2}))->wait();
+    });
     Tensor in = Tensor::ones({4});
     overlap[r] = message_of<InvalidArgument>([&] { c.reduce_scatter(in, in.slice(1 - r, 3 - r))->wait(); });
     op[r] = message_of<InvalidArgument>([&] {
@@ -236,8 +240,10 @@ TEST(LocalCollectivesTest, ReduceScatterShapeAndOverlapErrors) {
     });
   });
   for (int r = 0; r < 2; ++r) {
-    EXPECT_NE(shape[r].find("reduce_scatter #1 (local group of 2): rank 1: input is [5, 2], wants [4, 2] (2 x output [2, 2])"),
-              std::string::npos) << shape[r];
+    EXPECT_NE(shape[r].find(
+                  "reduce_scatter #1 (local group of 2): rank 1: input is [5, 2], wants [4, 2] (2 x output [2, 2])"),
+              std::string::npos)
+        << shape[r];
     EXPECT_NE(overlap[r].find("rank 0: output overlaps the input other than as this rank's chunk"), std::string::npos)
         << overlap[r];
     EXPECT_NE(op[r].find("the ranks reduce with different ops: rank 0: sum; rank 1: max"), std::string::npos) << op[r];
@@ -250,8 +256,9 @@ TEST(LocalCollectivesTest, OtherDTypesAreRejectedByName) {
     std::vector<std::string> messages(size), mixed(size), across(size);
     run_ranks(group, [&](int r, Communicator& c) {
       messages[r] = message_of<InvalidArgument>([&] { c.all_reduce({Tensor::zeros({2}, DType::kUInt8)})->wait(); });
-      mixed[r] = message_of<InvalidArgument>(
-          [&] { c.broadcast({Tensor::zeros({2}), Tensor::zeros({2}, DType::kInt64)}, 0)->wait(); });
+      mixed[r] = message_of<InvalidArgument>([&] {
+        c.broadcast({Tensor::zeros({2}), Tensor::zeros({2}, DType::kInt64)}, 0)->wait();
+      });
       if (size == 2) {
         Tensor t = Tensor::zeros({2}, r == 0 ? DType::kInt64 : DType::kBFloat16);
         across[r] = message_of<InvalidArgument>([&] { c.all_reduce({t})->wait(); });
@@ -264,7 +271,8 @@ TEST(LocalCollectivesTest, OtherDTypesAreRejectedByName) {
           << mixed[r];
       if (size == 2) {
         EXPECT_NE(across[r].find("the ranks passed different dtypes: rank 0: int64; rank 1: bfloat16"),
-                  std::string::npos) << across[r];
+                  std::string::npos)
+            << across[r];
       }
     }
   }

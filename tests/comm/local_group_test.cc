@@ -36,7 +36,7 @@ TEST(LocalGroupTest, SubsetReducesOverItsMembersOnly) {
     gathered[r] = Tensor::zeros({10});
   }
   run_ranks(world, [&](int r, Communicator& c) {
-    sub[r] = c.new_group({2, 0});  // unsorted on purpose: ranks are sorted, so world 0 -> 0, world 2 -> 1
+    sub[r] = c.new_group({2, 0});         // unsorted on purpose: ranks are sorted, so world 0 -> 0, world 2 -> 1
     auto w = c.all_reduce({world_t[r]});  // the parent runs beside the sub-group
     if (sub[r]) {
       sub[r]->all_reduce({t[r]})->wait();
@@ -87,7 +87,7 @@ TEST(LocalGroupTest, NestedGroupsAndEveryCollective) {
   EXPECT_EQ(inner_rank, (std::vector<int>{-1, 0, -1, 1, -1}));
   EXPECT_EQ(inner_size, (std::vector<int>{0, 2, 0, 2, 0}));
   for (int r : {1, 3}) {
-    EXPECT_EQ(a[r].to_vector<int64_t>(), std::vector<int64_t>(3, 4)) << r;  // 1 + 3
+    EXPECT_EQ(a[r].to_vector<int64_t>(), std::vector<int64_t>(3, 4)) << r;   // 1 + 3
     EXPECT_EQ(out[r].to_vector<float>(), std::vector<float>(2, 2.0f)) << r;  // (1 + 3) / 2
   }
   EXPECT_EQ(p2p[3].item<float>(), 99.0f);
@@ -150,9 +150,10 @@ TEST(LocalGroupTest, ASubGroupTimesOutAloneNamingItsRank) {
     // The parent is not aborted by its sub-group's timeout.
     c.all_reduce({t[r]})->wait();
   });
-  EXPECT_TRUE(contains(message, "local group of 2 (ranks 0, 1 of local group of 3): all_reduce #1 on rank 0 timed out "
-                                "after 200 ms at step 'arrive': "
-                                "rank 1 had not arrived; rank 1 has issued no collective"))
+  EXPECT_TRUE(contains(message,
+                       "local group of 2 (ranks 0, 1 of local group of 3): all_reduce #1 on rank 0 timed out "
+                       "after 200 ms at step 'arrive': "
+                       "rank 1 had not arrived; rank 1 has issued no collective"))
       << message;
   EXPECT_EQ(t[2].to_vector<float>(), std::vector<float>(2, 3.0f));
 }

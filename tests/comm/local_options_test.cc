@@ -38,10 +38,14 @@ TEST(LocalOptionsTest, PerCollectiveTimeoutOverridesTheGroupTimeout) {
     std::function<void(Communicator&)> call;
   };
   const std::vector<Case> cases = {
-      {"all_reduce", [&](Communicator& c) { c.all_reduce({Tensor::ones({8})}, {.op = ReduceOp::kMax, .timeout = timeout})->wait(); }},
-      {"broadcast", [&](Communicator& c) { c.broadcast({Tensor::ones({8})}, {.root = 1, .timeout = timeout})->wait(); }},
-      {"all_gather", [&](Communicator& c) { c.all_gather(Tensor::ones({2}), Tensor::ones({6}), {.timeout = timeout})->wait(); }},
-      {"reduce_scatter", [&](Communicator& c) { c.reduce_scatter(Tensor::ones({6}), Tensor::ones({2}), {.timeout = timeout})->wait(); }},
+      {"all_reduce",
+       [&](Communicator& c) { c.all_reduce({Tensor::ones({8})}, {.op = ReduceOp::kMax, .timeout = timeout})->wait(); }},
+      {"broadcast",
+       [&](Communicator& c) { c.broadcast({Tensor::ones({8})}, {.root = 1, .timeout = timeout})->wait(); }},
+      {"all_gather",
+       [&](Communicator& c) { c.all_gather(Tensor::ones({2}), Tensor::ones({6}), {.timeout = timeout})->wait(); }},
+      {"reduce_scatter",
+       [&](Communicator& c) { c.reduce_scatter(Tensor::ones({6}), Tensor::ones({2}), {.timeout = timeout})->wait(); }},
       {"barrier", [&](Communicator& c) { c.barrier({.timeout = timeout}); }},
   };
   for (const Case& test_case : cases) {
@@ -91,7 +95,8 @@ TEST(LocalOptionsTest, OptionsCarryTheOpAndRoot) {
     EXPECT_EQ(b[r].to_vector<float>(), std::vector<float>(2, 20.0f));
     EXPECT_EQ(out[r].to_vector<float>(), (std::vector<float>{0.0f, 7.0f, 14.0f}));
   }
-  const std::string m = message_of<InvalidArgument>([&] { group[0]->all_reduce({a[0]}, {.timeout = milliseconds(0)}); });
+  const std::string m =
+      message_of<InvalidArgument>([&] { group[0]->all_reduce({a[0]}, {.timeout = milliseconds(0)}); });
   EXPECT_TRUE(contains(m, "all_reduce on rank 0: timeout must be positive, got 0 ms")) << m;
 }
 
@@ -159,8 +164,8 @@ class MinimalCommunicator final : public Communicator {
   }
   void barrier() override { last = "barrier"; }
   void abort(const std::string&) override {}
-  using Communicator::all_reduce;
   using Communicator::all_gather;
+  using Communicator::all_reduce;
   using Communicator::barrier;
   using Communicator::broadcast;
   std::string last;
@@ -180,8 +185,10 @@ TEST(LocalOptionsTest, ABackendThatLacksAnOperationSaysSoByName) {
   auto unsupported = [&](const std::function<void()>& f) { return message_of<Unavailable>(f); };
   EXPECT_TRUE(contains(unsupported([&] { base.reduce_scatter(Tensor::ones({1}), Tensor::ones({1})); }),
                        "backend minimal does not support reduce_scatter"));
-  EXPECT_TRUE(contains(unsupported([&] { base.send({Tensor::ones({1})}, 0, 3); }), "backend minimal does not support send"));
-  EXPECT_TRUE(contains(unsupported([&] { base.recv({Tensor::ones({1})}, 0); }), "backend minimal does not support recv"));
+  EXPECT_TRUE(
+      contains(unsupported([&] { base.send({Tensor::ones({1})}, 0, 3); }), "backend minimal does not support send"));
+  EXPECT_TRUE(
+      contains(unsupported([&] { base.recv({Tensor::ones({1})}, 0); }), "backend minimal does not support recv"));
   EXPECT_TRUE(contains(unsupported([&] { base.new_group({0}); }), "backend minimal does not support new_group"));
   EXPECT_TRUE(contains(unsupported([&] { base.all_reduce({}, {.timeout = milliseconds(5)}); }),
                        "backend minimal does not support all_reduce with a per-call timeout"));

@@ -97,9 +97,9 @@ TEST(LocalP2PTest, RunsInIssueOrderWithCollectives) {
   std::vector<Tensor> t = {Tensor::full({4}, 1.0), Tensor::full({4}, 2.0), Tensor::full({4}, 3.0)};
   Tensor received = Tensor::zeros({4});
   run_ranks(group, [&](int r, Communicator& c) {
-    auto w = c.all_reduce({t[r]});          // t = 6 everywhere
-    if (r == 0) c.send({t[0]}, 2, 0);       // sends the reduced value: queued behind the all_reduce
-    if (r == 2) c.recv({received}, 0, 0);   // and the all_reduce below waits for it on rank 2
+    auto w = c.all_reduce({t[r]});         // t = 6 everywhere
+    if (r == 0) c.send({t[0]}, 2, 0);      // sends the reduced value: queued behind the all_reduce
+    if (r == 2) c.recv({received}, 0, 0);  // and the all_reduce below waits for it on rank 2
     c.all_reduce({t[r]}, ReduceOp::kMax)->wait();
     w->wait();
   });
@@ -117,8 +117,9 @@ TEST(LocalP2PTest, MismatchedShapesAndBadPeers) {
       mismatch = message_of<InvalidArgument>([&] { c.recv({small}, 0, 5)->wait(); });
     }
   });
-  EXPECT_TRUE(contains(mismatch, "local group of 2: recv #1 from rank 0 (tag 5) on rank 1: rank 0 sent 1 tensor [4] "
-                                 "(4 elements) float32, this rank receives into 1 tensor [3] (3 elements) int64"))
+  EXPECT_TRUE(contains(mismatch,
+                       "local group of 2: recv #1 from rank 0 (tag 5) on rank 1: rank 0 sent 1 tensor [4] "
+                       "(4 elements) float32, this rank receives into 1 tensor [3] (3 elements) int64"))
       << mismatch;
   std::string m = message_of<InvalidArgument>([&] { group[0]->send({Tensor::ones({1})}, 2); });
   EXPECT_TRUE(contains(m, "send on rank 0: dst 2 is not another rank of local group of 2")) << m;
@@ -127,7 +128,8 @@ TEST(LocalP2PTest, MismatchedShapesAndBadPeers) {
   m = message_of<InvalidArgument>([&] { make_local_group(1)[0]->send({Tensor::ones({1})}, 0); });
   EXPECT_TRUE(contains(m, "dst 0 is not another rank of local group of 1")) << m;
   m = message_of<InvalidArgument>([&] { group[0]->send({Tensor::ones({1}, DType::kUInt8)}, 1)->wait(); });
-  EXPECT_TRUE(contains(m, "send #2 to rank 1 (tag 0) on rank 0: tensor 0 is uint8, wants float32, bfloat16 or int64")) << m;
+  EXPECT_TRUE(contains(m, "send #2 to rank 1 (tag 0) on rank 0: tensor 0 is uint8, wants float32, bfloat16 or int64"))
+      << m;
 }
 
 TEST(LocalP2PTest, RecvTimeoutNamesTheSourceAndTheGroupGoesOn) {
@@ -147,9 +149,10 @@ TEST(LocalP2PTest, RecvTimeoutNamesTheSourceAndTheGroupGoesOn) {
     }
     c.all_reduce({after})->wait();
   });
-  EXPECT_TRUE(contains(message, "local group of 2: recv #1 from rank 0 (tag 7) on rank 1 timed out after 150 ms: "
-                                "rank 0 sent nothing with tag 7 to rank 1 (its messages waiting here have tags 1); "
-                                "rank 0 has issued 1 sends"))
+  EXPECT_TRUE(contains(message,
+                       "local group of 2: recv #1 from rank 0 (tag 7) on rank 1 timed out after 150 ms: "
+                       "rank 0 sent nothing with tag 7 to rank 1 (its messages waiting here have tags 1); "
+                       "rank 0 has issued 1 sends"))
       << message;
   EXPECT_GE(took, timeout - milliseconds(5));
   EXPECT_LT(took, timeout + milliseconds(1500));
@@ -168,8 +171,9 @@ TEST(LocalP2PTest, AbortWakesABlockedRecv) {
     }
     message = message_of<Timeout>([&] { c.recv({Tensor::zeros({1})}, 0, 3)->wait(); });
   });
-  EXPECT_TRUE(contains(message, "recv #1 from rank 0 (tag 3) on rank 1 gave up because the group was aborted: "
-                                "rank 0 is going away"))
+  EXPECT_TRUE(contains(message,
+                       "recv #1 from rank 0 (tag 3) on rank 1 gave up because the group was aborted: "
+                       "rank 0 is going away"))
       << message;
 }
 
@@ -187,8 +191,9 @@ TEST(LocalP2PTest, CollectiveTimeoutNamesARankBlockedInRecv) {
   });
   for (int r : {1, 2}) {
     EXPECT_TRUE(contains(messages[r], "all_reduce #1 on rank")) << messages[r];
-    EXPECT_TRUE(contains(messages[r], "rank 0 had not arrived; rank 0 has issued no collective and is in recv #1 "
-                                      "from rank 1 (tag 4)"))
+    EXPECT_TRUE(contains(messages[r],
+                         "rank 0 had not arrived; rank 0 has issued no collective and is in recv #1 "
+                         "from rank 1 (tag 4)"))
         << messages[r];
   }
   // The recv ends at the abort (20 ms polling) rather than after its own 2 s.
