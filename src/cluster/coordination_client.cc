@@ -318,6 +318,15 @@ void CoordinationClient::stop_heartbeats() {
   impl_->heartbeat.join();
 }
 
+void CoordinationClient::disconnect() {
+  stop_heartbeats();
+  DisconnectRequest request;
+  request.set_task(impl_->task);
+  request.set_incarnation(impl_->incarnation);
+  impl_->call(&Coordination::Stub::Disconnect, "Disconnect", "task " + impl_->task, request,
+              impl_->options.rpc_timeout);
+}
+
 void CoordinationClient::set_on_lost(std::function<void(const LostTask&)> on_lost) {
   std::lock_guard lock(impl_->mu);
   impl_->on_lost = std::move(on_lost);

@@ -245,6 +245,13 @@ class ServiceImpl final : public Coordination::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status Disconnect(grpc::ServerContext*, const DisconnectRequest* req, DisconnectResponse*) override {
+    std::lock_guard lock(mu_);
+    auto it = tasks_.find(req->task());
+    if (it != tasks_.end() && !it->second.lost && it->second.incarnation == req->incarnation()) tasks_.erase(it);
+    return grpc::Status::OK;
+  }
+
   // Declares lost every registered task silent for longer than the heartbeat timeout.
   void check_heartbeats() {
     std::lock_guard lock(mu_);

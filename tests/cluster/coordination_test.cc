@@ -431,6 +431,25 @@ TEST_F(CoordinationTest, ATaskThatStopsHeartbeatingIsReportedLostToTheOthers) {
   EXPECT_TRUE(watcher->lost_tasks().empty());
 }
 
+TEST_F(CoordinationTest, ATaskThatDisconnectsIsNotReportedLost) {
+  std::atomic<int> reports{0};
+  auto watcher = client("worker:0");
+  watcher->set_on_lost([&](const LostTask&) { ++reports; });
+  watcher->start_heartbeats(100ms);
+  auto done = client("worker:1");
+  done->start_heartbeats(100ms);
+  done->disconnect();
+  auto crashed = client("worker:2");  // for contrast: silent without disconnecting
+  crashed->start_heartbeats(100ms);
+  crashed->stop_heartbeats();
+  std::this_thread::sleep_for(1s + 1s);
+  const auto lost = watcher->lost_tasks();
+  ASSERT_EQ(lost.size(), 1u);
+  EXPECT_EQ(lost[0].task, "worker:2");
+  watcher->stop_heartbeats();
+  EXPECT_EQ(reports, 1);
+}
+
 // The child side of the SIGKILL test: run by the test below as a separate process, which it kills.
 TEST(CoordinationChild, HeartbeatsUntilKilled) {
   const char* address = std::getenv("STRATA_COORDINATION_CHILD_ADDRESS");

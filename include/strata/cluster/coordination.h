@@ -122,6 +122,10 @@ class CoordinationClient : public comm::Store {
   void start_heartbeats(std::chrono::milliseconds interval = std::chrono::seconds(1));
   // Stops the heartbeat thread (the service will declare this task lost after its heartbeat timeout).
   void stop_heartbeats();
+  // Stops heartbeats and tells the service this task is done: it is no longer watched, so its silence is
+  // not reported as a loss. A task that ends normally calls this; a crashed one never does. The
+  // destructor does not (an exception unwinding a failed task must not hide its loss).
+  void disconnect();
   // REQUIRES: on_lost does not call stop_heartbeats() (it runs on the thread that would be joined).
   void set_on_lost(std::function<void(const LostTask&)> on_lost);
 
