@@ -10,8 +10,8 @@
 // tensor is reduced in place. All-reduce uses Gloo's ring: every element is reduced along one path and then copied
 // to every rank, so all ranks end with the same bits; kMean divides that sum by the size on every rank (same bits
 // again). float32 and int64 are reduced as they are, bfloat16 in float32 (rounded once); broadcast and all_gather
-// move bytes. reduce_scatter is an all-reduce of a copy (Gloo has no options-style reduce-scatter); new_group
-// connects a new Gloo group under a sub-prefix.
+// move bytes (gloo_collectives.cc: what one collective does to the buffers). reduce_scatter is an all-reduce of a
+// copy (Gloo has no options-style reduce-scatter); new_group connects a new Gloo group under a sub-prefix.
 //
 // On a Gloo IoException (a timeout, or a peer that closed its connections) Gloo has closed every pair of the
 // context: the collective fails with Timeout and the communicator is broken — every later collective fails at once
@@ -24,12 +24,7 @@
 // and the scratch buffers; the reporter reads only atomics and the store.
 #include "strata/comm/gloo.h"
 
-#include <gloo/allgather.h>
-#include <gloo/allreduce.h>
-#include <gloo/barrier.h>
-#include <gloo/broadcast.h>
 #include <gloo/common/error.h>
-#include <gloo/math.h>
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
 
@@ -44,148 +39,21 @@
 #include <sstream>
 #include <thread>
 
+#include "comm/gloo_internal.h"
 #include "comm/gloo_store.h"
 #include "strata/error.h"
 
 namespace strata::comm {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-
-enum class Kind { kAllReduce, kBroadcast, kAllGather, kReduceScatter, kBarrier };
-
-const char* kind_name(Kind kind) {
-  switch (kind) {
-    case Kind::kAllReduce:
-      return "all_reduce";
-    case Kind::kBroadcast:
-      return "broadcast";
-    case Kind::kAllGather:
-      return "all_gather";
-    case Kind::kReduceScatter:
-      return "reduce_scatter";
-    case Kind::kBarrier:
-      return "barrier";
-  }
-  return "?";
-}
-
-inline void cpu_relax() {
-#if defined(__x86_64__) || defined(__i386__)
-  __builtin_ia32_pause();
-#endif
-}
-
-// The error of a finished collective, kept as (type, message) so that every waiter throws its own copy.
-struct Failure {
-  enum class Type { kNone, kInvalidArgument, kTimeout, kError } type = Type::kNone;
-  std::string message;
-  std::exception_ptr as_exception_ptr() const {
-    try {
-      raise();
-    } catch (...) {
-      return std::current_exception();
-    }
-  }
-  [[noreturn]] void raise() const {
-    switch (type) {
-      case Type::kInvalidArgument:
-        throw InvalidArgument(message);
-      case Type::kTimeout:
-        throw Timeout(message);
-      case Type::kNone:
-      case Type::kError:
-        break;
-    }
-    throw Error(message);
-  }
-};
-
-class GlooWork final : public Work {
- public:
-  GlooWork(Kind kind, int64_t seq, int rank) : kind_(kind), seq_(seq), rank_(rank) {}
-
-  bool is_completed() const override { return done_.load(std::memory_order_acquire); }
-
-  void wait(std::chrono::milliseconds timeout) override {
-    if (!is_completed()) {
-      std::unique_lock<std::mutex> lock(mu_);
-      if (!cv_.wait_for(lock, timeout, [&] { return is_completed(); })) {
-        STRATA_THROW(Timeout, "gloo: " << kind_name(kind_) << " #" << seq_ << " on rank " << rank_
-                                       << " did not complete within " << timeout.count()
-                                       << " ms (it goes on running under its own timeout)");
-      }
-    }
-    if (failure_.type != Failure::Type::kNone) failure_.raise();
-  }
-
-  std::exception_ptr exception() const override {
-    if (!is_completed() || failure_.type == Failure::Type::kNone) return nullptr;
-    return failure_.as_exception_ptr();
-  }
-
-  void wait() override {
-    for (int i = 0; i < 2000 && !is_completed(); ++i) cpu_relax();
-    if (!is_completed()) {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return is_completed(); });
-    }
-    if (failure_.type != Failure::Type::kNone) failure_.raise();
-  }
-
-  void finish(Failure failure) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      failure_ = std::move(failure);
-      done_.store(true, std::memory_order_release);
-    }
-    cv_.notify_all();
-  }
-
- private:
-  const Kind kind_;
-  const int64_t seq_;
-  const int rank_;
-  std::atomic<bool> done_{false};
-  std::mutex mu_;
-  std::condition_variable cv_;
-  Failure failure_;  // written once, before done_
-};
-
-struct Op {
-  Kind kind = Kind::kBarrier;
-  int64_t seq = 0;
-  ReduceOp reduce = ReduceOp::kSum;
-  int root = 0;
-  std::chrono::milliseconds timeout{0};  // this collective's bound (the group's unless the call set one)
-  std::vector<Tensor> tensors;           // all_gather: {input, output}
-  std::shared_ptr<GlooWork> work;
-};
-
-using ReduceFn = void (*)(void*, const void*, const void*, size_t);
-
-// int64 sums wrap around (as the local backend's), computed in uint64 so that overflow is defined.
-void sum_int64(void* c, const void* a, const void* b, size_t n) {
-  auto* out = static_cast<int64_t*>(c);
-  const auto* x = static_cast<const int64_t*>(a);
-  const auto* y = static_cast<const int64_t*>(b);
-  for (size_t i = 0; i < n; ++i) out[i] = static_cast<int64_t>(static_cast<uint64_t>(x[i]) + static_cast<uint64_t>(y[i]));
-}
-
-// Gloo's element-wise functions for `op` on float32 or int64 (bfloat16 is reduced as float32).
-ReduceFn reduce_function(ReduceOp op, DType dtype) {
-  const bool ints = dtype == DType::kInt64;
-  switch (op) {
-    case ReduceOp::kSum:
-    case ReduceOp::kMean:
-      return ints ? &sum_int64 : static_cast<ReduceFn>(&gloo::sum<float>);
-    case ReduceOp::kMax:
-      return ints ? static_cast<ReduceFn>(&gloo::max<int64_t>) : static_cast<ReduceFn>(&gloo::max<float>);
-    case ReduceOp::kMin:
-      return ints ? static_cast<ReduceFn>(&gloo::min<int64_t>) : static_cast<ReduceFn>(&gloo::min<float>);
-  }
-  return &gloo::sum<float>;
-}
+using gloo_detail::Clock;
+using gloo_detail::cpu_relax;
+using gloo_detail::Failure;
+using gloo_detail::GlooCollectives;
+using gloo_detail::GlooWork;
+using gloo_detail::Kind;
+using gloo_detail::kind_name;
+using gloo_detail::Op;
 
 std::string rank_list(const std::vector<int>& ranks) {
   std::ostringstream out;
@@ -202,7 +70,8 @@ class GlooCommunicator final : public Communicator {
         store_(std::move(group_store)),
         context_(std::move(context)),
         options_(std::move(options)),
-        name_("gloo group of " + std::to_string(context_->size) + " (prefix '" + options_.prefix + "')") {
+        name_("gloo group of " + std::to_string(context_->size) + " (prefix '" + options_.prefix + "')"),
+        collectives_(context_) {
     worker_ = std::thread([this] { worker_loop(); });
     if (context_->size > 1) reporter_ = std::thread([this] { reporter_loop(); });
   }
@@ -421,14 +290,14 @@ class GlooCommunicator final : public Communicator {
   Failure run(Op& op) {
     const auto start = Clock::now();
     try {
-      const std::string problem = check_arguments(op);
+      const std::string problem = collectives_.check_arguments(op);
       if (!problem.empty()) {
         return {Failure::Type::kInvalidArgument,
                 strata::detail::with_location(name_ + ": " + op_name(op) + " on rank " + std::to_string(rank()) + ": " +
                                                   problem,
                                               __FILE__, __LINE__)};
       }
-      execute(op);
+      collectives_.execute(op);
       return {};
     } catch (const gloo::IoException& e) {
       return broken(op, start, "Timeout", e.what());
@@ -466,184 +335,13 @@ class GlooCommunicator final : public Communicator {
     return {std::string(what) == "Timeout" ? Failure::Type::kTimeout : Failure::Type::kError, message};
   }
 
-  // A problem with this rank's own arguments, or "". (Gloo cannot compare arguments across ranks without a
-  // round trip; mismatched shapes across ranks end in a Gloo error or the timeout.)
-  std::string check_arguments(const Op& op) const {
-    if (op.timeout.count() <= 0) return "timeout must be positive, got " + std::to_string(op.timeout.count()) + " ms";
-    for (size_t i = 0; i < op.tensors.size(); ++i) {
-      const Tensor& t = op.tensors[i];
-      const bool pair = op.kind == Kind::kAllGather || op.kind == Kind::kReduceScatter;
-      const std::string what = pair ? (i == 0 ? "input" : "output") : "tensor " + std::to_string(i);
-      if (!t.defined()) return what + " is undefined";
-      if (t.dtype() != DType::kFloat32 && t.dtype() != DType::kBFloat16 && t.dtype() != DType::kInt64) {
-        return what + " is " + dtype_name(t.dtype()) + ", wants float32, bfloat16 or int64";
-      }
-      if (i > 0 && t.dtype() != op.tensors[0].dtype()) {
-        return what + " is " + dtype_name(t.dtype()) + " but " + (pair ? "input" : "tensor 0") +
-               " is " + dtype_name(op.tensors[0].dtype()) + " (one dtype per call)";
-      }
-      if (!t.device().is_cpu()) return what + " is on " + t.device().str() + ", wants host memory";
-    }
-    if (op.kind == Kind::kBroadcast && (op.root < 0 || op.root >= size())) {
-      return "root " + std::to_string(op.root) + " is not a rank of a group of " + std::to_string(size());
-    }
-    if (op.kind == Kind::kReduceScatter) {
-      const Shape& in = op.tensors[0].shape();
-      if (in.empty() || in[0] % size() != 0) {
-        return "input is " + shape_str(in) + ", wants a first dimension divisible by the group size " +
-               std::to_string(size());
-      }
-      Shape want = in;
-      want[0] /= size();
-      if (op.tensors[1].shape() != want) {
-        return "output is " + shape_str(op.tensors[1].shape()) + ", wants " + shape_str(want) + " (input " +
-               shape_str(in) + " / " + std::to_string(size()) + ")";
-      }
-    }
-    if (op.kind == Kind::kAllGather) {
-      const Shape& in = op.tensors[0].shape();
-      Shape want = in.empty() ? Shape{static_cast<int64_t>(size())} : in;
-      if (!in.empty()) want[0] *= size();
-      if (op.tensors[1].shape() != want) {
-        return "output is " + shape_str(op.tensors[1].shape()) + ", wants " + shape_str(want) + " (" +
-               std::to_string(size()) + " x input " + shape_str(in) + ")";
-      }
-    }
-    return "";
-  }
-
-  // The bucket as one array of its dtype: the tensor's own memory when there is one, else flat_ holding a copy.
-  void* gather_bucket(std::vector<Tensor>& tensors, size_t nbytes, bool copy_in) {
-    if (tensors.size() == 1) return tensors[0].raw_data();
-    flat_.resize(nbytes);
-    if (copy_in) {
-      size_t offset = 0;
-      for (Tensor& t : tensors) {
-        std::memcpy(flat_.data() + offset, t.raw_data(), t.nbytes());
-        offset += t.nbytes();
-      }
-    }
-    return flat_.data();
-  }
-
-  void scatter_bucket(std::vector<Tensor>& tensors) {
-    if (tensors.size() == 1) return;
-    size_t offset = 0;
-    for (Tensor& t : tensors) {
-      std::memcpy(t.raw_data(), flat_.data() + offset, t.nbytes());
-      offset += t.nbytes();
-    }
-  }
-
-  // float32 and int64: reduced in place (one tensor) or in flat_. bfloat16: widened to float32 in wide_, reduced,
-  // and rounded back once, as the local backend does.
-  void run_all_reduce(Op& op, size_t numel) {
-    const DType dtype = op.tensors[0].dtype();
-    void* data = nullptr;
-    if (dtype == DType::kBFloat16) {
-      wide_.resize(numel);
-      size_t k = 0;
-      for (Tensor& t : op.tensors) {
-        const auto* p = t.data<BFloat16>();
-        for (int64_t i = 0; i < t.numel(); ++i) wide_[k++] = static_cast<float>(p[i]);
-      }
-      data = wide_.data();
-    } else {
-      data = gather_bucket(op.tensors, numel * dtype_size(dtype), true);
-    }
-    gloo::AllreduceOptions opts(context_);
-    if (dtype == DType::kInt64) {
-      opts.setOutput(static_cast<int64_t*>(data), numel);
-    } else {
-      opts.setOutput(static_cast<float*>(data), numel);
-    }
-    opts.setReduceFunction(reduce_function(op.reduce, dtype));
-    opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
-    opts.setTag(static_cast<uint32_t>(op.seq));
-    opts.setTimeout(op.timeout);
-    gloo::allreduce(opts);
-    if (op.reduce == ReduceOp::kMean) {
-      if (dtype == DType::kInt64) {
-        auto* p = static_cast<int64_t*>(data);
-        for (size_t i = 0; i < numel; ++i) p[i] /= size();
-      } else {
-        auto* p = static_cast<float*>(data);
-        const float divisor = static_cast<float>(size());
-        for (size_t i = 0; i < numel; ++i) p[i] /= divisor;
-      }
-    }
-    if (dtype == DType::kBFloat16) {
-      size_t k = 0;
-      for (Tensor& t : op.tensors) {
-        auto* p = t.data<BFloat16>();
-        for (int64_t i = 0; i < t.numel(); ++i) p[i] = BFloat16(wide_[k++]);
-      }
-    } else {
-      scatter_bucket(op.tensors);
-    }
-  }
-
-  void execute(Op& op) {
-    const auto tag = static_cast<uint32_t>(op.seq);
-    size_t numel = 0, nbytes = 0;
-    for (const Tensor& t : op.tensors) {
-      numel += static_cast<size_t>(t.numel());
-      nbytes += t.nbytes();
-    }
-    switch (op.kind) {
-      case Kind::kAllReduce:
-        if (numel > 0) run_all_reduce(op, numel);
-        return;
-      case Kind::kBroadcast: {  // bytes: any dtype
-        if (nbytes == 0) return;
-        auto* data = static_cast<unsigned char*>(gather_bucket(op.tensors, nbytes, rank() == op.root));
-        gloo::BroadcastOptions opts(context_);
-        opts.setOutput(data, nbytes);
-        opts.setRoot(op.root);
-        opts.setTag(tag);
-        opts.setTimeout(op.timeout);
-        gloo::broadcast(opts);
-        if (rank() != op.root) scatter_bucket(op.tensors);
-        return;
-      }
-      case Kind::kAllGather: {  // bytes: any dtype
-        const size_t n = op.tensors[0].nbytes();
-        if (n == 0) return;
-        gloo::AllgatherOptions opts(context_);
-        opts.setInput(static_cast<unsigned char*>(op.tensors[0].raw_data()), n);
-        opts.setOutput(static_cast<unsigned char*>(op.tensors[1].raw_data()), n * static_cast<size_t>(size()));
-        opts.setTag(tag);
-        opts.setTimeout(op.timeout);
-        gloo::allgather(opts);
-        return;
-      }
-      case Kind::kReduceScatter: {
-        const size_t chunk = op.tensors[1].nbytes();
-        if (chunk == 0) return;
-        Tensor output = op.tensors[1];
-        op.tensors = {op.tensors[0].clone()};  // reduced in a copy: the input stays as it was
-        run_all_reduce(op, static_cast<size_t>(op.tensors[0].numel()));
-        std::memcpy(output.raw_data(), static_cast<const unsigned char*>(op.tensors[0].raw_data()) + rank() * chunk, chunk);
-        return;
-      }
-      case Kind::kBarrier: {
-        gloo::BarrierOptions opts(context_);
-        opts.setTag(tag);
-        opts.setTimeout(op.timeout);
-        gloo::barrier(opts);
-        return;
-      }
-    }
-  }
-
   const std::shared_ptr<Store> root_store_;  // the store the group was made from (sub-groups use it too)
   const std::shared_ptr<Store> store_;       // the group's prefix store
   std::map<std::vector<int>, int> new_group_calls_;  // the issuing thread's: calls per set of ranks
   std::shared_ptr<gloo::rendezvous::Context> context_;
   const GlooOptions options_;
   const std::string name_;
-  std::vector<unsigned char> flat_;  // worker scratch: a bucket of several tensors
-  std::vector<float> wide_;          // worker scratch: a bfloat16 bucket widened to float32
+  GlooCollectives collectives_;  // the worker's
 
   std::mutex mu_;
   std::condition_variable cv_;

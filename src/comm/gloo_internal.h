@@ -1,0 +1,156 @@
+// Internals of the gloo backend (strata/comm/gloo.h), shared by gloo.cc (the group: bootstrap, queue, worker,
+// failures) and gloo_collectives.cc (what one collective does to the buffers).
+// Thread-safety: GlooWork may be waited on from any thread; GlooCollectives belongs to one worker thread.
+#pragma once
+
+#include <gloo/context.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "strata/comm/communicator.h"
+#include "strata/error.h"
+
+namespace strata::comm::gloo_detail {
+
+using Clock = std::chrono::steady_clock;
+
+enum class Kind { kAllReduce, kBroadcast, kAllGather, kReduceScatter, kBarrier };
+
+inline const char* kind_name(Kind kind) {
+  switch (kind) {
+    case Kind::kAllReduce:
+      return "all_reduce";
+    case Kind::kBroadcast:
+      return "broadcast";
+    case Kind::kAllGather:
+      return "all_gather";
+    case Kind::kReduceScatter:
+      return "reduce_scatter";
+    case Kind::kBarrier:
+      return "barrier";
+  }
+  return "?";
+}
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+// The error of a finished collective, kept as (type, message) so that every waiter throws its own copy.
+struct Failure {
+  enum class Type { kNone, kInvalidArgument, kTimeout, kError } type = Type::kNone;
+  std::string message;
+  std::exception_ptr as_exception_ptr() const {
+    try {
+      raise();
+    } catch (...) {
+      return std::current_exception();
+    }
+  }
+  [[noreturn]] void raise() const {
+    switch (type) {
+      case Type::kInvalidArgument:
+        throw InvalidArgument(message);
+      case Type::kTimeout:
+        throw Timeout(message);
+      case Type::kNone:
+      case Type::kError:
+        break;
+    }
+    throw Error(message);
+  }
+};
+
+class GlooWork final : public Work {
+ public:
+  GlooWork(Kind kind, int64_t seq, int rank) : kind_(kind), seq_(seq), rank_(rank) {}
+
+  bool is_completed() const override { return done_.load(std::memory_order_acquire); }
+
+  void wait(std::chrono::milliseconds timeout) override {
+    if (!is_completed()) {
+      std::unique_lock<std::mutex> lock(mu_);
+      if (!cv_.wait_for(lock, timeout, [&] { return is_completed(); })) {
+        STRATA_THROW(Timeout, "gloo: " << kind_name(kind_) << " #" << seq_ << " on rank " << rank_
+                                       << " did not complete within " << timeout.count()
+                                       << " ms (it goes on running under its own timeout)");
+      }
+    }
+    if (failure_.type != Failure::Type::kNone) failure_.raise();
+  }
+
+  std::exception_ptr exception() const override {
+    if (!is_completed() || failure_.type == Failure::Type::kNone) return nullptr;
+    return failure_.as_exception_ptr();
+  }
+
+  void wait() override {
+    for (int i = 0; i < 2000 && !is_completed(); ++i) cpu_relax();
+    if (!is_completed()) {
+      std::unique_lock<std::mutex> lock(mu_);
+      cv_.wait(lock, [&] { return is_completed(); });
+    }
+    if (failure_.type != Failure::Type::kNone) failure_.raise();
+  }
+
+  void finish(Failure failure) {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      failure_ = std::move(failure);
+      done_.store(true, std::memory_order_release);
+    }
+    cv_.notify_all();
+  }
+
+ private:
+  const Kind kind_;
+  const int64_t seq_;
+  const int rank_;
+  std::atomic<bool> done_{false};
+  std::mutex mu_;
+  std::condition_variable cv_;
+  Failure failure_;  // written once, before done_
+};
+
+struct Op {
+  Kind kind = Kind::kBarrier;
+  int64_t seq = 0;
+  ReduceOp reduce = ReduceOp::kSum;
+  int root = 0;
+  std::chrono::milliseconds timeout{0};  // this collective's bound (the group's unless the call set one)
+  std::vector<Tensor> tensors;           // all_gather: {input, output}
+  std::shared_ptr<GlooWork> work;
+};
+
+// Runs collectives on one Gloo context; owns the scratch buffers they need.
+class GlooCollectives {
+ public:
+  explicit GlooCollectives(std::shared_ptr<gloo::Context> context) : context_(std::move(context)) {}
+  // A problem with this rank's own arguments, or "". (Gloo cannot compare arguments across ranks without a
+  // round trip; mismatched shapes across ranks end in a Gloo error or the timeout.)
+  std::string check_arguments(const Op& op) const;
+  // Runs `op` (its arguments checked); Gloo's exceptions pass through.
+  void execute(Op& op);
+
+ private:
+  int rank() const { return context_->rank; }
+  int size() const { return context_->size; }
+  void* gather_bucket(std::vector<Tensor>& tensors, size_t nbytes, bool copy_in);
+  void scatter_bucket(std::vector<Tensor>& tensors);
+  void run_all_reduce(Op& op, size_t numel);
+
+  const std::shared_ptr<gloo::Context> context_;
+  std::vector<unsigned char> flat_;  // a bucket of several tensors
+  std::vector<float> wide_;          // a bfloat16 bucket widened to float32
+};
+
+}  // namespace strata::comm::gloo_detail
