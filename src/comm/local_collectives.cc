@@ -60,9 +60,10 @@ void LocalCommunicator::run_reduce_scatter(const Op& op) {
   const float divisor = op.reduce == ReduceOp::kMean ? static_cast<float>(size) : 0.0f;
   auto reduce = [&](auto* out) {
     using T = std::remove_const_t<std::remove_pointer_t<decltype(out)>>;
-    inputs_.resize(size);
-    for (int q = 0; q < size; ++q) inputs_[q] = view(q, op).template segment<T>(0) + n * rank_;
-    detail::reduce_piece(out, reinterpret_cast<const T* const*>(inputs_.data()), size, n, op.reduce, divisor);
+    std::vector<const T*>& inputs = scratch<T>();
+    inputs.resize(size);
+    for (int q = 0; q < size; ++q) inputs[q] = view(q, op).template segment<T>(0) + n * rank_;
+    detail::reduce_piece(out, inputs.data(), size, n, op.reduce, divisor);
   };
   switch (mine.dtype) {
     case DType::kBFloat16:

@@ -19,6 +19,7 @@
 #include <mutex>
 #include <string>
 #include <thread>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -284,11 +285,12 @@ class LocalCommunicator final : public Communicator {
   template <class T>
   void reduce_into_mine_as(const Op& op, int64_t begin, int64_t end, const std::vector<int>& ranks, float divisor) {
     const Bucket& mine = view(rank_, op);
-    inputs_.resize(ranks.size());
+    std::vector<const T*>& inputs = scratch<T>();
+    inputs.resize(ranks.size());
     mine.for_each_piece(begin, end, [&](size_t seg, int64_t offset, int64_t length) {
-      for (size_t k = 0; k < ranks.size(); ++k) inputs_[k] = view(ranks[k], op).segment<T>(seg) + offset;
-      detail::reduce_piece(mine.segment<T>(seg) + offset, reinterpret_cast<const T* const*>(inputs_.data()),
-                           static_cast<int>(ranks.size()), length, op.reduce, divisor);
+      for (size_t k = 0; k < ranks.size(); ++k) inputs[k] = view(ranks[k], op).template segment<T>(seg) + offset;
+      detail::reduce_piece(mine.template segment<T>(seg) + offset, inputs.data(), static_cast<int>(ranks.size()),
+                           length, op.reduce, divisor);
     });
   }
   void run_reduce_scatter(const Op& op);
@@ -300,7 +302,20 @@ class LocalCommunicator final : public Communicator {
 
   const std::shared_ptr<LocalGroup> group_;
   const int rank_;
-  std::vector<const void*> inputs_;  // worker scratch
+  // Worker scratch: the inputs of a reduction, one list per element type.
+  std::vector<const float*> inputs_f32_;
+  std::vector<const BFloat16*> inputs_bf16_;
+  std::vector<const int64_t*> inputs_i64_;
+  template <class T>
+  std::vector<const T*>& scratch() {
+    if constexpr (std::is_same_v<T, float>) {
+      return inputs_f32_;
+    } else if constexpr (std::is_same_v<T, BFloat16>) {
+      return inputs_bf16_;
+    } else {
+      return inputs_i64_;
+    }
+  }
 
   std::mutex mu_;
   std::condition_variable cv_;
