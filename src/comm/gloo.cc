@@ -11,7 +11,9 @@
 // to every rank, so all ranks end with the same bits; kMean divides that sum by the size on every rank (same bits
 // again). float32 and int64 are reduced as they are, bfloat16 in float32 (rounded once); broadcast and all_gather
 // move bytes (gloo_collectives.cc: what one collective does to the buffers). reduce_scatter is an all-reduce of a
-// copy (Gloo has no options-style reduce-scatter); new_group connects a new Gloo group under a sub-prefix.
+// copy (Gloo has no options-style reduce-scatter); new_group connects a new Gloo group under a sub-prefix. send is
+// posted by the worker and waited for by a sender thread (so sends never hold up the queue); recv runs on the
+// worker. Collectives and messages are numbered apart: only collectives must line up across every rank.
 //
 // On a Gloo IoException (a timeout, or a peer that closed its connections) Gloo has closed every pair of the
 // context: the collective fails with Timeout and the communicator is broken — every later collective fails at once
@@ -21,7 +23,8 @@
 // the connections, which makes the peers' collectives fail at once; a collective this rank is running ends by its
 // own timeout at the latest (Gloo cannot interrupt a local wait).
 // Thread-safety: one thread per rank issues collectives (mu_ guards the queue); the worker owns the Gloo context
-// and the scratch buffers; the reporter reads only atomics and the store.
+// and the scratch buffers; the sender owns the posted sends (send_mu_); the reporter reads only atomics and the
+// store.
 #include "strata/comm/gloo.h"
 
 #include <gloo/common/error.h>
@@ -74,6 +77,7 @@ class GlooCommunicator final : public Communicator {
         collectives_(context_) {
     worker_ = std::thread([this] { worker_loop(); });
     if (context_->size > 1) reporter_ = std::thread([this] { reporter_loop(); });
+    if (context_->size > 1) sender_ = std::thread([this] { sender_loop(); });
   }
 
   ~GlooCommunicator() override {
@@ -83,6 +87,12 @@ class GlooCommunicator final : public Communicator {
     }
     cv_.notify_one();
     worker_.join();  // runs what is queued first
+    {
+      std::lock_guard<std::mutex> lock(send_mu_);
+      send_stop_ = true;
+    }
+    send_cv_.notify_one();
+    if (sender_.joinable()) sender_.join();  // waits for the posted sends (each within its timeout)
     {
       std::lock_guard<std::mutex> lock(reporter_mu_);
       reporter_stop_ = true;
@@ -97,6 +107,8 @@ class GlooCommunicator final : public Communicator {
   using Communicator::all_reduce;
   using Communicator::barrier;
   using Communicator::broadcast;
+  using Communicator::recv;
+  using Communicator::send;
 
   int rank() const override { return context_->rank; }
   int size() const override { return context_->size; }
@@ -126,6 +138,15 @@ class GlooCommunicator final : public Communicator {
   void barrier(const BarrierOptions& options) override {
     issue(Kind::kBarrier, {}, ReduceOp::kSum, 0, options.timeout)->wait();
   }
+  // Point to point (Gloo's unbound buffers on their own slots). A send is posted to Gloo on the worker and waited
+  // for by the sender thread, so it never holds up the queue; a recv waits on the worker, in issue order.
+  std::shared_ptr<Work> send(std::vector<Tensor> tensors, int dst, const SendOptions& options) override {
+    return issue(Kind::kSend, std::move(tensors), ReduceOp::kSum, dst, options.timeout, options.tag);
+  }
+  std::shared_ptr<Work> recv(std::vector<Tensor> tensors, int src, const RecvOptions& options) override {
+    return issue(Kind::kRecv, std::move(tensors), ReduceOp::kSum, src, options.timeout, options.tag);
+  }
+
   // Gloo has no options-style reduce-scatter (and the legacy class must not be mixed in): an all-reduce of a copy of
   // the input, of which this rank keeps its rows — correct, at about twice the traffic of a true reduce-scatter.
   std::shared_ptr<Work> reduce_scatter(Tensor input, Tensor output, const ReduceScatterOptions& options) override {
@@ -173,7 +194,15 @@ class GlooCommunicator final : public Communicator {
   }
 
  private:
-  std::string op_name(const Op& op) const { return std::string(kind_name(op.kind)) + " #" + std::to_string(op.seq); }
+  static bool is_p2p(Kind kind) { return kind == Kind::kSend || kind == Kind::kRecv; }
+  // "all_reduce #3"; "send #2 to rank 1 (tag 5)". Collectives and point-to-point messages are numbered apart:
+  // collectives must match across all ranks (the number is their Gloo tag), messages only between two.
+  static std::string op_name(const Op& op) {
+    std::string name = std::string(kind_name(op.kind)) + " #" + std::to_string(op.seq);
+    if (op.kind == Kind::kSend) name += " to rank " + std::to_string(op.root) + " (tag " + std::to_string(op.tag) + ")";
+    if (op.kind == Kind::kRecv) name += " from rank " + std::to_string(op.root) + " (tag " + std::to_string(op.tag) + ")";
+    return name;
+  }
 
   // REQUIRES: mu_ held (reads broken_).
   Failure not_run(const Op& op) const {
@@ -185,11 +214,12 @@ class GlooCommunicator final : public Communicator {
   }
 
   std::shared_ptr<Work> issue(Kind kind, std::vector<Tensor> tensors, ReduceOp reduce, int root,
-                              std::chrono::milliseconds timeout) {
+                              std::chrono::milliseconds timeout, int tag = 0) {
     std::lock_guard<std::mutex> lock(mu_);
-    auto work = std::make_shared<GlooWork>(kind, issued_ + 1, rank());
-    Op op{kind, 0, reduce, root, timeout == kDefaultTimeout ? options_.timeout : timeout, std::move(tensors), work};
-    op.seq = ++issued_;
+    const int64_t seq = is_p2p(kind) ? ++(kind == Kind::kSend ? sends_issued_ : recvs_issued_) : ++issued_;
+    auto work = std::make_shared<GlooWork>(kind, seq, rank());
+    Op op{kind,        seq, reduce, root, tag, timeout == kDefaultTimeout ? options_.timeout : timeout,
+          std::move(tensors), work};
     if (!broken_.empty()) {
       op.work->finish(not_run(op));
       return work;
@@ -220,12 +250,23 @@ class GlooCommunicator final : public Communicator {
           continue;
         }
       }
-      running_kind_.store(static_cast<int>(op.kind), std::memory_order_relaxed);
-      running_since_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
-      running_timeout_.store(op.timeout.count(), std::memory_order_relaxed);
-      running_.store(op.seq, std::memory_order_release);
-      Failure failure = run(op);
+      if (!is_p2p(op.kind)) {  // the reporter publishes collectives only: their numbers match across ranks
+        running_kind_.store(static_cast<int>(op.kind), std::memory_order_relaxed);
+        running_since_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+        running_timeout_.store(op.timeout.count(), std::memory_order_relaxed);
+        running_.store(op.seq, std::memory_order_release);
+      }
+      GlooCollectives::PostedSend posted;
+      Failure failure = run(op, &posted);
       running_.store(0, std::memory_order_release);
+      if (posted.buffer && failure.type == Failure::Type::kNone) {
+        {
+          std::lock_guard<std::mutex> lock(send_mu_);
+          sends_.push_back({std::move(op), std::move(posted)});
+        }
+        send_cv_.notify_one();
+        continue;
+      }
       op.tensors.clear();
       op.work->finish(std::move(failure));
     }
@@ -286,8 +327,41 @@ class GlooCommunicator final : public Communicator {
     return rank_list(absent) + " had not entered it" + where.str();
   }
 
-  // Runs one collective on the worker; a Gloo failure breaks the communicator.
-  Failure run(Op& op) {
+  // Waits for the posted sends in the order they were posted; finishes their Work.
+  void sender_loop() {
+    while (true) {
+      PendingSend pending;
+      {
+        std::unique_lock<std::mutex> lock(send_mu_);
+        send_cv_.wait(lock, [&] { return send_stop_ || !sends_.empty(); });
+        if (sends_.empty()) return;
+        pending = std::move(sends_.front());
+        sends_.pop_front();
+      }
+      Failure failure;
+      const auto start = Clock::now();
+      try {
+        if (!pending.posted.buffer->waitSend(pending.op.timeout)) throw gloo::IoException("the send was aborted");
+      } catch (const gloo::IoException& e) {
+        failure = broken(pending.op, start, "Timeout", e.what());
+      } catch (const std::exception& e) {
+        failure = broken(pending.op, start, "Error", e.what());
+      }
+      if (failure.type != Failure::Type::kNone) {
+        // Gloo may still hold the buffer: keep it (and the tensors it points into) until the context is gone.
+        std::lock_guard<std::mutex> lock(send_mu_);
+        graveyard_.push_back(std::move(pending));
+        graveyard_.back().op.work->finish(std::move(failure));
+        continue;
+      }
+      pending.op.tensors.clear();
+      pending.op.work->finish(std::move(failure));
+    }
+  }
+
+  // Runs one collective on the worker (a send is only posted, into *posted); a Gloo failure breaks the
+  // communicator.
+  Failure run(Op& op, GlooCollectives::PostedSend* posted) {
     const auto start = Clock::now();
     try {
       const std::string problem = collectives_.check_arguments(op);
@@ -297,7 +371,11 @@ class GlooCommunicator final : public Communicator {
                                                   problem,
                                               __FILE__, __LINE__)};
       }
-      collectives_.execute(op);
+      if (op.kind == Kind::kSend) {
+        *posted = collectives_.post_send(op);
+      } else {
+        collectives_.execute(op);
+      }
       return {};
     } catch (const gloo::IoException& e) {
       return broken(op, start, "Timeout", e.what());
@@ -318,6 +396,9 @@ class GlooCommunicator final : public Communicator {
         << op.timeout.count() << " ms): ";
     if (!aborted.empty()) {
       out << "the group was aborted by " << aborted << "; ";
+    } else if (is_p2p(op.kind)) {
+      out << "rank " << op.root << " had not posted the matching " << (op.kind == Kind::kSend ? "recv" : "send")
+          << "; ";
     } else if (size() > 1) {
       out << absent_ranks(op) << "; ";
     }
@@ -335,6 +416,12 @@ class GlooCommunicator final : public Communicator {
     return {std::string(what) == "Timeout" ? Failure::Type::kTimeout : Failure::Type::kError, message};
   }
 
+  struct PendingSend {
+    Op op;
+    GlooCollectives::PostedSend posted;
+  };
+  // Failed sends whose buffers Gloo may still point at: destroyed after the context (declared before it).
+  std::vector<PendingSend> graveyard_;  // guarded by send_mu_
   const std::shared_ptr<Store> root_store_;  // the store the group was made from (sub-groups use it too)
   const std::shared_ptr<Store> store_;       // the group's prefix store
   std::map<std::vector<int>, int> new_group_calls_;  // the issuing thread's: calls per set of ranks
@@ -349,7 +436,9 @@ class GlooCommunicator final : public Communicator {
   std::atomic<int64_t> pending_{0};  // queue_.size(), readable without mu_
   bool worker_sleeping_ = false;     // guarded by mu_
   bool stop_ = false;                // guarded by mu_
-  int64_t issued_ = 0;               // guarded by mu_
+  int64_t issued_ = 0;               // guarded by mu_: collectives issued (their numbers and Gloo tags)
+  int64_t sends_issued_ = 0;         // guarded by mu_
+  int64_t recvs_issued_ = 0;         // guarded by mu_
   std::string broken_;               // guarded by mu_: why the communicator is unusable, or ""
   // Where the worker is, for the reporter thread: the collective running (0: none), its kind and start.
   std::atomic<int64_t> running_{0};
@@ -360,6 +449,11 @@ class GlooCommunicator final : public Communicator {
   std::condition_variable reporter_cv_;
   bool reporter_stop_ = false;  // guarded by reporter_mu_
   std::thread reporter_;
+  std::mutex send_mu_;
+  std::condition_variable send_cv_;
+  std::deque<PendingSend> sends_;  // guarded by send_mu_: posted, not yet complete
+  bool send_stop_ = false;         // guarded by send_mu_
+  std::thread sender_;
   std::thread worker_;  // last: starts once the members above exist
 };
 

@@ -5,7 +5,9 @@
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
+#include <gloo/common/error.h>
 #include <gloo/math.h>
+#include <gloo/types.h>
 
 #include <cstring>
 
@@ -39,7 +41,31 @@ ReduceFn reduce_function(ReduceOp op, DType dtype) {
   return &gloo::sum<float>;
 }
 
+// Point-to-point messages use their own slot prefix (Gloo's collectives use 0x01-0x08) and the caller's tag, so
+// a recv matches the sends of its source with the same tag, first posted first matched.
+constexpr uint8_t kP2PSlotPrefix = 0x70;
+
 }  // namespace
+
+GlooCollectives::PostedSend GlooCollectives::post_send(Op& op) {
+  PostedSend posted;
+  size_t nbytes = 0;
+  for (const Tensor& t : op.tensors) nbytes += t.nbytes();
+  if (nbytes == 0) return posted;
+  void* data = op.tensors[0].raw_data();
+  if (op.tensors.size() > 1) {
+    posted.copy.resize(nbytes);
+    size_t offset = 0;
+    for (Tensor& t : op.tensors) {
+      std::memcpy(posted.copy.data() + offset, t.raw_data(), t.nbytes());
+      offset += t.nbytes();
+    }
+    data = posted.copy.data();
+  }
+  posted.buffer = context_->createUnboundBuffer(data, nbytes);
+  posted.buffer->send(op.root, gloo::Slot::build(kP2PSlotPrefix, static_cast<uint32_t>(op.tag)));
+  return posted;
+}
 
 // A problem with this rank's own arguments, or "". (Gloo cannot compare arguments across ranks without a
 // round trip; mismatched shapes across ranks end in a Gloo error or the timeout.)
@@ -58,6 +84,13 @@ std::string GlooCollectives::check_arguments(const Op& op) const {
              " is " + dtype_name(op.tensors[0].dtype()) + " (one dtype per call)";
     }
     if (!t.device().is_cpu()) return what + " is on " + t.device().str() + ", wants host memory";
+  }
+  if ((op.kind == Kind::kSend || op.kind == Kind::kRecv) && (op.root < 0 || op.root >= size() || op.root == rank())) {
+    return std::string(op.kind == Kind::kSend ? "destination" : "source") + " rank " + std::to_string(op.root) +
+           (op.root == rank() ? " is this rank" : " is not a rank of a group of " + std::to_string(size()));
+  }
+  if ((op.kind == Kind::kSend || op.kind == Kind::kRecv) && op.tag < 0) {
+    return "tag " + std::to_string(op.tag) + " is negative";
   }
   if (op.kind == Kind::kBroadcast && (op.root < 0 || op.root >= size())) {
     return "root " + std::to_string(op.root) + " is not a rank of a group of " + std::to_string(size());
@@ -134,7 +167,7 @@ void GlooCollectives::run_all_reduce(Op& op, size_t numel) {
   }
   opts.setReduceFunction(reduce_function(op.reduce, dtype));
   opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
-  opts.setTag(static_cast<uint32_t>(op.seq));
+  opts.setTag(static_cast<uint32_t>(op.seq));  // collectives only: numbered alike on every rank
   opts.setTimeout(op.timeout);
   gloo::allreduce(opts);
   if (op.reduce == ReduceOp::kMean) {
@@ -201,6 +234,17 @@ void GlooCollectives::execute(Op& op) {
       std::memcpy(output.raw_data(), static_cast<const unsigned char*>(op.tensors[0].raw_data()) + rank() * chunk, chunk);
       return;
     }
+    case Kind::kRecv: {
+      if (nbytes == 0) return;
+      void* data = gather_bucket(op.tensors, nbytes, false);
+      auto buffer = context_->createUnboundBuffer(data, nbytes);
+      buffer->recv(op.root, gloo::Slot::build(kP2PSlotPrefix, static_cast<uint32_t>(op.tag)));
+      if (!buffer->waitRecv(op.timeout)) throw gloo::IoException("the recv was aborted");
+      scatter_bucket(op.tensors);
+      return;
+    }
+    case Kind::kSend:
+      return;  // posted by post_send
     case Kind::kBarrier: {
       gloo::BarrierOptions opts(context_);
       opts.setTag(tag);

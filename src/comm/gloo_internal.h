@@ -4,6 +4,7 @@
 #pragma once
 
 #include <gloo/context.h>
+#include <gloo/transport/unbound_buffer.h>
 
 #include <atomic>
 #include <chrono>
@@ -21,7 +22,7 @@ namespace strata::comm::gloo_detail {
 
 using Clock = std::chrono::steady_clock;
 
-enum class Kind { kAllReduce, kBroadcast, kAllGather, kReduceScatter, kBarrier };
+enum class Kind { kAllReduce, kBroadcast, kAllGather, kReduceScatter, kBarrier, kSend, kRecv };
 
 inline const char* kind_name(Kind kind) {
   switch (kind) {
@@ -35,6 +36,10 @@ inline const char* kind_name(Kind kind) {
       return "reduce_scatter";
     case Kind::kBarrier:
       return "barrier";
+    case Kind::kSend:
+      return "send";
+    case Kind::kRecv:
+      return "recv";
   }
   return "?";
 }
@@ -125,7 +130,8 @@ struct Op {
   Kind kind = Kind::kBarrier;
   int64_t seq = 0;
   ReduceOp reduce = ReduceOp::kSum;
-  int root = 0;
+  int root = 0;                          // broadcast's root; send's destination; recv's source
+  int tag = 0;                           // send/recv
   std::chrono::milliseconds timeout{0};  // this collective's bound (the group's unless the call set one)
   std::vector<Tensor> tensors;           // all_gather: {input, output}
   std::shared_ptr<GlooWork> work;
@@ -138,8 +144,16 @@ class GlooCollectives {
   // A problem with this rank's own arguments, or "". (Gloo cannot compare arguments across ranks without a
   // round trip; mismatched shapes across ranks end in a Gloo error or the timeout.)
   std::string check_arguments(const Op& op) const;
-  // Runs `op` (its arguments checked); Gloo's exceptions pass through.
+  // Runs `op` (its arguments checked; not send); Gloo's exceptions pass through.
   void execute(Op& op);
+
+  // A send posted to Gloo: the buffer (and the bucket's copy it may point into) must live until waitSend returns.
+  struct PostedSend {
+    std::unique_ptr<gloo::transport::UnboundBuffer> buffer;  // null: nothing to send (0 bytes)
+    std::vector<unsigned char> copy;
+  };
+  // Posts `op` (a send) without waiting: Gloo sends once the peer has posted the matching recv.
+  PostedSend post_send(Op& op);
 
  private:
   int rank() const { return context_->rank; }

@@ -616,6 +616,8 @@ TEST(GlooCommunicatorTest, SubGroupsRunIndependentlyAndNest) {
   auto solo = make_gloo_communicator(store, 0, 1, {.timeout = 1s, .prefix = "solo"});
   EXPECT_TRUE(contains(message_of<InvalidArgument>([&] { solo->new_group({0, 0}); }), "name a rank twice"));
   EXPECT_TRUE(contains(message_of<InvalidArgument>([&] { solo->new_group({1}); }), "are not all ranks of the group"));
+  EXPECT_TRUE(contains(message_of<InvalidArgument>([&] { solo->send({Tensor::ones({1})}, 0)->wait(); }),
+                       "send #1 to rank 0 (tag 0) on rank 0: destination rank 0 is this rank"));
   const std::string m = message_of<InvalidArgument>(
       [&] { solo->reduce_scatter(Tensor::ones({3}), Tensor::ones({2}), {})->wait(); });
   EXPECT_TRUE(contains(m, "reduce_scatter #1 on rank 0: output is [2], wants [3] (input [3] / 1)")) << m;
@@ -652,6 +654,78 @@ TEST(GlooCommunicatorTest, WorkWaitWithATimeoutAndException) {
   EXPECT_TRUE(null_while_running);
   EXPECT_TRUE(null_after_success);
   EXPECT_TRUE(set_after_failure);
+}
+
+TEST(GlooCommunicatorTest, SendAndRecvMatchBySourceAndTagInOrder) {
+  for (int size : {2, 3}) {
+    auto store = make_in_memory_store(10s);
+    std::vector<std::string> problems(size);
+    run_threads(size, [&](int r) {
+      std::ostringstream out;
+      auto comm = make_gloo_communicator(store, r, size, {.timeout = 10s});
+      const int next = (r + 1) % size, prev = (r + size - 1) % size;
+      // A ring: every rank sends before it receives (sends never hold up the queue).
+      Tensor mine = Tensor::full({5}, 10.0 * r);
+      Tensor got = Tensor::zeros({5});
+      auto s1 = comm->send({mine}, next);
+      comm->recv({got}, prev)->wait();
+      s1->wait();
+      if (got.to_vector<float>() != std::vector<float>(5, 10.0f * prev)) out << "ring; ";
+      // Tags: two messages to the next rank, received in the other order; a bucket of two tensors of int64.
+      auto a = comm->send({Tensor::full({2}, 1.0 + r)}, next, 7);
+      auto b = comm->send({Tensor::from_vector(std::vector<int64_t>{r, -r}), Tensor::from_vector(std::vector<int64_t>{42})},
+                          next, SendOptions{.tag = 9, .timeout = 5s});
+      Tensor i1 = Tensor::zeros({2}, DType::kInt64), i2 = Tensor::zeros({1}, DType::kInt64);
+      comm->recv({i1, i2}, prev, 9)->wait();
+      Tensor f = Tensor::zeros({2});
+      comm->recv({f}, prev, 7)->wait();
+      a->wait();
+      b->wait();
+      if (i1.to_vector<int64_t>() != std::vector<int64_t>{prev, -prev} || i2.to_vector<int64_t>()[0] != 42) out << "tag 9; ";
+      if (f.to_vector<float>() != std::vector<float>(2, 1.0f + prev)) out << "tag 7; ";
+      // Same tag twice: first sent, first received.
+      auto c1 = comm->send({Tensor::full({1}, 1.0)}, next, 3);
+      auto c2 = comm->send({Tensor::full({1}, 2.0)}, next, 3);
+      Tensor first = Tensor::zeros({1}), second = Tensor::zeros({1});
+      comm->recv({first}, prev, 3)->wait();
+      comm->recv({second}, prev, 3)->wait();
+      c1->wait();
+      c2->wait();
+      if (first.to_vector<float>()[0] != 1.0f || second.to_vector<float>()[0] != 2.0f) out << "FIFO per tag; ";
+      // Collectives still line up across ranks after messages (numbered apart from them).
+      Tensor x = Tensor::ones({3});
+      comm->all_reduce({x})->wait();
+      if (x.to_vector<float>() != std::vector<float>(3, static_cast<float>(size))) out << "all_reduce after p2p; ";
+      problems[r] = out.str();
+    });
+    for (int r = 0; r < size; ++r) EXPECT_EQ(problems[r], "") << "size " << size << " rank " << r;
+  }
+}
+
+TEST(GlooFaultTest, ARecvWithNoSenderTimesOutNamingThePeer) {
+  auto store = make_in_memory_store(10s);
+  std::atomic<bool> done{false};
+  std::string message;
+  Clock::duration waited{};
+  run_threads(2, [&](int r) {
+    auto comm = make_gloo_communicator(store, r, 2, {.timeout = 10s});
+    if (r == 1) {
+      // Rank 1 sends only on tag 1 (never taken) and never on tag 2.
+      auto unmatched = comm->send({Tensor::ones({2})}, 0, 1);
+      while (!done.load()) std::this_thread::sleep_for(1ms);
+      EXPECT_THROW(unmatched->wait(), Timeout);  // its peer's group broke: the send fails (within its timeout)
+      return;
+    }
+    Tensor x = Tensor::zeros({2});
+    const auto start = Clock::now();
+    message = message_of<Timeout>([&] { comm->recv({x}, 1, RecvOptions{.tag = 2, .timeout = 300ms})->wait(); });
+    waited = Clock::now() - start;
+    done = true;
+  });
+  EXPECT_GE(waited, 300ms);
+  EXPECT_LT(waited, 1500ms);
+  EXPECT_TRUE(contains(message, "recv #1 from rank 1 (tag 2) on rank 0 failed after ")) << message;
+  EXPECT_TRUE(contains(message, "(timeout 300 ms): rank 1 had not posted the matching send")) << message;
 }
 
 }  // namespace
