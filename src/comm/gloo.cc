@@ -56,6 +56,7 @@ using gloo_detail::GlooCollectives;
 using gloo_detail::GlooWork;
 using gloo_detail::Kind;
 using gloo_detail::kind_name;
+using gloo_detail::kSpins;
 using gloo_detail::Op;
 
 std::string rank_list(const std::vector<int>& ranks) {
@@ -234,7 +235,7 @@ class GlooCommunicator final : public Communicator {
   void worker_loop() {
     while (true) {
       // Collectives often come back to back: look for the next one briefly before sleeping.
-      for (int i = 0; i < 2000 && pending_.load(std::memory_order_acquire) == 0; ++i) cpu_relax();
+      for (int i = 0; i < kSpins && pending_.load(std::memory_order_acquire) == 0; ++i) cpu_relax();
       Op op;
       {
         std::unique_lock<std::mutex> lock(mu_);
