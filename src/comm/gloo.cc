@@ -3,7 +3,9 @@
 // make_gloo_communicator claims the rank's slot under the group's store prefix ("joined/rank-<r>", a counter, so a
 // reused prefix is caught), creates a TCP device bound to the given hostname (127.0.0.1 by default) and connects
 // the full mesh through GlooStore (comm/gloo_store.h) under that prefix. Collectives are queued and run in issue
-// order on the communicator's worker thread with Gloo's options-style functions only (gloo::allreduce, broadcast,
+// order, one at a time (ExecState::mu), by the communicator's worker thread or by a thread that waits on one of
+// them (it runs the queue up to its operation itself: a Gloo call made on another thread than the waiting one was
+// measured 2-4x slower on 2 cores), with Gloo's options-style functions only (gloo::allreduce, broadcast,
 // allgather, barrier; mixing them with the older algorithm classes stalled, see DEPENDENCIES.md), each with its
 // timeout (per call, or the group's) and a tag of its sequence number. A bucket of several tensors is copied into
 // one flat buffer (Gloo's several-input all-reduce reduces copies of one buffer, not a list of different ones); one
@@ -66,7 +68,7 @@ std::string rank_list(const std::vector<int>& ranks) {
   return out.str();
 }
 
-class GlooCommunicator final : public Communicator {
+class GlooCommunicator final : public Communicator, public gloo_detail::Executor {
  public:
   GlooCommunicator(std::shared_ptr<Store> root_store, std::shared_ptr<Store> group_store,
                    std::shared_ptr<gloo::rendezvous::Context> context, GlooOptions options)
@@ -76,6 +78,7 @@ class GlooCommunicator final : public Communicator {
         options_(std::move(options)),
         name_("gloo group of " + std::to_string(context_->size) + " (prefix '" + options_.prefix + "')"),
         collectives_(context_) {
+    exec_->owner = this;
     worker_ = std::thread([this] { worker_loop(); });
     if (context_->size > 1) reporter_ = std::thread([this] { reporter_loop(); });
     if (context_->size > 1) sender_ = std::thread([this] { sender_loop(); });
@@ -88,6 +91,10 @@ class GlooCommunicator final : public Communicator {
     }
     cv_.notify_one();
     worker_.join();  // runs what is queued first
+    {
+      std::lock_guard<std::mutex> lock(exec_->mu);  // a waiter running the queue finishes first
+      exec_->owner = nullptr;
+    }
     {
       std::lock_guard<std::mutex> lock(send_mu_);
       send_stop_ = true;
@@ -218,7 +225,7 @@ class GlooCommunicator final : public Communicator {
                               std::chrono::milliseconds timeout, int tag = 0) {
     std::lock_guard<std::mutex> lock(mu_);
     const int64_t seq = is_p2p(kind) ? ++(kind == Kind::kSend ? sends_issued_ : recvs_issued_) : ++issued_;
-    auto work = std::make_shared<GlooWork>(kind, seq, rank());
+    auto work = std::make_shared<GlooWork>(kind, seq, rank(), exec_);
     Op op{kind,        seq, reduce, root, tag, timeout == kDefaultTimeout ? options_.timeout : timeout,
           std::move(tensors), work};
     if (!broken_.empty()) {
@@ -236,12 +243,23 @@ class GlooCommunicator final : public Communicator {
     while (true) {
       // Collectives often come back to back: look for the next one briefly before sleeping.
       for (int i = 0; i < kSpins && pending_.load(std::memory_order_acquire) == 0; ++i) cpu_relax();
-      Op op;
       {
         std::unique_lock<std::mutex> lock(mu_);
         worker_sleeping_ = true;
         cv_.wait(lock, [&] { return stop_ || !queue_.empty(); });
         worker_sleeping_ = false;
+        if (queue_.empty()) return;
+      }
+      std::lock_guard<std::mutex> exec(exec_->mu);
+      run_queued_until(nullptr);
+    }
+  }
+
+  void run_queued_until(const GlooWork* target) override {
+    while (target == nullptr || !target->is_completed()) {
+      Op op;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
         if (queue_.empty()) return;
         op = std::move(queue_.front());
         queue_.pop_front();
@@ -251,26 +269,31 @@ class GlooCommunicator final : public Communicator {
           continue;
         }
       }
-      if (!is_p2p(op.kind)) {  // the reporter publishes collectives only: their numbers match across ranks
-        running_kind_.store(static_cast<int>(op.kind), std::memory_order_relaxed);
-        running_since_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
-        running_timeout_.store(op.timeout.count(), std::memory_order_relaxed);
-        running_.store(op.seq, std::memory_order_release);
-      }
-      GlooCollectives::PostedSend posted;
-      Failure failure = run(op, &posted);
-      running_.store(0, std::memory_order_release);
-      if (posted.buffer && failure.type == Failure::Type::kNone) {
-        {
-          std::lock_guard<std::mutex> lock(send_mu_);
-          sends_.push_back({std::move(op), std::move(posted)});
-        }
-        send_cv_.notify_one();
-        continue;
-      }
-      op.tensors.clear();
-      op.work->finish(std::move(failure));
+      run_one(op);
     }
+  }
+
+  // REQUIRES: exec_->mu held.
+  void run_one(Op& op) {
+    if (!is_p2p(op.kind)) {  // the reporter publishes collectives only: their numbers match across ranks
+      running_kind_.store(static_cast<int>(op.kind), std::memory_order_relaxed);
+      running_since_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
+      running_timeout_.store(op.timeout.count(), std::memory_order_relaxed);
+      running_.store(op.seq, std::memory_order_release);
+    }
+    GlooCollectives::PostedSend posted;
+    Failure failure = run(op, &posted);
+    running_.store(0, std::memory_order_release);
+    if (posted.buffer && failure.type == Failure::Type::kNone) {
+      {
+        std::lock_guard<std::mutex> lock(send_mu_);
+        sends_.push_back({std::move(op), std::move(posted)});
+      }
+      send_cv_.notify_one();
+      return;
+    }
+    op.tensors.clear();
+    op.work->finish(std::move(failure));
   }
 
   // How long a collective with `timeout` runs before the reporter publishes it: a quarter of the timeout, within
@@ -449,6 +472,8 @@ class GlooCommunicator final : public Communicator {
   std::mutex reporter_mu_;
   std::condition_variable reporter_cv_;
   bool reporter_stop_ = false;  // guarded by reporter_mu_
+  // Serialises running the queue (the worker, or a waiter that runs it itself); shared with every GlooWork.
+  const std::shared_ptr<gloo_detail::ExecState> exec_ = std::make_shared<gloo_detail::ExecState>();
   std::thread reporter_;
   std::mutex send_mu_;
   std::condition_variable send_cv_;

@@ -80,9 +80,25 @@ struct Failure {
   }
 };
 
+class GlooWork;
+
+// Who runs a communicator's queued operations: its worker, or a thread waiting on one of them (see GlooWork::wait).
+// `mu` serialises running them, so they run one at a time in issue order whoever runs them; `owner` is the
+// communicator, null once it is gone.
+struct Executor {
+  virtual ~Executor() = default;
+  // REQUIRES: state->mu held. Runs queued operations in order until `target` is complete or none is left.
+  virtual void run_queued_until(const GlooWork* target) = 0;
+};
+struct ExecState {
+  std::mutex mu;
+  Executor* owner = nullptr;  // guarded by mu
+};
+
 class GlooWork final : public Work {
  public:
-  GlooWork(Kind kind, int64_t seq, int rank) : kind_(kind), seq_(seq), rank_(rank) {}
+  GlooWork(Kind kind, int64_t seq, int rank, std::shared_ptr<ExecState> exec)
+      : kind_(kind), seq_(seq), rank_(rank), exec_(std::move(exec)) {}
 
   bool is_completed() const override { return done_.load(std::memory_order_acquire); }
 
@@ -103,8 +119,14 @@ class GlooWork final : public Work {
     return failure_.as_exception_ptr();
   }
 
+  // A caller that waits runs the queue itself up to this operation instead of handing it to the worker thread and
+  // sleeping: measured, a Gloo all-reduce run on another thread than the waiting one took 2-4x as long on 2 cores.
   void wait() override {
     for (int i = 0; i < kSpins && !is_completed(); ++i) cpu_relax();
+    if (!is_completed() && exec_) {
+      std::lock_guard<std::mutex> lock(exec_->mu);
+      if (exec_->owner && !is_completed()) exec_->owner->run_queued_until(this);
+    }
     if (!is_completed()) {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return is_completed(); });
@@ -125,6 +147,7 @@ class GlooWork final : public Work {
   const Kind kind_;
   const int64_t seq_;
   const int rank_;
+  const std::shared_ptr<ExecState> exec_;
   std::atomic<bool> done_{false};
   std::mutex mu_;
   std::condition_variable cv_;
