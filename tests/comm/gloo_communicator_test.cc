@@ -19,10 +19,14 @@
 #include "strata/comm/gloo.h"
 #include "strata/comm/store.h"
 #include "strata/error.h"
+#include "comm/comm_test_util.h"
 #include "test_util.h"
 
 namespace strata::comm {
 namespace {
+
+using test::contains;
+using test::TempDir;
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
@@ -30,7 +34,6 @@ using test::message_of;
 
 constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMax, ReduceOp::kMin};
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
 // Rank r's tensor t: multiples of 1/8 in [-8, 8], so that sums of up to 4 ranks are exact in any order and the
 // reference equals Gloo's ring bit for bit.
@@ -187,23 +190,6 @@ TEST_P(GlooThreadsTest, EveryCollectiveMatchesTheReferenceBitwiseOnEveryRank) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Sizes, GlooThreadsTest, ::testing::Values(1, 2, 3, 4));
-
-// A fresh directory under the system temp dir, removed at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "strata_gloo_test_XXXXXX").string();
-    path_ = ::mkdtemp(pattern.data());
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 // Forks `n` children running `child(i)` (its return value is the exit status; an exception is 100). The parent
 // waits until `limit`, then kills the children still running (status 1000 = killed) and reaps all of them.

@@ -11,24 +11,21 @@
 #include <thread>
 
 #include "strata/comm/local.h"
+#include "comm/comm_test_util.h"
 #include "test_util.h"
 
 namespace strata::comm {
 namespace {
 
+using test::run_ranks;
+
 using test::message_of;
-using Group = std::vector<std::shared_ptr<Communicator>>;
+using test::Group;
 
 constexpr DType kDTypes[] = {DType::kFloat32, DType::kBFloat16, DType::kInt64};
 constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMax, ReduceOp::kMin};
 constexpr AllReduceAlgorithm kAlgorithms[] = {AllReduceAlgorithm::kReduceToOne, AllReduceAlgorithm::kRing,
                                               AllReduceAlgorithm::kTree};
-
-void run_ranks(const Group& group, const std::function<void(int, Communicator&)>& fn) {
-  std::vector<std::thread> threads;
-  for (size_t r = 0; r < group.size(); ++r) threads.emplace_back([&, r] { fn(static_cast<int>(r), *group[r]); });
-  for (auto& t : threads) t.join();
-}
 
 // Random values of `dtype`: floats in [-4, 4) (bfloat16 rounded from them), int64 spanning +-2^62 so that
 // sums of four wrap around.

@@ -10,25 +10,21 @@
 #include <thread>
 
 #include "strata/comm/local.h"
+#include "comm/comm_test_util.h"
 #include "test_util.h"
 
 namespace strata::comm {
 namespace {
 
+using test::run_ranks;
+
 using test::message_of;
 using test::random_tensor;
-using Group = std::vector<std::shared_ptr<Communicator>>;
+using test::Group;
 
 constexpr AllReduceAlgorithm kAlgorithms[] = {AllReduceAlgorithm::kReduceToOne, AllReduceAlgorithm::kRing,
                                               AllReduceAlgorithm::kTree};
 constexpr ReduceOp kOps[] = {ReduceOp::kSum, ReduceOp::kMean, ReduceOp::kMax, ReduceOp::kMin};
-
-// Runs fn(rank, communicator) on one thread per rank and joins them.
-void run_ranks(const Group& group, const std::function<void(int, Communicator&)>& fn) {
-  std::vector<std::thread> threads;
-  for (size_t r = 0; r < group.size(); ++r) threads.emplace_back([&, r] { fn(static_cast<int>(r), *group[r]); });
-  for (auto& t : threads) t.join();
-}
 
 Group make_group(int size, AllReduceAlgorithm algorithm = AllReduceAlgorithm::kRing,
                  std::chrono::milliseconds timeout = std::chrono::seconds(20)) {

@@ -7,24 +7,18 @@
 #include <thread>
 
 #include "strata/comm/local.h"
+#include "comm/comm_test_util.h"
 #include "test_util.h"
 
 namespace strata::comm {
 namespace {
 
+using test::run_ranks;
+using test::contains;
+
 using test::message_of;
-using Group = std::vector<std::shared_ptr<Communicator>>;
+using test::Group;
 using std::chrono::milliseconds;
-
-void run_ranks(const Group& group, const std::function<void(int, Communicator&)>& fn) {
-  std::vector<std::thread> threads;
-  for (size_t r = 0; r < group.size(); ++r) threads.emplace_back([&, r] { fn(static_cast<int>(r), *group[r]); });
-  for (auto& t : threads) t.join();
-}
-
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
 
 TEST(LocalGroupTest, SubsetReducesOverItsMembersOnly) {
   const Group world = make_local_group(4);

@@ -10,25 +10,19 @@
 #include <thread>
 
 #include "strata/comm/local.h"
+#include "comm/comm_test_util.h"
 #include "test_util.h"
 
 namespace strata::comm {
 namespace {
 
+using test::run_ranks;
+using test::contains;
+
 using test::message_of;
-using Group = std::vector<std::shared_ptr<Communicator>>;
+using test::Group;
 using Clock = std::chrono::steady_clock;
 using std::chrono::milliseconds;
-
-void run_ranks(const Group& group, const std::function<void(int, Communicator&)>& fn) {
-  std::vector<std::thread> threads;
-  for (size_t r = 0; r < group.size(); ++r) threads.emplace_back([&, r] { fn(static_cast<int>(r), *group[r]); });
-  for (auto& t : threads) t.join();
-}
-
-bool contains(const std::string& haystack, const std::string& needle) {
-  return haystack.find(needle) != std::string::npos;
-}
 
 // The group timeout is long; each collective's own timeout must fire instead, within timeout + margin.
 TEST(LocalOptionsTest, PerCollectiveTimeoutOverridesTheGroupTimeout) {

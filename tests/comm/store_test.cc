@@ -14,31 +14,17 @@
 
 #include "strata/comm/store.h"
 #include "strata/error.h"
+#include "comm/comm_test_util.h"
 #include "test_util.h"
 
 namespace strata::comm {
 namespace {
 
+using test::TempDir;
+
 using namespace std::chrono_literals;
 using test::message_of;
 using Clock = std::chrono::steady_clock;
-
-// A fresh directory under the system temp dir, removed with its contents at the end of the test.
-class TempDir {
- public:
-  TempDir() {
-    std::string pattern = (std::filesystem::temp_directory_path() / "strata_store_test_XXXXXX").string();
-    path_ = ::mkdtemp(pattern.data());
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    std::filesystem::remove_all(path_, ignored);
-  }
-  const std::string& path() const { return path_; }
-
- private:
-  std::string path_;
-};
 
 enum class Kind { kMemory, kFile, kPrefix };
 
