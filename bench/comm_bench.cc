@@ -4,7 +4,8 @@
 // and all_gather (the size is the gathered output) through strata::comm (make_gloo_communicator over a file store)
 // and through Gloo's options-style functions on a second Gloo context of the same processes, alternating the two
 // in rounds, and prints per-op latency (best round's mean), bus bandwidth (NCCL's convention) and the ratio.
-//   comm_bench [--procs 2,4] [--max-mb 64] [--rounds 3]
+//   comm_bench [--procs 2,4] [--max-mb 64] [--rounds 3] [--json]
+// --json prints one JSON object per row instead of the table (bench/comm_bench.py reads it).
 // Thread-safety: a program; each process is single-threaded apart from the libraries' own threads.
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
@@ -63,7 +64,7 @@ std::string human(size_t bytes) {
 }
 
 // One process of the benchmark; rank 0 prints its rows.
-int run_rank(int rank, int n, const std::string& dir, size_t max_bytes, int rounds) {
+int run_rank(int rank, int n, const std::string& dir, size_t max_bytes, int rounds, bool json) {
   auto store = comm::make_file_store(dir + "/strata", std::chrono::seconds(60));
   auto strata_comm = comm::make_gloo_communicator(store, rank, n, {.timeout = std::chrono::seconds(60)});
 
@@ -141,7 +142,15 @@ int run_rank(int rank, int n, const std::string& dir, size_t max_bytes, int roun
           best_strata = std::min(best_strata, time_it(strata_op));
         }
       }
-      if (rank == 0) {
+      if (rank == 0 && json) {
+        const size_t moved = c == Coll::kAllGather ? in_numel * n * sizeof(float) : bytes;
+        std::printf(
+            "{\"procs\": %d, \"collective\": \"%s\", \"bytes\": %zu, \"strata_us\": %.3f, \"raw_us\": %.3f, "
+            "\"strata_busbw\": %.6f, \"raw_busbw\": %.6f}\n",
+            n, coll_name(c), bytes, best_strata * 1e6, best_raw * 1e6, bus_gbps(c, moved, n, best_strata),
+            bus_gbps(c, moved, n, best_raw));
+        std::fflush(stdout);
+      } else if (rank == 0) {
         const size_t moved = c == Coll::kAllGather ? in_numel * n * sizeof(float) : bytes;
         std::printf("%5d  %-10s %7s  %11.1f  %11.1f  %7.3f  %9.3f  %9.3f  %+9.1f\n", n, coll_name(c),
                     human(bytes).c_str(), best_strata * 1e6, best_raw * 1e6, best_strata / best_raw,
@@ -156,7 +165,7 @@ int run_rank(int rank, int n, const std::string& dir, size_t max_bytes, int roun
 }
 
 // Forks `n` ranks; waits at most `limit` and kills whatever is left. Returns whether every rank exited 0.
-bool run_group(int n, size_t max_bytes, int rounds, std::chrono::seconds limit) {
+bool run_group(int n, size_t max_bytes, int rounds, bool json, std::chrono::seconds limit) {
   std::string pattern = (std::filesystem::temp_directory_path() / "strata_comm_bench_XXXXXX").string();
   const std::string dir = ::mkdtemp(pattern.data());
   ::mkdir((dir + "/raw").c_str(), 0755);
@@ -168,7 +177,7 @@ bool run_group(int n, size_t max_bytes, int rounds, std::chrono::seconds limit) 
       ::alarm(static_cast<unsigned>(limit.count()) + 5);
       int status = 1;
       try {
-        status = run_rank(r, n, dir, max_bytes, rounds);
+        status = run_rank(r, n, dir, max_bytes, rounds, json);
       } catch (const std::exception& e) {
         std::fprintf(stderr, "rank %d: %s\n", r, e.what());
       }
@@ -209,9 +218,18 @@ int main(int argc, char** argv) {
   std::vector<int> procs = {2, 4};
   size_t max_mb = 64;
   int rounds = 3;
-  for (int i = 1; i + 1 < argc; i += 2) {
-    const std::string flag = argv[i], value = argv[i + 1];
-    if (flag == "--procs") {
+  bool json = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string flag = argv[i];
+    if (flag == "--json") {
+      json = true;
+      continue;
+    }
+    const std::string value = i + 1 < argc ? argv[++i] : "";
+    if (value.empty()) {
+      std::fprintf(stderr, "usage: comm_bench [--procs 2,4] [--max-mb 64] [--rounds 3] [--json]\n");
+      return 2;
+    } else if (flag == "--procs") {
       procs.clear();
       for (size_t pos = 0; pos < value.size();) {
         const size_t comma = value.find(',', pos);
@@ -223,15 +241,17 @@ int main(int argc, char** argv) {
     } else if (flag == "--rounds") {
       rounds = std::stoi(value);
     } else {
-      std::fprintf(stderr, "usage: comm_bench [--procs 2,4] [--max-mb 64] [--rounds 3]\n");
+      std::fprintf(stderr, "usage: comm_bench [--procs 2,4] [--max-mb 64] [--rounds 3] [--json]\n");
       return 2;
     }
   }
-  std::printf("# strata gloo backend vs raw Gloo (options API, same buffers, same processes), 127.0.0.1 TCP\n");
-  std::printf("# latency: mean per op of the best of %d rounds; busbw in GB/s (NCCL convention)\n", rounds);
-  std::printf("%5s  %-10s %7s  %11s  %11s  %7s  %9s  %9s  %9s\n", "procs", "collective", "size", "strata_us",
-              "raw_us", "ratio", "strata_bw", "raw_bw", "added_us");
+  if (!json) {
+    std::printf("# strata gloo backend vs raw Gloo (options API, same buffers, same processes), 127.0.0.1 TCP\n");
+    std::printf("# latency: mean per op of the best of %d rounds; busbw in GB/s (NCCL convention)\n", rounds);
+    std::printf("%5s  %-10s %7s  %11s  %11s  %7s  %9s  %9s  %9s\n", "procs", "collective", "size", "strata_us",
+                "raw_us", "ratio", "strata_bw", "raw_bw", "added_us");
+  }
   bool ok = true;
-  for (int n : procs) ok = run_group(n, max_mb << 20, rounds, std::chrono::seconds(600)) && ok;
+  for (int n : procs) ok = run_group(n, max_mb << 20, rounds, json, std::chrono::seconds(600)) && ok;
   return ok ? 0 : 1;
 }
