@@ -23,6 +23,9 @@ find_package(gRPC CONFIG REQUIRED)
 find_program(GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
 # Gloo (libgloo-dev): collectives over TCP between processes; target `gloo` (not namespaced).
 find_package(Gloo CONFIG REQUIRED)
+# OpenMPI (libopenmpi-dev, openmpi-bin): the "mpi" comm backend for processes started by mpirun; MPI::MPI_CXX
+# (strata uses the C bindings only: OMPI_SKIP_MPICXX=1, src/CMakeLists.txt).
+find_package(MPI COMPONENTS CXX REQUIRED)
 find_package(nlohmann_json REQUIRED)
 find_package(yaml-cpp REQUIRED)
 find_package(CLI11 REQUIRED)
