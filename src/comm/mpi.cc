@@ -9,7 +9,9 @@
 // MPI_Ibcast for float all_reduce, so every rank gets rank 0's bits; MPI_Iallreduce for int64, which is exact;
 // MPI_Ibcast; MPI_Iallgather; MPI_Ireduce_scatter_block; MPI_Ibarrier; MPI_Irecv) and polled with MPI_Test until done
 // or past its deadline. Sends (MPI_Isend) are posted and then polled by the worker between operations, so a send
-// never holds up the queue. A deadline passed: the operation fails with Timeout, its buffers are kept alive for ever
+// never holds up the queue. A rank that has waited in a collective for a quarter of its timeout tells its peers so on
+// a private duplicate communicator, so that a timeout names the ranks never heard from. A deadline passed: the
+// operation fails with Timeout, its buffers are kept alive for ever
 // (MPI may still write them) and the communicator is broken — later operations fail at once quoting the first
 // failure. abort() breaks it the same way on this rank only.
 // Thread-safety: one thread per rank issues operations (mu_ guards the queue); the worker alone makes this
@@ -200,6 +202,9 @@ class MpiCommunicator final : public Communicator {
     int flag = 0;
     MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &tag_ub, &flag);
     tag_ub_ = flag ? *static_cast<int*>(tag_ub) : 32767;
+    MPI_Comm_dup(comm_, &progress_comm_);  // collective over the group, as the constructor is
+    MPI_Comm_set_errhandler(progress_comm_, MPI_ERRORS_RETURN);
+    waiting_in_.assign(static_cast<size_t>(size_), 0);
     name_ = "mpi " + name + " of " + std::to_string(size_);
     worker_ = std::thread([this] { worker_loop(); });
   }
@@ -212,7 +217,9 @@ class MpiCommunicator final : public Communicator {
     cv_.notify_one();
     worker_.join();  // runs what is queued, waits for posted sends
     if (broken_.empty()) {
+      drain_progress();
       auto lock = mpi_lock();
+      MPI_Comm_free(&progress_comm_);
       MPI_Comm_free(&comm_);
     }
   }
@@ -439,8 +446,8 @@ class MpiCommunicator final : public Communicator {
     std::ostringstream message;
     message << "mpi: " << kind_name(op.kind) << " #" << op.seq << " on rank " << rank_ << " of " << name_
             << " did not complete within " << op.timeout.count()
-            << " ms (MPI does not say which ranks never joined; MPI cannot cancel it, so this communicator is "
-               "unusable and the process should exit)";
+            << " ms" << missing_ranks(op)
+            << " (MPI cannot cancel it, so this communicator is unusable and the process should exit)";
     auto* left = new Leftover{op.tensors, {}};
     if (buffer) left->buffer = std::move(*buffer);
     {
@@ -462,7 +469,10 @@ class MpiCommunicator final : public Communicator {
   }
 
   // Polls `request` until it completes (false) or the deadline passes (true). Sends are polled too.
-  bool poll(MPI_Request& request) {
+  bool poll(MPI_Request& request, const Op& op) {
+    const bool collective = op.kind != Kind::kSend && op.kind != Kind::kRecv && op.kind != Kind::kNewGroup;
+    const Clock::time_point report_at = deadline_ - op.timeout + op.timeout / 4;
+    bool reported = false;
     for (int spins = 0;; ++spins) {
       int done = 0;
       {
@@ -471,6 +481,11 @@ class MpiCommunicator final : public Communicator {
       }
       if (done) return false;
       if (!sends_.empty() && spins % 16 == 0) poll_sends();
+      if (collective && spins % 16 == 0 && Clock::now() > report_at) {
+        if (!reported) report_waiting(op.seq);
+        reported = true;
+        drain_progress();
+      }
       if (Clock::now() > deadline_) return true;
       if (spins < 200) {
         std::this_thread::yield();
@@ -481,7 +496,49 @@ class MpiCommunicator final : public Communicator {
   }
 
   void wait_request(Op& op, MPI_Request& request, std::vector<unsigned char>* buffer) {
-    if (poll(request)) timed_out(op, buffer);
+    if (poll(request, op)) timed_out(op, buffer);
+  }
+
+  // ---- naming the ranks that never joined a collective. A rank that has waited in collective #k for a quarter of
+  // its timeout tells every other rank so (one int64 on progress_comm_, eager); on a timeout, the ranks that never
+  // said so are named. (A rank that arrived within the last three quarters of the timeout is named too.)
+  void report_waiting(int64_t seq) {
+    progress_out_.push_back(seq);  // MPI reads it until the send completes: a deque keeps it in place
+    const int64_t* value = &progress_out_.back();
+    auto lock = mpi_lock();
+    for (int r = 0; r < size_; ++r) {
+      if (r == rank_) continue;
+      MPI_Request request = MPI_REQUEST_NULL;
+      if (MPI_Isend(value, 1, MPI_INT64_T, r, 1, progress_comm_, &request) == MPI_SUCCESS) {
+        MPI_Request_free(&request);
+      }
+    }
+  }
+  void drain_progress() {
+    auto lock = mpi_lock();
+    for (;;) {
+      int flag = 0;
+      MPI_Status status;
+      if (MPI_Iprobe(MPI_ANY_SOURCE, 1, progress_comm_, &flag, &status) != MPI_SUCCESS || !flag) return;
+      int64_t seq = 0;
+      if (MPI_Recv(&seq, 1, MPI_INT64_T, status.MPI_SOURCE, 1, progress_comm_, MPI_STATUS_IGNORE) != MPI_SUCCESS) return;
+      auto& seen = waiting_in_[static_cast<size_t>(status.MPI_SOURCE)];
+      seen = std::max(seen, seq);
+    }
+  }
+  std::string missing_ranks(const Op& op) {
+    if (op.kind == Kind::kSend || op.kind == Kind::kRecv || op.kind == Kind::kNewGroup) return "";
+    drain_progress();
+    std::vector<int> missing;
+    for (int r = 0; r < size_; ++r) {
+      if (r != rank_ && waiting_in_[static_cast<size_t>(r)] < op.seq) missing.push_back(r);
+    }
+    if (missing.empty()) return "; every rank reported waiting in it";
+    std::ostringstream out;
+    out << "; never joined (no word from " << (missing.size() == 1 ? "it" : "them") << " while waiting): "
+        << (missing.size() == 1 ? "rank" : "ranks");
+    for (size_t i = 0; i < missing.size(); ++i) out << (i ? ", " : " ") << missing[i];
+    return out.str();
   }
 
   void poll_sends() {
@@ -728,6 +785,7 @@ class MpiCommunicator final : public Communicator {
 
  private:
   MPI_Comm comm_;
+  MPI_Comm progress_comm_ = MPI_COMM_NULL;  // "I am waiting in collective #k" messages (worker only)
   const MpiOptions options_;
   int rank_ = 0, size_ = 1, tag_ub_ = 32767;
   std::string name_;
@@ -743,6 +801,8 @@ class MpiCommunicator final : public Communicator {
   // worker only
   Clock::time_point deadline_;
   std::vector<std::unique_ptr<PostedSend>> sends_;
+  std::deque<int64_t> progress_out_;  // the values of the progress messages sent (never freed: small)
+  std::vector<int64_t> waiting_in_;   // per rank: the highest collective it reported waiting in
   std::thread worker_;
 };
 

@@ -332,6 +332,8 @@ TEST(MpiChild, RankNeverJoins) {
   EXPECT_TRUE(contains(message, "all_reduce #2")) << message;
   EXPECT_TRUE(contains(message, "on rank " + std::to_string(rank))) << message;
   EXPECT_TRUE(contains(message, "1000 ms")) << message;
+  EXPECT_TRUE(contains(message, "never joined (no word from it while waiting): rank " + std::to_string(n - 1)))
+      << message;
   EXPECT_GE(elapsed, 950);
   EXPECT_LT(elapsed, 3000);
   // The communicator is unusable: later calls fail at once, quoting the timeout.
