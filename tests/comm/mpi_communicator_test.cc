@@ -7,6 +7,7 @@
 // make_mpi_communicator outside mpirun (Unavailable, no MPI_Init). Skipped when `mpirun` is not on the PATH.
 // Processes: mpirun runs under `timeout -s KILL`; the parent checks afterwards that every rank's pid is gone.
 #include <gtest/gtest.h>
+#include <mpi.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -107,6 +108,16 @@ TEST(MpiChild, EveryCollective) {
   ASSERT_EQ(n, std::atoi(std::getenv("OMPI_COMM_WORLD_SIZE")));
   ASSERT_EQ(rank, std::atoi(std::getenv("OMPI_COMM_WORLD_RANK")));
   EXPECT_EQ(comm->backend(), "mpi");
+  {
+    int provided = 0;
+    MPI_Query_thread(&provided);
+    const char* level = std::getenv("STRATA_MPI_THREAD_LEVEL");
+    if (level && std::string(level) == "serialized") {
+      EXPECT_EQ(provided, MPI_THREAD_SERIALIZED);  // every MPI call then runs under strata's one lock
+    } else {
+      EXPECT_GE(provided, MPI_THREAD_SERIALIZED);
+    }
+  }
   Results results;
   int salt = 0;
 
@@ -363,11 +374,14 @@ struct MpirunResult {
 };
 
 // `timeout -s KILL <limit> mpirun ... -np <n> <this binary> --gtest_filter=<filter>`, its output in <dir>/log.
-MpirunResult run_under_mpirun(int n, const std::string& filter, const std::string& dir, int limit_s = 120) {
+MpirunResult run_under_mpirun(int n, const std::string& filter, const std::string& dir, int limit_s = 120,
+                              const std::string& thread_level = "") {
   const std::string self = std::filesystem::read_symlink("/proc/self/exe").string();
   std::ostringstream command;
-  command << "env -u OMPI_COMM_WORLD_SIZE -u OMPI_COMM_WORLD_RANK STRATA_MPI_TEST_DIR=" << dir << " timeout -s KILL "
-          << limit_s << " mpirun --allow-run-as-root --oversubscribe -np " << n << " -x STRATA_MPI_TEST_DIR " << self
+  command << "env -u OMPI_COMM_WORLD_SIZE -u OMPI_COMM_WORLD_RANK STRATA_MPI_TEST_DIR=" << dir
+          << " STRATA_MPI_THREAD_LEVEL=" << thread_level << " timeout -s KILL " << limit_s
+          << " mpirun --allow-run-as-root --oversubscribe -np " << n
+          << " -x STRATA_MPI_TEST_DIR -x STRATA_MPI_THREAD_LEVEL " << self
           << " --gtest_filter=" << filter << " > " << dir << "/log 2>&1";
   const auto start = Clock::now();
   const int status = std::system(command.str().c_str());
@@ -380,12 +394,9 @@ MpirunResult run_under_mpirun(int n, const std::string& filter, const std::strin
 
 class MpiCommunicator : public ::testing::TestWithParam<int> {};
 
-TEST_P(MpiCommunicator, EveryCollectiveBitwiseEqualOnEveryRank) {
-  if (is_child()) GTEST_SKIP() << "the parent side; this process is a rank";
-  if (!have_mpirun()) GTEST_SKIP() << "mpirun is not on the PATH (install openmpi-bin)";
-  const int n = GetParam();
+void expect_every_collective(int n, const std::string& thread_level) {
   TempDir dir("strata_mpi_test");
-  const MpirunResult run = run_under_mpirun(n, "MpiChild.EveryCollective", dir.path());
+  const MpirunResult run = run_under_mpirun(n, "MpiChild.EveryCollective", dir.path(), 120, thread_level);
   ASSERT_EQ(run.exit_code, 0) << run.log;
   EXPECT_FALSE(contains(run.log, "SKIPPED")) << run.log;
   const std::string first = read_file(dir.path() + "/results-0");
@@ -395,6 +406,19 @@ TEST_P(MpiCommunicator, EveryCollectiveBitwiseEqualOnEveryRank) {
   for (int r = 1; r < n; ++r) {
     EXPECT_EQ(read_file(dir.path() + "/results-" + std::to_string(r)), first) << "rank " << r << " differs from rank 0";
   }
+}
+
+TEST_P(MpiCommunicator, EveryCollectiveBitwiseEqualOnEveryRank) {
+  if (is_child()) GTEST_SKIP() << "the parent side; this process is a rank";
+  if (!have_mpirun()) GTEST_SKIP() << "mpirun is not on the PATH (install openmpi-bin)";
+  expect_every_collective(GetParam(), "");
+}
+
+// MPI_THREAD_SERIALIZED: every MPI call under strata's one lock (three communicators' workers in turn).
+TEST(MpiCommunicatorSerialized, EveryCollectiveBitwiseEqualOnEveryRank) {
+  if (is_child()) GTEST_SKIP() << "the parent side; this process is a rank";
+  if (!have_mpirun()) GTEST_SKIP() << "mpirun is not on the PATH (install openmpi-bin)";
+  expect_every_collective(3, "serialized");
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, MpiCommunicator, ::testing::Values(1, 2, 3, 4),
