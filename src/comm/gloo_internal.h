@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "comm/completion.h"
 #include "strata/comm/communicator.h"
 #include "strata/error.h"
 
@@ -55,30 +56,7 @@ inline void cpu_relax() {
 #endif
 }
 
-// The error of a finished collective, kept as (type, message) so that every waiter throws its own copy.
-struct Failure {
-  enum class Type { kNone, kInvalidArgument, kTimeout, kError } type = Type::kNone;
-  std::string message;
-  std::exception_ptr as_exception_ptr() const {
-    try {
-      raise();
-    } catch (...) {
-      return std::current_exception();
-    }
-  }
-  [[noreturn]] void raise() const {
-    switch (type) {
-      case Type::kInvalidArgument:
-        throw InvalidArgument(message);
-      case Type::kTimeout:
-        throw Timeout(message);
-      case Type::kNone:
-      case Type::kError:
-        break;
-    }
-    throw Error(message);
-  }
-};
+using detail::Failure;
 
 class GlooWork;
 
@@ -100,24 +78,17 @@ class GlooWork final : public Work {
   GlooWork(Kind kind, int64_t seq, int rank, std::shared_ptr<ExecState> exec)
       : kind_(kind), seq_(seq), rank_(rank), exec_(std::move(exec)) {}
 
-  bool is_completed() const override { return done_.load(std::memory_order_acquire); }
+  bool is_completed() const override { return completion_.done(); }
 
   void wait(std::chrono::milliseconds timeout) override {
-    if (!is_completed()) {
-      std::unique_lock<std::mutex> lock(mu_);
-      if (!cv_.wait_for(lock, timeout, [&] { return is_completed(); })) {
-        STRATA_THROW(Timeout, "gloo: " << kind_name(kind_) << " #" << seq_ << " on rank " << rank_
-                                       << " did not complete within " << timeout.count()
-                                       << " ms (it goes on running under its own timeout)");
-      }
+    if (!completion_.wait_for(timeout)) {
+      STRATA_THROW(Timeout, "gloo: " << kind_name(kind_) << " #" << seq_ << " on rank " << rank_
+                                     << " did not complete within " << timeout.count()
+                                     << " ms (it goes on running under its own timeout)");
     }
-    if (failure_.type != Failure::Type::kNone) failure_.raise();
   }
 
-  std::exception_ptr exception() const override {
-    if (!is_completed() || failure_.type == Failure::Type::kNone) return nullptr;
-    return failure_.as_exception_ptr();
-  }
+  std::exception_ptr exception() const override { return completion_.exception(); }
 
   // A caller that waits runs the queue itself up to this operation instead of handing it to the worker thread and
   // sleeping: measured, a Gloo all-reduce run on another thread than the waiting one took 2-4x as long on 2 cores.
@@ -127,31 +98,17 @@ class GlooWork final : public Work {
       std::lock_guard<std::mutex> lock(exec_->mu);
       if (exec_->owner && !is_completed()) exec_->owner->run_queued_until(this);
     }
-    if (!is_completed()) {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return is_completed(); });
-    }
-    if (failure_.type != Failure::Type::kNone) failure_.raise();
+    completion_.wait();
   }
 
-  void finish(Failure failure) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      failure_ = std::move(failure);
-      done_.store(true, std::memory_order_release);
-    }
-    cv_.notify_all();
-  }
+  void finish(Failure failure) { completion_.finish(std::move(failure)); }
 
  private:
   const Kind kind_;
   const int64_t seq_;
   const int rank_;
   const std::shared_ptr<ExecState> exec_;
-  std::atomic<bool> done_{false};
-  std::mutex mu_;
-  std::condition_variable cv_;
-  Failure failure_;  // written once, before done_
+  detail::Completion completion_;
 };
 
 struct Op {

@@ -33,6 +33,7 @@
 #include <sstream>
 #include <thread>
 
+#include "comm/completion.h"
 #include "strata/error.h"
 
 namespace strata::comm {
@@ -106,64 +107,29 @@ const char* kind_name(Kind kind) {
   return "?";
 }
 
-struct Failure {
-  enum class Type { kNone, kInvalidArgument, kTimeout, kError } type = Type::kNone;
-  std::string message;
-  [[noreturn]] void raise() const {
-    if (type == Type::kInvalidArgument) throw InvalidArgument(message);
-    if (type == Type::kTimeout) throw Timeout(message);
-    throw Error(message);
-  }
-};
+using detail::Failure;
 
 class MpiWork final : public Work {
  public:
   MpiWork(Kind kind, int64_t seq, int rank) : kind_(kind), seq_(seq), rank_(rank) {}
   using Work::wait;
-  bool is_completed() const override { return done_.load(std::memory_order_acquire); }
-  void wait() override {
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      cv_.wait(lock, [&] { return is_completed(); });
-    }
-    if (failure_.type != Failure::Type::kNone) failure_.raise();
-  }
+  bool is_completed() const override { return completion_.done(); }
+  void wait() override { completion_.wait(); }
   void wait(std::chrono::milliseconds timeout) override {
-    {
-      std::unique_lock<std::mutex> lock(mu_);
-      if (!cv_.wait_for(lock, timeout, [&] { return is_completed(); })) {
-        STRATA_THROW(Timeout, "mpi: " << kind_name(kind_) << " #" << seq_ << " on rank " << rank_
-                                      << " did not complete within " << timeout.count()
-                                      << " ms (it goes on running under its own timeout)");
-      }
-    }
-    if (failure_.type != Failure::Type::kNone) failure_.raise();
-  }
-  std::exception_ptr exception() const override {
-    if (!is_completed() || failure_.type == Failure::Type::kNone) return nullptr;
-    try {
-      failure_.raise();
-    } catch (...) {
-      return std::current_exception();
+    if (!completion_.wait_for(timeout)) {
+      STRATA_THROW(Timeout, "mpi: " << kind_name(kind_) << " #" << seq_ << " on rank " << rank_
+                                    << " did not complete within " << timeout.count()
+                                    << " ms (it goes on running under its own timeout)");
     }
   }
-  void finish(Failure failure) {
-    {
-      std::lock_guard<std::mutex> lock(mu_);
-      failure_ = std::move(failure);
-      done_.store(true, std::memory_order_release);
-    }
-    cv_.notify_all();
-  }
+  std::exception_ptr exception() const override { return completion_.exception(); }
+  void finish(Failure failure) { completion_.finish(std::move(failure)); }
 
  private:
   const Kind kind_;
   const int64_t seq_;
   const int rank_;
-  std::atomic<bool> done_{false};
-  std::mutex mu_;
-  std::condition_variable cv_;
-  Failure failure_;
+  detail::Completion completion_;
 };
 
 struct Op {
