@@ -1,6 +1,7 @@
-// The completion state every process backend's Work shares (gloo, mpi): whether the operation is done,
-// the error it ended with, and waiters woken when it finishes. A backend's Work holds one Completion and
-// adds what is its own (gloo's caller-runs wait, the text of its Timeout).
+// What the backends share about an operation in flight: its kind and name (every backend's messages say
+// "all_reduce #3"), and, for the process backends (gloo, mpi), the Work that completes it: whether it is
+// done, the error it ended with, waiters woken when it finishes, and the Timeout of Work::wait(timeout).
+// A backend's Work derives from BackendWork and adds what is its own (gloo's caller-runs wait).
 //
 // Thread-safety: finish() is called once, by the thread that ran the operation; every other member may
 // be called from any thread at any time.
@@ -10,12 +11,42 @@
 #include <chrono>
 #include <condition_variable>
 #include <exception>
+#include <cstdint>
 #include <mutex>
 #include <string>
+
+#include "strata/comm/communicator.h"
 
 #include "strata/error.h"
 
 namespace strata::comm::detail {
+
+// The operations a communicator queues.
+enum class OpKind : int { kNone, kAllReduce, kBroadcast, kAllGather, kBarrier, kReduceScatter, kSend, kRecv, kNewGroup };
+
+inline const char* kind_name(OpKind kind) {
+  switch (kind) {
+    case OpKind::kNone:
+      return "nothing";
+    case OpKind::kAllReduce:
+      return "all_reduce";
+    case OpKind::kBroadcast:
+      return "broadcast";
+    case OpKind::kAllGather:
+      return "all_gather";
+    case OpKind::kBarrier:
+      return "barrier";
+    case OpKind::kReduceScatter:
+      return "reduce_scatter";
+    case OpKind::kSend:
+      return "send";
+    case OpKind::kRecv:
+      return "recv";
+    case OpKind::kNewGroup:
+      return "new_group";
+  }
+  return "?";
+}
 
 // The error of a finished operation, kept as (type, message) so that every waiter throws its own copy.
 struct Failure {
@@ -92,6 +123,33 @@ class Completion {
   std::mutex mu_;
   std::condition_variable cv_;
   Failure failure_;  // written once, before done_
+};
+
+// The Work of one queued operation of a process backend, finished by the thread that runs it.
+class BackendWork : public Work {
+ public:
+  // `backend` names it in messages ("gloo"); it must outlive the Work (a string literal).
+  BackendWork(const char* backend, OpKind kind, int64_t seq, int rank)
+      : backend_(backend), kind_(kind), seq_(seq), rank_(rank) {}
+
+  bool is_completed() const override { return completion_.done(); }
+  void wait() override { completion_.wait(); }
+  void wait(std::chrono::milliseconds timeout) override {
+    if (!completion_.wait_for(timeout)) {
+      STRATA_THROW(Timeout, backend_ << ": " << kind_name(kind_) << " #" << seq_ << " on rank " << rank_
+                                     << " did not complete within " << timeout.count()
+                                     << " ms (it goes on running under its own timeout)");
+    }
+  }
+  std::exception_ptr exception() const override { return completion_.exception(); }
+  void finish(Failure failure) { completion_.finish(std::move(failure)); }
+
+ private:
+  const char* const backend_;
+  const OpKind kind_;
+  const int64_t seq_;
+  const int rank_;
+  Completion completion_;
 };
 
 }  // namespace strata::comm::detail

@@ -245,6 +245,9 @@ void GlooCollectives::execute(Op& op) {
     }
     case Kind::kSend:
       return;  // posted by post_send
+    case Kind::kNone:
+    case Kind::kNewGroup:
+      return;  // never queued: new_group builds its context when called
     case Kind::kBarrier: {
       gloo::BarrierOptions opts(context_);
       opts.setTag(tag);

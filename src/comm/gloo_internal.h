@@ -23,27 +23,8 @@ namespace strata::comm::gloo_detail {
 
 using Clock = std::chrono::steady_clock;
 
-enum class Kind { kAllReduce, kBroadcast, kAllGather, kReduceScatter, kBarrier, kSend, kRecv };
-
-inline const char* kind_name(Kind kind) {
-  switch (kind) {
-    case Kind::kAllReduce:
-      return "all_reduce";
-    case Kind::kBroadcast:
-      return "broadcast";
-    case Kind::kAllGather:
-      return "all_gather";
-    case Kind::kReduceScatter:
-      return "reduce_scatter";
-    case Kind::kBarrier:
-      return "barrier";
-    case Kind::kSend:
-      return "send";
-    case Kind::kRecv:
-      return "recv";
-  }
-  return "?";
-}
+using Kind = detail::OpKind;
+using detail::kind_name;
 
 // How many `pause`s a waiter spins before it sleeps (a few microseconds). Longer spins cost more than they save:
 // measured with comm_bench on 2 loaded cores, 2000 spins (~100 us) added 75-300 us to every small collective,
@@ -73,22 +54,11 @@ struct ExecState {
   Executor* owner = nullptr;  // guarded by mu
 };
 
-class GlooWork final : public Work {
+class GlooWork final : public detail::BackendWork {
  public:
   GlooWork(Kind kind, int64_t seq, int rank, std::shared_ptr<ExecState> exec)
-      : kind_(kind), seq_(seq), rank_(rank), exec_(std::move(exec)) {}
-
-  bool is_completed() const override { return completion_.done(); }
-
-  void wait(std::chrono::milliseconds timeout) override {
-    if (!completion_.wait_for(timeout)) {
-      STRATA_THROW(Timeout, "gloo: " << kind_name(kind_) << " #" << seq_ << " on rank " << rank_
-                                     << " did not complete within " << timeout.count()
-                                     << " ms (it goes on running under its own timeout)");
-    }
-  }
-
-  std::exception_ptr exception() const override { return completion_.exception(); }
+      : BackendWork("gloo", kind, seq, rank), exec_(std::move(exec)) {}
+  using BackendWork::wait;
 
   // A caller that waits runs the queue itself up to this operation instead of handing it to the worker thread and
   // sleeping: measured, a Gloo all-reduce run on another thread than the waiting one took 2-4x as long on 2 cores.
@@ -98,17 +68,11 @@ class GlooWork final : public Work {
       std::lock_guard<std::mutex> lock(exec_->mu);
       if (exec_->owner && !is_completed()) exec_->owner->run_queued_until(this);
     }
-    completion_.wait();
+    BackendWork::wait();
   }
 
-  void finish(Failure failure) { completion_.finish(std::move(failure)); }
-
  private:
-  const Kind kind_;
-  const int64_t seq_;
-  const int rank_;
   const std::shared_ptr<ExecState> exec_;
-  detail::Completion completion_;
 };
 
 struct Op {

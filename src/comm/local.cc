@@ -22,28 +22,6 @@
 namespace strata::comm {
 namespace local_detail {
 
-const char* kind_name(Kind kind) {
-  switch (kind) {
-    case Kind::kNone:
-      return "nothing";
-    case Kind::kAllReduce:
-      return "all_reduce";
-    case Kind::kBroadcast:
-      return "broadcast";
-    case Kind::kAllGather:
-      return "all_gather";
-    case Kind::kBarrier:
-      return "barrier";
-    case Kind::kReduceScatter:
-      return "reduce_scatter";
-    case Kind::kSend:
-      return "send";
-    case Kind::kRecv:
-      return "recv";
-  }
-  return "?";
-}
-
 void rethrow_copy(const std::exception_ptr& error) {
   try {
     std::rethrow_exception(error);

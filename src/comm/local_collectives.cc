@@ -47,6 +47,7 @@ void LocalCommunicator::execute(Op& op) {
     case Kind::kNone:
     case Kind::kSend:
     case Kind::kRecv:
+    case Kind::kNewGroup:
       return;
   }
 }

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "comm/bucket.h"
+#include "comm/completion.h"
 #include "comm/group_barrier.h"
 #include "strata/comm/local.h"
 
@@ -33,8 +34,8 @@ using detail::Bucket;
 using detail::GroupBarrier;
 using Clock = std::chrono::steady_clock;
 
-enum class Kind : int { kNone, kAllReduce, kBroadcast, kAllGather, kBarrier, kReduceScatter, kSend, kRecv };
-const char* kind_name(Kind kind);
+using Kind = detail::OpKind;
+using detail::kind_name;
 inline bool is_p2p(Kind kind) { return kind == Kind::kSend || kind == Kind::kRecv; }
 
 // Throws a new exception of the same strata type and message as `error`, so that every waiter owns what it

@@ -91,45 +91,14 @@ void ensure_initialized() {
   g_multiple = provided >= MPI_THREAD_MULTIPLE;
 }
 
-enum class Kind { kAllReduce, kBroadcast, kAllGather, kReduceScatter, kBarrier, kSend, kRecv, kNewGroup };
-
-const char* kind_name(Kind kind) {
-  switch (kind) {
-    case Kind::kAllReduce: return "all_reduce";
-    case Kind::kBroadcast: return "broadcast";
-    case Kind::kAllGather: return "all_gather";
-    case Kind::kReduceScatter: return "reduce_scatter";
-    case Kind::kBarrier: return "barrier";
-    case Kind::kSend: return "send";
-    case Kind::kRecv: return "recv";
-    case Kind::kNewGroup: return "new_group";
-  }
-  return "?";
-}
-
+using Kind = detail::OpKind;
 using detail::Failure;
+using detail::kind_name;
 
-class MpiWork final : public Work {
+// The Work of one MPI operation, finished by the communicator's worker thread.
+class MpiWork final : public detail::BackendWork {
  public:
-  MpiWork(Kind kind, int64_t seq, int rank) : kind_(kind), seq_(seq), rank_(rank) {}
-  using Work::wait;
-  bool is_completed() const override { return completion_.done(); }
-  void wait() override { completion_.wait(); }
-  void wait(std::chrono::milliseconds timeout) override {
-    if (!completion_.wait_for(timeout)) {
-      STRATA_THROW(Timeout, "mpi: " << kind_name(kind_) << " #" << seq_ << " on rank " << rank_
-                                    << " did not complete within " << timeout.count()
-                                    << " ms (it goes on running under its own timeout)");
-    }
-  }
-  std::exception_ptr exception() const override { return completion_.exception(); }
-  void finish(Failure failure) { completion_.finish(std::move(failure)); }
-
- private:
-  const Kind kind_;
-  const int64_t seq_;
-  const int rank_;
-  detail::Completion completion_;
+  MpiWork(Kind kind, int64_t seq, int rank) : BackendWork("mpi", kind, seq, rank) {}
 };
 
 struct Op {
@@ -747,6 +716,8 @@ class MpiCommunicator final : public Communicator {
         check(rc, "MPI_Comm_create_group");
         return;
       }
+      case Kind::kNone:
+        return;  // never queued
     }
   }
 
