@@ -19,7 +19,7 @@
 #include "data/crc32c.h"
 #include "data/crc_fold.h"
 #include "data/inflate_streams.h"
-#include "data/temp_file.h"
+#include "io/atomic_file.h"
 #include "strata/error.h"
 
 namespace strata::data::detail {
@@ -490,7 +490,7 @@ ByteWriter::ByteWriter(std::string path, Compression compression, DeflateSetting
   }
   // The file is made last, so no exception above leaves one behind. "x": a temporary file is new.
   if (atomic) {
-    temp_ = temp_name_for(path_);
+    temp_ = io::detail::temp_name_for(path_);
     file_ = std::fopen(temp_.c_str(), "wbx");
     STRATA_CHECK(
         file_, IoError,
@@ -666,7 +666,7 @@ void ByteWriter::close() {
     if (!temp_.empty()) std::remove(temp_.c_str());
     STRATA_THROW(IoError, "close failed for " << path_ << ": " << std::strerror(err));
   }
-  if (!temp_.empty()) publish_temp_file(temp_, path_);
+  if (!temp_.empty()) io::detail::publish_temp_file(temp_, path_);
 }
 
 // ---- sniffing

@@ -16,7 +16,7 @@
 // members reads as one stream (like `zcat`).
 //
 // ByteWriter writes a file, compressing it when asked; with `atomic` it writes a temporary file beside
-// the target and renames it into place only when close() has finished and fsync'ed it (temp_file.h).
+// the target and renames it into place only when close() has finished and fsync'ed it (io/atomic_file.h's temporary names and publish_temp_file).
 // Thread-safety: one object per thread; distinct objects are independent.
 #pragma once
 

@@ -158,6 +158,15 @@ void AtomicFile::write(const void* data, size_t n) {
   }
 }
 
+void publish_temp_file(const std::string& temp, const std::string& path) {
+  if (std::rename(temp.c_str(), path.c_str()) != 0) {
+    const int err = errno;
+    std::remove(temp.c_str());
+    STRATA_THROW(IoError, "cannot rename " << temp << " to " << path << ": " << errno_message(err));
+  }
+  fsync_directory(parent_directory(path));
+}
+
 void AtomicFile::commit() {
   STRATA_CHECK(fd_ >= 0 && !committed_, IoError, "cannot write " << path_ << ": the file is already closed");
   if (::fsync(fd_) != 0) fail("fsync of", errno);

@@ -25,6 +25,11 @@ namespace strata::io::detail {
 // "<path>.tmp-<pid>-<n>", unique within this process.
 std::string temp_name_for(const std::string& path);
 
+// Renames the complete, fsync'ed and closed `temp` over `path`, then fsyncs their directory: for writers
+// that stream through their own file handle (the data layer's TFRecord shards) rather than AtomicFile.
+// Throws IoError naming both when the rename fails (and removes `temp`) or the directory cannot be synced.
+void publish_temp_file(const std::string& temp, const std::string& path);
+
 // While alive, marks the temporary `path` (a temp_name_for name, file or directory) as being written by
 // this process, so remove_dead_writers_temporaries leaves it alone. Register before creating it.
 class TempInProgress {

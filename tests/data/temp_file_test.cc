@@ -1,7 +1,7 @@
-// Files published only once complete (data/temp_file.h, TFRecordWriterOptions::atomic): the target
+// Files published only once complete (io/atomic_file.h's publish_temp_file, TFRecordWriterOptions::atomic): the target
 // appears at close() with every record, never before; a writer destroyed unfinished or failing part-way
 // (a write past a file-size cap, as on a full disk) leaves the target as it was and no temporary file.
-#include "data/temp_file.h"
+#include "io/atomic_file.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -41,7 +41,7 @@ std::vector<std::string> some_records(int n) {
 }
 
 TEST_F(TempFileTest, TemporaryNamesAreBesideTheTargetAndUnique) {
-  const std::string a = detail::temp_name_for(path("out.tfrecord")), b = detail::temp_name_for(path("out.tfrecord"));
+  const std::string a = io::detail::temp_name_for(path("out.tfrecord")), b = io::detail::temp_name_for(path("out.tfrecord"));
   const std::string prefix = path("out.tfrecord") + ".tmp-" + std::to_string(::getpid()) + "-";
   EXPECT_EQ(a.rfind(prefix, 0), 0u) << a;
   EXPECT_EQ(b.rfind(prefix, 0), 0u) << b;
@@ -117,7 +117,7 @@ TEST_F(TempFileTest, AWriteThatFailsPartWayLeavesNoFile) {
 TEST_F(TempFileTest, PublishingRenamesOverTheTargetOrRemovesTheTemporaryFile) {
   put_bytes(path("t"), "new");
   put_bytes(path("target"), "old");
-  detail::publish_temp_file(path("t"), path("target"));
+  io::detail::publish_temp_file(path("t"), path("target"));
   EXPECT_EQ(file_names(dir_), std::vector<std::string>{"target"});
   EXPECT_EQ(file_bytes(path("target")), "new");
   // A rename that cannot be done (the target is a non-empty directory): IoError naming both, and no
@@ -125,7 +125,7 @@ TEST_F(TempFileTest, PublishingRenamesOverTheTargetOrRemovesTheTemporaryFile) {
   std::filesystem::create_directories(dir_ / "busy" / "inside");
   put_bytes(path("t"), "new");
   const std::string msg =
-      test::message_of<IoError>([&] { detail::publish_temp_file(path("t"), path("busy")); });
+      test::message_of<IoError>([&] { io::detail::publish_temp_file(path("t"), path("busy")); });
   EXPECT_NE(msg.find(path("t")), std::string::npos) << msg;
   EXPECT_NE(msg.find(path("busy")), std::string::npos) << msg;
   EXPECT_FALSE(std::filesystem::exists(path("t")));
