@@ -1,11 +1,18 @@
-// comm_bench: strata's gloo backend beside raw Gloo calls on the same buffers, in the same processes.
+// comm_bench: strata's gloo and mpi backends beside raw Gloo and raw MPI calls on the same buffers, in the same
+// processes.
 //
-// For 2 and 4 processes (fork, 127.0.0.1) and sizes 1 KB .. 64 MB it times all_reduce (sum), broadcast (root 0)
-// and all_gather (the size is the gathered output) through strata::comm (make_gloo_communicator over a file store)
-// and through Gloo's options-style functions on a second Gloo context of the same processes, alternating the two
-// in rounds, and prints per-op latency (best round's mean), bus bandwidth (NCCL's convention) and the ratio.
+// For 2 and 4 processes and sizes 1 KB .. 64 MB it times all_reduce (sum), broadcast (root 0) and all_gather (the
+// size is the gathered output) through strata::comm and through the library underneath it on the same float32
+// buffers, alternating the two in rounds, and prints per-op latency (best round's mean, rank 0's clock), bus
+// bandwidth (NCCL's convention) and the ratio.
+//   gloo (default): forks the ranks itself (127.0.0.1 TCP); strata's make_gloo_communicator over a file store beside
+//     Gloo's options-style functions on a second Gloo context of the same processes.
+//   mpi: one rank of a job that mpirun started (its -np is the process count); strata's make_mpi_communicator beside
+//     MPI_Allreduce (MPI_IN_PLACE) / MPI_Bcast / MPI_Allgather on a duplicate of MPI_COMM_WORLD. Needs
+//     MPI_THREAD_MULTIPLE (the raw calls come from the main thread while strata's worker thread owns its own calls).
 //   comm_bench [--procs 2,4] [--max-mb 64] [--rounds 3] [--json]
-// --json prints one JSON object per row instead of the table (bench/comm_bench.py reads it).
+//   mpirun --allow-run-as-root --oversubscribe --bind-to none -np N comm_bench --backend mpi [--max-mb 64] ...
+// --json prints one JSON object per row instead of the table (bench/comm_bench.py reads it, and starts mpirun).
 // Thread-safety: a program; each process is single-threaded apart from the libraries' own threads.
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
@@ -15,6 +22,7 @@
 #include <gloo/rendezvous/file_store.h>
 #include <gloo/rendezvous/prefix_store.h>
 #include <gloo/transport/tcp/device.h>
+#include <mpi.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -26,11 +34,13 @@
 #include <cstring>
 #include <filesystem>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "strata/comm/gloo.h"
+#include "strata/comm/mpi.h"
 #include "strata/comm/store.h"
 #include "strata/tensor.h"
 
@@ -63,20 +73,34 @@ std::string human(size_t bytes) {
   return std::to_string(bytes >> 10) + " KB";
 }
 
-// One process of the benchmark; rank 0 prints its rows.
-int run_rank(int rank, int n, const std::string& dir, size_t max_bytes, int rounds, bool json) {
-  auto store = comm::make_file_store(dir + "/strata", std::chrono::seconds(60));
-  auto strata_comm = comm::make_gloo_communicator(store, rank, n, {.timeout = std::chrono::seconds(60)});
+// Which library a run compares strata against, and the names its rows carry.
+struct Backend {
+  const char* name;    // "gloo" or "mpi": the JSON rows' "backend"
+  const char* strata;  // "strata gloo"
+  const char* raw;     // "raw Gloo"
+};
+constexpr Backend kGloo{"gloo", "strata gloo", "raw Gloo"};
+constexpr Backend kMpi{"mpi", "strata mpi", "raw MPI"};
 
-  gloo::rendezvous::FileStore file_store(dir + "/raw");
-  gloo::rendezvous::PrefixStore raw_store("raw", file_store);
-  gloo::transport::tcp::attr attr;
-  attr.hostname = "127.0.0.1";
-  auto device = gloo::transport::tcp::CreateDevice(attr);
-  auto raw = std::make_shared<gloo::rendezvous::Context>(rank, n);
-  raw->setTimeout(std::chrono::seconds(60));
-  raw->connectFullMesh(raw_store, device);
+void print_header(const Backend& b, int rounds) {
+  std::printf("# %s backend vs %s (same buffers, same processes)%s\n", b.strata, b.raw,
+              std::strcmp(b.name, "gloo") == 0 ? ", 127.0.0.1 TCP" : ", mpirun on this host");
+  std::printf("# latency: mean per op of the best of %d rounds; busbw in GB/s (NCCL convention)\n", rounds);
+  std::printf("%5s  %-10s %7s  %11s  %11s  %7s  %9s  %9s  %9s\n", "procs", "collective", "size", "strata_us", "raw_us",
+              "ratio", "strata_bw", "raw_bw", "added_us");
+  std::fflush(stdout);
+}
 
+// The raw library's call for one collective on the benchmark's buffers: `in_numel` floats in `buffer` (in place for
+// all_reduce and broadcast from rank 0), `in_numel * n` floats in `output` for all_gather.
+using RawCall = std::function<void(Coll, float* buffer, float* output, size_t in_numel)>;
+
+// Every collective and size, strata's side and the raw side alternating in rounds; rank 0 prints the rows. The same
+// loop serves both backends, so they are timed alike: strata's barrier, one warm-up op, then
+// clamp(64 MB / size, 3, 100) ops, the mean per op, the best of `rounds` rounds.
+void run_collectives(const Backend& backend, comm::Communicator& strata_comm, const RawCall& raw_call, size_t max_bytes,
+                     int rounds, bool json) {
+  const int rank = strata_comm.rank(), n = strata_comm.size();
   for (Coll c : {Coll::kAllReduce, Coll::kBroadcast, Coll::kAllGather}) {
     for (size_t bytes = 1024; bytes <= max_bytes; bytes *= 4) {
       const size_t numel = bytes / sizeof(float);
@@ -88,44 +112,19 @@ int run_rank(int rank, int n, const std::string& dir, size_t max_bytes, int roun
       auto strata_op = [&] {
         switch (c) {
           case Coll::kAllReduce:
-            strata_comm->all_reduce({buffer}, comm::ReduceOp::kSum)->wait();
+            strata_comm.all_reduce({buffer}, comm::ReduceOp::kSum)->wait();
             return;
           case Coll::kBroadcast:
-            strata_comm->broadcast({buffer}, 0)->wait();
+            strata_comm.broadcast({buffer}, 0)->wait();
             return;
           case Coll::kAllGather:
-            strata_comm->all_gather(buffer, output)->wait();
+            strata_comm.all_gather(buffer, output)->wait();
             return;
         }
       };
-      auto raw_op = [&] {
-        switch (c) {
-          case Coll::kAllReduce: {
-            gloo::AllreduceOptions opts(raw);
-            opts.setOutput(buffer.data<float>(), in_numel);
-            opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
-            opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
-            gloo::allreduce(opts);
-            return;
-          }
-          case Coll::kBroadcast: {
-            gloo::BroadcastOptions opts(raw);
-            opts.setOutput(buffer.data<float>(), in_numel);
-            opts.setRoot(0);
-            gloo::broadcast(opts);
-            return;
-          }
-          case Coll::kAllGather: {
-            gloo::AllgatherOptions opts(raw);
-            opts.setInput(buffer.data<float>(), in_numel);
-            opts.setOutput(output.data<float>(), in_numel * n);
-            gloo::allgather(opts);
-            return;
-          }
-        }
-      };
+      auto raw_op = [&] { raw_call(c, buffer.data<float>(), output.data<float>(), in_numel); };
       auto time_it = [&](const std::function<void()>& op) {
-        strata_comm->barrier();
+        strata_comm.barrier();
         op();  // warm-up
         const auto start = Clock::now();
         for (int i = 0; i < iters; ++i) op();
@@ -142,25 +141,105 @@ int run_rank(int rank, int n, const std::string& dir, size_t max_bytes, int roun
           best_strata = std::min(best_strata, time_it(strata_op));
         }
       }
-      if (rank == 0 && json) {
-        const size_t moved = c == Coll::kAllGather ? in_numel * n * sizeof(float) : bytes;
+      if (rank != 0) continue;
+      const size_t moved = c == Coll::kAllGather ? in_numel * n * sizeof(float) : bytes;
+      if (json) {
         std::printf(
-            "{\"procs\": %d, \"collective\": \"%s\", \"bytes\": %zu, \"strata_us\": %.3f, \"raw_us\": %.3f, "
-            "\"strata_busbw\": %.6f, \"raw_busbw\": %.6f}\n",
-            n, coll_name(c), bytes, best_strata * 1e6, best_raw * 1e6, bus_gbps(c, moved, n, best_strata),
-            bus_gbps(c, moved, n, best_raw));
-        std::fflush(stdout);
-      } else if (rank == 0) {
-        const size_t moved = c == Coll::kAllGather ? in_numel * n * sizeof(float) : bytes;
+            "{\"backend\": \"%s\", \"strata_side\": \"%s\", \"raw_side\": \"%s\", \"procs\": %d, \"collective\": "
+            "\"%s\", \"bytes\": %zu, \"strata_us\": %.3f, \"raw_us\": %.3f, \"strata_busbw\": %.6f, "
+            "\"raw_busbw\": %.6f}\n",
+            backend.name, backend.strata, backend.raw, n, coll_name(c), bytes, best_strata * 1e6, best_raw * 1e6,
+            bus_gbps(c, moved, n, best_strata), bus_gbps(c, moved, n, best_raw));
+      } else {
         std::printf("%5d  %-10s %7s  %11.1f  %11.1f  %7.3f  %9.3f  %9.3f  %+9.1f\n", n, coll_name(c),
                     human(bytes).c_str(), best_strata * 1e6, best_raw * 1e6, best_strata / best_raw,
                     bus_gbps(c, moved, n, best_strata), bus_gbps(c, moved, n, best_raw),
                     (best_strata - best_raw) * 1e6);
-        std::fflush(stdout);
       }
+      std::fflush(stdout);
     }
   }
-  strata_comm->barrier();
+  strata_comm.barrier();
+}
+
+// One forked process of the gloo benchmark.
+int run_gloo_rank(int rank, int n, const std::string& dir, size_t max_bytes, int rounds, bool json) {
+  auto store = comm::make_file_store(dir + "/strata", std::chrono::seconds(60));
+  auto strata_comm = comm::make_gloo_communicator(store, rank, n, {.timeout = std::chrono::seconds(60)});
+
+  gloo::rendezvous::FileStore file_store(dir + "/raw");
+  gloo::rendezvous::PrefixStore raw_store("raw", file_store);
+  gloo::transport::tcp::attr attr;
+  attr.hostname = "127.0.0.1";
+  auto device = gloo::transport::tcp::CreateDevice(attr);
+  auto raw = std::make_shared<gloo::rendezvous::Context>(rank, n);
+  raw->setTimeout(std::chrono::seconds(60));
+  raw->connectFullMesh(raw_store, device);
+
+  auto raw_call = [&](Coll c, float* buffer, float* output, size_t in_numel) {
+    switch (c) {
+      case Coll::kAllReduce: {
+        gloo::AllreduceOptions opts(raw);
+        opts.setOutput(buffer, in_numel);
+        opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+        opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+        gloo::allreduce(opts);
+        return;
+      }
+      case Coll::kBroadcast: {
+        gloo::BroadcastOptions opts(raw);
+        opts.setOutput(buffer, in_numel);
+        opts.setRoot(0);
+        gloo::broadcast(opts);
+        return;
+      }
+      case Coll::kAllGather: {
+        gloo::AllgatherOptions opts(raw);
+        opts.setInput(buffer, in_numel);
+        opts.setOutput(output, in_numel * n);
+        gloo::allgather(opts);
+        return;
+      }
+    }
+  };
+  run_collectives(kGloo, *strata_comm, raw_call, max_bytes, rounds, json);
+  return 0;
+}
+
+// This process as one rank of an mpirun job: strata's mpi backend beside blocking MPI calls on a second duplicate
+// of MPI_COMM_WORLD (make_mpi_communicator initialises MPI; its atexit handler finalises it).
+int run_mpi_rank(size_t max_bytes, int rounds, bool json) {
+  auto strata_comm = comm::make_mpi_communicator({.timeout = std::chrono::seconds(60)});
+  int provided = 0;
+  MPI_Query_thread(&provided);
+  if (provided < MPI_THREAD_MULTIPLE) {
+    std::fprintf(stderr, "comm_bench: the raw MPI side needs MPI_THREAD_MULTIPLE (unset STRATA_MPI_THREAD_LEVEL)\n");
+    return 1;
+  }
+  MPI_Comm raw = MPI_COMM_NULL;
+  if (MPI_Comm_dup(MPI_COMM_WORLD, &raw) != MPI_SUCCESS) {
+    std::fprintf(stderr, "comm_bench: MPI_Comm_dup(MPI_COMM_WORLD) failed\n");
+    return 1;
+  }
+  auto raw_call = [&](Coll c, float* buffer, float* output, size_t in_numel) {
+    const int count = static_cast<int>(in_numel);
+    int rc = MPI_SUCCESS;
+    switch (c) {
+      case Coll::kAllReduce:
+        rc = MPI_Allreduce(MPI_IN_PLACE, buffer, count, MPI_FLOAT, MPI_SUM, raw);
+        break;
+      case Coll::kBroadcast:
+        rc = MPI_Bcast(buffer, count, MPI_FLOAT, 0, raw);
+        break;
+      case Coll::kAllGather:
+        rc = MPI_Allgather(buffer, count, MPI_FLOAT, output, count, MPI_FLOAT, raw);
+        break;
+    }
+    if (rc != MPI_SUCCESS) throw std::runtime_error(std::string("raw MPI ") + coll_name(c) + " failed");
+  };
+  if (!json && strata_comm->rank() == 0) print_header(kMpi, rounds);
+  run_collectives(kMpi, *strata_comm, raw_call, max_bytes, rounds, json);
+  MPI_Comm_free(&raw);
   return 0;
 }
 
@@ -177,7 +256,7 @@ bool run_group(int n, size_t max_bytes, int rounds, bool json, std::chrono::seco
       ::alarm(static_cast<unsigned>(limit.count()) + 5);
       int status = 1;
       try {
-        status = run_rank(r, n, dir, max_bytes, rounds, json);
+        status = run_gloo_rank(r, n, dir, max_bytes, rounds, json);
       } catch (const std::exception& e) {
         std::fprintf(stderr, "rank %d: %s\n", r, e.what());
       }
@@ -214,8 +293,15 @@ bool run_group(int n, size_t max_bytes, int rounds, bool json, std::chrono::seco
 
 }  // namespace
 
+constexpr char kUsage[] =
+    "usage: comm_bench [--backend gloo] [--procs 2,4] [--max-mb 64] [--rounds 3] [--json]\n"
+    "       mpirun --allow-run-as-root --oversubscribe --bind-to none -np N comm_bench --backend mpi [--max-mb 64] "
+    "[--rounds 3] [--json]\n";
+
 int main(int argc, char** argv) {
   std::vector<int> procs = {2, 4};
+  bool procs_given = false;
+  std::string backend = "gloo";
   size_t max_mb = 64;
   int rounds = 3;
   bool json = false;
@@ -227,10 +313,13 @@ int main(int argc, char** argv) {
     }
     const std::string value = i + 1 < argc ? argv[++i] : "";
     if (value.empty()) {
-      std::fprintf(stderr, "usage: comm_bench [--procs 2,4] [--max-mb 64] [--rounds 3] [--json]\n");
+      std::fputs(kUsage, stderr);
       return 2;
+    } else if (flag == "--backend" && (value == "gloo" || value == "mpi")) {
+      backend = value;
     } else if (flag == "--procs") {
       procs.clear();
+      procs_given = true;
       for (size_t pos = 0; pos < value.size();) {
         const size_t comma = value.find(',', pos);
         procs.push_back(std::stoi(value.substr(pos, comma - pos)));
@@ -241,16 +330,28 @@ int main(int argc, char** argv) {
     } else if (flag == "--rounds") {
       rounds = std::stoi(value);
     } else {
-      std::fprintf(stderr, "usage: comm_bench [--procs 2,4] [--max-mb 64] [--rounds 3] [--json]\n");
+      std::fputs(kUsage, stderr);
       return 2;
     }
   }
-  if (!json) {
-    std::printf("# strata gloo backend vs raw Gloo (options API, same buffers, same processes), 127.0.0.1 TCP\n");
-    std::printf("# latency: mean per op of the best of %d rounds; busbw in GB/s (NCCL convention)\n", rounds);
-    std::printf("%5s  %-10s %7s  %11s  %11s  %7s  %9s  %9s  %9s\n", "procs", "collective", "size", "strata_us",
-                "raw_us", "ratio", "strata_bw", "raw_bw", "added_us");
+  if (backend == "mpi") {
+    // mpirun chose the processes: -np is the process count, and mpirun (or bench/comm_bench.py) bounds the run.
+    if (procs_given || !comm::started_by_mpirun()) {
+      std::fprintf(stderr,
+                   "comm_bench: --backend mpi runs as one rank of an mpirun job, whose -np is the process "
+                   "count (no --procs)\n%s",
+                   kUsage);
+      return 2;
+    }
+    ::alarm(600);
+    try {
+      return run_mpi_rank(max_mb << 20, rounds, json);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "comm_bench (mpi): %s\n", e.what());
+      return 1;
+    }
   }
+  if (!json) print_header(kGloo, rounds);
   bool ok = true;
   for (int n : procs) ok = run_group(n, max_mb << 20, rounds, json, std::chrono::seconds(600)) && ok;
   return ok ? 0 : 1;

@@ -1,26 +1,36 @@
 #!/usr/bin/python3
-"""Collectives across processes: strata's gloo backend beside raw Gloo and torch.distributed (gloo), one table.
+"""Collectives across processes: strata's gloo and mpi backends beside raw Gloo, raw MPI and torch.distributed (gloo).
 
     /usr/bin/python3 bench/comm_bench.py [--binary build/bench/comm_bench] [--procs 2,4] [--max-mb 64]
-                                         [--rounds 3] [--time-limit 240]
+                                         [--rounds 3] [--backends gloo,mpi] [--time-limit 240]
 
 For 2 and 4 processes and sizes 1 KB .. 64 MB (powers of 4) it times all_reduce (sum), broadcast (root 0) and
-all_gather (the size is the gathered output). strata and raw Gloo come from `comm_bench --json`, which runs
-both on the same buffers in the same forked processes, alternating them in rounds. torch.distributed runs in
-as many spawned processes of this script (MASTER_ADDR=127.0.0.1, a free port, GLOO_SOCKET_IFNAME=lo,
-init_process_group("gloo"), OMP/OpenBLAS/MKL threads pinned to 1) on float32 tensors of the same sizes, timed
-exactly as comm_bench.cc times its sides: a barrier, one warm-up op, then clamp(64 MB / size, 3, 100) ops, the
-mean per op; the best of `--rounds` rounds counts, and rank 0's clock is the one reported. Bus bandwidth is
-NCCL's convention, as in comm_bench.cc (all_reduce x 2(n-1)/n, broadcast x 1, all_gather x (n-1)/n).
+all_gather (the size is the gathered output), all on float32 buffers, and prints one table:
+  gloo: strata's gloo backend and raw Gloo come from `comm_bench --json`, which runs both on the same buffers in the
+    same forked processes, alternating them in rounds.
+  mpi: strata's mpi backend and raw MPI (MPI_Allreduce in place / MPI_Bcast / MPI_Allgather) come from
+    `mpirun --allow-run-as-root --oversubscribe --bind-to none -np N comm_bench --backend mpi --json`, the same
+    loop on the same buffers in the same mpirun ranks (--bind-to none: the ranks float over the cores, as the forked
+    gloo ranks do).
+  torch.distributed (the gloo peer) runs in as many spawned processes of this script (MASTER_ADDR=127.0.0.1, a free
+    port, GLOO_SOCKET_IFNAME=lo, init_process_group("gloo"), OMP/OpenBLAS/MKL threads pinned to 1) on tensors of the
+    same sizes.
+Every side is timed exactly as comm_bench.cc times its sides: a barrier, one warm-up op, then
+clamp(64 MB / size, 3, 100) ops, the mean per op; the best of `--rounds` rounds counts, and rank 0's clock is the one
+reported. Bus bandwidth is NCCL's convention, as in comm_bench.cc (all_reduce x 2(n-1)/n, broadcast x 1,
+all_gather x (n-1)/n).
 
-Targets (issue 17): at >= 1 MB strata within 10% of raw Gloo; below 1 MB at most 20 us added over raw Gloo;
-never slower than torch.distributed gloo. Each target gets a verdict line naming the rows that miss it.
-Every child runs in its own session and is killed (with its forked ranks) on every path; the whole run stops
-at --time-limit. On a 2-core machine 4 processes oversubscribe the cores, so its 4-process rows are noisy.
+Targets (issue 17): at >= 1 MB strata gloo within 10% of raw Gloo and strata mpi within 10% of raw MPI; below 1 MB
+at most 20 us added over the raw library; strata gloo never slower than torch.distributed gloo. Each target gets a
+verdict line naming the rows that miss it.
+Every child runs in its own session and is killed on every path, with every process of its session (comm_bench's
+forked ranks; mpirun's ranks, which mpirun puts in process groups of their own); the whole run stops at
+--time-limit. On a 2-core machine 4 processes oversubscribe the cores, so its 4-process rows are noisy.
 """
 import argparse
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -118,11 +128,10 @@ class Children:
 
     def kill_all(self):
         for p in self.procs:
+            # Only while p runs (unreaped, its pid cannot be reused): a child that has exited (mpirun, comm_bench)
+            # waited for its ranks first.
             if p.poll() is None:
-                try:
-                    os.killpg(p.pid, signal.SIGKILL)  # the session this run created for it
-                except ProcessLookupError:
-                    pass
+                kill_session(p.pid)
         for p in self.procs:
             try:
                 p.wait(timeout=5)
@@ -131,6 +140,36 @@ class Children:
             for f in (p.stdout, p.stderr):
                 if f:
                     f.close()
+
+
+def kill_session(sid):
+    """SIGKILLs every process of session `sid` (a child started with start_new_session is its leader): its process
+    group, and the processes that moved to groups of their own inside it (mpirun starts each rank in its own group).
+    Repeats until none is left, in case one forked meanwhile."""
+    for _ in range(20):
+        try:
+            os.killpg(sid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        left = []
+        for entry in os.listdir("/proc"):
+            if not entry.isdigit():
+                continue
+            try:
+                with open(f"/proc/{entry}/stat") as f:
+                    fields = f.read().rsplit(")", 1)[1].split()  # after "pid (comm)": state ppid pgrp session ...
+            except OSError:
+                continue
+            if int(fields[3]) == sid and fields[0] != "Z":
+                left.append(int(entry))
+        if not left:
+            return
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.05)
 
 
 def free_port():
@@ -150,6 +189,18 @@ def run_strata(children, binary, n, args):
     return parse_rows(out)
 
 
+def run_mpi(children, binary, n, args):
+    # A clean MPI environment: no rank variables of an enclosing mpirun, and MPI_THREAD_MULTIPLE (the raw side needs it).
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OMPI_", "PMIX_"))}
+    env.pop("STRATA_MPI_THREAD_LEVEL", None)
+    env.update(OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
+    (out,) = children.wait_all([children.start(
+        [args.mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(n), binary,
+         "--backend", "mpi", "--max-mb", str(args.max_mb), "--rounds", str(args.rounds), "--json"], env)],
+        f"mpirun -np {n} comm_bench --backend mpi")
+    return parse_rows(out)
+
+
 def run_torch(children, n, args):
     port = free_port()
     env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1",
@@ -162,11 +213,14 @@ def run_torch(children, n, args):
 
 
 def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
     parser.add_argument("--binary", default=None)
     parser.add_argument("--procs", default="2,4")
     parser.add_argument("--max-mb", type=int, default=64)
     parser.add_argument("--rounds", type=int, default=3, help="timed rounds per row; the best counts")
+    parser.add_argument("--backends", default="gloo,mpi",
+                        help="gloo (strata gloo, raw Gloo, torch.distributed gloo) and/or mpi (strata mpi, raw MPI)")
+    parser.add_argument("--mpirun", default="mpirun", help="OpenMPI's mpirun, for the mpi rows")
     parser.add_argument("--time-limit", type=float, default=240, help="seconds for the whole run")
     parser.add_argument("--torch-worker", type=int, metavar="RANK", default=None)
     parser.add_argument("--world", type=int)
@@ -177,61 +231,115 @@ def main():
         return 0
     binary = find_binary("comm_bench", args.binary)
     procs = [int(p) for p in args.procs.split(",")]
+    backends = [b for b in args.backends.split(",") if b]
+    if not backends or set(backends) - {"gloo", "mpi"}:
+        sys.exit(f"comm_bench.py: --backends takes gloo and/or mpi, not {args.backends!r}")
+    gloo, mpi = "gloo" in backends, "mpi" in backends
+    if mpi and shutil.which(args.mpirun) is None:
+        sys.exit(f"comm_bench.py: {args.mpirun} is not on the PATH (install openmpi-bin) or pass --backends gloo")
     children = Children(time.monotonic() + args.time_limit)
-    rows = {}
+    rows = {}  # (procs, collective, bytes) -> {"gloo": comm_bench row, "mpi": comm_bench row, "torch": torch row}
     started = time.monotonic()
     signal.signal(signal.SIGTERM, lambda *_: sys.exit("comm_bench.py: terminated"))  # so that `finally` runs
     try:
         for n in procs:
-            for r in run_strata(children, binary, n, args):
-                rows.setdefault((n, r["collective"], r["bytes"]), {}).update(r)
-            for r in run_torch(children, n, args):
-                rows.setdefault((n, r["collective"], r["bytes"]), {}).update(r)
+            if gloo:
+                for r in run_strata(children, binary, n, args):
+                    rows.setdefault((n, r["collective"], r["bytes"]), {})["gloo"] = r
+                for r in run_torch(children, n, args):
+                    rows.setdefault((n, r["collective"], r["bytes"]), {})["torch"] = r
+            if mpi:
+                for r in run_mpi(children, binary, n, args):
+                    rows.setdefault((n, r["collective"], r["bytes"]), {})["mpi"] = r
     except RuntimeError as e:
         sys.exit(f"comm_bench.py: {e}")
     finally:
         children.kill_all()
     elapsed = time.monotonic() - started
 
-    print("# strata gloo backend vs raw Gloo (comm_bench, same buffers and processes) vs torch.distributed gloo")
-    print(f"# 127.0.0.1 TCP; latency: mean per op of the best of {args.rounds} rounds; busbw GB/s (NCCL convention); "
+    sides = []
+    if gloo:
+        sides.append("gloo = strata gloo, rawgloo = raw Gloo (comm_bench, same buffers and processes), "
+                     "torch = torch.distributed gloo")
+    if mpi:
+        sides.append("mpi = strata mpi, rawmpi = raw MPI (comm_bench --backend mpi under mpirun, same buffers and "
+                     "processes)")
+    print("# " + "; ".join(sides))
+    print(f"# latency us: mean per op of the best of {args.rounds} rounds; busbw GB/s (NCCL convention); "
           f"{elapsed:.0f} s; strata: {binary}")
-    header = (f"{'procs':>5}  {'collective':<10} {'size':>6}  {'strata_us':>10} {'raw_us':>10} {'torch_us':>10}  "
-              f"{'s/raw':>6} {'s/torch':>7}  {'strata_bw':>9} {'raw_bw':>8} {'torch_bw':>8}")
-    print(header)
-    miss_large, miss_small, miss_torch = [], [], []
-    n_large = n_small = n_torch = 0
+    # (title, width, value of a row's sides)
+    columns = [("procs", 5, None), ("collective", -10, None), ("size", 6, None)]
+    if gloo:
+        columns += [("gloo_us", 9, lambda r: r["gloo"]["strata_us"]), ("rawgloo_us", 10, lambda r: r["gloo"]["raw_us"]),
+                    ("torch_us", 9, lambda r: r["torch"]["torch_us"])]
+    if mpi:
+        columns += [("mpi_us", 9, lambda r: r["mpi"]["strata_us"]), ("rawmpi_us", 9, lambda r: r["mpi"]["raw_us"])]
+    if gloo:
+        columns += [("g/raw", 6, lambda r: r["gloo"]["strata_us"] / r["gloo"]["raw_us"]),
+                    ("g/torch", 7, lambda r: r["gloo"]["strata_us"] / r["torch"]["torch_us"])]
+    if mpi:
+        columns += [("m/raw", 6, lambda r: r["mpi"]["strata_us"] / r["mpi"]["raw_us"])]
+    if gloo:
+        columns += [("gloo_bw", 8, lambda r: r["gloo"]["strata_busbw"]), ("rawgloo_bw", 10, lambda r: r["gloo"]["raw_busbw"]),
+                    ("torch_bw", 8, lambda r: r["torch"]["torch_busbw"])]
+    if mpi:
+        columns += [("mpi_bw", 8, lambda r: r["mpi"]["strata_busbw"]), ("rawmpi_bw", 9, lambda r: r["mpi"]["raw_busbw"])]
+
+    def cell(width, text):
+        return f"{text:<{-width}}" if width < 0 else f"{text:>{width}}"
+
+    print("  ".join(cell(w, title) for title, w, _ in columns))
+    targets = []  # (title, rows counted, misses)
+    if gloo:
+        targets += [[">= 1 MB: strata gloo within 10% of raw Gloo", 0, []],
+                    ["< 1 MB: strata gloo adds at most 20 us over raw Gloo", 0, []],
+                    ["strata gloo never slower than torch.distributed gloo", 0, []]]
+    if mpi:
+        targets += [[">= 1 MB: strata mpi within 10% of raw MPI", 0, []],
+                    ["< 1 MB: strata mpi adds at most 20 us over raw MPI", 0, []]]
+    large_small = {}  # backend -> (>= 1 MB target, < 1 MB target)
+    i = 0
+    if gloo:
+        large_small["gloo"] = (targets[0], targets[1])
+        i = 3
+    if mpi:
+        large_small["mpi"] = (targets[i], targets[i + 1])
     for n in procs:
         for coll in COLLECTIVES:
             for nbytes in sizes(args.max_mb):
                 r = rows.get((n, coll, nbytes), {})
-                if "strata_us" not in r or "torch_us" not in r:
+                needed = (["gloo", "torch"] if gloo else []) + (["mpi"] if mpi else [])
+                if any(side not in r for side in needed):
                     raise SystemExit(f"missing row {n} {coll} {human(nbytes)}: {r}")
-                s, raw, t = r["strata_us"], r["raw_us"], r["torch_us"]
+                values = [str(n), coll, human(nbytes)]
+                for title, w, get in columns[3:]:
+                    precision = 1 if title.endswith("_us") else 3
+                    values.append(f"{get(r):.{precision}f}")
+                print("  ".join(cell(w, v) for (_, w, _), v in zip(columns, values)))
                 name = f"{n}p {coll} {human(nbytes)}"
-                print(f"{n:>5}  {coll:<10} {human(nbytes):>6}  {s:>10.1f} {raw:>10.1f} {t:>10.1f}  "
-                      f"{s / raw:>6.3f} {s / t:>7.3f}  {r['strata_busbw']:>9.3f} {r['raw_busbw']:>8.3f} "
-                      f"{r['torch_busbw']:>8.3f}")
-                if nbytes >= 1 << 20:
-                    n_large += 1
-                    if s > 1.10 * raw:
-                        miss_large.append(f"{name} ({s / raw:.2f}x)")
-                else:
-                    n_small += 1
-                    if s - raw > 20.0:
-                        miss_small.append(f"{name} (+{s - raw:.0f} us)")
-                n_torch += 1
-                if s > t:
-                    miss_torch.append(f"{name} ({s / t:.2f}x)")
-
-    def verdict(title, misses, total):
-        status = "MET" if not misses else f"MISSED in {len(misses)} of {total} rows"
-        print(f"{title}: {status}" + (": " + ", ".join(misses) if misses else ""))
+                for backend, (large, small) in large_small.items():
+                    s, raw = r[backend]["strata_us"], r[backend]["raw_us"]
+                    if nbytes >= 1 << 20:
+                        large[1] += 1
+                        if s > 1.10 * raw:
+                            large[2].append(f"{name} ({s / raw:.2f}x)")
+                    else:
+                        small[1] += 1
+                        if s - raw > 20.0:
+                            small[2].append(f"{name} (+{s - raw:.0f} us)")
+                if gloo:
+                    s, t = r["gloo"]["strata_us"], r["torch"]["torch_us"]
+                    targets[2][1] += 1
+                    if s > t:
+                        targets[2][2].append(f"{name} ({s / t:.2f}x)")
 
     print()
-    verdict(">= 1 MB: strata within 10% of raw Gloo", miss_large, n_large)
-    verdict("< 1 MB: strata adds at most 20 us over raw Gloo", miss_small, n_small)
-    verdict("never slower than torch.distributed gloo", miss_torch, n_torch)
+    for title, total, misses in targets:
+        if total == 0:
+            print(f"{title}: no rows (raise --max-mb)")
+            continue
+        status = "MET" if not misses else f"MISSED in {len(misses)} of {total} rows"
+        print(f"{title}: {status}" + (": " + ", ".join(misses) if misses else ""))
     return 0
 
 
