@@ -13,6 +13,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "distribute/replica_collectives.h"
 #include "kernels/kernels.h"
 #include "strata/gradient_tape.h"
 #include "strata/ops.h"
@@ -82,11 +83,10 @@ const char* reduce_op_name(ReduceOp op) { return op == ReduceOp::kSum ? "SUM" : 
 
 class Strategy::Impl {
  public:
-  explicit Impl(Strategy& strategy) : strategy_(strategy) {
+  Impl(Strategy& strategy, comm::AllReduceAlgorithm algorithm)
+      : strategy_(strategy), comms_(comm::make_local_group(strategy.num_replicas_in_sync(), {.algorithm = algorithm})) {
     for (int r = 0; r < strategy.num_replicas_in_sync(); ++r)
       contexts_.push_back(std::unique_ptr<ReplicaContext>(new ReplicaContext(strategy, r)));
-    exchange_.tensors.resize(contexts_.size());
-    exchange_.numbers.resize(contexts_.size());
   }
   ~Impl() {
     {
@@ -98,7 +98,7 @@ class Strategy::Impl {
   }
 
   ReplicaContext& context(int replica) { return *contexts_[static_cast<size_t>(replica)]; }
-  Exchange& exchange() { return exchange_; }
+  comm::Communicator& communicator(int replica) const { return *comms_[static_cast<size_t>(replica)]; }
 
   void run(const std::function<void(int)>& fn) {
     const int n = strategy_.num_replicas_in_sync();
@@ -198,8 +198,8 @@ class Strategy::Impl {
   }
 
   Strategy& strategy_;
+  const std::vector<std::shared_ptr<comm::Communicator>> comms_;  // one rank per replica
   std::vector<std::unique_ptr<ReplicaContext>> contexts_;
-  Exchange exchange_;
   std::vector<std::thread> threads_;
   // The job handed to the replica threads.
   std::mutex mutex_;
@@ -222,12 +222,12 @@ class Strategy::Impl {
 
 // ---- Strategy
 
-Strategy::Strategy(std::vector<std::string> devices, int threads_per_replica)
+Strategy::Strategy(std::vector<std::string> devices, int threads_per_replica, comm::AllReduceAlgorithm algorithm)
     : devices_(std::move(devices)), id_(g_next_id.fetch_add(1)) {
   STRATA_CHECK(!devices_.empty(), InvalidArgument, "a strategy needs at least one device");
   const int n = static_cast<int>(devices_.size());
   threads_per_replica_ = threads_per_replica > 0 ? threads_per_replica : std::max(1, num_threads() / n);
-  impl_ = std::make_unique<Impl>(*this);
+  impl_ = std::make_unique<Impl>(*this, algorithm);
   std::lock_guard<std::mutex> lock(g_registry_mutex);
   g_registry[id_] = this;
 }
@@ -263,8 +263,10 @@ Strategy::Scope::~Scope() {
 }
 
 GradientAggregator* Strategy::aggregator(int) { return nullptr; }
-void Strategy::on_replica_failure(const std::string&) {}
-Exchange& Strategy::exchange_slot() { return impl_->exchange(); }
+void Strategy::on_replica_failure(const std::string& reason) {
+  impl_->communicator(0).abort(name() + ": " + reason);  // one rank aborts the whole group
+}
+comm::Communicator& Strategy::communicator(int replica) const { return impl_->communicator(replica); }
 
 void Strategy::run_replicas(const std::function<void(int)>& fn) {
   STRATA_CHECK(t_context == nullptr, InvalidArgument,
@@ -290,6 +292,19 @@ void Strategy::merge_call(int replica, const std::function<void()>& fn) {
   impl_->merge_call(fn);
 }
 
+void Strategy::on_each_replica(const char* what, int values, const std::function<void(int)>& fn) const {
+  STRATA_CHECK(t_context == nullptr, InvalidArgument,
+               name() << "." << what << " belongs to the cross-replica context; inside run use "
+                                        "get_replica_context()->all_reduce");
+  STRATA_CHECK(values == num_replicas_in_sync(), InvalidArgument,
+               name() << "." << what << ": " << values << " values for " << num_replicas_in_sync() << " replicas");
+  if (!uses_replica_threads()) {
+    fn(0);
+    return;
+  }
+  impl_->run(fn);
+}
+
 Tensor Strategy::reduce(ReduceOp op, const PerReplica<Tensor>& value, std::optional<int> axis) const {
   STRATA_CHECK(value.num_replicas() > 0, InvalidArgument, name() << ".reduce: no values");
   NoGradGuard no_grad;
@@ -301,28 +316,60 @@ Tensor Strategy::reduce(ReduceOp op, const PerReplica<Tensor>& value, std::optio
     if (op == ReduceOp::kMean) total = kernels::affine(total, 1.0f / static_cast<float>(std::max<int64_t>(all.dim(ax), 1)), 0.0f);
     return total;
   }
-  Tensor total = value[0].clone();
-  for (int r = 1; r < value.num_replicas(); ++r) {
-    STRATA_CHECK(value[r].shape() == total.shape(), ShapeError,
+  // Checked here, so that a mistake in the values does not fail the replicas (which would end the strategy).
+  for (int r = 0; r < value.num_replicas(); ++r) {
+    STRATA_CHECK(value[r].defined() && value[r].dtype() == value[0].dtype() &&
+                     (value[r].dtype() == DType::kFloat32 || value[r].dtype() == DType::kBFloat16 ||
+                      value[r].dtype() == DType::kInt64),
+                 InvalidArgument,
+                 name() << ".reduce: replica " << r << " gave "
+                        << (value[r].defined() ? dtype_name(value[r].dtype()) : std::string("an undefined tensor"))
+                        << "; reduce takes float32, bfloat16 or int64, the same on every replica");
+    STRATA_CHECK(value[r].shape() == value[0].shape(), ShapeError,
                  name() << ".reduce: replica " << r << " gave " << value[r].shape_str() << ", replica 0 "
-                        << total.shape_str());
-    kernels::axpy_(total, 1.0f, value[r]);
+                        << value[0].shape_str());
   }
-  if (op == ReduceOp::kMean) total = kernels::affine(total, 1.0f / static_cast<float>(value.num_replicas()), 0.0f);
-  return total;
+  Tensor result;
+  on_each_replica("reduce", value.num_replicas(), [&](int r) {
+    Tensor total = detail::all_reduce_tensor(communicator(r), op, value[r]);
+    if (r == 0) result = std::move(total);
+  });
+  return result;
 }
 
 double Strategy::reduce(ReduceOp op, const PerReplica<double>& value) const {
   STRATA_CHECK(value.num_replicas() > 0, InvalidArgument, name() << ".reduce: no values");
-  double total = 0;
-  for (double v : value) total += v;
-  return op == ReduceOp::kMean ? total / value.num_replicas() : total;
+  double result = 0;
+  on_each_replica("reduce", value.num_replicas(), [&](int r) {
+    const double total = detail::all_reduce_number(communicator(r), op, value[r]);
+    if (r == 0) result = total;
+  });
+  return result;
 }
 
 Tensor Strategy::gather(const PerReplica<Tensor>& value, int axis) const {
   STRATA_CHECK(value.num_replicas() > 0, InvalidArgument, name() << ".gather: no values");
-  if (value.num_replicas() == 1) return value[0];
-  return kernels::concat(value.values(), axis);
+  if (value.num_replicas() == 1 && num_replicas_in_sync() == 1) return value[0];
+  // Checked here, so that a mistake in the values does not fail the replicas (which would end the strategy).
+  const int rank = value[0].defined() ? value[0].rank() : 0;
+  const int ax = axis < 0 ? axis + rank : axis;
+  STRATA_CHECK(rank > 0 && ax >= 0 && ax < rank, InvalidArgument,
+               name() << ".gather: axis " << axis << " does not fit replica 0's value "
+                      << (value[0].defined() ? value[0].shape_str() : std::string("(undefined)")));
+  for (int r = 1; r < value.num_replicas(); ++r) {
+    bool fits = value[r].defined() && value[r].rank() == rank && value[r].dtype() == value[0].dtype();
+    for (int d = 0; fits && d < rank; ++d) fits = d == ax || value[r].dim(d) == value[0].dim(d);
+    STRATA_CHECK(fits, ShapeError,
+                 name() << ".gather along axis " << axis << ": replica " << r << " gave "
+                        << (value[r].defined() ? dtype_name(value[r].dtype()) + value[r].shape_str() : "undefined")
+                        << ", replica 0 " << dtype_name(value[0].dtype()) << value[0].shape_str());
+  }
+  Tensor result;
+  on_each_replica("gather", value.num_replicas(), [&](int r) {
+    Tensor all = detail::all_gather_tensor(communicator(r), value[r], axis);
+    if (r == 0) result = std::move(all);
+  });
+  return result;
 }
 
 DistributedDataset Strategy::experimental_distribute_dataset(const data::Dataset& dataset) const {
@@ -341,15 +388,11 @@ DistributedDataset Strategy::distribute_datasets_from_function(
 int ReplicaContext::num_replicas_in_sync() const { return strategy_.num_replicas_in_sync(); }
 
 Tensor ReplicaContext::all_reduce(ReduceOp op, const Tensor& value) {
-  return strategy_.exchange(replica_, [&](Exchange& ex) { ex.tensors[static_cast<size_t>(replica_)] = value; },
-                            [&](Exchange& ex) { ex.tensor_result = strategy_.reduce(op, PerReplica<Tensor>(ex.tensors)); },
-                            [](const Exchange& ex) { return ex.tensor_result.clone(); });
+  return detail::all_reduce_tensor(strategy_.communicator(replica_), op, value);
 }
 
 double ReplicaContext::all_reduce(ReduceOp op, double value) {
-  return strategy_.exchange(replica_, [&](Exchange& ex) { ex.numbers[static_cast<size_t>(replica_)] = value; },
-                            [&](Exchange& ex) { ex.number_result = strategy_.reduce(op, PerReplica<double>(ex.numbers)); },
-                            [](const Exchange& ex) { return ex.number_result; });
+  return detail::all_reduce_number(strategy_.communicator(replica_), op, value);
 }
 
 void ReplicaContext::merge_call(const std::function<void(Strategy&)>& fn) {

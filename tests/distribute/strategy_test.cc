@@ -57,6 +57,39 @@ TEST(StrategyTest, PerReplicaArgumentsAreUnpackedAndOthersShared) {
   EXPECT_DOUBLE_EQ(strategy->reduce(ReduceOp::kMean, PerReplica<double>({1.0, 4.0})), 2.5);
 }
 
+TEST(StrategyTest, GatherTakesUnevenRowsAndAnyAxisThroughTheCommunicator) {
+  auto strategy = MirroredStrategy::cpu_replicas(3);
+  const PerReplica<Tensor> rows({Tensor::from_list({1, 2, 3, 4}, {2, 2}), Tensor::from_list({5, 6}, {1, 2}),
+                                 Tensor::empty({0, 2})});
+  EXPECT_EQ(strategy->gather(rows, 0).shape(), (Shape{3, 2}));
+  EXPECT_EQ(values(strategy->gather(rows, 0)), (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(values(strategy->reduce(ReduceOp::kSum, rows, 0)), (std::vector<float>{9, 12}));
+  const PerReplica<Tensor> cols({Tensor::from_list({1, 2}, {2, 1}), Tensor::from_list({3, 4, 5, 6}, {2, 2}),
+                                 Tensor::from_list({7, 8}, {2, 1})});
+  EXPECT_EQ(values(strategy->gather(cols, 1)), (std::vector<float>{1, 3, 4, 7, 2, 5, 6, 8}));
+  const PerReplica<Tensor> labels({Tensor::from_vector(std::vector<int64_t>{7}), Tensor::from_vector(std::vector<int64_t>{8, 9}),
+                                   Tensor::from_vector(std::vector<int64_t>{-1})});
+  EXPECT_EQ(strategy->gather(labels).to_vector<int64_t>(), (std::vector<int64_t>{7, 8, 9, -1}));
+}
+
+TEST(StrategyTest, CrossReplicaReduceRefusesReplicaContextAndWrongCountsWithoutBreakingTheStrategy) {
+  auto strategy = MirroredStrategy::cpu_replicas(2);
+  const std::string inside = test::message_of<InvalidArgument>([&] {
+    strategy->run([&] { strategy->reduce(ReduceOp::kSum, PerReplica<double>({1.0, 2.0})); });
+  });
+  EXPECT_NE(inside.find("cross-replica context"), std::string::npos) << inside;
+  strategy = MirroredStrategy::cpu_replicas(2);  // a failed run ends a strategy
+  const std::string count = test::message_of<InvalidArgument>(
+      [&] { strategy->reduce(ReduceOp::kSum, PerReplica<double>({1.0, 2.0, 3.0})); });
+  EXPECT_NE(count.find("3 values for 2 replicas"), std::string::npos) << count;
+  EXPECT_THROW(strategy->gather(PerReplica<Tensor>({Tensor::zeros({2, 2}), Tensor::zeros({2, 3})}), 0), ShapeError);
+  EXPECT_THROW(strategy->reduce(ReduceOp::kSum, PerReplica<Tensor>({Tensor::zeros({2}, DType::kUInt8),
+                                                                    Tensor::zeros({2}, DType::kUInt8)})),
+               InvalidArgument);
+  // Refused before any replica ran: the strategy still works.
+  EXPECT_DOUBLE_EQ(strategy->reduce(ReduceOp::kSum, PerReplica<double>({1.5, 2.25})), 3.75);
+}
+
 TEST(StrategyTest, OneReplicaStrategiesRunOnTheCallingThread) {
   OneDeviceStrategy one("/cpu:0");
   const auto caller = std::this_thread::get_id();

@@ -5,27 +5,23 @@
 //   auto two = distribute::MirroredStrategy::cpu_replicas(2);     // the same
 //   distribute::CentralStorageStrategy central({"/cpu:0", "/cpu:1"});
 //
-// MirroredStrategy keeps one copy of every variable per replica. Each replica's gradients are grouped
-// into buckets of about `bucket_bytes` in reverse variable order (the order backward produces them);
-// a bucket's sum starts as soon as every replica's backward has produced all of it, while backward
-// goes on: with reduction_to_one_device on the last replica to produce it, with ring or tree on the
-// communicator's threads. The update runs once per step and writes every replica's copy, so the
-// copies stay bit-identical: inside Optimizer::minimize (Model::fit) the replica that sums a bucket
-// also updates its variables at once, during backward; after a plain apply_gradients the last replica
-// to call it updates everything while the others wait. CentralStorageStrategy keeps one copy
-// on the host: replicas compute on it, their gradients are summed once, the update runs once (with all
-// the cores) while the replicas wait, and they read the new values in place.
+// MirroredStrategy keeps one copy of every variable per replica. Every exchange between the replicas goes
+// through the strategy's local communicator group (strata/comm/local.h), whose all_reduce algorithm the
+// cross-device ops choose. Each replica's gradients are grouped into buckets of about `bucket_bytes` in reverse
+// variable order (the order backward produces them); a bucket's all-reduce starts as soon as the replica's
+// backward has produced all of it, while backward goes on. The update runs once per step and writes every
+// replica's copy, so the copies stay bit-identical: inside Optimizer::minimize (Model::fit) the replicas share
+// the buckets out and each updates its buckets' variables as soon as their sums are in, during backward; after a
+// plain apply_gradients the last replica to call it updates everything while the others wait.
+// CentralStorageStrategy keeps one copy on the host: replicas compute on it, their gradients are summed the same
+// way, and the one copy is updated once per step, before any replica goes on to the next.
 //
 // A "/gpu:N" device needs the CUDA build and the GPU issue's kernels: here it is Unavailable.
 //
 // Thread-safety: as Strategy (one driving thread).
 #pragma once
 
-#include <atomic>
 #include <cstdint>
-#include <functional>
-#include <map>
-#include <mutex>
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,9 +39,7 @@ class OneDeviceStrategy final : public Strategy {
   Variable create_variable(const Tensor& initial_value, const VariableOptions& options) override;
 };
 
-// The cross-device ops MirroredStrategy uses unless told otherwise, as TensorFlow does for CPU replicas:
-// the replicas sum each bucket themselves, with no communicator threads. Measured on the 2-core CNN bench it
-// made about 9x fewer context switches than `ring` and used less CPU per image.
+// The cross-device ops MirroredStrategy uses unless told otherwise, as TensorFlow does for CPU replicas.
 inline constexpr const char* kDefaultCrossDeviceOps = "reduction_to_one_device";
 
 // How MirroredStrategy reduces gradients across its replicas (tf's cross_device_ops).
@@ -81,20 +75,10 @@ class MirroredStrategy final : public Strategy {
 
  protected:
   GradientAggregator* aggregator(int replica) override;
-  void on_replica_failure(const std::string& reason) override;
 
  private:
-  class Aggregator;
-  struct SharedPlan;
-  // The plan all replicas share for the sources `ids`, made by `make` on first use.
-  SharedPlan& shared_plan(const std::vector<uint64_t>& ids, const std::function<std::unique_ptr<SharedPlan>()>& make);
   MirroredOptions options_;
-  std::vector<std::shared_ptr<comm::Communicator>> comms_;  // ring and tree; none for reduction to one device
-  std::vector<std::unique_ptr<Aggregator>> aggregators_;
-  std::mutex shared_plans_mutex_;
-  std::map<std::vector<uint64_t>, std::unique_ptr<SharedPlan>> shared_plans_;
-  std::atomic<bool> aborted_{false};
-  std::atomic<int> finished_updates_{0};  // replicas done with a step updated during backward (finish_step)
+  std::vector<std::unique_ptr<GradientAggregator>> aggregators_;  // one per replica (none for one replica)
 };
 
 class CentralStorageStrategy final : public Strategy {
@@ -108,10 +92,8 @@ class CentralStorageStrategy final : public Strategy {
   GradientAggregator* aggregator(int replica) override;
 
  private:
-  class Aggregator;
-  struct Shared;
-  std::unique_ptr<Shared> shared_;
-  std::vector<std::unique_ptr<Aggregator>> aggregators_;
+  static constexpr int64_t kBucketBytes = 256 << 10;
+  std::vector<std::unique_ptr<GradientAggregator>> aggregators_;  // one per replica (none for one replica)
 };
 
 // A strategy by its CLI name: "one_device" (or "default"), "mirrored", "central_storage", with `replicas`

@@ -40,6 +40,7 @@
 #include <vector>
 
 #include "strata/aggregation.h"
+#include "strata/comm/local.h"
 #include "strata/distribute/input.h"
 #include "strata/distribute/values.h"
 #include "strata/tensor.h"
@@ -48,14 +49,6 @@
 namespace strata::distribute {
 
 class Strategy;
-
-// Where replicas post values for a cross-replica reduction inside run (ReplicaContext::all_reduce).
-struct Exchange {
-  std::vector<Tensor> tensors;
-  std::vector<double> numbers;
-  Tensor tensor_result;
-  double number_result = 0;
-};
 
 // What a replica can ask while run() is executing it (tf.distribute.ReplicaContext).
 class ReplicaContext {
@@ -123,11 +116,13 @@ class Strategy {
   template <class F, class... Args>
   auto run(F&& fn, const Args&... args);
 
-  // Reduces per-replica values to one: the element-wise sum or mean over replicas (axis nullopt), or,
-  // with an axis, the sum or mean over that axis of the values concatenated along it (tf semantics).
+  // Reduces per-replica values (one per replica) to one: the element-wise sum or mean over replicas (axis
+  // nullopt), or, with an axis, the sum or mean over that axis of the values concatenated along it (tf
+  // semantics). Cross-replica context only (inside run, use ReplicaContext::all_reduce); each replica adds its
+  // value through its communicator, in replica order.
   Tensor reduce(ReduceOp op, const PerReplica<Tensor>& value, std::optional<int> axis = std::nullopt) const;
   double reduce(ReduceOp op, const PerReplica<double>& value) const;
-  // The per-replica tensors concatenated along `axis` in replica order.
+  // The per-replica tensors concatenated along `axis` in replica order (gathered through the communicator).
   Tensor gather(const PerReplica<Tensor>& value, int axis = 0) const;
 
   // Global batches split across replicas (see strata/distribute/input.h).
@@ -146,25 +141,23 @@ class Strategy {
 
  private:
   friend class ReplicaContext;
-  // Every replica posts into the shared Exchange, `combine` runs once, every replica reads its result.
-  template <class Post, class Combine, class Read>
-  auto exchange(int replica, Post post, Combine combine, Read read) {
-    Exchange& ex = exchange_slot();
-    post(ex);
-    merge_call(replica, [&] { combine(ex); });
-    auto result = read(ex);
-    merge_call(replica, [] {});  // all have read before a later exchange overwrites
-    return result;
-  }
-  Exchange& exchange_slot();
+  // Runs fn(replica) on every replica (on this thread when there is one) for a cross-replica `what` of
+  // `values` per-replica values; InvalidArgument inside run or for a count other than the replicas'.
+  void on_each_replica(const char* what, int values, const std::function<void(int)>& fn) const;
 
  protected:
   // `devices`: one per replica. `threads_per_replica` 0: the constructing thread's num_threads() split
-  // evenly (at least 1 each).
-  Strategy(std::vector<std::string> devices, int threads_per_replica = 0);
+  // evenly (at least 1 each). The replicas exchange tensors through a local communicator group that runs
+  // `all_reduce` with `algorithm`.
+  Strategy(std::vector<std::string> devices, int threads_per_replica = 0,
+           comm::AllReduceAlgorithm algorithm = comm::AllReduceAlgorithm::kRing);
+  // Replica `replica`'s end of the group every exchange between the replicas goes through (the only channel:
+  // gradients, ReplicaContext::all_reduce, reduce and gather). Used on that replica's thread.
+  comm::Communicator& communicator(int replica) const;
   // The aggregator replica `replica` installs (nullptr: none; the optimizer updates directly).
   virtual GradientAggregator* aggregator(int replica);
-  // A replica failed with `reason`: wake the others from whatever they wait on (e.g. abort communicators).
+  // A replica failed with `reason`: wake the others from whatever they wait on. The default aborts the
+  // replicas' communicator group; an override calls it too.
   virtual void on_replica_failure(const std::string& reason);
   // Whether replicas run as threads of this strategy (else on the calling thread, one replica).
   bool uses_replica_threads() const { return num_replicas_in_sync() > 1; }

@@ -1,0 +1,91 @@
+// AllReduceAggregator (all_reduce_aggregator.h): the tape's gradients into the reducer, and the optimizer's update
+// once per step, in merge_call or bucket by bucket during backward.
+// Thread-safety: one per replica thread; updates during backward touch only the replica's own buckets' variables
+// (and their slots), which no other replica reads until the step ends in merge_call.
+#include "distribute/all_reduce_aggregator.h"
+
+namespace strata::distribute::detail {
+
+AllReduceAggregator::AllReduceAggregator(Strategy& strategy, int replica, comm::Communicator& comm,
+                                         int64_t bytes_per_pack, std::function<void(const Variable&)> check_variable)
+    : strategy_(strategy),
+      replica_(replica),
+      replicas_(strategy.num_replicas_in_sync()),
+      reducer_(comm, strategy.name(), bytes_per_pack,
+               [id = strategy.id()](const Variable& v) {
+                 return v.is_model_variable() && v.owner() == id && v.dtype() == DType::kFloat32;
+               }),
+      check_variable_(std::move(check_variable)) {}
+
+void AllReduceAggregator::expect_apply(GradientApplier& applier, const std::vector<Variable>& sources) {
+  // Every replica announces (Model::fit's step), so the slots are made once while all of them wait.
+  if (!applier.prepared(sources)) strategy_.merge_call(replica_, [&] { applier.prepare(sources); });
+  expected_applier_ = &applier;
+  expected_ids_ = ids_of(sources);
+}
+
+void AllReduceAggregator::begin_gradients(const std::vector<Variable>& sources) {
+  const bool announced = expected_applier_ != nullptr && expected_applier_->elementwise() &&
+                         expected_ids_ == ids_of(sources);
+  early_applier_ = announced ? expected_applier_ : nullptr;
+  expected_applier_ = nullptr;
+  expected_ids_.clear();
+  sources_ = sources;
+  next_owned_ = static_cast<size_t>(replica_);
+  reducer_.begin(sources, announced ? 1.0f : 0.0f);
+}
+
+void AllReduceAggregator::gradient_ready(size_t index, const Tensor& grad) {
+  reducer_.add(index, grad);
+  if (early_applier_ != nullptr) update_owned_buckets(/*block=*/false);
+}
+
+void AllReduceAggregator::end_gradients(const std::vector<Tensor>&) { reducer_.end(); }
+
+void AllReduceAggregator::update_owned_buckets(bool block) {
+  const size_t buckets = reducer_.num_buckets();
+  for (; next_owned_ < buckets; next_owned_ += static_cast<size_t>(replicas_)) {
+    if (!block && !reducer_.poll(next_owned_)) return;
+    if (block) reducer_.wait_all();
+    // Every bucket carries the same vote: if one replica did not announce, nobody updates early.
+    if (reducer_.votes(next_owned_) != static_cast<float>(replicas_)) {
+      early_applier_ = nullptr;
+      return;
+    }
+    for (size_t i : reducer_.members(next_owned_)) {
+      const Variable& var = sources_[i];
+      const Tensor sum = reducer_.reduced(i, var.shape());
+      if (sum.defined()) early_applier_->update_summed(var, {sum.data<float>()});
+    }
+  }
+}
+
+void AllReduceAggregator::apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars,
+                                          GradientApplier& applier) {
+  for (const Variable& v : vars) check_variable_(v);
+  if (!reducer_.matches(grads, vars)) {  // not the gradients the tape just reported (or no tape): reduce them now
+    early_applier_ = nullptr;
+    expected_applier_ = nullptr;
+    reducer_.reduce(grads, vars);
+  }
+  reducer_.wait_all();
+  if (early_applier_ != nullptr && reducer_.num_buckets() > 0 &&
+      reducer_.votes(0) == static_cast<float>(replicas_)) {
+    update_owned_buckets(/*block=*/true);
+    early_applier_ = nullptr;
+    strategy_.merge_call(replica_, [&] { applier.finish(); });
+    return;
+  }
+  early_applier_ = nullptr;
+  std::vector<Tensor> reduced(vars.size());
+  for (size_t i = 0; i < vars.size(); ++i) reduced[i] = reducer_.reduced(i, vars[i].shape());
+  // The last replica to get here updates every copy (with all the cores) while the others wait, so that no
+  // replica reads its copy while it changes.
+  strategy_.merge_call(replica_, [&] {
+    if (!applier.prepared(vars)) applier.prepare(vars);
+    applier.update(reduced, vars);
+    applier.finish();
+  });
+}
+
+}  // namespace strata::distribute::detail

@@ -1,0 +1,56 @@
+// AllReduceAggregator: the gradient-aggregation seam (strata/aggregation.h) of the strategies whose replicas sum
+// their gradients with a GradientReducer over the strategy's communicator (Mirrored, CentralStorage).
+//
+// The tape's gradients go into the reducer's buckets as backward reports them. A plain apply_gradients waits for
+// the sums, and the last replica to arrive updates the variables once (with every core) in merge_call while the
+// others wait. Inside Optimizer::minimize (every replica announces with expect_apply, and the optimizer updates
+// element by element) the variables are updated during backward instead: bucket k belongs to replica
+// k mod replicas, which updates that bucket's variables as soon as its sum is in; apply_gradients then updates
+// the rest of its buckets and ends the step in merge_call, so no replica reads a variable of the next step
+// before its owner wrote it. Whether every replica announced is itself summed in each bucket (the reducer's
+// vote), so all replicas take the same path from the same bits.
+// Thread-safety: one per replica thread.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "distribute/gradient_reducer.h"
+#include "strata/aggregation.h"
+#include "strata/distribute/strategy.h"
+
+namespace strata::distribute::detail {
+
+class AllReduceAggregator final : public GradientAggregator {
+ public:
+  // `check_variable` throws when apply_gradients is handed a variable the strategy does not own.
+  AllReduceAggregator(Strategy& strategy, int replica, comm::Communicator& comm, int64_t bytes_per_pack,
+                      std::function<void(const Variable&)> check_variable);
+
+  void expect_apply(GradientApplier& applier, const std::vector<Variable>& sources) override;
+  void begin_gradients(const std::vector<Variable>& sources) override;
+  void gradient_ready(size_t index, const Tensor& grad) override;
+  void end_gradients(const std::vector<Tensor>& grads) override;
+  void apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars,
+                       GradientApplier& applier) override;
+
+ private:
+  // Updates this replica's buckets whose sums are in, in order; with `block`, waits for each.
+  void update_owned_buckets(bool block);
+
+  Strategy& strategy_;
+  const int replica_;
+  const int replicas_;
+  GradientReducer reducer_;
+  std::function<void(const Variable&)> check_variable_;
+  // Announced by expect_apply for the next tape call.
+  GradientApplier* expected_applier_ = nullptr;
+  std::vector<uint64_t> expected_ids_;
+  // The tape call in progress (or last ended): its sources, and the applier that updates during backward.
+  std::vector<Variable> sources_;
+  GradientApplier* early_applier_ = nullptr;
+  size_t next_owned_ = 0;  // the next bucket of this replica to update early
+};
+
+}  // namespace strata::distribute::detail

@@ -1,0 +1,77 @@
+// GradientReducer: one replica's gradients summed with every other replica's through a comm::Communicator, in
+// buckets whose all-reduce starts while backward is still running (the role of PyTorch DDP's Reducer, Horovod's
+// tensor fusion). Not a public header: strategies build on it.
+//
+// For each list of sources it plans buckets once: the sources it takes (the `takes` filter), in reverse order
+// (backward produces the last layers' gradients first), packed into flat float32 buffers of about
+// bytes_per_pack (a larger source is a bucket of its own). Every bucket also carries one flag per member (1 where
+// this replica has a gradient for it) and one `vote`, summed with the gradients, so that every replica learns
+// from the same bits which sources had a gradient on any replica and how many replicas voted.
+//
+// One call: begin(sources, vote); add(i, grad) once per source, as soon as it is final (it is copied into its
+// bucket; a full bucket's all-reduce is issued at once, buckets in plan order, the same order on every replica);
+// end(). Then wait_all() (or poll/wait per bucket), and read reduced(i) and votes(k).
+// Thread-safety: used by one replica thread, with its own communicator rank.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "strata/comm/communicator.h"
+#include "strata/variable.h"
+
+namespace strata::distribute::detail {
+
+class GradientReducer {
+ public:
+  using Filter = std::function<bool(const Variable&)>;
+  // `owner` names the strategy in errors. `takes`: which sources are reduced (the others are left alone).
+  GradientReducer(comm::Communicator& comm, std::string owner, int64_t bytes_per_pack, Filter takes);
+  ~GradientReducer();
+
+  // Starts a call for `sources` (the same list on every replica); `vote` is summed over the replicas per bucket.
+  void begin(const std::vector<Variable>& sources, float vote = 0);
+  // The gradient of sources[index] (undefined: none on this replica, counted as zeros).
+  void add(size_t index, const Tensor& grad);
+  // Ends the call; every source must have been added.
+  void end();
+  // begin + add every gradient + end, for gradients that did not come from a tape call.
+  void reduce(const std::vector<Tensor>& grads, const std::vector<Variable>& vars);
+  // Whether the last ended call had exactly these gradients (the same variables, the same tensors).
+  bool matches(const std::vector<Tensor>& grads, const std::vector<Variable>& vars) const;
+
+  // ---- the last ended call (or the one in progress, for buckets already issued)
+  size_t num_buckets() const;
+  // Whether bucket k's all-reduce has finished (false if not issued yet); rethrows its error.
+  bool poll(size_t k) const;
+  void wait_all() const;
+  // The sources packed in bucket k.
+  const std::vector<size_t>& members(size_t k) const;
+  // After bucket k finished: how many replicas voted (the sum of the votes).
+  float votes(size_t k) const;
+  // After its bucket finished: sources[index]'s gradient summed over the replicas (a view into the bucket, with
+  // the variable's shape); undefined when no replica had one or the source is not reduced.
+  Tensor reduced(size_t index, const Shape& shape) const;
+
+ private:
+  struct Plan;
+  void make_plan(Plan& p, const std::vector<Variable>& sources) const;
+  const Plan& last() const;
+
+  comm::Communicator& comm_;
+  const std::string owner_;
+  const int64_t bytes_per_pack_;
+  const Filter takes_;
+  std::map<std::vector<uint64_t>, std::unique_ptr<Plan>> plans_;  // by the sources' ids
+  Plan* call_ = nullptr;  // the call in progress, or the last ended one
+  bool ended_ = false;
+};
+
+// The ids of `vars`, in order (how plans are keyed).
+std::vector<uint64_t> ids_of(const std::vector<Variable>& vars);
+
+}  // namespace strata::distribute::detail

@@ -1,0 +1,22 @@
+// The cross-replica exchanges of ReplicaContext and Strategy (all_reduce of a tensor or a number, gather along an
+// axis), each one rank's part of a collective on a comm::Communicator, so that the same code serves replicas that
+// are threads of one process and, later, replicas in other processes. Not a public header.
+// Thread-safety: as the communicator (one thread per rank); every rank calls the same function in the same order.
+#pragma once
+
+#include "strata/comm/communicator.h"
+#include "strata/distribute/values.h"
+#include "strata/tensor.h"
+
+namespace strata::distribute::detail {
+
+// The sum or mean over the ranks of `value` (float32, bfloat16 or int64; the same shape on every rank), added in
+// rank order; a float mean is the sum times 1/size. Every rank gets the same bits.
+Tensor all_reduce_tensor(comm::Communicator& comm, ReduceOp op, const Tensor& value);
+// The sum or mean over the ranks of `value`, added in rank order in double precision.
+double all_reduce_number(comm::Communicator& comm, ReduceOp op, double value);
+// Every rank's `value` concatenated along `axis` in rank order (tf's gather). Any dtype; the ranks' shapes may
+// differ along `axis` only, else ShapeError naming the ranks.
+Tensor all_gather_tensor(comm::Communicator& comm, const Tensor& value, int axis);
+
+}  // namespace strata::distribute::detail
