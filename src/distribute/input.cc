@@ -39,12 +39,21 @@ PerReplica<data::Element> split_batch(const data::Element& batch, int parts) {
   return PerReplica<data::Element>(std::move(out));
 }
 
+PerReplica<data::Element> split_batch_share(const data::Element& batch, int parts, int first, int count) {
+  STRATA_CHECK(first >= 0 && count >= 1 && first + count <= parts, InvalidArgument,
+               "split_batch_share: parts [" << first << ", " << first + count << ") of " << parts);
+  if (count == parts) return split_batch(batch, parts);
+  const PerReplica<data::Element> all = split_batch(batch, parts);
+  std::vector<data::Element> mine(all.values().begin() + first, all.values().begin() + first + count);
+  return PerReplica<data::Element>(std::move(mine));
+}
+
 std::optional<PerReplica<data::Element>> DistributedIterator::next() {
   if (split_) {
     std::optional<data::Element> batch = it_.next();
     if (!batch) return std::nullopt;
     last_rows_ = batch_rows(*batch);
-    return split_batch(*batch, replicas_);
+    return split_batch_share(*batch, parts_, first_, replicas_);
   }
   std::vector<data::Element> per_replica;
   per_replica.reserve(static_cast<size_t>(replicas_));

@@ -84,8 +84,8 @@ const char* reduce_op_name(ReduceOp op) { return op == ReduceOp::kSum ? "SUM" : 
 class Strategy::Impl {
  public:
   Impl(Strategy& strategy, comm::AllReduceAlgorithm algorithm)
-      : strategy_(strategy), comms_(comm::make_local_group(strategy.num_replicas_in_sync(), {.algorithm = algorithm})) {
-    for (int r = 0; r < strategy.num_replicas_in_sync(); ++r)
+      : strategy_(strategy), comms_(comm::make_local_group(strategy.num_local_replicas(), {.algorithm = algorithm})) {
+    for (int r = 0; r < strategy.num_local_replicas(); ++r)
       contexts_.push_back(std::unique_ptr<ReplicaContext>(new ReplicaContext(strategy, r)));
   }
   ~Impl() {
@@ -101,7 +101,7 @@ class Strategy::Impl {
   comm::Communicator& communicator(int replica) const { return *comms_[static_cast<size_t>(replica)]; }
 
   void run(const std::function<void(int)>& fn) {
-    const int n = strategy_.num_replicas_in_sync();
+    const int n = strategy_.num_local_replicas();
     STRATA_CHECK(!broken_, Error,
                  strategy_.name() << ": a replica failed in an earlier run, so its replicas may be out of step; "
                                      "make a new strategy");
@@ -129,7 +129,7 @@ class Strategy::Impl {
   }
 
   void merge_call(const std::function<void()>& fn) {
-    const int n = strategy_.num_replicas_in_sync();
+    const int n = strategy_.num_local_replicas();
     std::unique_lock<std::mutex> lock(merge_mutex_);
     if (aborted_) throw ReplicaStopped();
     const uint64_t generation = merge_generation_;
@@ -193,7 +193,7 @@ class Strategy::Impl {
       }
       std::lock_guard<std::mutex> lock(mutex_);
       errors_[static_cast<size_t>(replica)] = error;
-      if (++done_ == strategy_.num_replicas_in_sync()) done_cv_.notify_all();
+      if (++done_ == strategy_.num_local_replicas()) done_cv_.notify_all();
     }
   }
 
@@ -283,7 +283,7 @@ void Strategy::run_replicas(const std::function<void(int)>& fn) {
 }
 
 void Strategy::merge_call(int replica, const std::function<void()>& fn) {
-  STRATA_CHECK(t_context != nullptr && &t_context->strategy() == this && t_context->replica_id_in_sync_group() == replica,
+  STRATA_CHECK(t_context != nullptr && &t_context->strategy() == this && t_context->local_replica_id() == replica,
                InvalidArgument, name() << ": merge_call belongs on the thread of replica " << replica);
   if (!uses_replica_threads()) {
     fn();
@@ -296,8 +296,9 @@ void Strategy::on_each_replica(const char* what, int values, const std::function
   STRATA_CHECK(t_context == nullptr, InvalidArgument,
                name() << "." << what << " belongs to the cross-replica context; inside run use "
                                         "get_replica_context()->all_reduce");
-  STRATA_CHECK(values == num_replicas_in_sync(), InvalidArgument,
-               name() << "." << what << ": " << values << " values for " << num_replicas_in_sync() << " replicas");
+  STRATA_CHECK(values == num_local_replicas(), InvalidArgument,
+               name() << "." << what << ": " << values << " values for " << num_local_replicas()
+                      << (num_workers() > 1 ? " local replicas" : " replicas"));
   if (!uses_replica_threads()) {
     fn(0);
     return;
@@ -373,19 +374,23 @@ Tensor Strategy::gather(const PerReplica<Tensor>& value, int axis) const {
 }
 
 DistributedDataset Strategy::experimental_distribute_dataset(const data::Dataset& dataset) const {
-  return DistributedDataset(dataset, num_replicas_in_sync(), /*split_global_batches=*/true);
+  return DistributedDataset(dataset, num_local_replicas(), /*split_global_batches=*/true, num_replicas_in_sync(),
+                            worker_index() * num_local_replicas());
 }
 
 DistributedDataset Strategy::distribute_datasets_from_function(
     const std::function<data::Dataset(const InputContext&)>& dataset_fn) const {
-  const InputContext context{.num_input_pipelines = 1, .input_pipeline_id = 0,
+  const InputContext context{.num_input_pipelines = num_workers(), .input_pipeline_id = worker_index(),
                              .num_replicas_in_sync = num_replicas_in_sync()};
-  return DistributedDataset(dataset_fn(context), num_replicas_in_sync(), /*split_global_batches=*/false);
+  return DistributedDataset(dataset_fn(context), num_local_replicas(), /*split_global_batches=*/false);
 }
 
 // ---- replica context
 
 int ReplicaContext::num_replicas_in_sync() const { return strategy_.num_replicas_in_sync(); }
+int ReplicaContext::replica_id_in_sync_group() const {
+  return strategy_.worker_index() * strategy_.num_local_replicas() + replica_;
+}
 
 Tensor ReplicaContext::all_reduce(ReduceOp op, const Tensor& value) {
   return detail::all_reduce_tensor(strategy_.communicator(replica_), op, value);

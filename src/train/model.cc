@@ -133,9 +133,10 @@ void run_callbacks(const std::vector<std::shared_ptr<Callback>>& callbacks, F fn
 
 namespace {
 // This thread's replica (0 outside strategy.run) and the number in sync.
+// This thread's replica among the replicas of this process (0 outside strategy.run).
 int replica_id() {
   const distribute::ReplicaContext* ctx = distribute::get_replica_context();
-  return ctx ? ctx->replica_id_in_sync_group() : 0;
+  return ctx ? ctx->local_replica_id() : 0;
 }
 int replicas_in_sync() {
   const distribute::ReplicaContext* ctx = distribute::get_replica_context();
@@ -303,7 +304,7 @@ distribute::Strategy& Model::strategy_for(const char* what, const data::Element&
                                        << "'); create and build the model inside `auto scope = strategy.scope();`");
   }
   // Replicas 1..N-1 keep their own metric states; merge_replica_trackers folds them into the model's.
-  const size_t extra = static_cast<size_t>(strategy->num_replicas_in_sync() - 1);
+  const size_t extra = static_cast<size_t>(strategy->num_local_replicas() - 1);
   if (loss_tracker_ && replica_trackers_.size() != extra) {
     replica_trackers_.clear();
     for (size_t r = 0; r < extra; ++r) {
@@ -333,12 +334,13 @@ void Model::distributed_steps(distribute::Strategy& strategy, const std::vector<
     for (const data::Element& b : batches) step(b);
     return;
   }
-  const int n = strategy.num_replicas_in_sync();
+  // Every worker reads the same global batches; its replicas take their parts of each.
+  const int n = strategy.num_replicas_in_sync(), local = strategy.num_local_replicas();
   std::vector<distribute::PerReplica<data::Element>> parts;
   std::vector<int64_t> global_rows;
   parts.reserve(batches.size());
   for (const data::Element& b : batches) {
-    parts.push_back(distribute::split_batch(b, n));
+    parts.push_back(distribute::split_batch_share(b, n, strategy.worker_index() * local, local));
     global_rows.push_back(distribute::batch_rows(b));
   }
   strategy.run_replicas([&](int replica) {
@@ -544,7 +546,7 @@ Tensor Model::predict(const data::Dataset& dataset, int64_t steps) {
     if (!batch) break;
     STRATA_CHECK(batch->size() >= 1, InvalidArgument, "predict: an element has no components");
     if (strategy == nullptr) strategy = &strategy_for("predict", *batch);
-    const auto parts = distribute::split_batch(data::Element({(*batch)[0]}), strategy->num_replicas_in_sync());
+    const auto parts = distribute::split_batch(data::Element({(*batch)[0]}), strategy->num_local_replicas());
     const auto out = strategy->run(
         [&](const data::Element& b) {
           NoGradGuard no_grad_in_replica;

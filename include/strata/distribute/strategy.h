@@ -53,8 +53,11 @@ class Strategy;
 // What a replica can ask while run() is executing it (tf.distribute.ReplicaContext).
 class ReplicaContext {
  public:
-  int replica_id_in_sync_group() const { return replica_; }
+  // This replica's id among all the replicas in sync (across workers: worker index x local replicas + local id).
+  int replica_id_in_sync_group() const;
   int num_replicas_in_sync() const;
+  // This replica's index among the replicas of this process.
+  int local_replica_id() const { return replica_; }
   Strategy& strategy() const { return strategy_; }
   // Sum or mean of `value` over the replicas; every replica must call it, in the same order.
   Tensor all_reduce(ReduceOp op, const Tensor& value);
@@ -88,8 +91,17 @@ class Strategy {
 
   // "MirroredStrategy", ...
   virtual std::string name() const = 0;
-  int num_replicas_in_sync() const { return static_cast<int>(devices_.size()); }
-  // One device string per replica ("/cpu:0", ...).
+  // Replicas in sync across the job: the replicas of this process times the workers.
+  int num_replicas_in_sync() const { return num_local_replicas() * num_workers(); }
+  // Replicas of this process, one per device (threads of it when more than one).
+  int num_local_replicas() const { return static_cast<int>(devices_.size()); }
+  // Processes that train together (MultiWorkerMirroredStrategy), and this one's index among them; 1 and 0 for the
+  // strategies of one machine.
+  virtual int num_workers() const { return 1; }
+  virtual int worker_index() const { return 0; }
+  // Whether this process writes what the job writes once (checkpoints, logs): worker 0.
+  bool is_chief() const { return worker_index() == 0; }
+  // One device string per local replica ("/cpu:0", ...).
   const std::vector<std::string>& devices() const { return devices_; }
   // Intra-op threads each replica's kernels use.
   int threads_per_replica() const { return threads_per_replica_; }
@@ -151,16 +163,17 @@ class Strategy {
   // `all_reduce` with `algorithm`.
   Strategy(std::vector<std::string> devices, int threads_per_replica = 0,
            comm::AllReduceAlgorithm algorithm = comm::AllReduceAlgorithm::kRing);
-  // Replica `replica`'s end of the group every exchange between the replicas goes through (the only channel:
-  // gradients, ReplicaContext::all_reduce, reduce and gather). Used on that replica's thread.
-  comm::Communicator& communicator(int replica) const;
+  // Local replica `replica`'s end of the group every exchange between the replicas goes through (the only
+  // channel: gradients, ReplicaContext::all_reduce, reduce and gather). Used on that replica's thread. The
+  // default is the local group of this process's replicas.
+  virtual comm::Communicator& communicator(int replica) const;
   // The aggregator replica `replica` installs (nullptr: none; the optimizer updates directly).
   virtual GradientAggregator* aggregator(int replica);
   // A replica failed with `reason`: wake the others from whatever they wait on. The default aborts the
   // replicas' communicator group; an override calls it too.
   virtual void on_replica_failure(const std::string& reason);
   // Whether replicas run as threads of this strategy (else on the calling thread, one replica).
-  bool uses_replica_threads() const { return num_replicas_in_sync() > 1; }
+  bool uses_replica_threads() const { return num_local_replicas() > 1; }
 
  private:
   class Impl;
@@ -199,7 +212,7 @@ auto Strategy::run(F&& fn, const Args&... args) {
     run_replicas([&](int r) { fn(detail::replica_arg(args, r)...); });
   } else {
     using V = std::decay_t<R>;
-    std::vector<std::optional<V>> results(static_cast<size_t>(num_replicas_in_sync()));
+    std::vector<std::optional<V>> results(static_cast<size_t>(num_local_replicas()));
     run_replicas([&](int r) { results[static_cast<size_t>(r)].emplace(fn(detail::replica_arg(args, r)...)); });
     std::vector<V> values;
     values.reserve(results.size());
