@@ -59,6 +59,7 @@
 #include "strata/comm/communicator.h"
 #include "strata/comm/local.h"
 #include "strata/distribute/input.h"
+#include "strata/distribute/multi_worker.h"
 #include "strata/distribute/strategies.h"
 #include "strata/distribute/strategy.h"
 #include "strata/distribute/values.h"

@@ -11,6 +11,7 @@
 #include <sstream>
 #include <vector>
 
+#include "strata/distribute/multi_worker.h"
 #include "strata/distribute/strategies.h"
 #include "strata/error.h"
 #include "strata/threading.h"
@@ -36,7 +37,7 @@ std::string format_rate(double lr) {
 }  // namespace
 
 void check_strategy_name(const std::string& name, const std::string& where) {
-  check_choice(name, {"one_device", "mirrored", "central_storage"}, where, "strategy");
+  check_choice(name, {"one_device", "mirrored", "central_storage", "multi_worker_mirrored"}, where, "strategy");
 }
 
 void check_cross_device_ops(const std::string& name, const std::string& where) {
@@ -80,7 +81,9 @@ StrategySpec resolve_strategy(const StrategySpec& from_job, const StrategyFlags&
 std::unique_ptr<distribute::Strategy> make_job_strategy(const StrategySpec& spec) {
   check_strategy_name(spec.name, "strategy");
   int replicas = spec.replicas;
-  if (replicas <= 0) replicas = spec.name == "one_device" ? 1 : std::max(1, num_threads());
+  if (replicas <= 0) {
+    replicas = spec.name == "one_device" || spec.name == "multi_worker_mirrored" ? 1 : std::max(1, num_threads());
+  }
   return distribute::make_strategy(spec.name, replicas, spec.cross_device_ops);
 }
 
@@ -91,6 +94,10 @@ std::string strategy_line(const distribute::Strategy& strategy, int64_t global_b
       << (threads == 1 ? " thread" : " threads") << (n == 1 ? ")" : " each)");
   if (const auto* mirrored = dynamic_cast<const distribute::MirroredStrategy*>(&strategy); mirrored && n > 1) {
     out << ", " << comm::to_string(mirrored->cross_device_ops().algorithm) << " all-reduce";
+  }
+  if (const auto* mw = dynamic_cast<const distribute::MultiWorkerMirroredStrategy*>(&strategy)) {
+    out << ", worker " << mw->worker_index() << " of " << mw->num_workers();
+    if (mw->num_workers() > 1) out << " (" << mw->backend() << ")";
   }
   out << ", global batch " << global_batch;
   if (n > 1) {

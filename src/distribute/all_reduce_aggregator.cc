@@ -10,7 +10,8 @@ AllReduceAggregator::AllReduceAggregator(Strategy& strategy, int replica, comm::
                                          int64_t bytes_per_pack, std::function<void(const Variable&)> check_variable)
     : strategy_(strategy),
       replica_(replica),
-      replicas_(strategy.num_replicas_in_sync()),
+      local_replicas_(strategy.num_local_replicas()),
+      voters_(comm.size()),
       reducer_(comm, strategy.name(), bytes_per_pack,
                [id = strategy.id()](const Variable& v) {
                  return v.is_model_variable() && v.owner() == id && v.dtype() == DType::kFloat32;
@@ -44,11 +45,11 @@ void AllReduceAggregator::end_gradients(const std::vector<Tensor>&) { reducer_.e
 
 void AllReduceAggregator::update_owned_buckets(bool block) {
   const size_t buckets = reducer_.num_buckets();
-  for (; next_owned_ < buckets; next_owned_ += static_cast<size_t>(replicas_)) {
+  for (; next_owned_ < buckets; next_owned_ += static_cast<size_t>(local_replicas_)) {
     if (!block && !reducer_.poll(next_owned_)) return;
     if (block) reducer_.wait_all();
     // Every bucket carries the same vote: if one replica did not announce, nobody updates early.
-    if (reducer_.votes(next_owned_) != static_cast<float>(replicas_)) {
+    if (reducer_.votes(next_owned_) != static_cast<float>(voters_)) {
       early_applier_ = nullptr;
       return;
     }
@@ -70,7 +71,7 @@ void AllReduceAggregator::apply_gradients(const std::vector<Tensor>& grads, cons
   }
   reducer_.wait_all();
   if (early_applier_ != nullptr && reducer_.num_buckets() > 0 &&
-      reducer_.votes(0) == static_cast<float>(replicas_)) {
+      reducer_.votes(0) == static_cast<float>(voters_)) {
     update_owned_buckets(/*block=*/true);
     early_applier_ = nullptr;
     strategy_.merge_call(replica_, [&] { applier.finish(); });

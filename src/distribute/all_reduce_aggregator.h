@@ -4,8 +4,9 @@
 // The tape's gradients go into the reducer's buckets as backward reports them. A plain apply_gradients waits for
 // the sums, and the last replica to arrive updates the variables once (with every core) in merge_call while the
 // others wait. Inside Optimizer::minimize (every replica announces with expect_apply, and the optimizer updates
-// element by element) the variables are updated during backward instead: bucket k belongs to replica
-// k mod replicas, which updates that bucket's variables as soon as its sum is in; apply_gradients then updates
+// element by element) the variables are updated during backward instead: bucket k belongs to local replica
+// k mod (this process's replicas), which updates that bucket's variables (every local copy) as soon as its sum is
+// in (with one replica per process, as across workers, each process updates all of its own); apply_gradients then updates
 // the rest of its buckets and ends the step in merge_call, so no replica reads a variable of the next step
 // before its owner wrote it. Whether every replica announced is itself summed in each bucket (the reducer's
 // vote), so all replicas take the same path from the same bits.
@@ -40,8 +41,9 @@ class AllReduceAggregator final : public GradientAggregator {
   void update_owned_buckets(bool block);
 
   Strategy& strategy_;
-  const int replica_;
-  const int replicas_;
+  const int replica_;        // this local replica
+  const int local_replicas_;  // replicas sharing this process's variables: they share the early updates out
+  const int voters_;          // ranks of the communicator: all of them must vote for early updates
   GradientReducer reducer_;
   std::function<void(const Variable&)> check_variable_;
   // Announced by expect_apply for the next tape call.

@@ -5,6 +5,7 @@
 // it changes.
 #include "distribute/all_reduce_aggregator.h"
 #include "distribute/devices.h"
+#include "strata/distribute/multi_worker.h"
 #include "strata/distribute/strategies.h"
 
 namespace strata::distribute {
@@ -43,8 +44,16 @@ std::unique_ptr<Strategy> make_strategy(const std::string& name, int replicas, c
   if (name == "central_storage") {
     return std::make_unique<CentralStorageStrategy>(MirroredStrategy::cpu_devices(replicas));
   }
-  STRATA_THROW(InvalidArgument,
-               "unknown strategy '" << name << "'; choose one of one_device, mirrored, central_storage");
+  if (name == "multi_worker_mirrored") {
+    STRATA_CHECK(replicas == 1, InvalidArgument,
+                 "multi_worker_mirrored runs one replica per worker process; start more workers (strata launch "
+                 "--workers N) instead of --replicas " << replicas);
+    return std::make_unique<MultiWorkerMirroredStrategy>(CommunicationOptions{
+        .implementation = cross_device_ops == kDefaultCrossDeviceOps ? "auto" : cross_device_ops});
+  }
+  STRATA_THROW(InvalidArgument, "unknown strategy '" << name
+                                                     << "'; choose one of one_device, mirrored, central_storage, "
+                                                        "multi_worker_mirrored");
 }
 
 }  // namespace strata::distribute

@@ -35,18 +35,27 @@ Tensor all_reduce_tensor(comm::Communicator& comm, ReduceOp op, const Tensor& va
   return total;
 }
 
-double all_reduce_number(comm::Communicator& comm, ReduceOp op, double value) {
-  Tensor mine = Tensor::empty({1}, DType::kInt64);
-  std::memcpy(mine.raw_data(), &value, sizeof(double));
-  Tensor all = Tensor::empty({comm.size()}, DType::kInt64);
+std::vector<double> all_reduce_numbers(comm::Communicator& comm, const std::vector<double>& values) {
+  const int64_t n = static_cast<int64_t>(values.size());
+  if (n == 0) return {};
+  Tensor mine = Tensor::empty({n}, DType::kInt64);
+  std::memcpy(mine.raw_data(), values.data(), values.size() * sizeof(double));
+  Tensor all = Tensor::empty({comm.size() * n}, DType::kInt64);
   comm.all_gather(mine, all)->wait();
-  double total = 0;
+  std::vector<double> total(values.size(), 0.0);
   const auto* words = static_cast<const int64_t*>(all.raw_data());
   for (int r = 0; r < comm.size(); ++r) {
-    double v;
-    std::memcpy(&v, words + r, sizeof(double));
-    total += v;
+    for (int64_t i = 0; i < n; ++i) {
+      double v;
+      std::memcpy(&v, words + r * n + i, sizeof(double));
+      total[static_cast<size_t>(i)] += v;
+    }
   }
+  return total;
+}
+
+double all_reduce_number(comm::Communicator& comm, ReduceOp op, double value) {
+  const double total = all_reduce_numbers(comm, {value})[0];
   return op == ReduceOp::kMean ? total / comm.size() : total;
 }
 

@@ -4,6 +4,8 @@
 // Thread-safety: as the communicator (one thread per rank); every rank calls the same function in the same order.
 #pragma once
 
+#include <vector>
+
 #include "strata/comm/communicator.h"
 #include "strata/distribute/values.h"
 #include "strata/tensor.h"
@@ -15,6 +17,9 @@ namespace strata::distribute::detail {
 Tensor all_reduce_tensor(comm::Communicator& comm, ReduceOp op, const Tensor& value);
 // The sum or mean over the ranks of `value`, added in rank order in double precision.
 double all_reduce_number(comm::Communicator& comm, ReduceOp op, double value);
+// Element-wise sums over the ranks of `values` (the same length on every rank), added in rank order in double
+// precision; every rank gets the same bits.
+std::vector<double> all_reduce_numbers(comm::Communicator& comm, const std::vector<double>& values);
 // Every rank's `value` concatenated along `axis` in rank order (tf's gather). Any dtype; the ranks' shapes may
 // differ along `axis` only, else ShapeError naming the ranks.
 Tensor all_gather_tensor(comm::Communicator& comm, const Tensor& value, int axis);

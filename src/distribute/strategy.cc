@@ -373,6 +373,13 @@ Tensor Strategy::gather(const PerReplica<Tensor>& value, int axis) const {
   return result;
 }
 
+std::vector<double> Strategy::sum_across_workers(const std::vector<double>& values) const {
+  if (num_workers() == 1) return values;
+  STRATA_CHECK(t_context == nullptr && num_local_replicas() == 1, InvalidArgument,
+               name() << ".sum_across_workers belongs to the driving thread of a strategy with one replica per worker");
+  return detail::all_reduce_numbers(communicator(0), values);
+}
+
 DistributedDataset Strategy::experimental_distribute_dataset(const data::Dataset& dataset) const {
   return DistributedDataset(dataset, num_local_replicas(), /*split_global_batches=*/true, num_replicas_in_sync(),
                             worker_index() * num_local_replicas());

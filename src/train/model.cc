@@ -224,9 +224,38 @@ double Model::test_step(const data::Element& batch) {
 Logs Model::metric_logs() const {
   Logs logs;
   if (!loss_tracker_) return logs;
-  logs.set("loss", loss_tracker_->result());
-  for (size_t i = 0; i < metrics_.size(); ++i) logs.set(metric_names_[i], metrics_[i]->result());
+  std::vector<const metrics::Metric*> trackers = {loss_tracker_.get()};
+  for (const auto& m : metrics_) trackers.push_back(m.get());
+  std::vector<std::string> names = {"loss"};
+  names.insert(names.end(), metric_names_.begin(), metric_names_.end());
+  // Across workers each tracker saw this worker's share: the job's result comes from the states summed over the
+  // workers (every metric's state is additive, see strata/optim/metrics.h).
+  const distribute::Strategy* strategy = owning_strategy();
+  if (strategy != nullptr && strategy->num_workers() > 1) {
+    std::vector<double> states;
+    for (const metrics::Metric* t : trackers) {
+      const std::vector<double> s = t->state();
+      states.insert(states.end(), s.begin(), s.end());
+    }
+    const std::vector<double> summed = strategy->sum_across_workers(states);
+    size_t at = 0;
+    for (size_t i = 0; i < trackers.size(); ++i) {
+      const size_t n = trackers[i]->state().size();
+      const std::shared_ptr<metrics::Metric> job = trackers[i]->clone();
+      job->set_state(std::vector<double>(summed.begin() + static_cast<std::ptrdiff_t>(at),
+                                         summed.begin() + static_cast<std::ptrdiff_t>(at + n)));
+      logs.set(names[i], job->result());
+      at += n;
+    }
+    return logs;
+  }
+  for (size_t i = 0; i < trackers.size(); ++i) logs.set(names[i], trackers[i]->result());
   return logs;
+}
+
+const distribute::Strategy* Model::owning_strategy() const {
+  for (const Variable& v : variables()) return v.owner() == 0 ? nullptr : distribute::find_strategy(v.owner());
+  return nullptr;
 }
 
 void Model::reset_metrics() {

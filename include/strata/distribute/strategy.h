@@ -136,6 +136,9 @@ class Strategy {
   double reduce(ReduceOp op, const PerReplica<double>& value) const;
   // The per-replica tensors concatenated along `axis` in replica order (gathered through the communicator).
   Tensor gather(const PerReplica<Tensor>& value, int axis = 0) const;
+  // Element-wise sums over the workers of `values` (e.g. metric states); `values` itself with one worker.
+  // Driving thread; every worker calls it at the same point with the same length.
+  std::vector<double> sum_across_workers(const std::vector<double>& values) const;
 
   // Global batches split across replicas (see strata/distribute/input.h).
   DistributedDataset experimental_distribute_dataset(const data::Dataset& dataset) const;

@@ -141,6 +141,8 @@ class Model : public nn::Layer {
 
   // Current values of the loss tracker and the metrics ("loss", then each metric by its compile name).
   Logs metric_logs() const;
+  // The strategy whose scope made the model's variables, or nullptr (plain variables, or none yet).
+  const distribute::Strategy* owning_strategy() const;
   void reset_metrics();
   // The compiled metrics (not the loss tracker), in compile order, for strategies to merge.
   const std::vector<std::shared_ptr<metrics::Metric>>& metrics() const { return metrics_; }

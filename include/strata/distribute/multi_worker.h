@@ -1,0 +1,95 @@
+// MultiWorkerMirroredStrategy (tf.distribute.MultiWorkerMirroredStrategy): synchronous training across processes
+// and machines. Every worker process holds a copy of every variable; each step every worker computes its share of
+// the global batch and the gradients are all-reduced across the workers (in buckets that start while backward is
+// still running), so that all copies take the same update.
+//
+//   // one process per worker, each with its TF_CONFIG (or under mpirun / torchrun)
+//   distribute::MultiWorkerMirroredStrategy strategy;          // resolves the cluster from the environment
+//   const int64_t global_batch = 64 * strategy.num_replicas_in_sync();
+//   auto scope = strategy.scope();                             // variables: the chief's initial values everywhere
+//   ... model.compile(...); model.fit(train.batch(global_batch), ...);   // only the chief should write files
+//
+// A worker is one replica (TensorFlow's behaviour for CPU workers); num_replicas_in_sync() is the number of
+// workers, replica_id_in_sync_group() the worker's id_in_cluster. Every worker reads the same global batches and
+// trains on its part of each (AutoShardPolicy.DATA), so N workers compute exactly what one process with the same
+// global batch would: the equivalence the tests check.
+//
+// Communication (CommunicationOptions): "auto" picks the mpi backend under mpirun and gloo otherwise; gloo
+// connects through the job's coordination service, which the chief (worker 0 without a chief, rank 0 under
+// torchrun) serves on its own TF_CONFIG address. Every task sends heartbeats; a task silent for the heartbeat
+// timeout is declared lost, and every other worker's pending collective then fails at once with an error naming
+// it, instead of waiting for the collective timeout. A worker that never comes ends the others' start-up with a
+// Timeout naming it. After any such failure the strategy is unusable: restart the job (BackupAndRestore resumes
+// it where the last checkpoint stood).
+//
+// Thread-safety: as Strategy (one driving thread per process).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "strata/cluster/cluster_resolver.h"
+#include "strata/distribute/strategy.h"
+
+namespace strata::cluster {
+class CoordinationService;
+class CoordinationClient;
+}  // namespace strata::cluster
+
+namespace strata::distribute {
+
+// tf.distribute.experimental.CommunicationOptions.
+struct CommunicationOptions {
+  // "auto" (mpi under mpirun, else gloo), "ring" (gloo's ring all-reduce), "mpi"; "nccl" is Unavailable
+  // without the CUDA build.
+  std::string implementation = "auto";
+  // Gradients are all-reduced in buckets of about this many bytes (PyTorch DDP's default cap, 25 MiB).
+  int64_t bytes_per_pack = 25 << 20;
+  // Bound on start-up (every worker connecting) and on every collective.
+  std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+  // A task silent this long is declared lost (TensorFlow's default: 10 s); heartbeats go every interval.
+  std::chrono::milliseconds heartbeat_timeout{std::chrono::seconds(10)};
+  std::chrono::milliseconds heartbeat_interval{std::chrono::seconds(1)};
+};
+
+class MultiWorkerMirroredStrategy final : public Strategy {
+ public:
+  // The cluster from the environment (TF_CONFIG, mpirun or torchrun; none: a single worker).
+  explicit MultiWorkerMirroredStrategy(CommunicationOptions options = {});
+  // The cluster as given; blocks until every worker has connected (Timeout naming those that did not).
+  MultiWorkerMirroredStrategy(const cluster::TaskInfo& task, CommunicationOptions options);
+  ~MultiWorkerMirroredStrategy() override;
+
+  std::string name() const override { return "MultiWorkerMirroredStrategy"; }
+  int num_workers() const override { return num_workers_; }
+  int worker_index() const override { return worker_index_; }
+  const cluster::TaskInfo& task() const { return task_; }
+  const CommunicationOptions& communication_options() const { return options_; }
+  // The backend the workers' communicator runs on: "gloo", "mpi", or "local" for a single worker.
+  std::string backend() const;
+
+  // Makes the variable on every worker with the chief's `initial_value` (broadcast), so that workers start
+  // equal whatever their seeds. Every worker must create the same variables in the same order.
+  Variable create_variable(const Tensor& initial_value, const VariableOptions& options) override;
+  comm::Communicator& communicator(int replica) const override;
+
+ protected:
+  GradientAggregator* aggregator(int replica) override;
+  void on_replica_failure(const std::string& reason) override;
+
+ private:
+  void connect();
+
+  cluster::TaskInfo task_;
+  CommunicationOptions options_;
+  int num_workers_ = 1;
+  int worker_index_ = 0;
+  std::unique_ptr<cluster::CoordinationService> service_;  // on the task that hosts it
+  std::shared_ptr<cluster::CoordinationClient> client_;
+  std::shared_ptr<comm::Communicator> comm_;  // across the workers (null for a single worker)
+  std::unique_ptr<GradientAggregator> aggregator_;
+};
+
+}  // namespace strata::distribute

@@ -1,0 +1,138 @@
+// MultiWorkerMirroredStrategy (strata/distribute/multi_worker.h): connecting the workers (coordination service,
+// heartbeats, a gloo or mpi communicator), the chief's initial values broadcast to every worker, and the gradient
+// aggregator over the workers' communicator.
+// Thread-safety: one driving thread; the heartbeat thread only aborts the communicator (Communicator::abort may be
+// called from any thread).
+#include "strata/distribute/multi_worker.h"
+
+#include <mutex>
+
+#include "distribute/all_reduce_aggregator.h"
+#include "strata/cluster/coordination.h"
+#include "strata/comm/gloo.h"
+#include "strata/comm/mpi.h"
+
+namespace strata::distribute {
+
+namespace {
+constexpr const char* kName = "MultiWorkerMirroredStrategy";
+constexpr const char* kExitBarrier = "mwms/exit";
+
+// The tasks that are workers of the strategy ("chief:0", "worker:0", ...), as the coordination service names them.
+std::vector<std::string> worker_tasks(const cluster::TaskInfo& task) {
+  std::vector<std::string> tasks;
+  for (const char* type : {"chief", "worker"}) {
+    const int64_t n = task.cluster.num_tasks(type);
+    for (int64_t i = 0; i < n; ++i) tasks.push_back(std::string(type) + ":" + std::to_string(i));
+  }
+  return tasks;
+}
+
+void check_implementation(const std::string& implementation) {
+  if (implementation == "nccl") {
+    STRATA_THROW(Unavailable, kName << ": communication 'nccl' needs the CUDA build and GPU replicas; on CPU use "
+                                       "'auto', 'ring' (gloo) or 'mpi'");
+  }
+  STRATA_CHECK(implementation == "auto" || implementation == "ring" || implementation == "mpi", InvalidArgument,
+               kName << ": unknown communication implementation '" << implementation
+                     << "'; choices: auto, ring, mpi, nccl");
+}
+}  // namespace
+
+MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(CommunicationOptions options)
+    : MultiWorkerMirroredStrategy(cluster::resolve_cluster_from_environment(), std::move(options)) {}
+
+MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const cluster::TaskInfo& task, CommunicationOptions options)
+    : Strategy({"/cpu:0"}), task_(task), options_(std::move(options)) {
+  check_implementation(options_.implementation);
+  STRATA_CHECK(options_.bytes_per_pack > 0, InvalidArgument, kName << ": bytes_per_pack must be > 0");
+  STRATA_CHECK(options_.timeout.count() > 0 && options_.heartbeat_timeout.count() > 0 &&
+                   options_.heartbeat_interval.count() > 0,
+               InvalidArgument, kName << ": timeouts and the heartbeat interval must be positive");
+  STRATA_CHECK(task_.id_in_cluster.has_value() && task_.task_type != "evaluator", InvalidArgument,
+               kName << " runs on the chief and the workers; this process is task " << task_.name());
+  num_workers_ = static_cast<int>(task_.num_workers);
+  worker_index_ = static_cast<int>(*task_.id_in_cluster);
+  if (num_workers_ > 1) connect();
+}
+
+void MultiWorkerMirroredStrategy::connect() {
+  const bool mpi = options_.implementation == "mpi" ||
+                   (options_.implementation == "auto" && task_.source == cluster::Source::kMpi);
+  if (mpi) {
+    comm_ = comm::make_mpi_communicator({.timeout = options_.timeout});
+    STRATA_CHECK(comm_->size() == num_workers_ && comm_->rank() == worker_index_, InvalidArgument,
+                 kName << ": MPI says rank " << comm_->rank() << " of " << comm_->size() << ", the cluster says worker "
+                       << worker_index_ << " of " << num_workers_);
+  } else {
+    STRATA_CHECK(!task_.coordinator_address.empty(), InvalidArgument,
+                 kName << ": the cluster (" << cluster::source_name(task_.source)
+                       << ") names no coordinator address for the gloo backend; under mpirun use "
+                          "implementation 'mpi' or 'auto'");
+    if (task_.hosts_coordinator) {
+      service_ = std::make_unique<cluster::CoordinationService>();
+      service_->start(task_.coordinator_address,
+                      {.heartbeat_timeout = options_.heartbeat_timeout, .tasks = worker_tasks(task_)});
+    }
+    client_ = std::make_shared<cluster::CoordinationClient>(
+        task_.coordinator_address, task_.name(),
+        cluster::CoordinationClient::Options{.connect_timeout = options_.timeout,
+                                             .store_timeout = options_.timeout,
+                                             .service_timeout = options_.heartbeat_timeout});
+    client_->start_heartbeats(options_.heartbeat_interval);
+    const std::string host =
+        task_.address.empty() ? std::string("127.0.0.1") : cluster::parse_address(task_.address, task_.name()).host;
+    comm_ = comm::make_gloo_communicator(client_, worker_index_, num_workers_,
+                                         {.timeout = options_.timeout, .hostname = host, .prefix = "mwms"});
+    // A worker declared lost ends the others' pending and later collectives at once, naming it.
+    std::weak_ptr<comm::Communicator> weak = comm_;
+    client_->set_on_lost([weak](const cluster::LostTask& lost) {
+      if (auto comm = weak.lock()) comm->abort(kName + std::string(": task ") + lost.task + " was lost (" + lost.reason + ")");
+    });
+  }
+  aggregator_ = std::make_unique<detail::AllReduceAggregator>(
+      *this, 0, *comm_, options_.bytes_per_pack, [this](const Variable& v) {
+        STRATA_CHECK(v.owner() == id(), InvalidArgument,
+                     name() << ".apply_gradients: variable '" << v.name()
+                            << "' was not created inside this strategy's scope");
+      });
+}
+
+MultiWorkerMirroredStrategy::~MultiWorkerMirroredStrategy() {
+  if (!client_) return;
+  // The chief serves the coordination service: it waits (briefly) until every worker is done with it.
+  try {
+    client_->barrier(kExitBarrier, num_workers_, options_.heartbeat_timeout);
+  } catch (const Error&) {
+    // A worker failed or is gone: nothing to wait for.
+  }
+  client_->set_on_lost(nullptr);
+  client_->disconnect();
+}
+
+std::string MultiWorkerMirroredStrategy::backend() const { return comm_ ? comm_->backend() : "local"; }
+
+comm::Communicator& MultiWorkerMirroredStrategy::communicator(int replica) const {
+  return comm_ ? *comm_ : Strategy::communicator(replica);
+}
+
+Variable MultiWorkerMirroredStrategy::create_variable(const Tensor& initial_value, const VariableOptions& options) {
+  Tensor value = initial_value.clone();
+  if (comm_) {
+    STRATA_CHECK(value.dtype() == DType::kFloat32 || value.dtype() == DType::kBFloat16 || value.dtype() == DType::kInt64,
+                 InvalidArgument,
+                 name() << ": variable '" << options.name << "' is " << dtype_name(value.dtype())
+                        << "; variables across workers are float32, bfloat16 or int64");
+    comm_->broadcast({value}, 0)->wait();  // the chief's initial value everywhere
+  }
+  return make_distributed_variable({value}, options, id());
+}
+
+GradientAggregator* MultiWorkerMirroredStrategy::aggregator(int) { return aggregator_.get(); }
+
+void MultiWorkerMirroredStrategy::on_replica_failure(const std::string& reason) {
+  if (comm_) comm_->abort(name() + ": " + reason);
+  Strategy::on_replica_failure(reason);
+}
+
+}  // namespace strata::distribute

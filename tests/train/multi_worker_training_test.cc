@@ -1,0 +1,160 @@
+// MultiWorkerMirroredStrategy with its workers as threads of this process (each with its own TF_CONFIG task, its
+// own coordination client and gloo communicator over 127.0.0.1): N workers train to the weights one process
+// gets with the same global batch, start from the chief's initial values whatever their seeds, report the job's
+// metrics, and a worker that never comes is a Timeout naming it. (tests/cli/multi_worker_command_test.cc runs
+// workers as processes, and kills one.)
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <thread>
+
+#include "strata/distribute/multi_worker.h"
+#include "strata/nn/nn.h"
+#include "strata/train/model.h"
+#include "test_util.h"
+
+namespace strata::distribute {
+namespace {
+
+// A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it).
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+cluster::TaskInfo worker_task(const cluster::ClusterSpec& spec, int index) {
+  return cluster::resolve_tf_config(cluster::make_tf_config(spec, "worker", index));
+}
+
+cluster::ClusterSpec local_cluster(int workers) {
+  cluster::ClusterSpec spec;
+  for (int i = 0; i < workers; ++i) spec.jobs["worker"].push_back("127.0.0.1:" + std::to_string(free_port()));
+  return spec;
+}
+
+CommunicationOptions quick_options() {
+  return {.timeout = std::chrono::seconds(20),
+          .heartbeat_timeout = std::chrono::seconds(3),
+          .heartbeat_interval = std::chrono::milliseconds(200)};
+}
+
+struct Trained {
+  std::vector<std::pair<std::string, Tensor>> weights;
+  History history;
+};
+
+const data::Dataset& training_data() {
+  static const data::Dataset dataset = [] {
+    const Tensor x = test::random_tensor({36, 12}, 5);
+    Tensor y = Tensor::empty({36}, DType::kInt64);
+    for (int64_t i = 0; i < 36; ++i) y.data<int64_t>()[i] = (i * 7 + 3) % 4;
+    return data::Dataset::from_tensor_slices({x, y}).batch(8);  // 36 rows: batches of 8 end with an uneven 4
+  }();
+  return dataset;
+}
+
+// Builds (seeded with `seed`), compiles and fits the test model under `strategy`.
+Trained train(Strategy& strategy, uint64_t seed) {
+  auto scope = strategy.scope();
+  manual_seed(seed);
+  Sequential model({nn::Dense(16, "relu"), nn::Dense(4)});
+  model.build_for({1, 12});
+  model.compile(losses::SparseCategoricalCrossentropy({.from_logits = true}),
+                optim::SGD({.learning_rate = 0.1, .momentum = 0.9f}), {"accuracy"});
+  Trained out;
+  out.history = model.fit(training_data(), {.epochs = 2, .verbose = 0});
+  for (auto& [name, t] : model.named_weights()) out.weights.emplace_back(name, t.clone());
+  return out;
+}
+
+TEST(MultiWorkerTest, WorkersTrainToWhatOneProcessDoesWithTheSameGlobalBatch) {
+  const auto reference = train(default_strategy(), 1000);
+  for (int workers : {2, 3}) {
+    SCOPED_TRACE(std::to_string(workers) + " workers");
+    const cluster::ClusterSpec spec = local_cluster(workers);
+    std::vector<Trained> results(static_cast<size_t>(workers));
+    std::vector<std::string> errors(static_cast<size_t>(workers));
+    std::vector<std::thread> threads;
+    for (int w = 0; w < workers; ++w) {
+      threads.emplace_back([&, w] {
+        try {
+          MultiWorkerMirroredStrategy strategy(worker_task(spec, w), quick_options());
+          EXPECT_EQ(strategy.num_replicas_in_sync(), workers);
+          EXPECT_EQ(strategy.worker_index(), w);
+          EXPECT_EQ(strategy.backend(), "gloo");
+          // Each worker seeds differently: the chief's (seed 1000) initial values must win everywhere.
+          results[static_cast<size_t>(w)] = train(strategy, 1000 + static_cast<uint64_t>(w));
+        } catch (const std::exception& e) {
+          errors[static_cast<size_t>(w)] = e.what();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (const auto& e : errors) ASSERT_EQ(e, "");
+    for (int w = 0; w < workers; ++w) {
+      const auto& mine = results[static_cast<size_t>(w)].weights;
+      ASSERT_EQ(mine.size(), reference.weights.size());
+      for (size_t i = 0; i < mine.size(); ++i) {
+        const auto got = mine[i].second.to_vector<float>(), want = reference.weights[i].second.to_vector<float>();
+        const auto chief = results[0].weights[i].second.to_vector<float>();
+        for (size_t k = 0; k < got.size(); ++k) {
+          ASSERT_EQ(got[k], chief[k]) << "worker " << w << " " << mine[i].first << " differs from the chief's";
+          ASSERT_NEAR(got[k], want[k], 1e-5f * std::max(1.0f, std::fabs(want[k]))) << mine[i].first << " " << k;
+        }
+      }
+      // The logs are the job's, not the worker's share.
+      for (const char* key : {"loss", "accuracy"}) {
+        for (size_t e = 0; e < 2; ++e) {
+          EXPECT_NEAR(results[static_cast<size_t>(w)].history.history.at(key)[e], reference.history.history.at(key)[e],
+                      1e-5)
+              << key << " epoch " << e;
+        }
+      }
+    }
+  }
+}
+
+TEST(MultiWorkerTest, AWorkerThatNeverComesIsATimeoutNamingIt) {
+  const cluster::ClusterSpec spec = local_cluster(2);
+  CommunicationOptions options = quick_options();
+  options.timeout = std::chrono::seconds(2);
+  const auto start = std::chrono::steady_clock::now();
+  const std::string msg =
+      test::message_of<Timeout>([&] { MultiWorkerMirroredStrategy strategy(worker_task(spec, 0), options); });
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(took, 2.0 + 3.0) << msg;
+  EXPECT_NE(msg.find("rank 1"), std::string::npos) << msg;
+}
+
+TEST(MultiWorkerTest, OneWorkerIsOneReplicaAndBadOptionsAreClearErrors) {
+  MultiWorkerMirroredStrategy single(cluster::TaskInfo{}, {});
+  EXPECT_EQ(single.num_replicas_in_sync(), 1);
+  EXPECT_EQ(single.backend(), "local");
+  EXPECT_TRUE(single.is_chief());
+  EXPECT_THROW(MultiWorkerMirroredStrategy(cluster::TaskInfo{}, {.implementation = "nccl"}), Unavailable);
+  const std::string bad = test::message_of<InvalidArgument>(
+      [] { MultiWorkerMirroredStrategy(cluster::TaskInfo{}, {.implementation = "butterfly"}); });
+  EXPECT_NE(bad.find("auto, ring, mpi, nccl"), std::string::npos) << bad;
+  cluster::ClusterSpec spec = local_cluster(1);
+  spec.jobs["ps"].push_back("127.0.0.1:" + std::to_string(free_port()));
+  const std::string ps = test::message_of<InvalidArgument>([&] {
+    MultiWorkerMirroredStrategy(cluster::resolve_tf_config(cluster::make_tf_config(spec, "ps", 0)), {});
+  });
+  EXPECT_NE(ps.find("ps:0"), std::string::npos) << ps;
+}
+
+}  // namespace
+}  // namespace strata::distribute
