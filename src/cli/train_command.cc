@@ -173,13 +173,14 @@ void run_train(const TrainArgs& args) {
   FitOptions fit;
   fit.epochs = job.epochs;
   fit.steps_per_execution = job.steps_per_execution;
-  fit.verbose = args.verbose;
+  // Across workers the chief shows the progress and writes the CSV log; every worker prints the test line.
+  fit.verbose = strategy->is_chief() ? args.verbose : 0;
   if (!job.checkpoint_dir.empty()) {
     fit.callbacks.push_back(std::make_shared<callbacks::BackupAndRestore>(
         job.checkpoint_dir,
         callbacks::BackupAndRestore::Options{.restore = args.resume, .save_freq = args.checkpoint_every}));
   }
-  if (!args.csv_log.empty()) {
+  if (!args.csv_log.empty() && strategy->is_chief()) {
     fit.callbacks.push_back(
         std::make_shared<callbacks::CSVLogger>(args.csv_log, callbacks::CSVLogger::Options{.append = args.resume}));
   }

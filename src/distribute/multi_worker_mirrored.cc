@@ -5,7 +5,11 @@
 // called from any thread).
 #include "strata/distribute/multi_worker.h"
 
-#include <mutex>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <thread>
 
 #include "distribute/all_reduce_aggregator.h"
 #include "strata/cluster/coordination.h"
@@ -17,6 +21,8 @@ namespace strata::distribute {
 namespace {
 constexpr const char* kName = "MultiWorkerMirroredStrategy";
 constexpr const char* kExitBarrier = "mwms/exit";
+// How long after a worker is declared lost a process still blocked on it ends (see connect()).
+constexpr std::chrono::seconds kLostExitDelay{1};
 
 // The tasks that are workers of the strategy ("chief:0", "worker:0", ...), as the coordination service names them.
 std::vector<std::string> worker_tasks(const cluster::TaskInfo& task) {
@@ -84,10 +90,22 @@ void MultiWorkerMirroredStrategy::connect() {
         task_.address.empty() ? std::string("127.0.0.1") : cluster::parse_address(task_.address, task_.name()).host;
     comm_ = comm::make_gloo_communicator(client_, worker_index_, num_workers_,
                                          {.timeout = options_.timeout, .hostname = host, .prefix = "mwms"});
-    // A worker declared lost ends the others' pending and later collectives at once, naming it.
+    // A worker declared lost ends the others' pending and later collectives at once, naming it. A collective
+    // already blocked in Gloo on the dead peer cannot be interrupted (Gloo cannot cancel a receive), so the
+    // process ends kLostExitDelay later unless the strategy is gone by then (the error reached the caller).
     std::weak_ptr<comm::Communicator> weak = comm_;
-    client_->set_on_lost([weak](const cluster::LostTask& lost) {
-      if (auto comm = weak.lock()) comm->abort(kName + std::string(": task ") + lost.task + " was lost (" + lost.reason + ")");
+    client_->set_on_lost([weak, alive = alive_](const cluster::LostTask& lost) {
+      const std::string reason = kName + std::string(": task ") + lost.task + " was lost (" + lost.reason + ")";
+      if (auto comm = weak.lock()) comm->abort(reason);
+      std::thread([alive, reason] {
+        std::this_thread::sleep_for(kLostExitDelay);
+        if (!alive->load()) return;
+        std::fflush(stdout);
+        std::fprintf(stderr, "strata: error: %s; a collective is still waiting for it, so this process exits\n",
+                     reason.c_str());
+        std::fflush(stderr);
+        std::_Exit(1);
+      }).detach();
     });
   }
   aggregator_ = std::make_unique<detail::AllReduceAggregator>(
@@ -99,12 +117,16 @@ void MultiWorkerMirroredStrategy::connect() {
 }
 
 MultiWorkerMirroredStrategy::~MultiWorkerMirroredStrategy() {
+  alive_->store(false);
   if (!client_) return;
-  // The chief serves the coordination service: it waits (briefly) until every worker is done with it.
-  try {
-    client_->barrier(kExitBarrier, num_workers_, options_.heartbeat_timeout);
-  } catch (const Error&) {
-    // A worker failed or is gone: nothing to wait for.
+  // The chief serves the coordination service: at a normal end every worker waits (briefly) until all are done
+  // with it. Not while an error unwinds: a failed peer would hold this one for the heartbeat timeout.
+  if (std::uncaught_exceptions() == 0) {
+    try {
+      client_->barrier(kExitBarrier, num_workers_, options_.heartbeat_timeout);
+    } catch (const Error&) {
+      // A worker failed or is gone: nothing to wait for.
+    }
   }
   client_->set_on_lost(nullptr);
   client_->disconnect();

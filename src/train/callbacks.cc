@@ -6,6 +6,7 @@
 #include <regex>
 #include <sstream>
 
+#include "strata/distribute/strategy.h"
 #include "strata/error.h"
 #include "strata/io/checkpoint.h"
 #include "strata/train/model.h"
@@ -277,6 +278,11 @@ void BackupAndRestore::save(int64_t number, const Logs& logs) {
       std::fprintf(stderr, "BackupAndRestore: the loss is %g; no checkpoint is saved while it is not finite\n", *loss);
       warned_non_finite_ = true;
     }
+    return;
+  }
+  // Across workers the chief alone writes (every worker holds the same weights); the others read it on resume.
+  if (const distribute::Strategy* strategy = model.owning_strategy(); strategy != nullptr && !strategy->is_chief()) {
+    last_saved_step_ = model.step();
     return;
   }
   model.save_checkpoint(directory_, number, options_.max_to_keep);

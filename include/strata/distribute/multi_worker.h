@@ -18,13 +18,17 @@
 // connects through the job's coordination service, which the chief (worker 0 without a chief, rank 0 under
 // torchrun) serves on its own TF_CONFIG address. Every task sends heartbeats; a task silent for the heartbeat
 // timeout is declared lost, and every other worker's pending collective then fails at once with an error naming
-// it, instead of waiting for the collective timeout. A worker that never comes ends the others' start-up with a
-// Timeout naming it. After any such failure the strategy is unusable: restart the job (BackupAndRestore resumes
-// it where the last checkpoint stood).
+// it, instead of waiting for the collective timeout; a collective already blocked inside Gloo on the lost peer
+// cannot be interrupted, so if the strategy still exists 1 s later the process prints that error and exits with
+// status 1 (TensorFlow's workers end too when a peer is lost). A worker killed outright is usually noticed at
+// once (its connections close). A worker that never comes ends the others' start-up with a Timeout naming it.
+// After any such failure the strategy is unusable: restart the job (BackupAndRestore resumes it where the last
+// checkpoint stood).
 //
 // Thread-safety: as Strategy (one driving thread per process).
 #pragma once
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <memory>
@@ -90,6 +94,7 @@ class MultiWorkerMirroredStrategy final : public Strategy {
   std::shared_ptr<cluster::CoordinationClient> client_;
   std::shared_ptr<comm::Communicator> comm_;  // across the workers (null for a single worker)
   std::unique_ptr<GradientAggregator> aggregator_;
+  std::shared_ptr<std::atomic<bool>> alive_ = std::make_shared<std::atomic<bool>>(true);  // false once destroyed
 };
 
 }  // namespace strata::distribute

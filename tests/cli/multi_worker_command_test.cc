@@ -1,0 +1,124 @@
+// `strata train --strategy multi_worker_mirrored` as real processes on 127.0.0.1: started by `strata launch`, the
+// workers train together, only the chief shows progress and writes checkpoints, and all print the same test
+// line; a worker killed with SIGKILL makes the other fail with an error naming it within the heartbeat timeout
+// (10 s) plus 2 s, one stopped with SIGSTOP (alive but stuck) well within the collective timeout (60 s). Every
+// process runs under `timeout` and is killed on every path.
+#include <arpa/inet.h>
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "cli/cli_test_util.h"
+
+namespace strata::cli {
+namespace {
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+struct TinyJob {
+  Scratch s;
+  std::string job;
+  explicit TinyJob(const std::string& name) : s(name) {
+    write_tiny_idx(s.dir, "train", 512, 1);
+    write_tiny_idx(s.dir, "t10k", 64, 2);
+    job = write_job(s.dir, tiny_job(s.dir));
+  }
+};
+
+TEST(MultiWorkerCommandTest, LaunchedWorkersTrainTogetherAndOnlyTheChiefWrites) {
+  TinyJob t("mw_launch");
+  const fs::path ckpt = t.s.dir / "ckpt";
+  auto [rc, out] = run("timeout -k 5 120 " + std::string(STRATA_BINARY) + " launch --workers 2 -- " STRATA_BINARY
+                       " train " + t.job + " --strategy multi_worker_mirrored --threads 1 --checkpoint-dir " +
+                       ckpt.string());
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("[worker:0] strategy: MultiWorkerMirroredStrategy, 2 replicas"), std::string::npos) << out;
+  EXPECT_NE(out.find("worker 1 of 2 (gloo)"), std::string::npos) << out;
+  EXPECT_NE(out.find("[worker:0] Epoch 2/2"), std::string::npos) << out;
+  EXPECT_EQ(out.find("[worker:1] Epoch"), std::string::npos) << out;  // the chief alone shows progress
+  const std::regex test_line(R"(\[worker:(\d)\] (test loss [0-9.]+ - test accuracy [0-9.]+))");
+  std::vector<std::string> lines;
+  for (std::sregex_iterator it(out.begin(), out.end(), test_line), end; it != end; ++it) lines.push_back((*it)[2]);
+  ASSERT_EQ(lines.size(), 2u) << out;
+  EXPECT_EQ(lines[0], lines[1]);  // the same weights on both workers
+  EXPECT_TRUE(fs::exists(ckpt / "ckpt-2")) << out;
+}
+
+// Starts two workers of a long job with their TF_CONFIGs, does `signal` to worker 1 after it has trained a
+// while, and returns worker 0's output, exit status and the seconds from the signal to its exit.
+struct Outcome {
+  std::string log;
+  int rc = -1;
+  double seconds = -1;
+};
+Outcome signal_worker(const std::string& name, const std::string& signal) {
+  TinyJob t(name);
+  const std::string cluster = "{\"worker\": [\"127.0.0.1:" + std::to_string(free_port()) + "\", \"127.0.0.1:" +
+                              std::to_string(free_port()) + "\"]}";
+  auto tf_config = [&](int i) {
+    return "'{\"cluster\": " + cluster + ", \"task\": {\"type\": \"worker\", \"index\": " + std::to_string(i) + "}}'";
+  };
+  const std::string train = " timeout -k 5 90 " STRATA_BINARY " train " + t.job +
+                            " --strategy multi_worker_mirrored --threads 1 --epochs 100000";
+  const fs::path dir = t.s.dir;
+  const std::string script =
+      "TF_CONFIG=" + tf_config(0) + train + " > " + (dir / "w0.log").string() + " 2>&1 &\n" +
+      "W0=$!\n"
+      "TF_CONFIG=" + tf_config(1) + train + " > " + (dir / "w1.log").string() + " 2>&1 &\n" +
+      "W1=$!\n"
+      "for i in $(seq 100); do grep -q 'Epoch 3/' " + (dir / "w0.log").string() + " && break; sleep 0.1; done\n" +
+      "S1=$(pgrep -P $W1)\n"  // worker 1's strata, the child of its `timeout`
+      "T0=$(date +%s.%N); kill -" + signal + " $S1\n"
+      "wait $W0; RC=$?; T1=$(date +%s.%N)\n"
+      "kill -KILL $S1 $W1 2>/dev/null; kill -CONT $S1 2>/dev/null; wait $W1 2>/dev/null\n"
+      "echo \"$RC $(echo \"$T1 - $T0\" | bc)\" > " + (dir / "outcome").string() + "\n";
+  std::ofstream(dir / "run.sh") << script;
+  run("timeout -k 5 120 bash " + (dir / "run.sh").string());
+  Outcome o;
+  o.log = read_file(dir / "w0.log");
+  std::istringstream(read_file(dir / "outcome")) >> o.rc >> o.seconds;
+  return o;
+}
+
+TEST(MultiWorkerCommandTest, AKilledWorkerIsNamedByTheOtherWithinTheHeartbeatTimeout) {
+  const Outcome o = signal_worker("mw_kill", "KILL");
+  EXPECT_EQ(o.rc, 1) << o.log;
+  EXPECT_GE(o.seconds, 0) << o.log;
+  EXPECT_LT(o.seconds, 12.0) << o.log;
+  EXPECT_NE(o.log.find("rank 1"), std::string::npos) << o.log;
+}
+
+TEST(MultiWorkerCommandTest, AStoppedWorkerIsDeclaredLostAndNamedWithinTheHeartbeatTimeout) {
+  const Outcome o = signal_worker("mw_stop", "STOP");
+  EXPECT_EQ(o.rc, 1) << o.log;
+  EXPECT_GE(o.seconds, 0) << o.log;
+  // Declared lost after the 10 s heartbeat timeout (plus up to a 1 s heartbeat period), then the blocked
+  // collective ends the process 1 s later: far inside the 60 s collective timeout.
+  EXPECT_LT(o.seconds, 15.0) << o.log;
+  EXPECT_NE(o.log.find("worker:1"), std::string::npos) << o.log;
+}
+
+}  // namespace
+}  // namespace strata::cli
