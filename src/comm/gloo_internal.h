@@ -84,6 +84,7 @@ struct Op {
   std::chrono::milliseconds timeout{0};  // this collective's bound (the group's unless the call set one)
   std::vector<Tensor> tensors;           // all_gather: {input, output}
   std::shared_ptr<GlooWork> work;
+  Clock::time_point issued;              // when the caller issued it (the worker holds a lone one back a while)
 };
 
 // Runs collectives on one Gloo context; owns the scratch buffers they need.
