@@ -1,8 +1,10 @@
 // `strata train --strategy multi_worker_mirrored` as real processes on 127.0.0.1: started by `strata launch`, the
 // workers train together, only the chief shows progress and writes checkpoints, and all print the same test
 // line; a worker killed with SIGKILL makes the other fail with an error naming it within the heartbeat timeout
-// (10 s) plus 2 s, one stopped with SIGSTOP (alive but stuck) well within the collective timeout (60 s). Every
-// process runs under `timeout` and is killed on every path.
+// (10 s) plus 2 s, one stopped with SIGSTOP (alive but stuck) well within the collective timeout (60 s); under
+// `strata launch --max-restarts 1` with checkpoints every 50 steps, a worker killed mid-epoch costs a restart and
+// the job ends with the same steps and the same result as an uninterrupted one. Every process runs under `timeout`
+// and is killed on every path.
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
@@ -64,6 +66,59 @@ TEST(MultiWorkerCommandTest, LaunchedWorkersTrainTogetherAndOnlyTheChiefWrites) 
   ASSERT_EQ(lines.size(), 2u) << out;
   EXPECT_EQ(lines[0], lines[1]);  // the same weights on both workers
   EXPECT_TRUE(fs::exists(ckpt / "ckpt-2")) << out;
+}
+
+// `strata launch --workers 2 --max-restarts R -- sh -c '...strata train --resume --checkpoint-every 50...'`, where
+// the first run of worker 1 kills itself (SIGKILL) once the chief has saved ckpt-<kill_at> (0: never).
+std::pair<int, std::string> restartable_job(const TinyJob& t, const fs::path& ckpt, int kill_at, int max_restarts) {
+  const std::string train = std::string(STRATA_BINARY) + " train " + t.job +
+                            " --strategy multi_worker_mirrored --threads 1 --epochs 3 --resume --checkpoint-every 50"
+                            " --checkpoint-dir " + ckpt.string();
+  std::string script = "exec " + train;
+  if (kill_at > 0) {
+    script = "if [ \"$STRATA_LAUNCH_RESTART\" = 0 ] && echo \"$TF_CONFIG\" | grep -q '\"index\": *1'; then "
+             "(while [ ! -e " + (ckpt / ("ckpt-" + std::to_string(kill_at))).string() + " ]; do sleep 0.005; done; "
+             "kill -9 $$) & fi; " + script;
+  }
+  std::ofstream(t.s.dir / "worker.sh") << script << "\n";
+  return run("timeout -k 5 240 " + std::string(STRATA_BINARY) + " launch --workers 2 --max-restarts " +
+             std::to_string(max_restarts) + " -- sh " + (t.s.dir / "worker.sh").string());
+}
+
+std::vector<std::string> test_lines(const std::string& out) {
+  const std::regex line(R"(\[worker:\d\] (test loss [0-9.]+ - test accuracy [0-9.]+))");
+  std::vector<std::string> lines;
+  for (std::sregex_iterator it(out.begin(), out.end(), line), end; it != end; ++it) lines.push_back((*it)[1]);
+  return lines;
+}
+
+TEST(MultiWorkerCommandTest, AKilledWorkerIsRestartedAndTheJobEndsAsIfNothingHappened) {
+  TinyJob t("mw_restart");
+  write_tiny_idx(t.s.dir, "train", 2048, 1);  // 64 steps an epoch at the global batch of 32
+  const fs::path whole = t.s.dir / "whole", killed = t.s.dir / "killed";
+  const auto [rc_whole, out_whole] = restartable_job(t, whole, 0, 0);
+  ASSERT_EQ(rc_whole, 0) << out_whole;
+  const auto [rc, out] = restartable_job(t, killed, 100, 1);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("restart 1 of 1"), std::string::npos) << out;
+  EXPECT_NE(out.find("Restored "), std::string::npos) << out;  // the restarted workers resumed mid-epoch
+  // The same steps (the last checkpoint's number is the step count) and the same result, to the digit.
+  EXPECT_TRUE(fs::exists(whole / "ckpt-192")) << out_whole;
+  EXPECT_TRUE(fs::exists(killed / "ckpt-192")) << out;
+  const auto expected = test_lines(out_whole), got = test_lines(out);
+  ASSERT_EQ(expected.size(), 2u) << out_whole;
+  ASSERT_EQ(got.size(), 2u) << out;
+  EXPECT_EQ(got[0], expected[0]);
+  EXPECT_EQ(got[1], expected[1]);
+}
+
+TEST(MultiWorkerCommandTest, WithoutRestartsAKilledWorkerEndsTheJobNamingIt) {
+  TinyJob t("mw_norestart");
+  write_tiny_idx(t.s.dir, "train", 2048, 1);
+  const auto [rc, out] = restartable_job(t, t.s.dir / "ckpt", 100, 0);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("worker:1"), std::string::npos) << out;
+  EXPECT_NE(out.find("SIGKILL"), std::string::npos) << out;
 }
 
 // Starts two workers of a long job with their TF_CONFIGs, does `signal` to worker 1 after it has trained a
