@@ -68,6 +68,16 @@ StrategySpec resolve_strategy(const StrategySpec& from_job, const StrategyFlags&
                                   "central_storage for more");
     spec.replicas = replicas;
   }
+  if (flags.collective_timeout_seconds) {
+    const double seconds = *flags.collective_timeout_seconds;
+    STRATA_CHECK(std::isfinite(seconds) && seconds > 0, InvalidArgument,
+                 "--collective-timeout: must be a positive number of seconds, got " << seconds);
+    STRATA_CHECK(spec.name == "multi_worker_mirrored", InvalidArgument,
+                 "--collective-timeout " << seconds << ": only multi_worker_mirrored runs collectives across "
+                                                        "processes (this job's strategy is "
+                                         << spec.name << ")");
+    spec.collective_timeout_seconds = seconds;
+  }
   if (!flags.cross_device_ops.empty()) {
     check_cross_device_ops(flags.cross_device_ops, "--cross-device-ops");
     STRATA_CHECK(spec.name == "mirrored", InvalidArgument,
@@ -83,6 +93,16 @@ std::unique_ptr<distribute::Strategy> make_job_strategy(const StrategySpec& spec
   int replicas = spec.replicas;
   if (replicas <= 0) {
     replicas = spec.name == "one_device" || spec.name == "multi_worker_mirrored" ? 1 : std::max(1, num_threads());
+  }
+  if (spec.name == "multi_worker_mirrored") {
+    STRATA_CHECK(replicas == 1, InvalidArgument,
+                 "--replicas " << replicas << ": multi_worker_mirrored runs one replica per worker process; start more "
+                                              "workers (strata launch --workers N) instead");
+    distribute::CommunicationOptions options;
+    if (spec.collective_timeout_seconds > 0) {
+      options.timeout = std::chrono::milliseconds(static_cast<int64_t>(spec.collective_timeout_seconds * 1000));
+    }
+    return std::make_unique<distribute::MultiWorkerMirroredStrategy>(options);
   }
   return distribute::make_strategy(spec.name, replicas, spec.cross_device_ops);
 }

@@ -28,9 +28,10 @@
 namespace strata::cli {
 
 struct StrategySpec {
-  std::string name = "one_device";  // one_device, mirrored or central_storage
+  std::string name = "one_device";  // one_device, mirrored, central_storage or multi_worker_mirrored
   int replicas = 0;                 // 0: one_device 1; mirrored / central_storage one per core (num_threads())
   std::string cross_device_ops = distribute::kDefaultCrossDeviceOps;
+  double collective_timeout_seconds = 0;  // multi_worker_mirrored: bound on every collective (0: its default)
 };
 
 struct LrScalingSpec {
@@ -50,6 +51,7 @@ struct StrategyFlags {
   std::string strategy;
   std::optional<int> replicas;  // when given, >= 1 (`--replicas 0` is an error, not "the default")
   std::string cross_device_ops;
+  std::optional<double> collective_timeout_seconds;  // when given, > 0
 };
 // The job's strategy with the flags applied. A flag that contradicts the strategy it ends up with (say
 // --replicas 2 with one_device, or --cross-device-ops with central_storage) is an InvalidArgument; the

@@ -236,8 +236,8 @@ const CLI::Validator kVerbosity(
 // --strategy, --replicas and --cross-device-ops on `command`.
 void add_strategy_options(CLI::App* command, StrategyFlags& flags) {
   command->add_option("--strategy", flags.strategy,
-                      "distribution strategy: one_device, mirrored or central_storage (overrides the job's "
-                      "`strategy:`; default one_device)");
+                      "distribution strategy: one_device, mirrored, central_storage or multi_worker_mirrored "
+                      "(overrides the job's `strategy:`; default one_device)");
   command->add_option("--replicas", flags.replicas,
                       "CPU replicas for mirrored / central_storage, each a thread with its share of the cores "
                       "(overrides `replicas:`; default one per core)")
@@ -245,6 +245,9 @@ void add_strategy_options(CLI::App* command, StrategyFlags& flags) {
   command->add_option("--cross-device-ops", flags.cross_device_ops,
                       "how mirrored all-reduces gradients: reduction_to_one_device, ring or tree (overrides "
                       "`cross_device_ops:`; default reduction_to_one_device)");
+  command->add_option("--collective-timeout", flags.collective_timeout_seconds,
+                      "multi_worker_mirrored: seconds any collective may wait for the other workers before the job "
+                      "fails naming them (default 300)");
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <regex>
 
 #include "cli/job.h"
+#include "strata/distribute/multi_worker.h"
 #include "strata/distribute/strategies.h"
 #include "strata/error.h"
 #include "strata/nn/nn.h"
@@ -124,6 +125,25 @@ TEST(DistributionTest, FlagsOverrideTheJob) {
   EXPECT_NE(msg.find("--cross-device-ops: unknown cross-device ops 'butterfly'"), std::string::npos) << msg;
   msg = error({}, StrategyFlags{"central_storage", std::nullopt, "tree"});
   EXPECT_NE(msg.find("only the mirrored strategy"), std::string::npos) << msg;
+  msg = error({}, {.strategy = "mirrored", .collective_timeout_seconds = 30});
+  EXPECT_NE(msg.find("--collective-timeout 30: only multi_worker_mirrored"), std::string::npos) << msg;
+  msg = error({}, {.strategy = "multi_worker_mirrored", .collective_timeout_seconds = -2});
+  EXPECT_NE(msg.find("--collective-timeout: must be a positive number of seconds, got -2"), std::string::npos) << msg;
+  s = resolve_strategy({}, {.strategy = "multi_worker_mirrored", .collective_timeout_seconds = 12.5});
+  EXPECT_EQ(s.collective_timeout_seconds, 12.5);
+}
+
+TEST(DistributionTest, MultiWorkerMirroredOutsideAClusterIsOneWorker) {
+  auto mw = make_job_strategy({.name = "multi_worker_mirrored", .collective_timeout_seconds = 7});
+  const auto& strategy = dynamic_cast<const distribute::MultiWorkerMirroredStrategy&>(*mw);
+  EXPECT_EQ(strategy.num_replicas_in_sync(), 1);
+  EXPECT_EQ(strategy.communication_options().timeout, std::chrono::milliseconds(7000));
+  EXPECT_EQ(strategy_line(*mw, 64),
+            "strategy: MultiWorkerMirroredStrategy, 1 replica (" + std::to_string(mw->threads_per_replica()) +
+                (mw->threads_per_replica() == 1 ? " thread" : " threads") + "), worker 0 of 1, global batch 64");
+  const std::string replicas = test::message_of<InvalidArgument>(
+      [] { make_job_strategy({.name = "multi_worker_mirrored", .replicas = 2}); });
+  EXPECT_NE(replicas.find("one replica per worker process"), std::string::npos) << replicas;
 }
 
 TEST(DistributionTest, MakesTheStrategyAndDescribesIt) {

@@ -1,7 +1,7 @@
 // `strata train --strategy multi_worker_mirrored` as real processes on 127.0.0.1: started by `strata launch`, the
 // workers train together, only the chief shows progress and writes checkpoints, and all print the same test
 // line; a worker killed with SIGKILL makes the other fail with an error naming it within the heartbeat timeout
-// (10 s) plus 2 s, one stopped with SIGSTOP (alive but stuck) well within the collective timeout (60 s); under
+// (10 s) plus 2 s, one stopped with SIGSTOP (alive but stuck) well within the collective timeout (300 s); under
 // `strata launch --max-restarts 1` with checkpoints every 50 steps, a worker killed mid-epoch costs a restart and
 // the job ends with the same steps and the same result as an uninterrupted one. Every process runs under `timeout`
 // and is killed on every path.
@@ -170,7 +170,7 @@ TEST(MultiWorkerCommandTest, AStoppedWorkerIsDeclaredLostAndNamedWithinTheHeartb
   EXPECT_EQ(o.rc, 1) << o.log;
   EXPECT_GE(o.seconds, 0) << o.log;
   // Declared lost after the 10 s heartbeat timeout (plus up to a 1 s heartbeat period), then the blocked
-  // collective ends the process 1 s later: far inside the 60 s collective timeout.
+  // collective ends the process 1 s later: far inside the 300 s collective timeout.
   EXPECT_LT(o.seconds, 15.0) << o.log;
   EXPECT_NE(o.log.find("worker:1"), std::string::npos) << o.log;
 }

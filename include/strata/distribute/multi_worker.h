@@ -51,8 +51,8 @@ struct CommunicationOptions {
   std::string implementation = "auto";
   // Gradients are all-reduced in buckets of about this many bytes (PyTorch DDP's default cap, 25 MiB).
   int64_t bytes_per_pack = 25 << 20;
-  // Bound on start-up (every worker connecting) and on every collective.
-  std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+  // Bound on start-up (every worker connecting) and on every collective (TensorFlow's timeout_seconds).
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
   // A task silent this long is declared lost (TensorFlow's default: 10 s); heartbeats go every interval.
   std::chrono::milliseconds heartbeat_timeout{std::chrono::seconds(10)};
   std::chrono::milliseconds heartbeat_interval{std::chrono::seconds(1)};
