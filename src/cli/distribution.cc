@@ -94,15 +94,13 @@ std::unique_ptr<distribute::Strategy> make_job_strategy(const StrategySpec& spec
   if (replicas <= 0) {
     replicas = spec.name == "one_device" || spec.name == "multi_worker_mirrored" ? 1 : std::max(1, num_threads());
   }
-  if (spec.name == "multi_worker_mirrored") {
-    STRATA_CHECK(replicas == 1, InvalidArgument,
-                 "--replicas " << replicas << ": multi_worker_mirrored runs one replica per worker process; start more "
-                                              "workers (strata launch --workers N) instead");
+  if (spec.name == "multi_worker_mirrored") {  // replicas: per worker (one unless --replicas says more)
     distribute::CommunicationOptions options;
     if (spec.collective_timeout_seconds > 0) {
       options.timeout = std::chrono::milliseconds(static_cast<int64_t>(spec.collective_timeout_seconds * 1000));
     }
-    return std::make_unique<distribute::MultiWorkerMirroredStrategy>(options);
+    return std::make_unique<distribute::MultiWorkerMirroredStrategy>(cluster::resolve_cluster_from_environment(),
+                                                                     options, replicas);
   }
   return distribute::make_strategy(spec.name, replicas, spec.cross_device_ops);
 }
@@ -117,6 +115,7 @@ std::string strategy_line(const distribute::Strategy& strategy, int64_t global_b
   }
   if (const auto* mw = dynamic_cast<const distribute::MultiWorkerMirroredStrategy*>(&strategy)) {
     out << ", worker " << mw->worker_index() << " of " << mw->num_workers();
+    if (mw->num_local_replicas() > 1) out << " with " << mw->num_local_replicas() << " replicas each";
     if (mw->num_workers() > 1) out << " (" << mw->backend() << ")";
   }
   out << ", global batch " << global_batch;

@@ -44,12 +44,11 @@ std::unique_ptr<Strategy> make_strategy(const std::string& name, int replicas, c
   if (name == "central_storage") {
     return std::make_unique<CentralStorageStrategy>(MirroredStrategy::cpu_devices(replicas));
   }
-  if (name == "multi_worker_mirrored") {
-    STRATA_CHECK(replicas == 1, InvalidArgument,
-                 "multi_worker_mirrored runs one replica per worker process; start more workers (strata launch "
-                 "--workers N) instead of --replicas " << replicas);
-    return std::make_unique<MultiWorkerMirroredStrategy>(CommunicationOptions{
-        .implementation = cross_device_ops == kDefaultCrossDeviceOps ? "auto" : cross_device_ops});
+  if (name == "multi_worker_mirrored") {  // `replicas` per worker
+    return std::make_unique<MultiWorkerMirroredStrategy>(
+        cluster::resolve_cluster_from_environment(),
+        CommunicationOptions{.implementation = cross_device_ops == kDefaultCrossDeviceOps ? "auto" : cross_device_ops},
+        replicas);
   }
   STRATA_THROW(InvalidArgument, "unknown strategy '" << name
                                                      << "'; choose one of one_device, mirrored, central_storage, "

@@ -12,9 +12,12 @@
 #include <thread>
 
 #include "distribute/all_reduce_aggregator.h"
+#include "distribute/replica_collectives.h"
 #include "strata/cluster/coordination.h"
 #include "strata/comm/gloo.h"
+#include "strata/comm/hierarchical.h"
 #include "strata/comm/mpi.h"
+#include "strata/distribute/strategies.h"
 
 namespace strata::distribute {
 
@@ -48,8 +51,9 @@ void check_implementation(const std::string& implementation) {
 MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(CommunicationOptions options)
     : MultiWorkerMirroredStrategy(cluster::resolve_cluster_from_environment(), std::move(options)) {}
 
-MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const cluster::TaskInfo& task, CommunicationOptions options)
-    : Strategy({"/cpu:0"}), task_(task), options_(std::move(options)) {
+MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const cluster::TaskInfo& task, CommunicationOptions options,
+                                                         int local_replicas)
+    : Strategy(MirroredStrategy::cpu_devices(local_replicas)), task_(task), options_(std::move(options)) {
   check_implementation(options_.implementation);
   STRATA_CHECK(options_.bytes_per_pack > 0, InvalidArgument, kName << ": bytes_per_pack must be > 0");
   STRATA_CHECK(options_.timeout.count() > 0 && options_.heartbeat_timeout.count() > 0 &&
@@ -59,7 +63,25 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const cluster::TaskInfo
                kName << " runs on the chief and the workers; this process is task " << task_.name());
   num_workers_ = static_cast<int>(task_.num_workers);
   worker_index_ = static_cast<int>(*task_.id_in_cluster);
-  if (num_workers_ > 1) connect();
+  if (num_workers_ > 1) {
+    connect();
+    if (num_local_replicas() == 1) {
+      replica_comms_ = {comm_};
+    } else {
+      std::vector<std::shared_ptr<comm::Communicator>> local;
+      for (int r = 0; r < num_local_replicas(); ++r) local.push_back(local_communicator(r));
+      replica_comms_ = comm::make_hierarchical_group(std::move(local), comm_);
+    }
+  }
+  if (num_replicas_in_sync() == 1) return;  // one replica: the optimizer updates directly
+  for (int r = 0; r < num_local_replicas(); ++r) {
+    aggregators_.push_back(std::make_unique<detail::AllReduceAggregator>(
+        *this, r, communicator(r), options_.bytes_per_pack, [this](const Variable& v) {
+          STRATA_CHECK(v.owner() == id() && v.num_components() == num_local_replicas(), InvalidArgument,
+                       name() << ".apply_gradients: variable '" << v.name()
+                              << "' was not created inside this strategy's scope");
+        }));
+  }
 }
 
 void MultiWorkerMirroredStrategy::connect() {
@@ -108,12 +130,6 @@ void MultiWorkerMirroredStrategy::connect() {
       }).detach();
     });
   }
-  aggregator_ = std::make_unique<detail::AllReduceAggregator>(
-      *this, 0, *comm_, options_.bytes_per_pack, [this](const Variable& v) {
-        STRATA_CHECK(v.owner() == id(), InvalidArgument,
-                     name() << ".apply_gradients: variable '" << v.name()
-                            << "' was not created inside this strategy's scope");
-      });
 }
 
 MultiWorkerMirroredStrategy::~MultiWorkerMirroredStrategy() {
@@ -135,7 +151,12 @@ MultiWorkerMirroredStrategy::~MultiWorkerMirroredStrategy() {
 std::string MultiWorkerMirroredStrategy::backend() const { return comm_ ? comm_->backend() : "local"; }
 
 comm::Communicator& MultiWorkerMirroredStrategy::communicator(int replica) const {
-  return comm_ ? *comm_ : Strategy::communicator(replica);
+  return replica_comms_.empty() ? Strategy::communicator(replica) : *replica_comms_[static_cast<size_t>(replica)];
+}
+
+std::vector<double> MultiWorkerMirroredStrategy::sum_across_workers(const std::vector<double>& values) const {
+  if (!comm_) return values;
+  return detail::all_reduce_numbers(*comm_, values);
 }
 
 Variable MultiWorkerMirroredStrategy::create_variable(const Tensor& initial_value, const VariableOptions& options) {
@@ -147,10 +168,14 @@ Variable MultiWorkerMirroredStrategy::create_variable(const Tensor& initial_valu
                         << "; variables across workers are float32, bfloat16 or int64");
     comm_->broadcast({value}, 0)->wait();  // the chief's initial value everywhere
   }
-  return make_distributed_variable({value}, options, id());
+  std::vector<Tensor> components = {value};
+  for (int r = 1; r < num_local_replicas(); ++r) components.push_back(value.clone());
+  return make_distributed_variable(std::move(components), options, id());
 }
 
-GradientAggregator* MultiWorkerMirroredStrategy::aggregator(int) { return aggregator_.get(); }
+GradientAggregator* MultiWorkerMirroredStrategy::aggregator(int replica) {
+  return aggregators_.empty() ? nullptr : aggregators_[static_cast<size_t>(replica)].get();
+}
 
 void MultiWorkerMirroredStrategy::on_replica_failure(const std::string& reason) {
   if (comm_) comm_->abort(name() + ": " + reason);

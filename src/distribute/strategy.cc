@@ -98,7 +98,7 @@ class Strategy::Impl {
   }
 
   ReplicaContext& context(int replica) { return *contexts_[static_cast<size_t>(replica)]; }
-  comm::Communicator& communicator(int replica) const { return *comms_[static_cast<size_t>(replica)]; }
+  const std::shared_ptr<comm::Communicator>& communicator(int replica) const { return comms_[static_cast<size_t>(replica)]; }
 
   void run(const std::function<void(int)>& fn) {
     const int n = strategy_.num_local_replicas();
@@ -264,9 +264,12 @@ Strategy::Scope::~Scope() {
 
 GradientAggregator* Strategy::aggregator(int) { return nullptr; }
 void Strategy::on_replica_failure(const std::string& reason) {
-  impl_->communicator(0).abort(name() + ": " + reason);  // one rank aborts the whole group
+  impl_->communicator(0)->abort(name() + ": " + reason);  // one rank aborts the whole group
 }
-comm::Communicator& Strategy::communicator(int replica) const { return impl_->communicator(replica); }
+comm::Communicator& Strategy::communicator(int replica) const { return *impl_->communicator(replica); }
+std::shared_ptr<comm::Communicator> Strategy::local_communicator(int replica) const {
+  return impl_->communicator(replica);
+}
 
 void Strategy::run_replicas(const std::function<void(int)>& fn) {
   STRATA_CHECK(t_context == nullptr, InvalidArgument,
@@ -374,10 +377,8 @@ Tensor Strategy::gather(const PerReplica<Tensor>& value, int axis) const {
 }
 
 std::vector<double> Strategy::sum_across_workers(const std::vector<double>& values) const {
-  if (num_workers() == 1) return values;
-  STRATA_CHECK(t_context == nullptr && num_local_replicas() == 1, InvalidArgument,
-               name() << ".sum_across_workers belongs to the driving thread of a strategy with one replica per worker");
-  return detail::all_reduce_numbers(communicator(0), values);
+  STRATA_CHECK(num_workers() == 1, Unavailable, name() << " spans workers but does not say how to sum across them");
+  return values;
 }
 
 DistributedDataset Strategy::experimental_distribute_dataset(const data::Dataset& dataset) const {

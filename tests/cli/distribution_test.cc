@@ -141,9 +141,10 @@ TEST(DistributionTest, MultiWorkerMirroredOutsideAClusterIsOneWorker) {
   EXPECT_EQ(strategy_line(*mw, 64),
             "strategy: MultiWorkerMirroredStrategy, 1 replica (" + std::to_string(mw->threads_per_replica()) +
                 (mw->threads_per_replica() == 1 ? " thread" : " threads") + "), worker 0 of 1, global batch 64");
-  const std::string replicas = test::message_of<InvalidArgument>(
-      [] { make_job_strategy({.name = "multi_worker_mirrored", .replicas = 2}); });
-  EXPECT_NE(replicas.find("one replica per worker process"), std::string::npos) << replicas;
+  auto two = make_job_strategy({.name = "multi_worker_mirrored", .replicas = 2});
+  EXPECT_EQ(two->num_local_replicas(), 2);
+  EXPECT_NE(strategy_line(*two, 64).find("worker 0 of 1 with 2 replicas each"), std::string::npos)
+      << strategy_line(*two, 64);
 }
 
 TEST(DistributionTest, MakesTheStrategyAndDescribesIt) {

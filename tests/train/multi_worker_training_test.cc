@@ -1,6 +1,6 @@
 // MultiWorkerMirroredStrategy with its workers as threads of this process (each with its own TF_CONFIG task, its
-// own coordination client and gloo communicator over 127.0.0.1): N workers train to the weights one process
-// gets with the same global batch, start from the chief's initial values whatever their seeds, report the job's
+// own coordination client and gloo communicator over 127.0.0.1): N workers (of 1 or 2 local replicas, reduced
+// hierarchically) train to the weights one process gets with the same global batch, start from the chief's initial values whatever their seeds, report the job's
 // metrics, and a worker that never comes is a Timeout naming it. (tests/cli/multi_worker_command_test.cc runs
 // workers as processes, and kills one.)
 #include <arpa/inet.h>
@@ -82,8 +82,8 @@ Trained train(Strategy& strategy, uint64_t seed) {
 
 TEST(MultiWorkerTest, WorkersTrainToWhatOneProcessDoesWithTheSameGlobalBatch) {
   const auto reference = train(default_strategy(), 1000);
-  for (int workers : {2, 3}) {
-    SCOPED_TRACE(std::to_string(workers) + " workers");
+  for (const auto [workers, local] : {std::pair{2, 1}, std::pair{3, 1}, std::pair{2, 2}}) {
+    SCOPED_TRACE(std::to_string(workers) + " workers x " + std::to_string(local) + " local replicas");
     const cluster::ClusterSpec spec = local_cluster(workers);
     std::vector<Trained> results(static_cast<size_t>(workers));
     std::vector<std::string> errors(static_cast<size_t>(workers));
@@ -91,8 +91,8 @@ TEST(MultiWorkerTest, WorkersTrainToWhatOneProcessDoesWithTheSameGlobalBatch) {
     for (int w = 0; w < workers; ++w) {
       threads.emplace_back([&, w] {
         try {
-          MultiWorkerMirroredStrategy strategy(worker_task(spec, w), quick_options());
-          EXPECT_EQ(strategy.num_replicas_in_sync(), workers);
+          MultiWorkerMirroredStrategy strategy(worker_task(spec, w), quick_options(), local);
+          EXPECT_EQ(strategy.num_replicas_in_sync(), workers * local);
           EXPECT_EQ(strategy.worker_index(), w);
           EXPECT_EQ(strategy.backend(), "gloo");
           // Each worker seeds differently: the chief's (seed 1000) initial values must win everywhere.

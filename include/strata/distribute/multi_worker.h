@@ -9,10 +9,12 @@
 //   auto scope = strategy.scope();                             // variables: the chief's initial values everywhere
 //   ... model.compile(...); model.fit(train.batch(global_batch), ...);   // only the chief should write files
 //
-// A worker is one replica (TensorFlow's behaviour for CPU workers); num_replicas_in_sync() is the number of
-// workers, replica_id_in_sync_group() the worker's id_in_cluster. Every worker reads the same global batches and
-// trains on its part of each (AutoShardPolicy.DATA), so N workers compute exactly what one process with the same
-// global batch would: the equivalence the tests check.
+// A worker is one replica by default (TensorFlow's behaviour for CPU workers), or `local_replicas` threads;
+// num_replicas_in_sync() is workers × local replicas, replica_id_in_sync_group() id_in_cluster × local replicas +
+// the local replica. Gradients are reduced hierarchically: within the worker, then across the workers
+// (strata/comm/hierarchical.h). Every worker reads the same global batches and trains on its replicas' part of
+// each (AutoShardPolicy.DATA), so N workers compute exactly what one process with the same global batch would:
+// the equivalence the tests check.
 //
 // Communication (CommunicationOptions): "auto" picks the mpi backend under mpirun and gloo otherwise; gloo
 // connects through the job's coordination service, which the chief (worker 0 without a chief, rank 0 under
@@ -62,8 +64,10 @@ class MultiWorkerMirroredStrategy final : public Strategy {
  public:
   // The cluster from the environment (TF_CONFIG, mpirun or torchrun; none: a single worker).
   explicit MultiWorkerMirroredStrategy(CommunicationOptions options = {});
-  // The cluster as given; blocks until every worker has connected (Timeout naming those that did not).
-  MultiWorkerMirroredStrategy(const cluster::TaskInfo& task, CommunicationOptions options);
+  // The cluster as given, with `local_replicas` CPU replicas per worker (threads, each with its share of the
+  // cores; every worker must have as many); blocks until every worker has connected (Timeout naming those that
+  // did not).
+  MultiWorkerMirroredStrategy(const cluster::TaskInfo& task, CommunicationOptions options, int local_replicas = 1);
   ~MultiWorkerMirroredStrategy() override;
 
   std::string name() const override { return "MultiWorkerMirroredStrategy"; }
@@ -78,6 +82,7 @@ class MultiWorkerMirroredStrategy final : public Strategy {
   // equal whatever their seeds. Every worker must create the same variables in the same order.
   Variable create_variable(const Tensor& initial_value, const VariableOptions& options) override;
   comm::Communicator& communicator(int replica) const override;
+  std::vector<double> sum_across_workers(const std::vector<double>& values) const override;
 
  protected:
   GradientAggregator* aggregator(int replica) override;
@@ -92,8 +97,11 @@ class MultiWorkerMirroredStrategy final : public Strategy {
   int worker_index_ = 0;
   std::unique_ptr<cluster::CoordinationService> service_;  // on the task that hosts it
   std::shared_ptr<cluster::CoordinationClient> client_;
-  std::shared_ptr<comm::Communicator> comm_;  // across the workers (null for a single worker)
-  std::unique_ptr<GradientAggregator> aggregator_;
+  std::shared_ptr<comm::Communicator> comm_;  // across the workers, one rank per worker (null for a single worker)
+  // One rank per replica of the job, for each local replica: comm_ itself with one local replica, else the local
+  // group and comm_ as one hierarchical group (empty for a single worker: the local group serves).
+  std::vector<std::shared_ptr<comm::Communicator>> replica_comms_;
+  std::vector<std::unique_ptr<GradientAggregator>> aggregators_;
   std::shared_ptr<std::atomic<bool>> alive_ = std::make_shared<std::atomic<bool>>(true);  // false once destroyed
 };
 

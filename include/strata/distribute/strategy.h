@@ -137,8 +137,8 @@ class Strategy {
   // The per-replica tensors concatenated along `axis` in replica order (gathered through the communicator).
   Tensor gather(const PerReplica<Tensor>& value, int axis = 0) const;
   // Element-wise sums over the workers of `values` (e.g. metric states); `values` itself with one worker.
-  // Driving thread; every worker calls it at the same point with the same length.
-  std::vector<double> sum_across_workers(const std::vector<double>& values) const;
+  // Driving thread, between runs; every worker calls it at the same point with the same length.
+  virtual std::vector<double> sum_across_workers(const std::vector<double>& values) const;
 
   // Global batches split across replicas (see strata/distribute/input.h).
   DistributedDataset experimental_distribute_dataset(const data::Dataset& dataset) const;
@@ -170,6 +170,9 @@ class Strategy {
   // channel: gradients, ReplicaContext::all_reduce, reduce and gather). Used on that replica's thread. The
   // default is the local group of this process's replicas.
   virtual comm::Communicator& communicator(int replica) const;
+  // The local group's communicator of local replica `replica` (what communicator() returns unless overridden), for
+  // a strategy that builds on it.
+  std::shared_ptr<comm::Communicator> local_communicator(int replica) const;
   // The aggregator replica `replica` installs (nullptr: none; the optimizer updates directly).
   virtual GradientAggregator* aggregator(int replica);
   // A replica failed with `reason`: wake the others from whatever they wait on. The default aborts the
