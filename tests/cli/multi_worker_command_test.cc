@@ -68,6 +68,26 @@ TEST(MultiWorkerCommandTest, LaunchedWorkersTrainTogetherAndOnlyTheChiefWrites) 
   EXPECT_TRUE(fs::exists(ckpt / "ckpt-2")) << out;
 }
 
+TEST(MultiWorkerCommandTest, UnderMpirunTheWorkersUseMpiAndGetWhatGlooGets) {
+  if (std::system("command -v mpirun > /dev/null 2>&1") != 0) GTEST_SKIP() << "no mpirun (openmpi-bin)";
+  TinyJob t("mw_mpirun");
+  const std::string train = std::string(STRATA_BINARY) + " train " + t.job + " --strategy multi_worker_mirrored --threads 1";
+  auto [rc, out] = run("env -u TF_CONFIG timeout -k 5 120 mpirun --allow-run-as-root --oversubscribe -np 2 " + train);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("worker 0 of 2 (mpi)"), std::string::npos) << out;
+  EXPECT_NE(out.find("worker 1 of 2 (mpi)"), std::string::npos) << out;
+  auto [rc_gloo, out_gloo] = run("timeout -k 5 120 " + std::string(STRATA_BINARY) + " launch --workers 2 -- " + train);
+  ASSERT_EQ(rc_gloo, 0) << out_gloo;
+  const std::regex line(R"(test loss [0-9.]+ - test accuracy [0-9.]+)");
+  std::vector<std::string> mpi_lines, gloo_lines;
+  for (std::sregex_iterator it(out.begin(), out.end(), line), end; it != end; ++it) mpi_lines.push_back(it->str());
+  for (std::sregex_iterator it(out_gloo.begin(), out_gloo.end(), line), end; it != end; ++it) gloo_lines.push_back(it->str());
+  ASSERT_EQ(mpi_lines.size(), 2u) << out;
+  ASSERT_EQ(gloo_lines.size(), 2u) << out_gloo;
+  EXPECT_EQ(mpi_lines[0], gloo_lines[0]);
+  EXPECT_EQ(mpi_lines[1], gloo_lines[0]);
+}
+
 // `strata launch --workers 2 --max-restarts R -- sh -c '...strata train --resume --checkpoint-every 50...'`, where
 // the first run of worker 1 kills itself (SIGKILL) once the chief has saved ckpt-<kill_at> (0: never).
 std::pair<int, std::string> restartable_job(const TinyJob& t, const fs::path& ckpt, int kill_at, int max_restarts) {

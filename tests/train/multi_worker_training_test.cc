@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "strata/distribute/multi_worker.h"
+#include "strata/gradient_tape.h"
 #include "strata/nn/nn.h"
 #include "strata/train/model.h"
 #include "test_util.h"
@@ -123,6 +124,72 @@ TEST(MultiWorkerTest, WorkersTrainToWhatOneProcessDoesWithTheSameGlobalBatch) {
               << key << " epoch " << e;
         }
       }
+    }
+  }
+}
+
+// The tf.distribute tutorial's custom loop: experimental_distribute_dataset, strategy.run with the tape and
+// apply_gradients, strategy.reduce(SUM) of the per-replica losses. Returns the weights and the loss sums.
+std::pair<std::vector<Tensor>, std::vector<double>> train_custom(Strategy& strategy, uint64_t seed) {
+  auto scope = strategy.scope();
+  manual_seed(seed);
+  Sequential model({nn::Dense(16, "relu"), nn::Dense(4)});
+  model.build_for({1, 12});
+  optim::Adam adam({.learning_rate = 0.01});
+  losses::SparseCategoricalCrossentropy loss_fn({.from_logits = true, .reduction = losses::Reduction::kNone});
+  std::vector<double> losses;
+  const DistributedDataset dist = strategy.experimental_distribute_dataset(training_data());
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    DistributedIterator it = dist.make_iterator();
+    while (auto batch = it.next()) {
+      const int64_t global_rows = it.last_global_batch_size();
+      auto step = [&](const data::Element& b) {
+        const std::vector<Variable> vars = model.trainable_variables();
+        GradientTape tape;
+        Variable loss = b[0].dim(0) == 0 ? Variable(Tensor::scalar(0.0f))
+                                         : compute_average_loss(loss_fn(b[1], model(Variable(b[0]), true)), global_rows);
+        adam.apply_gradients(tape.gradient(loss, vars, UnconnectedGradients::kZero), vars);
+        return loss.value().clone();
+      };
+      losses.push_back(strategy.reduce(ReduceOp::kSum, strategy.run(step, *batch)).item<float>());
+    }
+  }
+  std::vector<Tensor> weights;
+  for (auto& [name, t] : model.named_weights()) weights.push_back(t.clone());
+  return {weights, losses};
+}
+
+TEST(MultiWorkerTest, ACustomLoopGivesWhatOneProcessGives) {
+  const auto reference = train_custom(default_strategy(), 77);
+  for (const auto [workers, local] : {std::pair{2, 1}, std::pair{2, 2}}) {
+    SCOPED_TRACE(std::to_string(workers) + " workers x " + std::to_string(local) + " local replicas");
+    const cluster::ClusterSpec spec = local_cluster(workers);
+    std::vector<std::pair<std::vector<Tensor>, std::vector<double>>> results(static_cast<size_t>(workers));
+    std::vector<std::string> errors(static_cast<size_t>(workers));
+    std::vector<std::thread> threads;
+    for (int w = 0; w < workers; ++w) {
+      threads.emplace_back([&, w] {
+        try {
+          MultiWorkerMirroredStrategy strategy(worker_task(spec, w), quick_options(), local);
+          results[static_cast<size_t>(w)] = train_custom(strategy, 77 + static_cast<uint64_t>(w));
+        } catch (const std::exception& e) {
+          errors[static_cast<size_t>(w)] = e.what();
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (const auto& e : errors) ASSERT_EQ(e, "");
+    for (int w = 0; w < workers; ++w) {
+      const auto& [weights, losses] = results[static_cast<size_t>(w)];
+      ASSERT_EQ(weights.size(), reference.first.size());
+      for (size_t i = 0; i < weights.size(); ++i) {
+        const auto got = weights[i].to_vector<float>(), want = reference.first[i].to_vector<float>();
+        for (size_t k = 0; k < got.size(); ++k) {
+          ASSERT_NEAR(got[k], want[k], 1e-5f * std::max(1.0f, std::fabs(want[k]))) << "weight " << i << " " << k;
+        }
+      }
+      ASSERT_EQ(losses.size(), reference.second.size());
+      for (size_t k = 0; k < losses.size(); ++k) EXPECT_NEAR(losses[k], reference.second[k], 1e-5) << "step " << k;
     }
   }
 }
