@@ -32,12 +32,10 @@ import json
 import os
 import shutil
 import signal
-import socket
-import subprocess
 import sys
 import time
 
-from bench_common import find_binary
+from bench_common import Children, find_binary, free_port
 
 COLLECTIVES = ("all_reduce", "broadcast", "all_gather")
 
@@ -98,86 +96,6 @@ def torch_worker(rank, world, port, max_mb, rounds):
 
 
 # ---------------------------------------------------------------------------------------------- driver
-class Children:
-    """Every process this run starts, each the leader of its own session, so that killing its process group
-    also kills what it forked (comm_bench's ranks)."""
-
-    def __init__(self, deadline):
-        self.procs = []
-        self.deadline = deadline
-
-    def start(self, cmd, env=None):
-        p = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                             start_new_session=True)
-        self.procs.append(p)
-        return p
-
-    def wait_all(self, procs, what):
-        """Waits for `procs` until the overall deadline; returns their stdout. Raises on failure or timeout."""
-        outs = []
-        for p in procs:
-            left = self.deadline - time.monotonic()
-            try:
-                out, err = p.communicate(timeout=max(left, 0.1))
-            except subprocess.TimeoutExpired:
-                raise RuntimeError(f"{what}: over the time limit; killed")
-            if p.returncode != 0:
-                raise RuntimeError(f"{what}: {p.args[0]} exited {p.returncode}: {err.strip()[-2000:]}")
-            outs.append(out)
-        return outs
-
-    def kill_all(self):
-        for p in self.procs:
-            # Only while p runs (unreaped, its pid cannot be reused): a child that has exited (mpirun, comm_bench)
-            # waited for its ranks first.
-            if p.poll() is None:
-                kill_session(p.pid)
-        for p in self.procs:
-            try:
-                p.wait(timeout=5)
-            except subprocess.TimeoutExpired:
-                pass
-            for f in (p.stdout, p.stderr):
-                if f:
-                    f.close()
-
-
-def kill_session(sid):
-    """SIGKILLs every process of session `sid` (a child started with start_new_session is its leader): its process
-    group, and the processes that moved to groups of their own inside it (mpirun starts each rank in its own group).
-    Repeats until none is left, in case one forked meanwhile."""
-    for _ in range(20):
-        try:
-            os.killpg(sid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
-        left = []
-        for entry in os.listdir("/proc"):
-            if not entry.isdigit():
-                continue
-            try:
-                with open(f"/proc/{entry}/stat") as f:
-                    fields = f.read().rsplit(")", 1)[1].split()  # after "pid (comm)": state ppid pgrp session ...
-            except OSError:
-                continue
-            if int(fields[3]) == sid and fields[0] != "Z":
-                left.append(int(entry))
-        if not left:
-            return
-        for pid in left:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        time.sleep(0.05)
-
-
-def free_port():
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def parse_rows(text):
     return [json.loads(line) for line in text.splitlines() if line.startswith("{")]
 

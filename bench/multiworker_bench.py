@@ -1,0 +1,190 @@
+#!/usr/bin/python3
+"""Synchronous training across processes: MultiWorkerMirroredStrategy against PyTorch DistributedDataParallel.
+
+    /usr/bin/python3 bench/multiworker_bench.py [--binary build/bench/distribute_bench] [--strata build/strata]
+                                                [--rounds 2] [--time-limit 900]
+
+Trains the Keras tutorial CNN on Fashion-MNIST with Adam, global batch 128, on 2 worker processes of 1 thread each
+(127.0.0.1), and reports the job's images/s over one steady-state epoch (60000 images) after a warm-up epoch:
+  - strata gloo: `strata launch --workers 2 -- distribute_bench --strategy multi_worker_mirrored` (TF_CONFIG,
+    the coordination service, gradients all-reduced on Gloo's TCP transport while backward runs);
+  - strata mpi: the same under `mpirun -np 2` (Open MPI: shared memory between the processes);
+  - PyTorch DDP: 2 processes of this script, init_process_group("gloo"), DistributedDataParallel, each training on
+    its half of every global batch (torch.set_num_threads(1), OpenBLAS pinned to 1);
+  - the ceiling: 2 independent 1-thread strata trainers in one process that never communicate (distribute_bench
+    --strategy independent), each on half of the data at batch 64: what any 2-worker synchronous strategy at most
+    reaches on this machine.
+Every configuration runs `--rounds` times, alternating; the best run of each counts (the machine has 2 cores:
+single runs vary by tens of percent). Targets (issue 24): strata gloo >= 0.9 of the ceiling and >= 2x PyTorch DDP.
+Every child runs in its own session and is killed with what it forked on every path; the run stops at --time-limit.
+"""
+import argparse
+import json
+import os
+import shutil
+import signal
+import sys
+import time
+
+from bench_common import Children, find_binary, free_port
+
+DATA = "/usr/share/datasets/fashion-mnist"
+BATCH = 128
+WORKERS = 2
+
+
+def ddp_worker(rank, world, port, data_dir, warmup_steps=100):
+    """One DistributedDataParallel process: its half of each global batch; rank 0 prints the job's images/s."""
+    import datetime
+
+    import numpy as np
+    import torch
+    import torch.distributed as dist
+    import torch.nn as nn
+
+    from models_bench import read_idx
+
+    torch.set_num_threads(1)
+    os.environ["MASTER_ADDR"] = "127.0.0.1"
+    os.environ["MASTER_PORT"] = str(port)
+    dist.init_process_group("gloo", rank=rank, world_size=world, timeout=datetime.timedelta(seconds=120))
+    torch.manual_seed(0)
+    x = torch.from_numpy(read_idx(f"{data_dir}/train-images-idx3-ubyte.gz").astype(np.float32) / 255.0)
+    y = torch.from_numpy(read_idx(f"{data_dir}/train-labels-idx1-ubyte.gz").astype(np.int64))
+    x = x.reshape(-1, 1, 28, 28)
+    model = nn.Sequential(nn.Conv2d(1, 32, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(),
+                          nn.Linear(5408, 64), nn.ReLU(), nn.Linear(64, 10))
+    ddp = nn.parallel.DistributedDataParallel(model)
+    opt = torch.optim.Adam(ddp.parameters(), lr=1e-3, eps=1e-7)
+    loss_fn = nn.CrossEntropyLoss()
+    per_worker = BATCH // world
+
+    def epoch(steps=None):
+        generator = torch.Generator().manual_seed(1)  # every worker draws the same order
+        perm = torch.randperm(x.shape[0], generator=generator)
+        n = 0
+        for i, start in enumerate(range(0, x.shape[0], BATCH)):
+            if steps is not None and i >= steps:
+                break
+            idx = perm[start:start + BATCH][rank * per_worker:(rank + 1) * per_worker]
+            xb, yb = x[idx], y[idx]
+            opt.zero_grad()
+            logits = ddp(xb)
+            loss = loss_fn(logits, yb)
+            loss.backward()
+            opt.step()
+            (logits.argmax(1) == yb).sum().item()  # the accuracy metric strata keeps too
+            n += xb.shape[0] * world
+        return n
+
+    epoch(steps=warmup_steps)
+    dist.barrier()
+    start = time.perf_counter()
+    n = epoch()
+    dist.barrier()
+    seconds = time.perf_counter() - start
+    if rank == 0:
+        print(json.dumps({"images_per_s": n / seconds, "seconds": seconds}), flush=True)
+    dist.destroy_process_group()
+
+
+def last_json(text, prefix=""):
+    """The last line of `text` that is a JSON object (after `prefix`, e.g. strata launch's "[worker:0] ")."""
+    for line in reversed(text.splitlines()):
+        line = line[len(prefix):] if prefix and line.startswith(prefix) else line
+        if line.startswith("{"):
+            return json.loads(line)
+    raise RuntimeError(f"no JSON line in:\n{text[-2000:]}")
+
+
+def bench_args(binary, strategy, replicas, threads, data):
+    return [binary, "--strategy", strategy, "--replicas", str(replicas), "--threads", str(threads),
+            "--batch", str(BATCH), "--data", data]
+
+
+def pinned_env(threads):
+    return dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS=str(threads))
+
+
+def run_ceiling(children, args):
+    (out,) = children.wait_all([children.start(bench_args(args.binary, "independent", WORKERS, WORKERS, args.data),
+                                               pinned_env(WORKERS))], "ceiling")
+    return last_json(out)["images_per_s"]
+
+
+def run_gloo(children, args):
+    env = {k: v for k, v in pinned_env(1).items() if k != "TF_CONFIG"}
+    (out,) = children.wait_all([children.start(
+        [args.strata, "launch", "--workers", str(WORKERS), "--"] +
+        bench_args(args.binary, "multi_worker_mirrored", 1, 1, args.data), env)], "strata gloo")
+    return last_json(out, "[worker:0] ")["images_per_s"]
+
+
+def run_mpi(children, args):
+    env = {k: v for k, v in pinned_env(1).items() if not k.startswith(("OMPI_", "PMIX_")) and k != "TF_CONFIG"}
+    (out,) = children.wait_all([children.start(
+        [args.mpirun, "--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", str(WORKERS)] +
+        bench_args(args.binary, "multi_worker_mirrored", 1, 1, args.data), env)], "strata mpi")
+    return last_json(out)["images_per_s"]
+
+
+def run_ddp(children, args):
+    port = free_port()
+    env = dict(pinned_env(1), GLOO_SOCKET_IFNAME="lo")
+    procs = [children.start([sys.executable, os.path.abspath(__file__), "--ddp-worker", str(r), "--port", str(port),
+                             "--data", args.data], env) for r in range(WORKERS)]
+    outs = children.wait_all(procs, "PyTorch DDP")
+    return last_json(outs[0])["images_per_s"]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[1])
+    parser.add_argument("--binary", default=None, help="distribute_bench")
+    parser.add_argument("--strata", default=None, help="the strata CLI (for strata launch)")
+    parser.add_argument("--data", default=DATA)
+    parser.add_argument("--mpirun", default="mpirun")
+    parser.add_argument("--rounds", type=int, default=2, help="runs of each configuration; the best counts")
+    parser.add_argument("--time-limit", type=float, default=900, help="seconds for the whole run")
+    parser.add_argument("--ddp-worker", type=int, metavar="RANK", default=None)
+    parser.add_argument("--port", type=int)
+    args = parser.parse_args()
+    if args.ddp_worker is not None:
+        ddp_worker(args.ddp_worker, WORKERS, args.port, args.data)
+        return 0
+    args.binary = find_binary("distribute_bench", args.binary)
+    if args.strata is None:
+        args.strata = os.path.join(os.path.dirname(os.path.dirname(args.binary)), "strata")
+    if not os.path.exists(args.strata):
+        sys.exit(f"multiworker_bench.py: {args.strata} not found; build the strata target or pass --strata")
+    configs = {"ceiling": run_ceiling, "strata gloo": run_gloo, "PyTorch DDP": run_ddp}
+    if shutil.which(args.mpirun):
+        configs["strata mpi"] = run_mpi
+    else:
+        print(f"# {args.mpirun} not found (openmpi-bin): no strata mpi row")
+    children = Children(time.monotonic() + args.time_limit)
+    best = {}
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit("multiworker_bench.py: terminated"))  # so that `finally` runs
+    try:
+        for _ in range(args.rounds):
+            for name, run in configs.items():
+                best[name] = max(best.get(name, 0.0), run(children, args))
+    except RuntimeError as e:
+        sys.exit(f"multiworker_bench.py: {e}")
+    finally:
+        children.kill_all()
+
+    print(f"# CNN on Fashion-MNIST, {WORKERS} workers x 1 thread, global batch {BATCH}, Adam; one steady epoch; "
+          f"best of {args.rounds}")
+    for name in configs:
+        print(f"{name:<14} {best[name]:10.0f} images/s")
+    ceiling, ddp = best["ceiling"], best["PyTorch DDP"]
+    for name in [n for n in configs if n.startswith("strata")]:
+        print(f"{name} / ceiling: {best[name] / ceiling:.2f} (target >= 0.9); {name} / PyTorch DDP: "
+              f"{best[name] / ddp:.2f} (target >= 2)")
+    print(f"PyTorch DDP / ceiling: {ddp / ceiling:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    sys.exit(main())
