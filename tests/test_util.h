@@ -1,7 +1,12 @@
-// Helpers shared by the test suites: reproducible random tensors, elementwise comparison, exception messages.
+// Helpers shared by the test suites: reproducible random tensors, elementwise comparison, exception messages,
+// free 127.0.0.1 ports.
 #pragma once
 
+#include <arpa/inet.h>
 #include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <string>
 
@@ -35,6 +40,19 @@ std::string message_of(F f) {
   }
   ADD_FAILURE() << "expected an exception";
   return "";
+}
+
+// A TCP port on 127.0.0.1 that was free a moment ago (the OS picked it), for a cluster spec a test writes.
+inline int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+  socklen_t len = sizeof addr;
+  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+  ::close(fd);
+  return ntohs(addr.sin_port);
 }
 
 }  // namespace strata::test

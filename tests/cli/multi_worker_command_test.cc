@@ -5,32 +5,17 @@
 // `strata launch --max-restarts 1` with checkpoints every 50 steps, a worker killed mid-epoch costs a restart and
 // the job ends with the same steps and the same result as an uninterrupted one. Every process runs under `timeout`
 // and is killed on every path.
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <fstream>
 #include <regex>
 #include <sstream>
 
 #include "cli/cli_test_util.h"
+#include "test_util.h"
 
 namespace strata::cli {
 namespace {
-
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 std::string read_file(const fs::path& path) {
   std::ifstream in(path);
@@ -150,8 +135,8 @@ struct Outcome {
 };
 Outcome signal_worker(const std::string& name, const std::string& signal) {
   TinyJob t(name);
-  const std::string cluster = "{\"worker\": [\"127.0.0.1:" + std::to_string(free_port()) + "\", \"127.0.0.1:" +
-                              std::to_string(free_port()) + "\"]}";
+  const std::string cluster = "{\"worker\": [\"127.0.0.1:" + std::to_string(test::free_port()) + "\", \"127.0.0.1:" +
+                              std::to_string(test::free_port()) + "\"]}";
   auto tf_config = [&](int i) {
     return "'{\"cluster\": " + cluster + ", \"task\": {\"type\": \"worker\", \"index\": " + std::to_string(i) + "}}'";
   };

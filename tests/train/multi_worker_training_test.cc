@@ -3,13 +3,10 @@
 // hierarchically) train to the weights one process gets with the same global batch, start from the chief's initial values whatever their seeds, report the job's
 // metrics, and a worker that never comes is a Timeout naming it. (tests/cli/multi_worker_command_test.cc runs
 // workers as processes, and kills one.)
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <chrono>
+#include <functional>
 #include <cmath>
 #include <thread>
 
@@ -22,27 +19,13 @@
 namespace strata::distribute {
 namespace {
 
-// A TCP port on 127.0.0.1 that was free a moment ago (the OS picks it).
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
 cluster::TaskInfo worker_task(const cluster::ClusterSpec& spec, int index) {
   return cluster::resolve_tf_config(cluster::make_tf_config(spec, "worker", index));
 }
 
 cluster::ClusterSpec local_cluster(int workers) {
   cluster::ClusterSpec spec;
-  for (int i = 0; i < workers; ++i) spec.jobs["worker"].push_back("127.0.0.1:" + std::to_string(free_port()));
+  for (int i = 0; i < workers; ++i) spec.jobs["worker"].push_back("127.0.0.1:" + std::to_string(test::free_port()));
   return spec;
 }
 
@@ -50,6 +33,26 @@ CommunicationOptions quick_options() {
   return {.timeout = std::chrono::seconds(20),
           .heartbeat_timeout = std::chrono::seconds(3),
           .heartbeat_interval = std::chrono::milliseconds(200)};
+}
+
+// Runs body(w, strategy) for each of `workers` workers of `local` replicas, each on its own thread with its own
+// MultiWorkerMirroredStrategy on a fresh 127.0.0.1 cluster; fails the test with any worker's error.
+void on_every_worker(int workers, int local, const std::function<void(int, MultiWorkerMirroredStrategy&)>& body) {
+  const cluster::ClusterSpec spec = local_cluster(workers);
+  std::vector<std::string> errors(static_cast<size_t>(workers));
+  std::vector<std::thread> threads;
+  for (int w = 0; w < workers; ++w) {
+    threads.emplace_back([&, w] {
+      try {
+        MultiWorkerMirroredStrategy strategy(worker_task(spec, w), quick_options(), local);
+        body(w, strategy);
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(w)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int w = 0; w < workers; ++w) ASSERT_EQ(errors[static_cast<size_t>(w)], "") << "worker " << w;
 }
 
 struct Trained {
@@ -85,26 +88,15 @@ TEST(MultiWorkerTest, WorkersTrainToWhatOneProcessDoesWithTheSameGlobalBatch) {
   const auto reference = train(default_strategy(), 1000);
   for (const auto [workers, local] : {std::pair{2, 1}, std::pair{3, 1}, std::pair{2, 2}}) {
     SCOPED_TRACE(std::to_string(workers) + " workers x " + std::to_string(local) + " local replicas");
-    const cluster::ClusterSpec spec = local_cluster(workers);
     std::vector<Trained> results(static_cast<size_t>(workers));
-    std::vector<std::string> errors(static_cast<size_t>(workers));
-    std::vector<std::thread> threads;
-    for (int w = 0; w < workers; ++w) {
-      threads.emplace_back([&, w] {
-        try {
-          MultiWorkerMirroredStrategy strategy(worker_task(spec, w), quick_options(), local);
-          EXPECT_EQ(strategy.num_replicas_in_sync(), workers * local);
-          EXPECT_EQ(strategy.worker_index(), w);
-          EXPECT_EQ(strategy.backend(), "gloo");
-          // Each worker seeds differently: the chief's (seed 1000) initial values must win everywhere.
-          results[static_cast<size_t>(w)] = train(strategy, 1000 + static_cast<uint64_t>(w));
-        } catch (const std::exception& e) {
-          errors[static_cast<size_t>(w)] = e.what();
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
-    for (const auto& e : errors) ASSERT_EQ(e, "");
+    on_every_worker(workers, local, [&](int w, MultiWorkerMirroredStrategy& strategy) {
+      EXPECT_EQ(strategy.num_replicas_in_sync(), workers * local);
+      EXPECT_EQ(strategy.worker_index(), w);
+      EXPECT_EQ(strategy.backend(), "gloo");
+      // Each worker seeds differently: the chief's (seed 1000) initial values must win everywhere.
+      results[static_cast<size_t>(w)] = train(strategy, 1000 + static_cast<uint64_t>(w));
+    });
+    if (HasFatalFailure()) return;
     for (int w = 0; w < workers; ++w) {
       const auto& mine = results[static_cast<size_t>(w)].weights;
       ASSERT_EQ(mine.size(), reference.weights.size());
@@ -163,22 +155,11 @@ TEST(MultiWorkerTest, ACustomLoopGivesWhatOneProcessGives) {
   const auto reference = train_custom(default_strategy(), 77);
   for (const auto [workers, local] : {std::pair{2, 1}, std::pair{2, 2}}) {
     SCOPED_TRACE(std::to_string(workers) + " workers x " + std::to_string(local) + " local replicas");
-    const cluster::ClusterSpec spec = local_cluster(workers);
     std::vector<std::pair<std::vector<Tensor>, std::vector<double>>> results(static_cast<size_t>(workers));
-    std::vector<std::string> errors(static_cast<size_t>(workers));
-    std::vector<std::thread> threads;
-    for (int w = 0; w < workers; ++w) {
-      threads.emplace_back([&, w] {
-        try {
-          MultiWorkerMirroredStrategy strategy(worker_task(spec, w), quick_options(), local);
-          results[static_cast<size_t>(w)] = train_custom(strategy, 77 + static_cast<uint64_t>(w));
-        } catch (const std::exception& e) {
-          errors[static_cast<size_t>(w)] = e.what();
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
-    for (const auto& e : errors) ASSERT_EQ(e, "");
+    on_every_worker(workers, local, [&](int w, MultiWorkerMirroredStrategy& strategy) {
+      results[static_cast<size_t>(w)] = train_custom(strategy, 77 + static_cast<uint64_t>(w));
+    });
+    if (HasFatalFailure()) return;
     for (int w = 0; w < workers; ++w) {
       const auto& [weights, losses] = results[static_cast<size_t>(w)];
       ASSERT_EQ(weights.size(), reference.first.size());
@@ -216,7 +197,7 @@ TEST(MultiWorkerTest, OneWorkerIsOneReplicaAndBadOptionsAreClearErrors) {
       [] { MultiWorkerMirroredStrategy(cluster::TaskInfo{}, {.implementation = "butterfly"}); });
   EXPECT_NE(bad.find("auto, ring, mpi, nccl"), std::string::npos) << bad;
   cluster::ClusterSpec spec = local_cluster(1);
-  spec.jobs["ps"].push_back("127.0.0.1:" + std::to_string(free_port()));
+  spec.jobs["ps"].push_back("127.0.0.1:" + std::to_string(test::free_port()));
   const std::string ps = test::message_of<InvalidArgument>([&] {
     MultiWorkerMirroredStrategy(cluster::resolve_tf_config(cluster::make_tf_config(spec, "ps", 0)), {});
   });
