@@ -240,11 +240,41 @@ BackupAndRestore::BackupAndRestore(std::string directory, Options options)
                                    << options_.save_freq);
 }
 
+namespace {
+// Across workers, every worker must resume from the same position (the chief alone writes the checkpoints, so a
+// worker that cannot read them would start over while the others resume, and their collectives would pair up
+// wrongly). All of them compare (step, epochs done, step in epoch): every value is equal on every worker iff
+// (sum x)^2 == workers * sum x^2; otherwise every worker stops with the same error.
+void check_same_position_on_every_worker(const Model& model, const std::string& directory) {
+  const distribute::Strategy* strategy = model.owning_strategy();
+  if (strategy == nullptr || strategy->num_workers() == 1) return;
+  const FitPosition& p = model.restored_position();
+  const std::vector<double> mine = {static_cast<double>(model.step()), static_cast<double>(p.epochs_done),
+                                    static_cast<double>(p.step_in_epoch)};
+  std::vector<double> values = mine;
+  for (double v : mine) values.push_back(v * v);
+  const std::vector<double> sums = strategy->sum_across_workers(values);
+  const double n = strategy->num_workers();
+  for (size_t i = 0; i < mine.size(); ++i) {
+    STRATA_CHECK(sums[i] * sums[i] == n * sums[mine.size() + i], InvalidArgument,
+                 "BackupAndRestore(" << directory << "): the workers would resume from different positions (worker "
+                                     << strategy->worker_index() << ": step " << model.step() << ", the workers' mean "
+                                     << sums[0] / n << "); every worker must read the chief's checkpoints in the "
+                                                       "same directory (a file system they share)");
+  }
+}
+}  // namespace
+
 void BackupAndRestore::on_train_begin(const Logs&) {
   Model& model = require_model(*this, "BackupAndRestore");
   last_saved_step_ = model.step();
   warned_non_finite_ = false;
   if (!options_.restore) return;
+  restore_latest(model);
+  check_same_position_on_every_worker(model, directory_);
+}
+
+void BackupAndRestore::restore_latest(Model& model) {
   // A damaged checkpoint (or pointer file) throws here, naming it: fit does not start and writes nothing.
   const std::optional<std::string> latest = io::CheckpointManager(directory_).latest();
   if (!latest) {

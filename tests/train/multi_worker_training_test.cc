@@ -4,8 +4,10 @@
 // metrics, and a worker that never comes is a Timeout naming it. (tests/cli/multi_worker_command_test.cc runs
 // workers as processes, and kills one.)
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <chrono>
+#include <filesystem>
 #include <functional>
 #include <cmath>
 #include <thread>
@@ -13,6 +15,7 @@
 #include "strata/distribute/multi_worker.h"
 #include "strata/gradient_tape.h"
 #include "strata/nn/nn.h"
+#include "strata/train/callbacks.h"
 #include "strata/train/model.h"
 #include "test_util.h"
 
@@ -172,6 +175,39 @@ TEST(MultiWorkerTest, ACustomLoopGivesWhatOneProcessGives) {
       ASSERT_EQ(losses.size(), reference.second.size());
       for (size_t k = 0; k < losses.size(); ++k) EXPECT_NEAR(losses[k], reference.second[k], 1e-5) << "step " << k;
     }
+  }
+}
+
+TEST(MultiWorkerTest, WorkersThatWouldResumeFromDifferentPositionsAllStopWithAClearError) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("strata_mw_resume_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  {  // a checkpoint after one epoch, which only worker 0 will see
+    manual_seed(1);
+    Sequential model({nn::Dense(4)});
+    model.build_for({1, 12});
+    model.compile(losses::SparseCategoricalCrossentropy({.from_logits = true}), optim::SGD({.learning_rate = 0.1}));
+    model.fit(training_data(), {.epochs = 1, .callbacks = {std::make_shared<callbacks::BackupAndRestore>(
+                                                  (dir / "shared").string())},
+                                .verbose = 0});
+  }
+  std::vector<std::string> messages(2);
+  on_every_worker(2, 1, [&](int w, MultiWorkerMirroredStrategy& strategy) {
+    auto scope = strategy.scope();
+    manual_seed(1);
+    Sequential model({nn::Dense(4)});
+    model.build_for({1, 12});
+    model.compile(losses::SparseCategoricalCrossentropy({.from_logits = true}), optim::SGD({.learning_rate = 0.1}));
+    const fs::path mine = dir / (w == 0 ? "shared" : "empty");
+    messages[static_cast<size_t>(w)] = test::message_of<InvalidArgument>([&] {
+      model.fit(training_data(),
+                {.epochs = 2, .callbacks = {std::make_shared<callbacks::BackupAndRestore>(mine.string())}, .verbose = 0});
+    });
+  });
+  fs::remove_all(dir);
+  for (const std::string& m : messages) {
+    EXPECT_NE(m.find("the workers would resume from different positions"), std::string::npos) << m;
+    EXPECT_NE(m.find("file system they share"), std::string::npos) << m;
   }
 }
 

@@ -233,7 +233,9 @@ class TerminateOnNaN : public Callback {
 // `save_freq` 0 saves at the end of each epoch as ckpt-<epochs done> (a kill loses at most the epoch in
 // progress); N > 0 saves every N global steps and at each epoch's end, as ckpt-<global step> (a kill
 // loses at most N steps). While the loss is NaN or infinite nothing is saved: diverged weights never
-// replace the last good checkpoint.
+// replace the last good checkpoint. Across workers (MultiWorkerMirroredStrategy) the chief alone writes, every
+// worker restores from the same directory, and the workers check that they resume from the same position (an
+// InvalidArgument on every worker otherwise: the directory must be on a file system they share).
 class BackupAndRestore : public Callback {
  public:
   struct Options {
@@ -249,6 +251,8 @@ class BackupAndRestore : public Callback {
   const std::string& directory() const { return directory_; }
 
  private:
+  // Restores the latest checkpoint of the directory, if any, and sets fit's resume position from it.
+  void restore_latest(Model& model);
   // Saves as ckpt-<number>, unless the loss in `logs` is not finite.
   void save(int64_t number, const Logs& logs);
 
