@@ -173,8 +173,9 @@ void run_train(const TrainArgs& args) {
   FitOptions fit;
   fit.epochs = job.epochs;
   fit.steps_per_execution = job.steps_per_execution;
-  // Across workers the chief shows the progress and writes the CSV log; every worker prints the test line.
-  fit.verbose = strategy->is_chief() ? args.verbose : 0;
+  // Across workers the chief shows the progress and writes the CSV log; the others print a line per epoch with
+  // --verbose 2 only; every worker prints the test line.
+  fit.verbose = strategy->is_chief() || args.verbose == 2 ? args.verbose : 0;
   if (!job.checkpoint_dir.empty()) {
     fit.callbacks.push_back(std::make_shared<callbacks::BackupAndRestore>(
         job.checkpoint_dir,

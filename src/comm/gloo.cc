@@ -33,6 +33,8 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <signal.h>
+
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
@@ -60,6 +62,17 @@ using gloo_detail::Kind;
 using gloo_detail::kind_name;
 using gloo_detail::kSpins;
 using gloo_detail::Op;
+
+// Gloo writes to its sockets with write(2), so a peer that died mid-collective would kill this process with
+// SIGPIPE instead of failing the collective with an error naming it (seen in the multi-worker kill test). Like
+// Python (and so PyTorch), ignore SIGPIPE, unless the program installed a handler of its own.
+void ignore_sigpipe() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction current {};
+    if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
+  });
+}
 
 std::string rank_list(const std::vector<int>& ranks) {
   std::ostringstream out;
@@ -528,6 +541,7 @@ std::shared_ptr<Communicator> make_gloo_communicator(std::shared_ptr<Store> stor
                "make_gloo_communicator: timeout must be positive, got " << options.timeout.count() << " ms");
   STRATA_CHECK(!options.prefix.empty(), InvalidArgument, "make_gloo_communicator: the store prefix is empty");
   const std::string name = "gloo group of " + std::to_string(size) + " (prefix '" + options.prefix + "')";
+  ignore_sigpipe();
 
   auto group_store = make_prefix_store(store, options.prefix);
   const int64_t joins = group_store->add("joined/rank-" + std::to_string(rank), 1);

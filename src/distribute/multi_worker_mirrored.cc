@@ -159,6 +159,11 @@ std::vector<double> MultiWorkerMirroredStrategy::sum_across_workers(const std::v
   return detail::all_reduce_numbers(*comm_, values);
 }
 
+void MultiWorkerMirroredStrategy::broadcast_from_chief(const std::vector<Tensor>& tensors) const {
+  if (!comm_ || tensors.empty()) return;
+  comm_->broadcast(tensors, 0)->wait();
+}
+
 Variable MultiWorkerMirroredStrategy::create_variable(const Tensor& initial_value, const VariableOptions& options) {
   Tensor value = initial_value.clone();
   if (comm_) {

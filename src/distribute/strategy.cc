@@ -381,6 +381,10 @@ std::vector<double> Strategy::sum_across_workers(const std::vector<double>& valu
   return values;
 }
 
+void Strategy::broadcast_from_chief(const std::vector<Tensor>&) const {
+  STRATA_CHECK(num_workers() == 1, Unavailable, name() << " spans workers but does not say how to broadcast to them");
+}
+
 DistributedDataset Strategy::experimental_distribute_dataset(const data::Dataset& dataset) const {
   return DistributedDataset(dataset, num_local_replicas(), /*split_global_batches=*/true, num_replicas_in_sync(),
                             worker_index() * num_local_replicas());

@@ -51,6 +51,11 @@ TEST(MultiWorkerCommandTest, LaunchedWorkersTrainTogetherAndOnlyTheChiefWrites) 
   ASSERT_EQ(lines.size(), 2u) << out;
   EXPECT_EQ(lines[0], lines[1]);  // the same weights on both workers
   EXPECT_TRUE(fs::exists(ckpt / "ckpt-2")) << out;
+  // --verbose 2: a line per epoch from every worker.
+  auto [rc2, out2] = run("timeout -k 5 120 " + std::string(STRATA_BINARY) + " launch --workers 2 -- " STRATA_BINARY
+                         " train " + t.job + " --strategy multi_worker_mirrored --threads 1 --verbose 2");
+  ASSERT_EQ(rc2, 0) << out2;
+  EXPECT_NE(out2.find("[worker:1] Epoch 2/2"), std::string::npos) << out2;
 }
 
 TEST(MultiWorkerCommandTest, UnderMpirunTheWorkersUseMpiAndGetWhatGlooGets) {

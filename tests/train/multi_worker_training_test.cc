@@ -211,6 +211,39 @@ TEST(MultiWorkerTest, WorkersThatWouldResumeFromDifferentPositionsAllStopWithACl
   }
 }
 
+TEST(MultiWorkerTest, AfterARestoreEveryWorkerTakesTheChiefsWeightsAndOptimizerState) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("strata_mw_restore_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  auto make = [] {
+    Sequential model({nn::Dense(4)});
+    model.build_for({1, 12});
+    model.compile(losses::SparseCategoricalCrossentropy({.from_logits = true}), optim::Adam({.learning_rate = 0.01}));
+    return model;
+  };
+  for (int w = 0; w < 2; ++w) {  // the same position (one epoch), different weights and slots (different seeds)
+    manual_seed(10 + static_cast<uint64_t>(w));
+    Sequential model = make();
+    model.fit(training_data(), {.epochs = 1,
+                                .callbacks = {std::make_shared<callbacks::BackupAndRestore>(
+                                    (dir / std::to_string(w)).string())},
+                                .verbose = 0});
+  }
+  std::vector<std::vector<std::vector<float>>> weights(2);
+  on_every_worker(2, 1, [&](int w, MultiWorkerMirroredStrategy& strategy) {
+    auto scope = strategy.scope();
+    Sequential model = make();
+    model.fit(training_data(), {.epochs = 2,
+                                .callbacks = {std::make_shared<callbacks::BackupAndRestore>(
+                                    (dir / std::to_string(w)).string())},
+                                .verbose = 0});
+    for (auto& [name, t] : model.named_weights()) weights[static_cast<size_t>(w)].push_back(t.to_vector<float>());
+  });
+  fs::remove_all(dir);
+  ASSERT_FALSE(weights[0].empty());
+  EXPECT_EQ(weights[0], weights[1]);  // bit for bit: worker 1 continued from the chief's state, not its own
+}
+
 TEST(MultiWorkerTest, AWorkerThatNeverComesIsATimeoutNamingIt) {
   const cluster::ClusterSpec spec = local_cluster(2);
   CommunicationOptions options = quick_options();

@@ -83,6 +83,7 @@ class MultiWorkerMirroredStrategy final : public Strategy {
   Variable create_variable(const Tensor& initial_value, const VariableOptions& options) override;
   comm::Communicator& communicator(int replica) const override;
   std::vector<double> sum_across_workers(const std::vector<double>& values) const override;
+  void broadcast_from_chief(const std::vector<Tensor>& tensors) const override;
 
  protected:
   GradientAggregator* aggregator(int replica) override;

@@ -139,6 +139,9 @@ class Strategy {
   // Element-wise sums over the workers of `values` (e.g. metric states); `values` itself with one worker.
   // Driving thread, between runs; every worker calls it at the same point with the same length.
   virtual std::vector<double> sum_across_workers(const std::vector<double>& values) const;
+  // Overwrites `tensors` (float32, bfloat16 or int64; the same shapes on every worker) with the chief's, in
+  // place; nothing with one worker. Driving thread, between runs; every worker calls it at the same point.
+  virtual void broadcast_from_chief(const std::vector<Tensor>& tensors) const;
 
   // Global batches split across replicas (see strata/distribute/input.h).
   DistributedDataset experimental_distribute_dataset(const data::Dataset& dataset) const;
