@@ -24,6 +24,7 @@
 
 #include "strata/data/convert.h"
 #include "strata/data/dataset.h"
+#include "strata/distribute/multi_worker.h"
 #include "strata/distribute/strategies.h"
 #include "strata/nn/nn.h"
 #include "strata/optim/losses.h"
@@ -114,6 +115,10 @@ int main(int argc, char** argv) {
     distribute::CrossDeviceOps ops = distribute::CrossDeviceOps::from_name(cross_device_ops);
     ops.bucket_bytes = bucket_kb << 10;
     strategy = distribute::MirroredStrategy::cpu_replicas(replicas, {.cross_device_ops = ops});
+  } else if (strategy_name == "multi_worker_mirrored" && bucket_kb > 0) {
+    strategy = std::make_unique<distribute::MultiWorkerMirroredStrategy>(
+        cluster::resolve_cluster_from_environment(), distribute::CommunicationOptions{.bytes_per_pack = bucket_kb << 10},
+        replicas);
   } else {
     strategy = distribute::make_strategy(strategy_name, replicas, cross_device_ops);
   }
