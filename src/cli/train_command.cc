@@ -241,7 +241,7 @@ void add_strategy_options(CLI::App* command, StrategyFlags& flags) {
                       "(overrides the job's `strategy:`; default one_device)");
   command->add_option("--replicas", flags.replicas,
                       "CPU replicas for mirrored / central_storage, each a thread with its share of the cores "
-                      "(overrides `replicas:`; default one per core)")
+                      "(overrides `replicas:`; default one per core); for multi_worker_mirrored, per worker (default 1)")
       ->check(kPositiveInteger);
   command->add_option("--cross-device-ops", flags.cross_device_ops,
                       "how mirrored all-reduces gradients: reduction_to_one_device, ring or tree (overrides "
