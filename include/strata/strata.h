@@ -62,6 +62,7 @@
 #include "strata/distribute/multi_worker.h"
 #include "strata/distribute/strategies.h"
 #include "strata/ps/partitioner.h"
+#include "strata/ps/server.h"
 #include "strata/distribute/strategy.h"
 #include "strata/distribute/values.h"
 #include "strata/train/callbacks.h"

@@ -353,4 +353,11 @@ std::string make_tf_config(const ClusterSpec& cluster, const std::string& type, 
   return text;
 }
 
+std::string listen_address(const std::string& address) {
+  const auto colon = address.rfind(':');
+  if (colon == std::string::npos) return "127.0.0.1:" + address;
+  if (colon == 0) return "127.0.0.1" + address;
+  return address;
+}
+
 }  // namespace strata::cluster

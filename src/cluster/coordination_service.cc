@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "cluster/proto/coordination.grpc.pb.h"
+#include "strata/cluster/cluster_resolver.h"
 #include "strata/cluster/coordination.h"
 #include "strata/error.h"
 
@@ -361,14 +362,6 @@ class ServiceImpl final : public Coordination::Service {
   std::map<std::string, TaskState> tasks_;        // GUARDED_BY(mu_)
   std::vector<LostTask> lost_;                    // GUARDED_BY(mu_), in the order they were declared lost
 };
-
-// "host:port" with an empty host (or a bare port) bound to 127.0.0.1.
-std::string listen_address(const std::string& address) {
-  const auto colon = address.rfind(':');
-  if (colon == std::string::npos) return "127.0.0.1:" + address;
-  if (colon == 0) return "127.0.0.1" + address;
-  return address;
-}
 
 }  // namespace
 

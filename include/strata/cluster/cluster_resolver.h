@@ -112,5 +112,8 @@ struct HostPort {
   int port = 0;
 };
 HostPort parse_address(const std::string& address, const std::string& what);
+// Where a server of the job listens for "host:port": as given, with an empty host (or a bare port) bound to
+// 127.0.0.1, never to every interface.
+std::string listen_address(const std::string& address);
 
 }  // namespace strata::cluster

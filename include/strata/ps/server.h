@@ -1,0 +1,88 @@
+// A parameter server (`ps` task) and its client: the gRPC service of src/ps/proto/parameter_server.proto. The
+// server holds variable shards (float32) and applies each gradient pushed to it at once with the shard's own
+// optimizer (SGD with momentum, Adam, Adagrad), its slots kept beside the shard; a push names its step, and a step
+// applied before is dropped, so a step re-run after a lost worker is applied once.
+//
+//   ps::ParameterServer server;
+//   server.start("127.0.0.1:0");                      // port 0: the OS picks; server.port() says which
+//   ps::ParameterServerClient ps("127.0.0.1:" + std::to_string(server.port()));
+//   ps.create("dense/kernel:0", initial, {.name = "adam", .learning_rate = 1e-3});
+//   ps.push("dense/kernel:0", grad, "worker:1/step:17");   // true: applied; false: a repeat, dropped
+//   Tensor w = ps.pull("dense/kernel:0");
+//   Tensor rows = ps.pull_rows("embedding:0", {3, 17});    // an embedding lookup: rows 3 and 17
+//
+// A sparse push (push_rows) updates as a dense gradient that is zero outside its rows would (for Adam every
+// slot decays, as in TensorFlow's non-lazy sparse update). Errors: NotFound-like InvalidArgument naming an unknown
+// shard, a shape or row that does not fit, a shard created again with another shape or optimizer; Unavailable
+// naming the address when the server cannot be reached within the client's timeout.
+// Thread-safety: a server serves any number of clients at once (one lock per shard); a client may be used from
+// many threads at once.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "strata/tensor.h"
+
+namespace strata::ps {
+
+// The optimizer a shard is updated with (the job's, as on the workers).
+struct OptimizerSpec {
+  std::string name = "sgd";  // "sgd", "adam", "adagrad"
+  double learning_rate = 0.01;
+  double momentum = 0.0;             // sgd
+  double beta_1 = 0.9;               // adam
+  double beta_2 = 0.999;             // adam
+  double epsilon = 1e-7;             // adam, adagrad
+  double initial_accumulator = 0.1;  // adagrad
+};
+
+class ParameterServer {
+ public:
+  ParameterServer();
+  ~ParameterServer();  // stops
+  ParameterServer(const ParameterServer&) = delete;
+  ParameterServer& operator=(const ParameterServer&) = delete;
+
+  // Serves on `address` ("host:port"; port 0: the OS picks; an empty host binds 127.0.0.1). Unavailable naming the
+  // address when it cannot listen there.
+  void start(const std::string& address);
+  int port() const;
+  void stop();
+  // How many pushes were applied and how many dropped as repeats, over every shard (for tests and reports).
+  int64_t pushes_applied() const;
+  int64_t pushes_dropped() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+class ParameterServerClient {
+ public:
+  // `timeout` bounds every call (and reaching the server).
+  explicit ParameterServerClient(const std::string& address,
+                                 std::chrono::milliseconds timeout = std::chrono::seconds(30));
+  ~ParameterServerClient();
+
+  // Creates shard `name` (float32 `initial`); false when it existed already with the same shape and optimizer.
+  bool create(const std::string& name, const Tensor& initial, const OptimizerSpec& optimizer);
+  Tensor pull(const std::string& name);
+  // Rows `rows` of the shard (axis 0), in that order: [rows.size(), ...].
+  Tensor pull_rows(const std::string& name, const std::vector<int64_t>& rows);
+  // Applies `gradient` (the shard's shape); false when `step_id` was applied before ("" never repeats).
+  bool push(const std::string& name, const Tensor& gradient, const std::string& step_id = "");
+  // Applies the gradient of rows `rows` ([rows.size(), ...]; the other rows' gradient is zero).
+  bool push_rows(const std::string& name, const std::vector<int64_t>& rows, const Tensor& gradient,
+                 const std::string& step_id = "");
+  const std::string& address() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace strata::ps

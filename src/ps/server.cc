@@ -1,0 +1,357 @@
+// The parameter server and its client (strata/ps/server.h) over the gRPC service of proto/parameter_server.proto.
+// Each shard is a plain Variable with its own optimizer (so its slots live beside it) under its own mutex; a push
+// applies the gradient at once (asynchronous training) unless its step id was applied before.
+// Thread-safety: the shard registry is guarded by Service::mu_, each shard by its own mutex; gRPC runs handlers on
+// its threads. The client's stub is thread-safe.
+#include "strata/ps/server.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <cstring>
+#include <map>
+#include <mutex>
+#include <unordered_set>
+
+#include "ps/proto/parameter_server.grpc.pb.h"
+#include "strata/cluster/cluster_resolver.h"
+#include "strata/error.h"
+#include "strata/optim/optimizers.h"
+#include "strata/variable.h"
+
+namespace strata::ps {
+namespace pb = strata::ps::proto;
+namespace {
+
+Shape shape_of(const pb::TensorBytes& t) { return Shape(t.shape().begin(), t.shape().end()); }
+
+void to_bytes(const Tensor& t, pb::TensorBytes* out) {
+  out->clear_shape();
+  for (int64_t d : t.shape()) out->add_shape(d);
+  out->set_data(t.raw_data(), t.nbytes());
+}
+
+// The float32 tensor of `t`, or an error text when its bytes do not fit its shape.
+std::string from_bytes(const pb::TensorBytes& t, Tensor* out) {
+  const Shape shape = shape_of(t);
+  for (int64_t d : shape) {
+    if (d < 0) return "a negative dimension in " + shape_str(shape);
+  }
+  if (static_cast<uint64_t>(shape_numel(shape)) * sizeof(float) != t.data().size()) {
+    return "shape " + shape_str(shape) + " needs " + std::to_string(shape_numel(shape) * 4) + " bytes of float32, got " +
+           std::to_string(t.data().size());
+  }
+  *out = Tensor::empty(shape);
+  std::memcpy(out->raw_data(), t.data().data(), t.data().size());
+  return "";
+}
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const pb::OptimizerSpec& s) {
+  const auto lr = static_cast<float>(s.learning_rate());
+  if (s.name() == "sgd") return std::make_unique<optim::SGD>(optim::SGDOptions{.learning_rate = lr, .momentum = static_cast<float>(s.momentum())});
+  if (s.name() == "adam") {
+    return std::make_unique<optim::Adam>(optim::AdamOptions{.learning_rate = lr,
+                                                            .beta_1 = static_cast<float>(s.beta_1()),
+                                                            .beta_2 = static_cast<float>(s.beta_2()),
+                                                            .epsilon = static_cast<float>(s.epsilon())});
+  }
+  if (s.name() == "adagrad") {
+    return std::make_unique<optim::Adagrad>(
+        optim::AdagradOptions{.learning_rate = lr,
+                              .initial_accumulator_value = static_cast<float>(s.initial_accumulator()),
+                              .epsilon = static_cast<float>(s.epsilon())});
+  }
+  return nullptr;
+}
+
+struct Shard {
+  std::mutex mu;
+  Variable var;
+  std::unique_ptr<optim::Optimizer> optimizer;
+  std::string optimizer_spec;  // the serialized OptimizerSpec it was created with
+  std::unordered_set<std::string> applied_steps;
+  int64_t version = 0;
+};
+
+grpc::Status invalid(const std::string& message) { return {grpc::StatusCode::INVALID_ARGUMENT, message}; }
+
+class Service final : public pb::ParameterServer::Service {
+ public:
+  grpc::Status Create(grpc::ServerContext*, const pb::CreateRequest* req, pb::CreateResponse* resp) override {
+    Tensor initial;
+    if (const std::string bad = from_bytes(req->initial(), &initial); !bad.empty()) {
+      return invalid("Create " + req->name() + ": " + bad);
+    }
+    if (initial.rank() == 0) return invalid("Create " + req->name() + ": a shard has at least one axis");
+    const std::string spec = req->optimizer().SerializeAsString();
+    std::lock_guard lock(mu_);
+    if (auto it = shards_.find(req->name()); it != shards_.end()) {
+      if (it->second->var.shape() != initial.shape() || it->second->optimizer_spec != spec) {
+        return {grpc::StatusCode::ALREADY_EXISTS, "Create " + req->name() + ": it exists with shape " +
+                                                      shape_str(it->second->var.shape()) + " (asked " +
+                                                      shape_str(initial.shape()) + ") or another optimizer"};
+      }
+      resp->set_created(false);
+      return grpc::Status::OK;
+    }
+    auto shard = std::make_unique<Shard>();
+    shard->optimizer = make_optimizer(req->optimizer());
+    if (!shard->optimizer) {
+      return invalid("Create " + req->name() + ": unknown optimizer '" + req->optimizer().name() +
+                     "'; the ps applies sgd, adam or adagrad");
+    }
+    shard->var = Variable(initial, /*trainable=*/true, req->name());
+    shard->optimizer_spec = spec;
+    shards_.emplace(req->name(), std::move(shard));
+    resp->set_created(true);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Pull(grpc::ServerContext*, const pb::PullRequest* req, pb::PullResponse* resp) override {
+    Shard* shard = find(req->name());
+    if (!shard) return not_found("Pull", req->name());
+    std::lock_guard lock(shard->mu);
+    const Tensor& value = shard->var.value();
+    if (req->rows().empty()) {
+      to_bytes(value, resp->mutable_value());
+    } else {
+      const int64_t rows = value.dim(0), width = value.numel() / std::max<int64_t>(rows, 1);
+      Shape shape = value.shape();
+      shape[0] = req->rows_size();
+      Tensor out = Tensor::empty(shape);
+      for (int i = 0; i < req->rows_size(); ++i) {
+        const int64_t r = req->rows(i);
+        if (r < 0 || r >= rows) {
+          return invalid("Pull " + req->name() + ": row " + std::to_string(r) + " is outside [0, " +
+                         std::to_string(rows) + ")");
+        }
+        std::memcpy(out.data<float>() + i * width, value.data<float>() + r * width, width * sizeof(float));
+      }
+      to_bytes(out, resp->mutable_value());
+    }
+    resp->set_version(shard->version);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Push(grpc::ServerContext*, const pb::PushRequest* req, pb::PushResponse* resp) override {
+    Shard* shard = find(req->name());
+    if (!shard) return not_found("Push", req->name());
+    Tensor grad;
+    if (const std::string bad = from_bytes(req->gradient(), &grad); !bad.empty()) {
+      return invalid("Push " + req->name() + ": " + bad);
+    }
+    std::lock_guard lock(shard->mu);
+    const Shape& shape = shard->var.shape();
+    if (!req->step_id().empty() && shard->applied_steps.count(req->step_id())) {
+      ++dropped_;
+      resp->set_applied(false);
+      resp->set_version(shard->version);
+      return grpc::Status::OK;
+    }
+    if (!req->rows().empty()) {  // sparse: scatter the rows' gradient into a dense one (repeated rows add up)
+      Shape want = shape;
+      want[0] = req->rows_size();
+      if (grad.shape() != want) {
+        return invalid("Push " + req->name() + ": the gradient of " + std::to_string(req->rows_size()) + " rows is " +
+                       shape_str(grad.shape()) + ", wants " + shape_str(want));
+      }
+      const int64_t rows = shape[0], width = shard->var.value().numel() / rows;
+      Tensor dense = Tensor::zeros(shape);
+      for (int i = 0; i < req->rows_size(); ++i) {
+        const int64_t r = req->rows(i);
+        if (r < 0 || r >= rows) {
+          return invalid("Push " + req->name() + ": row " + std::to_string(r) + " is outside [0, " +
+                         std::to_string(rows) + ")");
+        }
+        float* dst = dense.data<float>() + r * width;
+        const float* src = grad.data<float>() + i * width;
+        for (int64_t k = 0; k < width; ++k) dst[k] += src[k];
+      }
+      grad = dense;
+    } else if (grad.shape() != shape) {
+      return invalid("Push " + req->name() + ": the gradient is " + shape_str(grad.shape()) + ", the shard " +
+                     shape_str(shape));
+    }
+    shard->optimizer->apply_gradients({grad}, {shard->var});
+    ++shard->version;
+    if (!req->step_id().empty()) shard->applied_steps.insert(req->step_id());
+    ++applied_;
+    resp->set_applied(true);
+    resp->set_version(shard->version);
+    return grpc::Status::OK;
+  }
+
+  int64_t applied() const { return applied_.load(); }
+  int64_t dropped() const { return dropped_.load(); }
+
+ private:
+  Shard* find(const std::string& name) {
+    std::lock_guard lock(mu_);
+    const auto it = shards_.find(name);
+    return it == shards_.end() ? nullptr : it->second.get();
+  }
+  static grpc::Status not_found(const char* what, const std::string& name) {
+    return {grpc::StatusCode::NOT_FOUND, std::string(what) + ": no shard named '" + name + "' on this ps"};
+  }
+
+  std::mutex mu_;
+  std::map<std::string, std::unique_ptr<Shard>> shards_;  // guarded by mu_; a shard lives as long as the service
+  std::atomic<int64_t> applied_{0}, dropped_{0};
+};
+
+}  // namespace
+
+struct ParameterServer::Impl {
+  std::unique_ptr<Service> service;
+  std::unique_ptr<grpc::Server> server;
+  int port = 0;
+};
+
+ParameterServer::ParameterServer() : impl_(std::make_unique<Impl>()) {}
+ParameterServer::~ParameterServer() { stop(); }
+
+void ParameterServer::start(const std::string& address) {
+  STRATA_CHECK(!impl_->server, InvalidArgument, "ps: already serving on port " << impl_->port);
+  const std::string where = cluster::listen_address(address);
+  auto service = std::make_unique<Service>();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort(where, grpc::InsecureServerCredentials(), &port);
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // a port in use is an error, not a shared port
+  builder.SetMaxReceiveMessageSize(-1);                      // shards and gradients of any size
+  builder.SetMaxSendMessageSize(-1);
+  builder.RegisterService(service.get());
+  auto server = builder.BuildAndStart();
+  if (!server || port == 0) {
+    if (server) server->Shutdown();
+    STRATA_THROW(Unavailable, "ps: cannot listen on " << where << " (is the address local and the port free?)");
+  }
+  impl_->service = std::move(service);
+  impl_->server = std::move(server);
+  impl_->port = port;
+}
+
+int ParameterServer::port() const {
+  STRATA_CHECK(impl_->server, InvalidArgument, "ps: port() before start()");
+  return impl_->port;
+}
+
+void ParameterServer::stop() {
+  if (!impl_->server) return;
+  impl_->server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  impl_->server->Wait();
+  impl_->server.reset();
+  impl_->service.reset();
+  impl_->port = 0;
+}
+
+int64_t ParameterServer::pushes_applied() const { return impl_->service ? impl_->service->applied() : 0; }
+int64_t ParameterServer::pushes_dropped() const { return impl_->service ? impl_->service->dropped() : 0; }
+
+// ---- client
+
+struct ParameterServerClient::Impl {
+  std::string address;
+  std::chrono::milliseconds timeout;
+  std::unique_ptr<pb::ParameterServer::Stub> stub;
+
+  // Runs one call with the deadline; a failed status is an exception naming the address.
+  template <class Request, class Response>
+  Response call(grpc::Status (pb::ParameterServer::Stub::*method)(grpc::ClientContext*, const Request&, Response*),
+                const char* what, const Request& request) {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + timeout);
+    context.set_wait_for_ready(true);  // a ps still starting is waited for, within the deadline
+    Response response;
+    const grpc::Status status = (stub.get()->*method)(&context, request, &response);
+    if (status.ok()) return response;
+    switch (status.error_code()) {
+      case grpc::StatusCode::UNAVAILABLE:
+      case grpc::StatusCode::DEADLINE_EXCEEDED:
+        STRATA_THROW(Unavailable, "ps at " << address << ": " << what << " failed after at most " << timeout.count()
+                                           << " ms: " << status.error_message());
+      default:
+        STRATA_THROW(InvalidArgument, "ps at " << address << ": " << status.error_message());
+    }
+  }
+};
+
+ParameterServerClient::ParameterServerClient(const std::string& address, std::chrono::milliseconds timeout)
+    : impl_(std::make_unique<Impl>()) {
+  STRATA_CHECK(timeout.count() > 0, InvalidArgument, "ps client: timeout must be positive");
+  impl_->address = address;
+  impl_->timeout = timeout;
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  impl_->stub = pb::ParameterServer::NewStub(
+      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+}
+
+ParameterServerClient::~ParameterServerClient() = default;
+
+const std::string& ParameterServerClient::address() const { return impl_->address; }
+
+namespace {
+void check_float(const char* what, const Tensor& t) {
+  STRATA_CHECK(t.defined() && t.dtype() == DType::kFloat32 && t.device().is_cpu(), InvalidArgument,
+               "ps client: " << what << " takes a float32 host tensor");
+}
+Tensor tensor_of(const pb::TensorBytes& bytes, const std::string& address) {
+  Tensor out;
+  const std::string bad = from_bytes(bytes, &out);
+  STRATA_CHECK(bad.empty(), DataCorrupt, "ps at " << address << " sent a malformed tensor: " << bad);
+  return out;
+}
+}  // namespace
+
+bool ParameterServerClient::create(const std::string& name, const Tensor& initial, const OptimizerSpec& optimizer) {
+  check_float("create", initial);
+  pb::CreateRequest req;
+  req.set_name(name);
+  to_bytes(initial.clone(), req.mutable_initial());
+  auto* spec = req.mutable_optimizer();
+  spec->set_name(optimizer.name);
+  spec->set_learning_rate(optimizer.learning_rate);
+  spec->set_momentum(optimizer.momentum);
+  spec->set_beta_1(optimizer.beta_1);
+  spec->set_beta_2(optimizer.beta_2);
+  spec->set_epsilon(optimizer.epsilon);
+  spec->set_initial_accumulator(optimizer.initial_accumulator);
+  return impl_->call(&pb::ParameterServer::Stub::Create, "Create", req).created();
+}
+
+Tensor ParameterServerClient::pull(const std::string& name) {
+  pb::PullRequest req;
+  req.set_name(name);
+  return tensor_of(impl_->call(&pb::ParameterServer::Stub::Pull, "Pull", req).value(), impl_->address);
+}
+
+Tensor ParameterServerClient::pull_rows(const std::string& name, const std::vector<int64_t>& rows) {
+  pb::PullRequest req;
+  req.set_name(name);
+  for (int64_t r : rows) req.add_rows(r);
+  return tensor_of(impl_->call(&pb::ParameterServer::Stub::Pull, "Pull", req).value(), impl_->address);
+}
+
+bool ParameterServerClient::push(const std::string& name, const Tensor& gradient, const std::string& step_id) {
+  check_float("push", gradient);
+  pb::PushRequest req;
+  req.set_name(name);
+  to_bytes(gradient, req.mutable_gradient());
+  req.set_step_id(step_id);
+  return impl_->call(&pb::ParameterServer::Stub::Push, "Push", req).applied();
+}
+
+bool ParameterServerClient::push_rows(const std::string& name, const std::vector<int64_t>& rows, const Tensor& gradient,
+                                      const std::string& step_id) {
+  check_float("push_rows", gradient);
+  pb::PushRequest req;
+  req.set_name(name);
+  to_bytes(gradient, req.mutable_gradient());
+  for (int64_t r : rows) req.add_rows(r);
+  req.set_step_id(step_id);
+  return impl_->call(&pb::ParameterServer::Stub::Push, "Push", req).applied();
+}
+
+}  // namespace strata::ps

@@ -1,0 +1,137 @@
+// The parameter server over gRPC on 127.0.0.1: its updates equal the same optimizer applied locally (bit for bit),
+// a repeated step is applied once, sparse pushes equal dense ones with zero rows, pulls of rows, concurrent pushes,
+// and the errors a client gets (unknown shard, bad shapes and rows, a conflicting create, an unreachable ps).
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <thread>
+
+#include "strata/error.h"
+#include "strata/optim/optimizers.h"
+#include "strata/ps/server.h"
+#include "strata/variable.h"
+#include "test_util.h"
+
+namespace strata::ps {
+namespace {
+
+struct Running {
+  ParameterServer server;
+  std::unique_ptr<ParameterServerClient> client;
+  Running() {
+    server.start("127.0.0.1:0");
+    client = std::make_unique<ParameterServerClient>("127.0.0.1:" + std::to_string(server.port()));
+  }
+};
+
+std::vector<float> values(const Tensor& t) { return t.to_vector<float>(); }
+
+TEST(ParameterServerTest, UpdatesEqualTheSameOptimizerAppliedLocally) {
+  Running ps;
+  const std::vector<std::pair<OptimizerSpec, std::shared_ptr<optim::Optimizer>>> cases = {
+      {{.name = "sgd", .learning_rate = 0.1, .momentum = 0.9},
+       std::make_shared<optim::SGD>(optim::SGDOptions{.learning_rate = 0.1f, .momentum = 0.9f})},
+      {{.name = "adam", .learning_rate = 0.01},
+       std::make_shared<optim::Adam>(optim::AdamOptions{.learning_rate = 0.01f})},
+      {{.name = "adagrad", .learning_rate = 0.05},
+       std::make_shared<optim::Adagrad>(optim::AdagradOptions{.learning_rate = 0.05f})}};
+  for (const auto& [spec, local_optimizer] : cases) {
+    SCOPED_TRACE(spec.name);
+    const Tensor initial = test::random_tensor({6, 4}, 1);
+    EXPECT_TRUE(ps.client->create(spec.name + "/w", initial, spec));
+    EXPECT_FALSE(ps.client->create(spec.name + "/w", initial, spec));  // a repeat is a no-op
+    Variable local(initial.clone(), true, "w");
+    for (uint64_t step = 0; step < 5; ++step) {
+      const Tensor grad = test::random_tensor({6, 4}, 100 + step);
+      EXPECT_TRUE(ps.client->push(spec.name + "/w", grad, "step:" + std::to_string(step)));
+      local_optimizer->apply_gradients({grad}, {local});
+    }
+    EXPECT_EQ(values(ps.client->pull(spec.name + "/w")), values(local.value()));
+  }
+}
+
+TEST(ParameterServerTest, ARepeatedStepIsAppliedOnce) {
+  Running ps;
+  ps.client->create("w", Tensor::zeros({3}), {.name = "sgd", .learning_rate = 1.0});
+  const Tensor grad = Tensor::full({3}, 1.0);
+  EXPECT_TRUE(ps.client->push("w", grad, "worker:0/step:7"));
+  EXPECT_FALSE(ps.client->push("w", grad, "worker:0/step:7"));  // re-run after a lost worker: dropped
+  EXPECT_TRUE(ps.client->push("w", grad, "worker:1/step:7"));
+  EXPECT_TRUE(ps.client->push("w", grad));                      // no step id: always applied
+  EXPECT_TRUE(ps.client->push("w", grad));
+  EXPECT_EQ(values(ps.client->pull("w")), std::vector<float>(3, -4.0f));
+  EXPECT_EQ(ps.server.pushes_applied(), 4);
+  EXPECT_EQ(ps.server.pushes_dropped(), 1);
+}
+
+TEST(ParameterServerTest, SparsePushesAndRowPullsAreEmbeddingUpdates) {
+  Running ps;
+  const Tensor table = test::random_tensor({10, 3}, 7);
+  const OptimizerSpec adam{.name = "adam", .learning_rate = 0.01};
+  ps.client->create("emb", table, adam);
+  ps.client->create("emb_dense", table, adam);
+  // Rows 2, 5 and 2 again (their gradients add up), against the dense gradient with zeros elsewhere.
+  const Tensor rows_grad = test::random_tensor({3, 3}, 8);
+  Tensor dense = Tensor::zeros({10, 3});
+  const std::vector<int64_t> rows = {2, 5, 2};
+  for (size_t i = 0; i < rows.size(); ++i) {
+    for (int k = 0; k < 3; ++k) dense.data<float>()[rows[i] * 3 + k] += rows_grad.data<float>()[i * 3 + k];
+  }
+  EXPECT_TRUE(ps.client->push_rows("emb", rows, rows_grad, "s1"));
+  EXPECT_TRUE(ps.client->push("emb_dense", dense, "s1"));
+  EXPECT_EQ(values(ps.client->pull("emb")), values(ps.client->pull("emb_dense")));
+  const Tensor two = ps.client->pull_rows("emb", {5, 0});
+  EXPECT_EQ(two.shape(), (Shape{2, 3}));
+  const Tensor all = ps.client->pull("emb");
+  for (int k = 0; k < 3; ++k) {
+    EXPECT_EQ(two.data<float>()[k], all.data<float>()[15 + k]);
+    EXPECT_EQ(two.data<float>()[3 + k], all.data<float>()[k]);
+  }
+}
+
+TEST(ParameterServerTest, ConcurrentPushesAreAllApplied) {
+  Running ps;
+  ps.client->create("w", Tensor::zeros({1000}), {.name = "sgd", .learning_rate = 1.0});
+  std::vector<std::thread> workers;
+  for (int w = 0; w < 4; ++w) {
+    workers.emplace_back([&, w] {
+      ParameterServerClient client(ps.client->address());
+      for (int s = 0; s < 25; ++s) client.push("w", Tensor::full({1000}, 1.0), std::to_string(w) + "/" + std::to_string(s));
+    });
+  }
+  for (auto& t : workers) t.join();
+  EXPECT_EQ(values(ps.client->pull("w")), std::vector<float>(1000, -100.0f));
+  EXPECT_EQ(ps.server.pushes_applied(), 100);
+}
+
+TEST(ParameterServerTest, BadRequestsAreClearErrors) {
+  Running ps;
+  ps.client->create("w", Tensor::zeros({4, 2}), {.name = "sgd"});
+  auto message = [](auto&& fn) { return test::message_of<InvalidArgument>(fn); };
+  std::string m = message([&] { ps.client->pull("nope"); });
+  EXPECT_NE(m.find("no shard named 'nope'"), std::string::npos) << m;
+  m = message([&] { ps.client->push("w", Tensor::zeros({3}), ""); });
+  EXPECT_NE(m.find("the gradient is [3], the shard [4, 2]"), std::string::npos) << m;
+  m = message([&] { ps.client->pull_rows("w", {4}); });
+  EXPECT_NE(m.find("row 4 is outside [0, 4)"), std::string::npos) << m;
+  m = message([&] { ps.client->push_rows("w", {1}, Tensor::zeros({2, 2}), ""); });
+  EXPECT_NE(m.find("wants [1, 2]"), std::string::npos) << m;
+  m = message([&] { ps.client->create("w", Tensor::zeros({5, 2}), {.name = "sgd"}); });
+  EXPECT_NE(m.find("it exists with shape [4, 2]"), std::string::npos) << m;
+  m = message([&] { ps.client->create("v", Tensor::zeros({2}), {.name = "lamb"}); });
+  EXPECT_NE(m.find("unknown optimizer 'lamb'"), std::string::npos) << m;
+  m = message([&] { ps.client->create("s", Tensor::scalar(1.0f), {.name = "sgd"}); });
+  EXPECT_NE(m.find("at least one axis"), std::string::npos) << m;
+
+  const int port = test::free_port();  // nobody listens there
+  ParameterServerClient lost("127.0.0.1:" + std::to_string(port), std::chrono::milliseconds(500));
+  const auto start = std::chrono::steady_clock::now();
+  m = test::message_of<Unavailable>([&] { lost.pull("w"); });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(3));
+  EXPECT_NE(m.find("ps at 127.0.0.1:" + std::to_string(port)), std::string::npos) << m;
+  ParameterServer second;
+  EXPECT_THROW(second.start("127.0.0.1:" + std::to_string(ps.server.port())), Unavailable);  // the port is taken
+}
+
+}  // namespace
+}  // namespace strata::ps
