@@ -63,6 +63,7 @@
 #include "strata/distribute/strategies.h"
 #include "strata/ps/partitioner.h"
 #include "strata/ps/server.h"
+#include "strata/ps/sharded_variable.h"
 #include "strata/distribute/strategy.h"
 #include "strata/distribute/values.h"
 #include "strata/train/callbacks.h"
