@@ -5,10 +5,14 @@
 // its threads. The client's stub is thread-safe.
 #include "strata/ps/server.h"
 
+#include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 
 #include <atomic>
+#include <cctype>
+#include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <map>
 #include <mutex>
 #include <unordered_set>
@@ -16,6 +20,7 @@
 #include "ps/proto/parameter_server.grpc.pb.h"
 #include "strata/cluster/cluster_resolver.h"
 #include "strata/error.h"
+#include "strata/io/safetensors.h"
 #include "strata/optim/optimizers.h"
 #include "strata/variable.h"
 
@@ -63,6 +68,23 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const pb::OptimizerSpec& s) {
   }
   return nullptr;
 }
+
+// A shard's file name: its name with every byte outside [A-Za-z0-9_.-] as %XX, then ".safetensors".
+std::string shard_file(const std::string& name) {
+  std::string out;
+  for (unsigned char c : name) {
+    if (std::isalnum(c) || c == '_' || c == '.' || c == '-') {
+      out += static_cast<char>(c);
+    } else {
+      char buf[4];
+      std::snprintf(buf, sizeof buf, "%%%02X", c);
+      out += buf;
+    }
+  }
+  return out + ".safetensors";
+}
+
+constexpr const char* kShardKey = "shard";  // the ShardRecord's JSON in a shard file's metadata
 
 struct Shard {
   std::mutex mu;
@@ -181,6 +203,82 @@ class Service final : public pb::ParameterServer::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status Save(grpc::ServerContext*, const pb::SaveRequest* req, pb::SaveResponse* resp) override {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    fs::create_directories(req->directory(), ec);
+    if (ec) return invalid("Save: cannot create directory '" + req->directory() + "': " + ec.message());
+    std::lock_guard lock(mu_);  // no shard is created meanwhile
+    for (auto& [name, shard] : shards_) {
+      std::lock_guard shard_lock(shard->mu);
+      pb::ShardRecord record;
+      record.set_name(name);
+      record.mutable_optimizer()->ParseFromString(shard->optimizer_spec);
+      record.set_version(shard->version);
+      for (const std::string& step : shard->applied_steps) record.add_applied_steps(step);
+      std::string json;
+      if (!google::protobuf::util::MessageToJsonString(record, &json).ok()) return invalid("Save " + name + ": cannot encode");
+      io::NamedTensors tensors = {{"value", shard->var.value()}};
+      for (auto& [slot, t] : shard->optimizer->state({shard->var})) tensors.emplace_back("optimizer/" + slot, t);
+      try {
+        io::save_safetensors((fs::path(req->directory()) / shard_file(name)).string(), tensors, {{kShardKey, json}});
+      } catch (const Error& e) {
+        return invalid(std::string("Save ") + name + ": " + e.what());
+      }
+    }
+    resp->set_shards(static_cast<int64_t>(shards_.size()));
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Restore(grpc::ServerContext*, const pb::RestoreRequest* req, pb::RestoreResponse* resp) override {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    if (!fs::is_directory(req->directory(), ec)) return invalid("Restore: no directory '" + req->directory() + "'");
+    std::vector<std::pair<std::string, std::unique_ptr<Shard>>> loaded;
+    for (const auto& entry : fs::directory_iterator(req->directory(), ec)) {
+      if (entry.path().extension() != ".safetensors") continue;
+      const std::string path = entry.path().string();
+      std::map<std::string, std::string> metadata;
+      io::NamedTensors tensors;
+      try {
+        tensors = io::load_safetensors(path, &metadata);
+      } catch (const Error& e) {
+        return {grpc::StatusCode::DATA_LOSS, std::string("Restore: ") + e.what()};
+      }
+      pb::ShardRecord record;
+      if (!metadata.count(kShardKey) ||
+          !google::protobuf::util::JsonStringToMessage(metadata[kShardKey], &record).ok() || tensors.empty() ||
+          tensors[0].first != "value") {
+        return {grpc::StatusCode::DATA_LOSS, "Restore: " + path + " is not a shard file of a ps"};
+      }
+      auto shard = std::make_unique<Shard>();
+      shard->optimizer = make_optimizer(record.optimizer());
+      if (!shard->optimizer) return {grpc::StatusCode::DATA_LOSS, "Restore: " + path + " names an unknown optimizer"};
+      shard->var = Variable(tensors[0].second, /*trainable=*/true, record.name());
+      shard->optimizer_spec = record.optimizer().SerializeAsString();
+      shard->version = record.version();
+      shard->applied_steps.insert(record.applied_steps().begin(), record.applied_steps().end());
+      io::NamedTensors state;
+      for (size_t i = 1; i < tensors.size(); ++i) {
+        if (tensors[i].first.rfind("optimizer/", 0) == 0) state.emplace_back(tensors[i].first.substr(10), tensors[i].second);
+      }
+      try {
+        shard->optimizer->load_state(state, {shard->var});
+      } catch (const Error& e) {
+        return {grpc::StatusCode::DATA_LOSS, "Restore: " + path + ": " + e.what()};
+      }
+      loaded.emplace_back(record.name(), std::move(shard));
+    }
+    std::lock_guard lock(mu_);
+    for (auto& [name, shard] : loaded) {
+      // A shard being read or updated right now keeps its old object alive until the handler returns.
+      retired_.push_back(std::move(shards_[name]));
+      shards_[name] = std::move(shard);
+    }
+    resp->set_shards(static_cast<int64_t>(loaded.size()));
+    return grpc::Status::OK;
+  }
+
   int64_t applied() const { return applied_.load(); }
   int64_t dropped() const { return dropped_.load(); }
 
@@ -196,6 +294,7 @@ class Service final : public pb::ParameterServer::Service {
 
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<Shard>> shards_;  // guarded by mu_; a shard lives as long as the service
+  std::vector<std::unique_ptr<Shard>> retired_;           // guarded by mu_: shards a restore replaced
   std::atomic<int64_t> applied_{0}, dropped_{0};
 };
 
@@ -270,6 +369,8 @@ struct ParameterServerClient::Impl {
       case grpc::StatusCode::DEADLINE_EXCEEDED:
         STRATA_THROW(Unavailable, "ps at " << address << ": " << what << " failed after at most " << timeout.count()
                                            << " ms: " << status.error_message());
+      case grpc::StatusCode::DATA_LOSS:
+        STRATA_THROW(DataCorrupt, "ps at " << address << ": " << status.error_message());
       default:
         STRATA_THROW(InvalidArgument, "ps at " << address << ": " << status.error_message());
     }
@@ -341,6 +442,18 @@ bool ParameterServerClient::push(const std::string& name, const Tensor& gradient
   to_bytes(gradient, req.mutable_gradient());
   req.set_step_id(step_id);
   return impl_->call(&pb::ParameterServer::Stub::Push, "Push", req).applied();
+}
+
+int64_t ParameterServerClient::save(const std::string& directory) {
+  pb::SaveRequest req;
+  req.set_directory(directory);
+  return impl_->call(&pb::ParameterServer::Stub::Save, "Save", req).shards();
+}
+
+int64_t ParameterServerClient::restore(const std::string& directory) {
+  pb::RestoreRequest req;
+  req.set_directory(directory);
+  return impl_->call(&pb::ParameterServer::Stub::Restore, "Restore", req).shards();
 }
 
 bool ParameterServerClient::push_rows(const std::string& name, const std::vector<int64_t>& rows, const Tensor& gradient,

@@ -11,6 +11,8 @@
 //   Tensor w = ps.pull("dense/kernel:0");
 //   Tensor rows = ps.pull_rows("embedding:0", {3, 17});    // an embedding lookup: rows 3 and 17
 //
+// save(dir) and restore(dir) write and read every shard of a ps (value, optimizer slots and step count, the step
+// ids applied), so a restarted ps continues where the last save stood.
 // A sparse push (push_rows) updates as a dense gradient that is zero outside its rows would (for Adam every
 // slot decays, as in TensorFlow's non-lazy sparse update). Errors: NotFound-like InvalidArgument naming an unknown
 // shard, a shape or row that does not fit, a shard created again with another shape or optimizer; Unavailable
@@ -78,6 +80,12 @@ class ParameterServerClient {
   // Applies the gradient of rows `rows` ([rows.size(), ...]; the other rows' gradient is zero).
   bool push_rows(const std::string& name, const std::vector<int64_t>& rows, const Tensor& gradient,
                  const std::string& step_id = "");
+  // Saves every shard of the ps to `directory` on the ps's machine (one safetensors file per shard, written
+  // atomically, with the optimizer's slots and step count and the step ids applied); returns how many.
+  int64_t save(const std::string& directory);
+  // Loads every shard file of `directory`, replacing shards of the same names; returns how many. DataCorrupt naming
+  // a damaged file.
+  int64_t restore(const std::string& directory);
   const std::string& address() const;
 
  private:
