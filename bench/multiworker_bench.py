@@ -17,6 +17,10 @@ Trains the Keras tutorial CNN on Fashion-MNIST with Adam, global batch 128, on 2
     reaches on this machine.
 Every configuration runs `--rounds` times, alternating; the best run of each counts (the machine has 2 cores:
 single runs vary by tens of percent). Targets (issue 24): strata gloo >= 0.9 of the ceiling and >= 2x PyTorch DDP.
+Then (as root; skipped with a message where network namespaces cannot be made, or with --no-slow-link) the 2 gloo
+workers run in two network namespaces joined by a veth pair limited to 1 Gbit/s by tc tbf (addresses 10.213.0.1-2,
+only inside those namespaces; removed on every path), with one bucket after backward and with 256 KiB buckets that
+overlap it, and the bench prints how much of a step's time beyond computing the overlap hides.
 Every child runs in its own session and is killed with what it forked on every path; the run stops at --time-limit.
 """
 import argparse
@@ -24,6 +28,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import time
 
@@ -130,6 +135,53 @@ def run_mpi(children, args):
     return last_json(out)["images_per_s"]
 
 
+class SlowLink:
+    """Two network namespaces joined by a veth pair limited to 1 Gbit/s each way (tc tbf), addresses 10.213.0.1 and
+    10.213.0.2 living only inside them; removed on exit. Needs root; `ok` is False (with `why`) where it cannot be
+    made."""
+
+    def __init__(self):
+        tag = str(os.getpid())
+        self.ns = [f"strata_mw0_{tag}", f"strata_mw1_{tag}"]
+        self.ips = ["10.213.0.1", "10.213.0.2"]
+        self.ok, self.why = False, ""
+        veth = [f"smw0_{tag}"[:15], f"smw1_{tag}"[:15]]
+        steps = [["ip", "netns", "add", self.ns[0]], ["ip", "netns", "add", self.ns[1]],
+                 ["ip", "link", "add", veth[0], "type", "veth", "peer", "name", veth[1]]]
+        for i in range(2):
+            steps += [["ip", "link", "set", veth[i], "netns", self.ns[i]],
+                      ["ip", "-n", self.ns[i], "addr", "add", self.ips[i] + "/24", "dev", veth[i]],
+                      ["ip", "-n", self.ns[i], "link", "set", veth[i], "up"],
+                      ["ip", "-n", self.ns[i], "link", "set", "lo", "up"],
+                      ["tc", "-n", self.ns[i], "qdisc", "add", "dev", veth[i], "root", "tbf", "rate", "1gbit",
+                       "burst", "256kb", "latency", "50ms"]]
+        for cmd in steps:
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode != 0:
+                self.why = f"{' '.join(cmd)}: {r.stderr.strip()}"
+                self.remove()
+                return
+        self.ok = True
+
+    def remove(self):
+        for ns in self.ns:
+            subprocess.run(["ip", "netns", "del", ns], capture_output=True)
+
+
+def run_gloo_slow_link(children, args, link, bucket_kb=0):
+    """The 2 gloo workers, one in each namespace, talking over the 1 Gbit/s link."""
+    ports = [free_port(), free_port()]
+    cluster = {"worker": [f"{ip}:{port}" for ip, port in zip(link.ips, ports)]}
+    extra = ["--bucket-kb", str(bucket_kb)] if bucket_kb else []
+    procs = []
+    for i in range(WORKERS):
+        env = dict(pinned_env(1), TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}}))
+        procs.append(children.start(["ip", "netns", "exec", link.ns[i]] +
+                                    bench_args(args.binary, "multi_worker_mirrored", 1, 1, args.data) + extra, env))
+    outs = children.wait_all(procs, "strata gloo over 1 Gbit/s")
+    return last_json(outs[0])["images_per_s"]
+
+
 def run_ddp(children, args):
     port = free_port()
     env = dict(pinned_env(1), GLOO_SOCKET_IFNAME="lo")
@@ -147,6 +199,7 @@ def main():
     parser.add_argument("--mpirun", default="mpirun")
     parser.add_argument("--rounds", type=int, default=2, help="runs of each configuration; the best counts")
     parser.add_argument("--time-limit", type=float, default=900, help="seconds for the whole run")
+    parser.add_argument("--no-slow-link", action="store_true", help="skip the 1 Gbit/s network-namespace runs")
     parser.add_argument("--ddp-worker", type=int, metavar="RANK", default=None)
     parser.add_argument("--port", type=int)
     args = parser.parse_args()
@@ -187,7 +240,41 @@ def main():
         print(f"{name} / ceiling: {best[name] / ceiling:.2f} (target >= 0.9); {name} / PyTorch DDP: "
               f"{best[name] / ddp:.2f} (target >= 2)")
     print(f"PyTorch DDP / ceiling: {ddp / ceiling:.2f}")
+    if not args.no_slow_link:
+        slow_link(args, ceiling)
     return 0
+
+
+def slow_link(args, ceiling):
+    """The gloo workers over a 1 Gbit/s link, with one bucket after backward and with 256 KiB buckets overlapping
+    it: how much of the communication time the overlap hides."""
+    link = SlowLink()
+    if not link.ok:
+        print(f"# 1 Gbit/s link: skipped, network namespaces cannot be made here ({link.why})")
+        return
+    children = Children(time.monotonic() + args.time_limit)
+    best = {}
+    try:
+        for _ in range(args.rounds):
+            for name, kb in (("one bucket", 0), ("256 KiB buckets", 256)):
+                best[name] = max(best.get(name, 0.0), run_gloo_slow_link(children, args, link, kb))
+    except RuntimeError as e:
+        print(f"# 1 Gbit/s link: failed: {e}")
+        return
+    finally:
+        children.kill_all()
+        link.remove()
+    print(f"# strata gloo, 2 workers in 2 network namespaces over a veth link limited to 1 Gbit/s (tc tbf)")
+    compute = BATCH / ceiling  # seconds a step of either ceiling trainer takes (batch BATCH / WORKERS each)
+    exposed = {}
+    for name, ips in best.items():
+        step = BATCH / ips
+        exposed[name] = max(step - compute, 0.0)
+        print(f"{name:<16} {ips:10.0f} images/s  {step * 1e3:6.2f} ms/step  "
+              f"{exposed[name] * 1e3:6.2f} ms/step beyond computing")
+    if exposed["one bucket"] > 0:
+        hidden = 1 - exposed["256 KiB buckets"] / exposed["one bucket"]
+        print(f"overlap hides {hidden * 100:.0f}% of the time a step spends beyond computing")
 
 
 if __name__ == "__main__":
