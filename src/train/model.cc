@@ -132,8 +132,7 @@ void run_callbacks(const std::vector<std::shared_ptr<Callback>>& callbacks, F fn
 }  // namespace
 
 namespace {
-// This thread's replica (0 outside strategy.run) and the number in sync.
-// This thread's replica among the replicas of this process (0 outside strategy.run).
+// This thread's replica among this process's replicas (0 outside strategy.run), and the number in sync.
 int replica_id() {
   const distribute::ReplicaContext* ctx = distribute::get_replica_context();
   return ctx ? ctx->local_replica_id() : 0;
@@ -233,14 +232,16 @@ Logs Model::metric_logs() const {
   const distribute::Strategy* strategy = owning_strategy();
   if (strategy != nullptr && strategy->num_workers() > 1) {
     std::vector<double> states;
+    std::vector<size_t> sizes;
     for (const metrics::Metric* t : trackers) {
       const std::vector<double> s = t->state();
       states.insert(states.end(), s.begin(), s.end());
+      sizes.push_back(s.size());
     }
     const std::vector<double> summed = strategy->sum_across_workers(states);
     size_t at = 0;
     for (size_t i = 0; i < trackers.size(); ++i) {
-      const size_t n = trackers[i]->state().size();
+      const size_t n = sizes[i];
       const std::shared_ptr<metrics::Metric> job = trackers[i]->clone();
       job->set_state(std::vector<double>(summed.begin() + static_cast<std::ptrdiff_t>(at),
                                          summed.begin() + static_cast<std::ptrdiff_t>(at + n)));
@@ -254,8 +255,9 @@ Logs Model::metric_logs() const {
 }
 
 const distribute::Strategy* Model::owning_strategy() const {
-  for (const Variable& v : variables()) return v.owner() == 0 ? nullptr : distribute::find_strategy(v.owner());
-  return nullptr;
+  const std::vector<Variable> vars = variables();  // strategy_for checks they all have one owner
+  if (vars.empty() || vars.front().owner() == 0) return nullptr;
+  return distribute::find_strategy(vars.front().owner());
 }
 
 void Model::reset_metrics() {
