@@ -38,16 +38,15 @@ void AllReduceAggregator::begin_gradients(const std::vector<Variable>& sources) 
 
 void AllReduceAggregator::gradient_ready(size_t index, const Tensor& grad) {
   reducer_.add(index, grad);
-  if (early_applier_ != nullptr) update_owned_buckets(/*block=*/false);
+  if (early_applier_ != nullptr) update_owned_buckets();
 }
 
 void AllReduceAggregator::end_gradients(const std::vector<Tensor>&) { reducer_.end(); }
 
-void AllReduceAggregator::update_owned_buckets(bool block) {
+void AllReduceAggregator::update_owned_buckets() {
   const size_t buckets = reducer_.num_buckets();
   for (; next_owned_ < buckets; next_owned_ += static_cast<size_t>(local_replicas_)) {
-    if (!block && !reducer_.poll(next_owned_)) return;
-    if (block) reducer_.wait_all();
+    if (!reducer_.poll(next_owned_)) return;
     // Every bucket carries the same vote: if one replica did not announce, nobody updates early.
     if (reducer_.votes(next_owned_) != static_cast<float>(voters_)) {
       early_applier_ = nullptr;
@@ -72,7 +71,7 @@ void AllReduceAggregator::apply_gradients(const std::vector<Tensor>& grads, cons
   reducer_.wait_all();
   if (early_applier_ != nullptr && reducer_.num_buckets() > 0 &&
       reducer_.votes(0) == static_cast<float>(voters_)) {
-    update_owned_buckets(/*block=*/true);
+    update_owned_buckets();  // every sum is in now: the rest of this replica's buckets
     early_applier_ = nullptr;
     strategy_.merge_call(replica_, [&] { applier.finish(); });
     return;

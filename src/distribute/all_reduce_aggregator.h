@@ -37,8 +37,8 @@ class AllReduceAggregator final : public GradientAggregator {
                        GradientApplier& applier) override;
 
  private:
-  // Updates this replica's buckets whose sums are in, in order; with `block`, waits for each.
-  void update_owned_buckets(bool block);
+  // Updates this replica's buckets, in order, as far as their sums are in.
+  void update_owned_buckets();
 
   Strategy& strategy_;
   const int replica_;        // this local replica
