@@ -20,6 +20,7 @@
 
 #include "strata/error.h"
 #include "strata/data/convert.h"
+#include "strata/data/autoshard.h"
 #include "strata/data/tfrecord_dataset.h"
 #include "strata/nn/nn.h"
 #include "strata/optim/losses.h"
@@ -244,6 +245,13 @@ Job load_job(const std::string& path) {
   d.scale = data.number("scale", 1.0 / 255.0, kPositive);
   d.shuffle = data.integer_at_least("shuffle", 10000, 0);
   if (data.has("seed")) d.seed = data.seed("seed", 0);
+  const std::string auto_shard = data.string("auto_shard", "auto");
+  try {
+    d.auto_shard = data::parse_auto_shard_policy(auto_shard);
+  } catch (const InvalidArgument&) {
+    STRATA_THROW(InvalidArgument, data.where(data.get("auto_shard"))
+                                      << "data.auto_shard: expected auto, file, data or off, got '" << auto_shard << "'");
+  }
   data.finish();
 
   job.model = top.get("model");
@@ -429,7 +437,8 @@ data::Dataset pipeline(const Job& job, data::Dataset source, bool training) {
   if (training && job.data.shuffle > 0) source = source.shuffle(job.data.shuffle, job.data.seed.value_or(job.seed));
   return source.batch(job.batch_size)
       .map([scale](const data::Element& e) { return normalize_batch(e, scale); })
-      .prefetch(data::kAutotune);
+      .prefetch(data::kAutotune)
+      .with_options({.auto_shard_policy = job.data.auto_shard});
 }
 
 // TFRecord shards of Examples (as `strata data convert` writes them): x = raw uint8 bytes decoded to

@@ -54,6 +54,8 @@ struct DataSpec {
   double scale = 1.0 / 255.0;             // x = pixels * scale
   int64_t shuffle = 10000;                // shuffle buffer (0: no shuffling)
   std::optional<uint64_t> seed;           // shuffle seed (default: the job's seed)
+  // How multi-worker jobs split the data (strata/data/options.h): auto, file, data or off.
+  data::AutoShardPolicy auto_shard = data::AutoShardPolicy::kAuto;
 };
 
 struct Job {

@@ -35,6 +35,8 @@ struct TrainArgs {
   std::string checkpoint_dir;
   bool resume = false;
   int64_t checkpoint_every = 0;  // steps between checkpoints; 0: at each epoch's end only
+  std::string backup_dir;         // BackupAndRestore: resumes by itself, deleted when training completes
+  int64_t backup_every_steps = 0;  // steps between backups; 0: at each epoch's end only
   std::string csv_log;
   int threads = 0;
   int verbose = 1;
@@ -144,6 +146,17 @@ void run_train(const TrainArgs& args) {
       }
     }
   }
+  STRATA_CHECK(args.backup_every_steps == 0 || !args.backup_dir.empty(), InvalidArgument,
+               "--backup-every-steps needs --backup-dir");
+  if (!args.backup_dir.empty()) {
+    STRATA_CHECK(!args.resume, InvalidArgument,
+                 "--backup-dir resumes from its backup by itself; --resume is for --checkpoint-dir: give one of them");
+    STRATA_CHECK(args.backup_dir != job.checkpoint_dir, InvalidArgument,
+                 "--backup-dir and the checkpoint directory are both '" << args.backup_dir
+                                                                          << "': backups are deleted when training "
+                                                                             "completes, checkpoints are kept");
+    check_output_directory(args.backup_dir, "--backup-dir");
+  }
   if (!args.csv_log.empty()) check_output_file(args.csv_log, "--csv-log");
   const std::unique_ptr<distribute::Strategy> strategy = open_strategy(job, args.strategy);
 
@@ -179,7 +192,12 @@ void run_train(const TrainArgs& args) {
   if (!job.checkpoint_dir.empty()) {
     fit.callbacks.push_back(std::make_shared<callbacks::BackupAndRestore>(
         job.checkpoint_dir,
-        callbacks::BackupAndRestore::Options{.restore = args.resume, .save_freq = args.checkpoint_every}));
+        callbacks::BackupAndRestore::Options{
+            .restore = args.resume, .save_freq = args.checkpoint_every, .delete_checkpoint = false}));
+  }
+  if (!args.backup_dir.empty()) {
+    fit.callbacks.push_back(std::make_shared<callbacks::BackupAndRestore>(
+        args.backup_dir, callbacks::BackupAndRestore::Options{.save_freq = args.backup_every_steps}));
   }
   if (!args.csv_log.empty() && strategy->is_chief()) {
     fit.callbacks.push_back(
@@ -277,6 +295,14 @@ void add_train_commands(CLI::App& app) {
   train->add_flag("--resume", train_args->resume,
                   "continue exactly where the latest checkpoint in --checkpoint-dir stood (on one device the "
                   "weights end bitwise as if never stopped); a damaged checkpoint is an error");
+  train->add_option("--backup-dir", train_args->backup_dir,
+                    "Keras's BackupAndRestore: back up training here after every epoch; a run started again with "
+                    "the same --backup-dir (a restarted job) continues from the last backup, which is deleted when "
+                    "training completes");
+  train->add_option("--backup-every-steps", train_args->backup_every_steps,
+                    "also back up every N global steps, so a restarted job loses at most N steps and continues "
+                    "mid-epoch, exactly")
+      ->check(kPositiveInteger);
   train->add_option("--csv-log", train_args->csv_log, "append one row per epoch (loss, metrics) to this CSV file");
   train->add_option("--threads", train_args->threads, "CPU threads for the math (default: all cores)")
       ->check(kPositiveInteger);

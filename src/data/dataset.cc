@@ -154,4 +154,21 @@ Dataset Dataset::take(int64_t count) const { return Dataset(detail::take_node(no
 Dataset Dataset::skip(int64_t count) const { return Dataset(detail::skip_node(node_, count)); }
 Dataset Dataset::enumerate(int64_t start) const { return Dataset(detail::enumerate_node(node_, start)); }
 
+Dataset Dataset::with_options(const Options& options) const { return Dataset(detail::options_node(node_, options)); }
+
+namespace {
+// Depth first from the end of the pipeline: the outermost options stage.
+const Options* find_options(const DatasetNode& node) {
+  if (const Options* o = node.options()) return o;
+  for (const auto& in : node.inputs())
+    if (const Options* o = find_options(*in)) return o;
+  return nullptr;
+}
+}  // namespace
+
+Options Dataset::options() const {
+  const Options* o = find_options(*node_);
+  return o != nullptr ? *o : Options{};
+}
+
 }  // namespace strata::data

@@ -258,4 +258,8 @@ std::shared_ptr<const DatasetNode> DatasetNode::with_files(std::vector<std::stri
   STRATA_THROW(InvalidArgument, name() << ": this source cannot be restricted to a subset of its files");
 }
 
+std::shared_ptr<const DatasetNode> DatasetNode::with_batch_size(int64_t) const {
+  STRATA_THROW(InvalidArgument, name() << ": this stage does not batch (with_batch_size not implemented)");
+}
+
 }  // namespace strata::data

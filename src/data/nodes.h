@@ -51,6 +51,8 @@ NodePtr shard_node(NodePtr in, int64_t num_shards, int64_t index);
 NodePtr repeat_node(NodePtr in, int64_t count);
 NodePtr enumerate_node(NodePtr in, int64_t start);
 NodePtr zip_node(std::vector<NodePtr> inputs);
+// The input unchanged, carrying `options` (Dataset::with_options).
+NodePtr options_node(NodePtr in, Options options);
 
 // ---- batching (transforms_batch.cc)
 NodePtr batch_node(NodePtr in, int64_t batch_size, bool drop_remainder);

@@ -350,6 +350,24 @@ NodePtr shard_node(NodePtr in, int64_t num_shards, int64_t index) {
   return std::make_shared<CountNode>(std::move(in), CountKind::kShard, num_shards, index);
 }
 NodePtr repeat_node(NodePtr in, int64_t count) { return std::make_shared<RepeatNode>(std::move(in), count); }
+
+namespace {
+// ---- options: iterates as its input (same iterator, same state), carrying the options.
+class OptionsNode : public UnaryNode {
+ public:
+  OptionsNode(NodePtr in, Options options) : UnaryNode(std::move(in)), options_(options) {}
+  std::string name() const override { return "options"; }
+  int64_t cardinality() const override { return input_->cardinality(); }
+  std::unique_ptr<IteratorImpl> make_iterator() const override { return input_->make_iterator(); }
+  const Options* options() const override { return &options_; }
+  NodePtr rebuild(NodePtr in) const override { return std::make_shared<OptionsNode>(std::move(in), options_); }
+
+ private:
+  Options options_;
+};
+}  // namespace
+
+NodePtr options_node(NodePtr in, Options options) { return std::make_shared<OptionsNode>(std::move(in), options); }
 NodePtr enumerate_node(NodePtr in, int64_t start) { return std::make_shared<EnumerateNode>(std::move(in), start); }
 NodePtr zip_node(std::vector<NodePtr> inputs) { return std::make_shared<ZipNode>(std::move(inputs)); }
 

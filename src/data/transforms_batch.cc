@@ -43,6 +43,8 @@ class BatchNode : public UnaryNode {
   int64_t cardinality() const override { return batch_cardinality(input_->cardinality(), batch_, drop_); }
   std::unique_ptr<IteratorImpl> make_iterator() const override;
   NodePtr rebuild(NodePtr in) const override { return std::make_shared<BatchNode>(std::move(in), batch_, drop_); }
+  std::optional<int64_t> batch_size() const override { return batch_; }
+  NodePtr with_batch_size(int64_t b) const override { return std::make_shared<BatchNode>(input_, b, drop_); }
   int64_t batch_;
   bool drop_;
 };
@@ -160,6 +162,8 @@ class PaddedBatchNode : public UnaryNode {
   int64_t cardinality() const override { return batch_cardinality(input_->cardinality(), batch_, opt_.drop_remainder); }
   std::unique_ptr<IteratorImpl> make_iterator() const override;
   NodePtr rebuild(NodePtr in) const override { return std::make_shared<PaddedBatchNode>(std::move(in), batch_, opt_); }
+  std::optional<int64_t> batch_size() const override { return batch_; }
+  NodePtr with_batch_size(int64_t b) const override { return std::make_shared<PaddedBatchNode>(input_, b, opt_); }
   int64_t batch_;
   PaddedBatchOptions opt_;
 };

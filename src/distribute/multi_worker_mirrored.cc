@@ -164,6 +164,11 @@ void MultiWorkerMirroredStrategy::broadcast_from_chief(const std::vector<Tensor>
   comm_->broadcast(tensors, 0)->wait();
 }
 
+std::vector<std::string> MultiWorkerMirroredStrategy::all_gather_across_workers(const std::string& bytes) const {
+  if (!comm_) return {bytes};
+  return detail::all_gather_bytes(*comm_, bytes);
+}
+
 Variable MultiWorkerMirroredStrategy::create_variable(const Tensor& initial_value, const VariableOptions& options) {
   Tensor value = initial_value.clone();
   if (comm_) {

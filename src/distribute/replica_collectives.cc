@@ -54,6 +54,24 @@ std::vector<double> all_reduce_numbers(comm::Communicator& comm, const std::vect
   return total;
 }
 
+std::vector<std::string> all_gather_bytes(comm::Communicator& comm, const std::string& bytes) {
+  std::vector<double> lengths(static_cast<size_t>(comm.size()), 0.0);
+  lengths[static_cast<size_t>(comm.rank())] = static_cast<double>(bytes.size());
+  lengths = all_reduce_numbers(comm, lengths);
+  const auto longest = static_cast<int64_t>(*std::max_element(lengths.begin(), lengths.end()));
+  const int64_t words = (longest + 7) / 8;
+  std::vector<std::string> out;
+  if (words == 0) return std::vector<std::string>(static_cast<size_t>(comm.size()));
+  Tensor mine = Tensor::zeros({words}, DType::kInt64);
+  std::memcpy(mine.raw_data(), bytes.data(), bytes.size());
+  Tensor all = Tensor::empty({comm.size() * words}, DType::kInt64);
+  comm.all_gather(mine, all)->wait();
+  const auto* base = static_cast<const char*>(all.raw_data());
+  for (int r = 0; r < comm.size(); ++r)
+    out.emplace_back(base + static_cast<size_t>(r * words * 8), static_cast<size_t>(lengths[static_cast<size_t>(r)]));
+  return out;
+}
+
 double all_reduce_number(comm::Communicator& comm, ReduceOp op, double value) {
   const double total = all_reduce_numbers(comm, {value})[0];
   return op == ReduceOp::kMean ? total / comm.size() : total;

@@ -4,6 +4,7 @@
 // Thread-safety: as the communicator (one thread per rank); every rank calls the same function in the same order.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "strata/comm/communicator.h"
@@ -20,6 +21,9 @@ double all_reduce_number(comm::Communicator& comm, ReduceOp op, double value);
 // Element-wise sums over the ranks of `values` (the same length on every rank), added in rank order in double
 // precision; every rank gets the same bits.
 std::vector<double> all_reduce_numbers(comm::Communicator& comm, const std::vector<double>& values);
+// Every rank's `bytes` (of any lengths), in rank order: the lengths first, then one all_gather of the bytes padded
+// to the longest (as int64 words, a dtype every backend moves).
+std::vector<std::string> all_gather_bytes(comm::Communicator& comm, const std::string& bytes);
 // Every rank's `value` concatenated along `axis` in rank order (tf's gather). Any dtype; the ranks' shapes may
 // differ along `axis` only, else ShapeError naming the ranks.
 Tensor all_gather_tensor(comm::Communicator& comm, const Tensor& value, int axis);

@@ -385,16 +385,20 @@ void Strategy::broadcast_from_chief(const std::vector<Tensor>&) const {
   STRATA_CHECK(num_workers() == 1, Unavailable, name() << " spans workers but does not say how to broadcast to them");
 }
 
+std::vector<std::string> Strategy::all_gather_across_workers(const std::string& bytes) const {
+  STRATA_CHECK(num_workers() == 1, Unavailable, name() << " spans workers but does not say how to gather from them");
+  return {bytes};
+}
+
 DistributedDataset Strategy::experimental_distribute_dataset(const data::Dataset& dataset) const {
-  return DistributedDataset(dataset, num_local_replicas(), /*split_global_batches=*/true, num_replicas_in_sync(),
-                            worker_index() * num_local_replicas());
+  return DistributedDataset(*this, dataset);
 }
 
 DistributedDataset Strategy::distribute_datasets_from_function(
     const std::function<data::Dataset(const InputContext&)>& dataset_fn) const {
   const InputContext context{.num_input_pipelines = num_workers(), .input_pipeline_id = worker_index(),
                              .num_replicas_in_sync = num_replicas_in_sync()};
-  return DistributedDataset(dataset_fn(context), num_local_replicas(), /*split_global_batches=*/false);
+  return DistributedDataset(*this, dataset_fn(context), num_local_replicas());
 }
 
 // ---- replica context

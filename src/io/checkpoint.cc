@@ -212,6 +212,18 @@ void remove_checkpoint(const fs::path& dir, const std::string& name) {
 
 }  // namespace
 
+void CheckpointManager::remove_all() const {
+  const fs::path dir(directory_);
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return;
+  fs::remove(dir / kPointerFile, ec);
+  STRATA_CHECK(!ec, IoError, "cannot remove " << (dir / kPointerFile).string() << ": " << ec.message());
+  // Newest first: every moment, what is left is a prefix of complete checkpoints.
+  std::vector<Found> found = scan_all_checkpoints(dir);
+  for (auto it = found.rbegin(); it != found.rend(); ++it) remove_checkpoint(dir, it->name);
+  fs::remove(dir, ec);  // only when empty: whatever else the directory holds stays
+}
+
 CheckpointManager::CheckpointManager(std::string directory, int max_to_keep)
     : directory_(std::move(directory)), max_to_keep_(max_to_keep) {
   STRATA_CHECK(!directory_.empty(), InvalidArgument, "CheckpointManager: the directory is empty");

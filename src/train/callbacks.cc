@@ -345,11 +345,8 @@ void BackupAndRestore::save(int64_t number, const Logs& logs) {
     }
     return;
   }
-  // Across workers the chief alone writes (every worker holds the same weights); the others read it on resume.
-  if (const distribute::Strategy* strategy = model.owning_strategy(); strategy != nullptr && !strategy->is_chief()) {
-    last_saved_step_ = model.step();
-    return;
-  }
+  // Across workers every worker takes part (save_checkpoint gathers the job's position) and the chief alone writes
+  // (every worker holds the same weights); the others read it on resume.
   model.save_checkpoint(directory_, number, options_.max_to_keep);
   last_saved_step_ = model.step();
 }
@@ -363,6 +360,14 @@ void BackupAndRestore::on_train_batch_end(int64_t, const Logs& logs) {
 
 void BackupAndRestore::on_epoch_end(int64_t epoch, const Logs& logs) {
   save(options_.save_freq == 0 ? epoch + 1 : require_model(*this, "BackupAndRestore").step(), logs);
+}
+
+void BackupAndRestore::on_train_end(const Logs&) {
+  if (!options_.delete_checkpoint) return;
+  // fit completed: nothing to resume. Across workers the chief, which wrote them, deletes them.
+  const distribute::Strategy* strategy = require_model(*this, "BackupAndRestore").owning_strategy();
+  if (strategy != nullptr && !strategy->is_chief()) return;
+  io::CheckpointManager(directory_).remove_all();
 }
 
 }  // namespace callbacks

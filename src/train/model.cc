@@ -6,6 +6,7 @@
 #include <cmath>
 #include <future>
 
+#include "strata/data/autoshard.h"
 #include "strata/distribute/strategy.h"
 #include "strata/error.h"
 #include "strata/gradient_tape.h"
@@ -297,6 +298,27 @@ FitPosition Model::fit_position() const {
   return p;
 }
 
+FitPosition Model::job_fit_position() const {
+  FitPosition p = fit_position();
+  const distribute::Strategy* strategy = owning_strategy();
+  if (strategy == nullptr || strategy->num_workers() == 1) return p;
+  // Every worker is at the same step, so all hold metric states or none.
+  std::vector<double> flat;
+  for (const auto& state : p.metric_states) flat.insert(flat.end(), state.begin(), state.end());
+  const std::vector<double> summed = strategy->sum_across_workers(flat);
+  size_t at = 0;
+  for (auto& state : p.metric_states) {
+    std::copy(summed.begin() + static_cast<std::ptrdiff_t>(at),
+              summed.begin() + static_cast<std::ptrdiff_t>(at + state.size()), state.begin());
+    at += state.size();
+  }
+  if (fit_state_.own_input) {
+    p.worker_input_states = strategy->all_gather_across_workers(p.input_state);
+    p.input_state.clear();
+  }
+  return p;
+}
+
 // ---- strategies
 
 distribute::Strategy& Model::strategy_for(const char* what, const data::Element& sample) {
@@ -358,32 +380,59 @@ void Model::merge_replica_trackers() {
   }
 }
 
-void Model::distributed_steps(distribute::Strategy& strategy, const std::vector<data::Element>& batches,
-                              bool training) {
+distribute::Strategy& Model::input_strategy() const {
+  distribute::Strategy& current = distribute::get_strategy();
+  if (&current != &distribute::default_strategy()) return current;
+  const std::vector<Variable> vars = variables();
+  if (vars.empty() || vars.front().owner() == 0) return current;
+  distribute::Strategy* owner = distribute::find_strategy(vars.front().owner());
+  return owner != nullptr ? *owner : current;  // a strategy gone: strategy_for says so at the first batch
+}
+
+void Model::distributed_steps(distribute::Strategy& strategy, const distribute::StepGroup& steps, bool training) {
   const auto step = [&](const data::Element& b) { training ? train_step(b) : test_step(b); };
   if (&strategy == &distribute::default_strategy()) {  // one replica, plain variables: no replica machinery
-    for (const data::Element& b : batches) step(b);
+    for (const auto& b : steps.batches) step(b[0]);
     return;
   }
-  // Every worker reads the same global batches; its replicas take their parts of each.
-  const int n = strategy.num_replicas_in_sync(), local = strategy.num_local_replicas();
-  std::vector<distribute::PerReplica<data::Element>> parts;
-  std::vector<int64_t> global_rows;
-  parts.reserve(batches.size());
-  for (const data::Element& b : batches) {
-    parts.push_back(distribute::split_batch_share(b, n, strategy.worker_index() * local, local));
-    global_rows.push_back(distribute::batch_rows(b));
-  }
   strategy.run_replicas([&](int replica) {
-    for (size_t k = 0; k < parts.size(); ++k) {
-      ScopedStepRows rows(global_rows[k]);
-      step(parts[k][replica]);
+    for (size_t k = 0; k < steps.size(); ++k) {
+      ScopedStepRows rows(steps.global_rows[k]);
+      step(steps.batches[k][replica]);
     }
   });
   merge_replica_trackers();
 }
 
 // ---- the loops
+
+namespace {
+// This worker's part of a resumed position: across workers that each read their own share, its own iterator
+// state; and the job's metric states on the chief only (the others' trackers start from zero, so the job's sum
+// goes on from where it stood).
+void take_worker_share(FitPosition& p, const distribute::WorkerInput& input, const distribute::Strategy& strategy) {
+  const char* policy = data::auto_shard_policy_name(input.policy());
+  if (!p.worker_input_states.empty()) {
+    const auto saved = static_cast<int>(p.worker_input_states.size());
+    STRATA_CHECK(input.own_batches(), InvalidArgument,
+                 "fit: the checkpoint holds the input positions of " << saved << " workers that each read their own "
+                 "share of the data, but this job's " << strategy.num_workers() << " worker(s) read the same batches "
+                 "(auto-shard policy " << policy << "); resume with the data settings it was saved with");
+    STRATA_CHECK(saved == strategy.num_workers(), InvalidArgument,
+                 "fit: the checkpoint holds the input positions of " << saved << " workers that each read their own "
+                 "files; resume it with " << saved << " workers, not " << strategy.num_workers());
+    p.input_state = p.worker_input_states[static_cast<size_t>(strategy.worker_index())];
+  } else if (input.own_batches() && !p.input_state.empty()) {
+    STRATA_THROW(InvalidArgument, "fit: the checkpoint's input position is that of a pipeline read whole (one "
+                                  "process, or workers under the DATA policy), but this job's workers each read their "
+                                  "own share (auto-shard policy "
+                                      << policy << "); resume with the data settings it was saved with");
+  }
+  if (strategy.num_workers() > 1 && !strategy.is_chief()) {
+    for (auto& state : p.metric_states) std::fill(state.begin(), state.end(), 0.0);
+  }
+}
+}  // namespace
 
 History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
   check_compiled("fit");
@@ -415,21 +464,28 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
     ~EndFit() { state = FitState{}; }
   } end_fit{fit_state_};
   run_callbacks(callbacks, [](Callback& cb) { cb.on_train_begin(Logs()); });
+  // Across workers each reads its share of the dataset (strata/distribute/input.h); with one, the dataset itself.
+  distribute::Strategy& strategy_of_input = input_strategy();
+  distribute::WorkerInput input(strategy_of_input, dataset);
+  const data::Dataset& mine = input.dataset();
+  fit_state_.own_input = input.own_batches();
   FitPosition resume;
   resume.epochs_done = options.initial_epoch;
   if (resume_) resume = std::move(*resume_);
   resume_.reset();
+  take_worker_share(resume, input, strategy_of_input);
 
   // With steps_per_epoch an iterator lives across epochs (Keras); otherwise each epoch is one pass, and
   // the next epoch's pass is opened while this one trains: its first batch (a full shuffle buffer, for
   // one) is ready when the epoch starts instead of showing up as input wait. (A cache() stage is complete
   // only once a pass ends, so the second pass, opened during the first, still reads the source.)
+
   std::optional<data::Iterator> iterator;
   std::optional<data::Element> first_batch;
   std::future<std::pair<data::Iterator, std::optional<data::Element>>> next_pass;
-  auto open_pass = [&dataset] {
+  auto open_pass = [&mine] {
     ScopedNumThreads one_thread(1);  // beside the training step: never oversubscribe its cores
-    data::Iterator it = dataset.make_iterator();
+    data::Iterator it = mine.make_iterator();
     std::optional<data::Element> first = it.next();
     return std::make_pair(std::move(it), std::move(first));
   };
@@ -437,7 +493,7 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
   // pass had ended, restore it only so that the dataset counts the passes made (a reshuffling shuffle
   // then orders the next pass as the uninterrupted run did).
   if (!resume.input_state.empty()) {
-    data::Iterator restored = dataset.make_iterator();
+    data::Iterator restored = mine.make_iterator();
     try {
       restored.restore_state(resume.input_state);
     } catch (const Error& e) {
@@ -454,7 +510,7 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
     reset_metrics();
     int64_t steps = 0;
     if (resume_steps > 0) {  // the epoch a mid-epoch checkpoint stood in: its running metrics go on
-      set_tracker_states(resume.metric_states);
+      set_tracker_states(resume.metric_states);  // across workers: the job's on the chief, zeros elsewhere
       steps = resume_steps;
       resume_steps = 0;
     }
@@ -473,7 +529,7 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
       }
       if (epoch + 1 < options.epochs) next_pass = std::async(std::launch::async, open_pass);
     } else if (!iterator) {
-      iterator.emplace(dataset.make_iterator());
+      iterator.emplace(mine.make_iterator());
     }
     fit_state_.iterator = &*iterator;
     bool ran_out = false;
@@ -487,13 +543,14 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
         std::optional<data::Element> batch = first_batch ? std::move(first_batch) : iterator->next();
         first_batch.reset();
         waited += now_seconds() - t0;
-        if (!batch) {
-          ran_out = true;
-          break;
-        }
+        if (!batch) break;
         batches.push_back(std::move(*batch));
       }
-      const int64_t group = static_cast<int64_t>(batches.size());
+      // When workers read their own batches, the group has the steps any of them has data for.
+      if (strategy == nullptr && !batches.empty()) strategy = &strategy_for("fit", batches.front());
+      const distribute::StepGroup steps_of_group = input.group(std::move(batches), want);
+      const int64_t group = static_cast<int64_t>(steps_of_group.size());
+      ran_out = group < want;
       if (ran_out && options.steps_per_epoch > 0) {
         std::fprintf(stderr, "fit: the dataset ran out after %lld of %lld steps in epoch %lld; stopping\n",
                      static_cast<long long>(steps + group), static_cast<long long>(options.steps_per_epoch),
@@ -501,9 +558,14 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
         exhausted = true;
       }
       if (group == 0) break;
-      if (strategy == nullptr) strategy = &strategy_for("fit", batches.front());
+      if (strategy == nullptr) {  // this worker's own share ended before the others': nothing to build the model from
+        STRATA_CHECK(built(), InvalidArgument,
+                     "fit: this worker's share of the dataset is empty, so the model cannot be built from its first "
+                     "batch; build it (build_for) before fit");
+        strategy = &strategy_for("fit", steps_of_group.batches.front()[0]);
+      }
       run_callbacks(callbacks, [&](Callback& cb) { cb.on_train_batch_begin(steps, Logs()); });
-      distributed_steps(*strategy, batches, /*training=*/true);
+      distributed_steps(*strategy, steps_of_group, /*training=*/true);
       steps += group;
       fit_state_.step_in_epoch = steps;
       const Logs logs = metric_logs();
@@ -549,14 +611,23 @@ Logs Model::evaluate(const data::Dataset& dataset, const EvaluateOptions& option
   for (const auto& cb : callbacks) cb->set_model(this);
   reset_metrics();
   run_callbacks(callbacks, [](Callback& cb) { cb.on_test_begin(Logs()); });
-  data::Iterator it = dataset.make_iterator();
+  distribute::WorkerInput input(input_strategy(), dataset);
+  data::Iterator it = input.dataset().make_iterator();
   int64_t steps = 0;
   distribute::Strategy* strategy = nullptr;
   while (options.steps == 0 || steps < options.steps) {
-    std::optional<data::Element> batch = it.next();
-    if (!batch) break;
-    if (strategy == nullptr) strategy = &strategy_for("evaluate", *batch);
-    distributed_steps(*strategy, {*batch}, /*training=*/false);
+    std::vector<data::Element> batch;
+    if (std::optional<data::Element> b = it.next()) batch.push_back(std::move(*b));
+    if (strategy == nullptr && !batch.empty()) strategy = &strategy_for("evaluate", batch.front());
+    const distribute::StepGroup step = input.group(std::move(batch), 1);
+    if (step.size() == 0) break;
+    if (strategy == nullptr) {  // this worker's own share ended before the others': nothing to build the model from
+      STRATA_CHECK(built(), InvalidArgument,
+                   "evaluate: this worker's share of the dataset is empty, so the model cannot be built from its first "
+                   "batch; build it (build_for) before evaluate");
+      strategy = &strategy_for("evaluate", step.batches.front()[0]);
+    }
+    distributed_steps(*strategy, step, /*training=*/false);
     const Logs logs = metric_logs();
     run_callbacks(callbacks, [&](Callback& cb) { cb.on_test_batch_end(steps, logs); });
     ++steps;

@@ -44,9 +44,17 @@ void Model::load_weights(const std::string& path) {
 }
 
 // The FitPosition travels in the checkpoint as the manifest's extra {"fit": {...}} and, for the
-// iterator's state, a U8 tensor "iterator" in the checkpoint's input tensors.
+// iterator's state, a U8 tensor "iterator" in the checkpoint's input tensors; or, when workers each read their
+// own share, one per worker: "iterator/worker-<w>".
 namespace {
 constexpr const char* kIteratorTensor = "iterator";
+constexpr const char* kWorkerIteratorPrefix = "iterator/worker-";
+
+Tensor bytes_tensor(const std::string& bytes) {
+  Tensor t = Tensor::empty({static_cast<int64_t>(bytes.size())}, DType::kUInt8);
+  std::memcpy(t.raw_data(), bytes.data(), bytes.size());
+  return t;
+}
 
 nlohmann::json position_json(const FitPosition& p) {
   return {{"epochs_done", p.epochs_done},
@@ -74,11 +82,24 @@ FitPosition position_from(const io::TrainingCheckpoint& ckpt, const std::string&
   STRATA_CHECK(p.epochs_done >= 0 && p.step_in_epoch >= 0, DataCorrupt,
                where << ": the manifest's fit position (epoch " << p.epochs_done << ", step " << p.step_in_epoch
                      << ") is negative");
+  const std::string prefix = kWorkerIteratorPrefix;
   for (const auto& [name, t] : ckpt.input) {
-    STRATA_CHECK(name == kIteratorTensor && t.dtype() == DType::kUInt8 && t.shape().size() == 1, DataCorrupt,
+    const bool per_worker = name.rfind(prefix, 0) == 0;
+    STRATA_CHECK((name == kIteratorTensor || per_worker) && t.dtype() == DType::kUInt8 && t.shape().size() == 1,
+                 DataCorrupt,
                  where << ": unexpected input tensor '" << name << "' " << shape_str(t.shape()) << " "
-                       << dtype_name(t.dtype()) << " (expected '" << kIteratorTensor << "', 1-D uint8)");
-    p.input_state.assign(static_cast<const char*>(t.raw_data()), static_cast<size_t>(t.nbytes()));
+                       << dtype_name(t.dtype()) << " (expected '" << kIteratorTensor << "' or '" << prefix
+                       << "<w>', 1-D uint8)");
+    std::string bytes(static_cast<const char*>(t.raw_data()), static_cast<size_t>(t.nbytes()));
+    if (!per_worker) {
+      p.input_state = std::move(bytes);
+      continue;
+    }
+    // Written in worker order: worker w's is the w-th.
+    const std::string expected = prefix + std::to_string(p.worker_input_states.size());
+    STRATA_CHECK(name == expected, DataCorrupt,
+                 where << ": input tensor '" << name << "' where '" << expected << "' belongs (one per worker, in order)");
+    p.worker_input_states.push_back(std::move(bytes));
   }
   return p;
 }
@@ -93,13 +114,15 @@ std::string Model::save_checkpoint(const std::string& directory, int64_t number,
   ckpt.epoch = number;
   ckpt.rng = default_generator().state();
   if (fit_state_.active) {
-    const FitPosition p = fit_position();
+    const FitPosition p = job_fit_position();  // across workers, every worker takes part; the chief writes
+    if (const distribute::Strategy* strategy = owning_strategy(); strategy != nullptr && !strategy->is_chief()) {
+      return "";
+    }
     ckpt.epoch = p.epochs_done;
     ckpt.extra_json = nlohmann::json{{"fit", position_json(p)}}.dump();
-    if (!p.input_state.empty()) {
-      Tensor bytes = Tensor::empty({static_cast<int64_t>(p.input_state.size())}, DType::kUInt8);
-      std::memcpy(bytes.raw_data(), p.input_state.data(), p.input_state.size());
-      ckpt.input.emplace_back(kIteratorTensor, std::move(bytes));
+    if (!p.input_state.empty()) ckpt.input.emplace_back(kIteratorTensor, bytes_tensor(p.input_state));
+    for (size_t w = 0; w < p.worker_input_states.size(); ++w) {
+      ckpt.input.emplace_back(kWorkerIteratorPrefix + std::to_string(w), bytes_tensor(p.worker_input_states[w]));
     }
   }
   return io::CheckpointManager(directory, max_to_keep).save(ckpt, number);

@@ -2,8 +2,8 @@
 // workers train together, only the chief shows progress and writes checkpoints, and all print the same test
 // line; a worker killed with SIGKILL makes the other fail with an error naming it within the heartbeat timeout
 // (10 s) plus 2 s, one stopped with SIGSTOP (alive but stuck) well within the collective timeout (300 s); under
-// `strata launch --max-restarts 1` with checkpoints every 50 steps, a worker killed mid-epoch costs a restart and
-// the job ends with the same steps and the same result as an uninterrupted one. Every process runs under `timeout`
+// `strata launch --max-restarts 1` with backups every 50 steps (--backup-dir), a worker killed mid-epoch costs a
+// restart and the job ends with the same result as an uninterrupted one. Every process runs under `timeout`
 // and is killed on every path.
 #include <gtest/gtest.h>
 
@@ -78,12 +78,12 @@ TEST(MultiWorkerCommandTest, UnderMpirunTheWorkersUseMpiAndGetWhatGlooGets) {
   EXPECT_EQ(mpi_lines[1], gloo_lines[0]);
 }
 
-// `strata launch --workers 2 --max-restarts R -- sh -c '...strata train --resume --checkpoint-every 50...'`, where
-// the first run of worker 1 kills itself (SIGKILL) once the chief has saved ckpt-<kill_at> (0: never).
+// `strata launch --workers 2 --max-restarts R -- sh -c '...strata train --backup-dir D --backup-every-steps 50...'`,
+// where the first run of worker 1 kills itself (SIGKILL) once the chief has saved backup ckpt-<kill_at> (0: never).
 std::pair<int, std::string> restartable_job(const TinyJob& t, const fs::path& ckpt, int kill_at, int max_restarts) {
   const std::string train = std::string(STRATA_BINARY) + " train " + t.job +
-                            " --strategy multi_worker_mirrored --threads 1 --epochs 3 --resume --checkpoint-every 50"
-                            " --checkpoint-dir " + ckpt.string();
+                            " --strategy multi_worker_mirrored --threads 1 --epochs 3 --backup-every-steps 50"
+                            " --backup-dir " + ckpt.string();
   std::string script = "exec " + train;
   if (kill_at > 0) {
     script = "if [ \"$STRATA_LAUNCH_RESTART\" = 0 ] && echo \"$TF_CONFIG\" | grep -q '\"index\": *1'; then "
@@ -111,10 +111,11 @@ TEST(MultiWorkerCommandTest, AKilledWorkerIsRestartedAndTheJobEndsAsIfNothingHap
   const auto [rc, out] = restartable_job(t, killed, 100, 1);
   ASSERT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("restart 1 of 1"), std::string::npos) << out;
-  EXPECT_NE(out.find("Restored "), std::string::npos) << out;  // the restarted workers resumed mid-epoch
-  // The same steps (the last checkpoint's number is the step count) and the same result, to the digit.
-  EXPECT_TRUE(fs::exists(whole / "ckpt-192")) << out_whole;
-  EXPECT_TRUE(fs::exists(killed / "ckpt-192")) << out;
+  // The restarted workers resumed mid-epoch from the backup of step 100 (epoch 2, step 36 of 64).
+  EXPECT_NE(out.find("ckpt-100: epoch 2 at step 36 of it (global step 100)"), std::string::npos) << out;
+  // Both runs completed, so their backups are gone; the same result, to the digit.
+  EXPECT_FALSE(fs::exists(whole)) << out_whole;
+  EXPECT_FALSE(fs::exists(killed)) << out;
   const auto expected = test_lines(out_whole), got = test_lines(out);
   ASSERT_EQ(expected.size(), 2u) << out_whole;
   ASSERT_EQ(got.size(), 2u) << out;

@@ -91,6 +91,29 @@ TEST(ResumeCommandTest, AFreshRunRefusesToWriteOverAnEarlierRunsCheckpoints) {
   auto [rc3, out3] = run(std::string(STRATA_BINARY) + " train " + r.job + " --checkpoint-every 5");
   EXPECT_EQ(rc3, 1) << out3;
   EXPECT_NE(last_line(out3).find("--checkpoint-every needs --checkpoint-dir"), std::string::npos) << out3;
+  auto [rc4, out4] = run(std::string(STRATA_BINARY) + " train " + r.job + " --backup-every-steps 5");
+  EXPECT_EQ(rc4, 1) << out4;
+  EXPECT_NE(last_line(out4).find("--backup-every-steps needs --backup-dir"), std::string::npos) << out4;
+  auto [rc5, out5] = run(train(r.job, r.ckpt, "--resume --backup-dir " + (r.s.dir / "backup").string()));
+  EXPECT_EQ(rc5, 1) << out5;
+  EXPECT_NE(last_line(out5).find("--backup-dir resumes from its backup by itself"), std::string::npos) << out5;
+}
+
+TEST(ResumeCommandTest, ABackupDirResumesByItselfAndIsGoneWhenTrainingCompletes) {
+  TinyRun r("backup");
+  const fs::path backup = r.s.dir / "backup";
+  const std::string cmd = std::string(STRATA_BINARY) + " train " + r.job + " --backup-dir " + backup.string();
+  ASSERT_EQ(run(cmd + " --epochs 1").first, 0);
+  EXPECT_FALSE(fs::exists(backup)) << "a completed run deletes its backup";
+  // What an interrupted run leaves: a backup of epoch 1 (a kept checkpoint, copied in). The next run resumes from it.
+  fs::create_directories(backup);
+  ASSERT_EQ(run(train(r.job, r.ckpt, "--epochs 1")).first, 0);
+  fs::copy(r.ckpt, backup, fs::copy_options::recursive);
+  auto [rc, out] = run(cmd + " --epochs 2");
+  EXPECT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("Restored " + (backup / "ckpt-1").string() + ": 1 epoch(s) done"), std::string::npos) << out;
+  EXPECT_EQ(out.find("Epoch 1/2"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(backup)) << out;
 }
 
 TEST(ResumeCommandTest, ADivergedRunLeavesTheLastGoodCheckpointInPlace) {

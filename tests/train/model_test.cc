@@ -170,7 +170,8 @@ TEST(ModelTest, BackupAndRestoreResumesFromTheLastEpoch) {
   full->fit(ds, {.epochs = 3, .verbose = 0});
   // Interrupted after 2 epochs, then resumed in a fresh model.
   auto first = small_mlp();
-  auto backup = std::make_shared<callbacks::BackupAndRestore>(dir.string());
+  auto backup = std::make_shared<callbacks::BackupAndRestore>(
+      dir.string(), callbacks::BackupAndRestore::Options{.delete_checkpoint = false});
   first->fit(ds, {.epochs = 2, .callbacks = {backup}, .verbose = 0});
   auto resumed = small_mlp();
   resumed->build_for({1, 4});

@@ -17,46 +17,16 @@
 #include "strata/nn/nn.h"
 #include "strata/train/callbacks.h"
 #include "strata/train/model.h"
+#include "multi_worker_test_util.h"
 #include "test_util.h"
 
 namespace strata::distribute {
 namespace {
 
-cluster::TaskInfo worker_task(const cluster::ClusterSpec& spec, int index) {
-  return cluster::resolve_tf_config(cluster::make_tf_config(spec, "worker", index));
-}
-
-cluster::ClusterSpec local_cluster(int workers) {
-  cluster::ClusterSpec spec;
-  for (int i = 0; i < workers; ++i) spec.jobs["worker"].push_back("127.0.0.1:" + std::to_string(test::free_port()));
-  return spec;
-}
-
-CommunicationOptions quick_options() {
-  return {.timeout = std::chrono::seconds(20),
-          .heartbeat_timeout = std::chrono::seconds(3),
-          .heartbeat_interval = std::chrono::milliseconds(200)};
-}
-
-// Runs body(w, strategy) for each of `workers` workers of `local` replicas, each on its own thread with its own
-// MultiWorkerMirroredStrategy on a fresh 127.0.0.1 cluster; fails the test with any worker's error.
-void on_every_worker(int workers, int local, const std::function<void(int, MultiWorkerMirroredStrategy&)>& body) {
-  const cluster::ClusterSpec spec = local_cluster(workers);
-  std::vector<std::string> errors(static_cast<size_t>(workers));
-  std::vector<std::thread> threads;
-  for (int w = 0; w < workers; ++w) {
-    threads.emplace_back([&, w] {
-      try {
-        MultiWorkerMirroredStrategy strategy(worker_task(spec, w), quick_options(), local);
-        body(w, strategy);
-      } catch (const std::exception& e) {
-        errors[static_cast<size_t>(w)] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
-  for (int w = 0; w < workers; ++w) ASSERT_EQ(errors[static_cast<size_t>(w)], "") << "worker " << w;
-}
+using test_workers::local_cluster;
+using test_workers::on_every_worker;
+using test_workers::quick_options;
+using test_workers::worker_task;
 
 struct Trained {
   std::vector<std::pair<std::string, Tensor>> weights;
@@ -188,7 +158,8 @@ TEST(MultiWorkerTest, WorkersThatWouldResumeFromDifferentPositionsAllStopWithACl
     model.build_for({1, 12});
     model.compile(losses::SparseCategoricalCrossentropy({.from_logits = true}), optim::SGD({.learning_rate = 0.1}));
     model.fit(training_data(), {.epochs = 1, .callbacks = {std::make_shared<callbacks::BackupAndRestore>(
-                                                  (dir / "shared").string())},
+                                                  (dir / "shared").string(),
+                                                  callbacks::BackupAndRestore::Options{.delete_checkpoint = false})},
                                 .verbose = 0});
   }
   std::vector<std::string> messages(2);
@@ -226,7 +197,8 @@ TEST(MultiWorkerTest, AfterARestoreEveryWorkerTakesTheChiefsWeightsAndOptimizerS
     Sequential model = make();
     model.fit(training_data(), {.epochs = 1,
                                 .callbacks = {std::make_shared<callbacks::BackupAndRestore>(
-                                    (dir / std::to_string(w)).string())},
+                                    (dir / std::to_string(w)).string(),
+                                    callbacks::BackupAndRestore::Options{.delete_checkpoint = false})},
                                 .verbose = 0});
   }
   std::vector<std::vector<std::vector<float>>> weights(2);

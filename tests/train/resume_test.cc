@@ -19,6 +19,11 @@
 namespace strata {
 namespace {
 
+// A BackupAndRestore whose backups stay when fit completes, so that a later fit resumes from them.
+std::shared_ptr<callbacks::BackupAndRestore> kept_backup(const std::string& dir) {
+  return std::make_shared<callbacks::BackupAndRestore>(dir, callbacks::BackupAndRestore::Options{.delete_checkpoint = false});
+}
+
 namespace fs = std::filesystem;
 
 constexpr int64_t kExamples = 200, kBatch = 16;  // 13 steps an epoch (the last one short)
@@ -96,12 +101,12 @@ TEST(ResumeTest, AtEveryEpochBoundaryEndsBitwiseEqual) {
   for (int64_t stop = 1; stop < kEpochs; ++stop) {
     Scratch scratch;
     auto first = model();
-    FitOptions o = options({std::make_shared<callbacks::BackupAndRestore>(scratch.dir.string())});
+    FitOptions o = options({kept_backup(scratch.dir.string())});
     o.epochs = stop;
     first->fit(pipeline(), o);
     auto resumed = model();
     const History h =
-        resumed->fit(pipeline(), options({std::make_shared<callbacks::BackupAndRestore>(scratch.dir.string())}));
+        resumed->fit(pipeline(), options({kept_backup(scratch.dir.string())}));
     ASSERT_EQ(h.epochs.front(), stop);
     EXPECT_EQ(resumed->step(), full->step());
     expect_bitwise_equal(*full, *resumed);
@@ -168,7 +173,7 @@ TEST(ResumeTest, NothingToResumeFromStartsAtTheFirstEpochAndSaysSo) {
   Scratch scratch;
   auto m = model();
   testing::internal::CaptureStdout();
-  const History h = m->fit(pipeline(), options({std::make_shared<callbacks::BackupAndRestore>(scratch.dir.string())}));
+  const History h = m->fit(pipeline(), options({kept_backup(scratch.dir.string())}));
   const std::string out = testing::internal::GetCapturedStdout();
   EXPECT_EQ(h.epochs.front(), 0);
   EXPECT_NE(out.find("No checkpoint to resume from in " + scratch.dir.string()), std::string::npos) << out;
@@ -177,7 +182,7 @@ TEST(ResumeTest, NothingToResumeFromStartsAtTheFirstEpochAndSaysSo) {
 TEST(ResumeTest, ADamagedCheckpointIsAnErrorAndIsNotWrittenOver) {
   Scratch scratch;
   auto first = model();
-  FitOptions o = options({std::make_shared<callbacks::BackupAndRestore>(scratch.dir.string())});
+  FitOptions o = options({kept_backup(scratch.dir.string())});
   o.epochs = 1;
   first->fit(pipeline(), o);
   const fs::path manifest = scratch.dir / "ckpt-1" / "manifest.json";
@@ -185,7 +190,7 @@ TEST(ResumeTest, ADamagedCheckpointIsAnErrorAndIsNotWrittenOver) {
   fs::remove(manifest);
   auto resumed = model();
   EXPECT_THROW(
-      resumed->fit(pipeline(), options({std::make_shared<callbacks::BackupAndRestore>(scratch.dir.string())})),
+      resumed->fit(pipeline(), options({kept_backup(scratch.dir.string())})),
       DataCorrupt);
   EXPECT_EQ(resumed->step(), 0);
   EXPECT_FALSE(fs::exists(manifest)) << "the damaged checkpoint was written over";
@@ -195,13 +200,13 @@ TEST(ResumeTest, ADamagedCheckpointIsAnErrorAndIsNotWrittenOver) {
 TEST(ResumeTest, AnotherDatasetThanTheCheckpointsIsAClearError) {
   Scratch scratch;
   auto first = model();
-  FitOptions o = options({std::make_shared<callbacks::BackupAndRestore>(scratch.dir.string())});
+  FitOptions o = options({kept_backup(scratch.dir.string())});
   o.epochs = 1;
   first->fit(pipeline(), o);
   auto resumed = model();
   const data::Dataset unshuffled = data::Dataset::range(kExamples).batch(kBatch);
   const std::string msg = test::message_of<InvalidArgument>([&] {
-    resumed->fit(unshuffled, options({std::make_shared<callbacks::BackupAndRestore>(scratch.dir.string())}));
+    resumed->fit(unshuffled, options({kept_backup(scratch.dir.string())}));
   });
   EXPECT_NE(msg.find("the checkpoint's input position does not fit this dataset"), std::string::npos) << msg;
 }

@@ -11,13 +11,13 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "strata/data/dataset.h"
+#include "strata/data/options.h"
 
 namespace strata::data {
-
-enum class AutoShardPolicy { kOff, kAuto, kFile, kData };
 
 // "OFF", "AUTO", "FILE", "DATA" (case-insensitive) -> policy; InvalidArgument otherwise.
 AutoShardPolicy parse_auto_shard_policy(const std::string& name);
@@ -25,5 +25,19 @@ const char* auto_shard_policy_name(AutoShardPolicy policy);
 
 Dataset auto_shard(const Dataset& dataset, int64_t num_workers, int64_t worker_index,
                    AutoShardPolicy policy = AutoShardPolicy::kAuto);
+
+// The building blocks of sharding across workers (strata/distribute/input.h):
+// Whether the pipeline has a file source and every one has at least num_workers files (AUTO picks FILE then);
+// else why not, in words, in *problem.
+bool can_shard_files(const Dataset& dataset, int64_t num_workers, std::string* problem = nullptr);
+// The dataset with every file source reading only files i with i % num_workers == worker_index; InvalidArgument
+// naming the reason when can_shard_files is false or a stage cannot be rebuilt.
+Dataset shard_files(const Dataset& dataset, int64_t num_workers, int64_t worker_index);
+// The dataset with its last batching stage (batch or padded_batch, followed only by stages that keep elements
+// whole: map, filter, shuffle, prefetch, cache, repeat, take, skip, shard, enumerate) making batches of
+// `batch_size` instead; InvalidArgument when the pipeline does not end in one.
+Dataset rebatch(const Dataset& dataset, int64_t batch_size);
+// That stage's batch size, or nullopt when the pipeline does not end in one.
+std::optional<int64_t> final_batch_size(const Dataset& dataset);
 
 }  // namespace strata::data

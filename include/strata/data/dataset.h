@@ -31,6 +31,7 @@
 #include "strata/data/dataset_node.h"
 #include "strata/data/element.h"
 #include "strata/data/idx.h"
+#include "strata/data/options.h"
 
 namespace strata::data {
 
@@ -131,6 +132,11 @@ class Dataset {
   Dataset zip(const Dataset& other) const { return zip({*this, other}); }
   // Prepends an int64 scalar counter (named "index" when the elements are named).
   Dataset enumerate(int64_t start = 0) const;
+  // The same elements, carrying `options` for whoever distributes the dataset (tf.data's with_options); the
+  // options given last (outermost) win.
+  Dataset with_options(const Options& options) const;
+  // The options of the outermost with_options stage; defaults when there is none.
+  Options options() const;
   // Applies a custom transformation: fn(node) -> node (for stages written elsewhere).
   Dataset apply(const std::function<Dataset(const Dataset&)>& fn) const { return fn(*this); }
 

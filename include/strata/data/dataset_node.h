@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "strata/data/element.h"
+#include "strata/data/options.h"
 
 namespace strata::data {
 
@@ -62,6 +63,12 @@ class DatasetNode {
   virtual std::optional<std::vector<std::string>> files() const { return std::nullopt; }
   // ... and makes a copy of itself reading only `files` (a subset of files()).
   virtual std::shared_ptr<const DatasetNode> with_files(std::vector<std::string> files) const;
+  // A batching stage says its batch size (rebatching a global batch into a worker's share) ...
+  virtual std::optional<int64_t> batch_size() const { return std::nullopt; }
+  // ... and makes a copy of itself batching `batch_size` elements instead.
+  virtual std::shared_ptr<const DatasetNode> with_batch_size(int64_t batch_size) const;
+  // An options stage (Dataset::with_options) gives its options; others nullptr.
+  virtual const Options* options() const { return nullptr; }
 };
 
 // Builds a state string: put(key, value) in any order; values may be nested states.

@@ -1,29 +1,47 @@
-// Distributed input: global batches split across replicas (tf.distribute's DistributedDataset).
+// Distributed input: global batches split across replicas and workers (tf.distribute's DistributedDataset).
 //
 //   auto dist = strategy.experimental_distribute_dataset(train.batch(global_batch));
 //   auto it = dist.make_iterator();
 //   while (auto batch = it.next()) strategy.run(step, *batch);     // batch: PerReplica<data::Element>
 //
-// experimental_distribute_dataset: each element of the dataset is a global batch; every component is
-// split along its first axis into num_replicas_in_sync contiguous parts of ceil(rows / N) rows, the last
-// ones smaller, so an uneven last batch gives some replicas fewer rows, possibly none (an empty batch with
-// the same trailing shape). Across workers every worker reads the same global batches and keeps its
-// replicas' parts (TensorFlow's AutoShardPolicy.DATA). distribute_datasets_from_function: the function builds the per-replica
-// pipeline from an InputContext (its batch size is already per replica); replica r takes the r-th
-// element of each group of N, and when the data runs out mid-group the remaining replicas get empty
-// batches shaped like the last one.
+// experimental_distribute_dataset: each element of the dataset is a global batch; every component is split
+// along its first axis into num_replicas_in_sync contiguous parts of ceil(rows / N) rows, the last ones smaller,
+// so an uneven last batch gives some replicas fewer rows, possibly none (an empty batch with the same trailing
+// shape). distribute_datasets_from_function: the function builds the per-replica pipeline from an InputContext
+// (its batch size is already per replica); replica r takes the r-th element of each group of N, and when the data
+// runs out mid-group the remaining replicas get empty batches shaped like the last one.
 //
-// Thread-safety: an iterator is used by one thread (the one driving the strategy).
+// Across workers (WorkerInput), the dataset's AutoShardPolicy (data::Options, set with Dataset::with_options)
+// says how each worker reads it, as in TensorFlow:
+//   DATA: every worker reads every global batch and keeps its replicas' parts, so N workers compute exactly what
+//         one process with the same global batch would;
+//   FILE: each worker reads its own files (data::shard_files) and its batches hold its share of the global
+//         batch (the pipeline's last batch() is rebatched), so no worker reads another's data;
+//   OFF:  every worker reads the whole dataset, rebatched to its share (each example is seen N times an epoch);
+//   AUTO (the default): FILE when the pipeline has a file source with at least as many files as workers, else
+//         DATA.
+// When workers read their own batches (FILE, OFF, and per-replica pipelines from a function), shards of unequal
+// size never deadlock: at every group of steps the workers exchange how many rows each has, the group has the
+// steps any worker still has a batch for, and a worker whose shard has ended takes part with empty batches
+// (zero gradients), so all workers make the same number of steps and every example is trained on once; the loss
+// is averaged over the rows of the global batch the workers have together (a short last global batch is
+// averaged as it is on one machine).
+//
+// Thread-safety: an iterator and a WorkerInput are used by one thread (the one driving the strategy).
 #pragma once
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
+#include <vector>
 
 #include "strata/data/dataset.h"
 #include "strata/distribute/values.h"
 
 namespace strata::distribute {
+
+class Strategy;
 
 // What distribute_datasets_from_function's function is told (tf.distribute.InputContext).
 struct InputContext {
@@ -42,48 +60,76 @@ int64_t batch_rows(const data::Element& batch);
 // Parts [first, first + count) of split_batch(batch, parts): one worker's replicas' share of a global batch.
 PerReplica<data::Element> split_batch_share(const data::Element& batch, int parts, int first, int count);
 
+// The steps of one group, as this process's replicas run them.
+struct StepGroup {
+  std::vector<PerReplica<data::Element>> batches;  // per step: one batch per local replica
+  std::vector<int64_t> global_rows;                // per step: rows of the global batch (all workers together)
+  size_t size() const { return batches.size(); }
+};
+
+// How this worker reads a dataset of global batches, for `strategy` (with one worker: the dataset as it is, each
+// global batch split over the local replicas).
+class WorkerInput {
+ public:
+  WorkerInput(const Strategy& strategy, const data::Dataset& global_batches);
+  // What this worker iterates: the global batches (DATA), or its own share of them (FILE, OFF).
+  const data::Dataset& dataset() const { return dataset_; }
+  // The policy as applied: kData, kFile or kOff (kData with one worker).
+  data::AutoShardPolicy policy() const { return policy_; }
+  // Whether each worker reads its own batches (FILE, OFF): then the workers agree on the steps at every group.
+  bool own_batches() const { return policy_ != data::AutoShardPolicy::kData; }
+  // One group of steps from the batches this worker read for it (fewer than `want` when its input ended). With
+  // own batches it is a collective: every worker calls it at the same point with the same `want`, and the group
+  // has the steps any worker has a batch for. Empty when no worker has one.
+  // A worker without a batch for a step takes empty batches shaped like the last one it read.
+  StepGroup group(std::vector<data::Element> batches, int64_t want);
+
+ private:
+  const Strategy* strategy_;
+  data::Dataset dataset_;
+  data::AutoShardPolicy policy_ = data::AutoShardPolicy::kData;
+  std::optional<data::Element> last_;  // the last batch read: the shape of empty batches
+};
+
+// Rows of this worker's share of a global batch of `global_rows` split into `parts` replicas' parts of
+// ceil(rows / parts) rows, of which it holds [first, first + count).
+int64_t share_rows(int64_t global_rows, int parts, int first, int count);
+
 class DistributedIterator {
  public:
-  // The next global batch, one element per replica; nullopt at the end.
+  // The next global batch, one element per replica; nullopt at the end (every worker's).
   std::optional<PerReplica<data::Element>> next();
-  // Rows of the last global batch next() gave (the sum over replicas).
+  // Rows of the last global batch next() gave (the sum over replicas and workers).
   int64_t last_global_batch_size() const { return last_rows_; }
 
  private:
   friend class DistributedDataset;
-  DistributedIterator(data::Iterator it, int replicas, bool split, int parts, int first)
-      : it_(std::move(it)), replicas_(replicas), split_(split), parts_(parts), first_(first) {}
-  data::Iterator it_;
+  DistributedIterator(const Strategy* strategy, std::optional<WorkerInput> input, int replicas, data::Iterator it)
+      : strategy_(strategy), input_(std::move(input)), replicas_(replicas), it_(std::move(it)) {}
+  const Strategy* strategy_;
+  std::optional<WorkerInput> input_;  // none: per-replica elements (distribute_datasets_from_function)
   int replicas_;
-  bool split_;
-  int parts_, first_;
+  data::Iterator it_;
+  std::optional<data::Element> last_;  // the last element read, the shape of empty batches
   int64_t last_rows_ = 0;
 };
 
 class DistributedDataset {
  public:
-  // `num_replicas`: this process's replicas. With split_global_batches, each global batch is split over
-  // `split_parts` replicas in sync (0: num_replicas) and this process keeps parts [first_part, first_part +
-  // num_replicas): its workers' share, every worker reading the same global batches.
-  DistributedDataset(data::Dataset dataset, int num_replicas, bool split_global_batches, int split_parts = 0,
-                     int first_part = 0)
-      : dataset_(std::move(dataset)),
-        replicas_(num_replicas),
-        split_(split_global_batches),
-        parts_(split_parts > 0 ? split_parts : num_replicas),
-        first_(first_part) {}
-  DistributedIterator make_iterator() const {
-    return DistributedIterator(dataset_.make_iterator(), replicas_, split_, parts_, first_);
-  }
+  // Global batches, read as WorkerInput says.
+  DistributedDataset(const Strategy& strategy, const data::Dataset& global_batches);
+  // Per-replica batches, one element per local replica in turn (distribute_datasets_from_function).
+  DistributedDataset(const Strategy& strategy, const data::Dataset& per_replica_batches, int num_replicas);
+  DistributedIterator make_iterator() const;
   int num_replicas() const { return replicas_; }
-  // The dataset underneath (global batches, or per-replica batches from the function).
+  // What this worker iterates (its share of the global batches, or the per-replica batches).
   const data::Dataset& dataset() const { return dataset_; }
 
  private:
+  const Strategy* strategy_;
+  std::optional<WorkerInput> input_;
   data::Dataset dataset_;
   int replicas_;
-  bool split_;
-  int parts_, first_;
 };
 
 }  // namespace strata::distribute

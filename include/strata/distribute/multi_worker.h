@@ -12,9 +12,11 @@
 // A worker is one replica by default (TensorFlow's behaviour for CPU workers), or `local_replicas` threads;
 // num_replicas_in_sync() is workers × local replicas, replica_id_in_sync_group() id_in_cluster × local replicas +
 // the local replica. Gradients are reduced hierarchically: within the worker, then across the workers
-// (strata/comm/hierarchical.h). Every worker reads the same global batches and trains on its replicas' part of
-// each (AutoShardPolicy.DATA), so N workers compute exactly what one process with the same global batch would:
-// the equivalence the tests check.
+// (strata/comm/hierarchical.h). How each worker reads the data follows the dataset's AutoShardPolicy
+// (strata/distribute/input.h): under DATA (AUTO's choice without files to split, e.g. IDX) every worker reads the
+// same global batches and trains on its replicas' part of each, so N workers compute exactly what one process with
+// the same global batch would (the equivalence the tests check); under FILE each worker reads its own files and
+// its share of the global batch, and shards of unequal size never deadlock.
 //
 // Communication (CommunicationOptions): "auto" picks the mpi backend under mpirun and gloo otherwise; gloo
 // connects through the job's coordination service, which the chief (worker 0 without a chief, rank 0 under
@@ -84,6 +86,7 @@ class MultiWorkerMirroredStrategy final : public Strategy {
   comm::Communicator& communicator(int replica) const override;
   std::vector<double> sum_across_workers(const std::vector<double>& values) const override;
   void broadcast_from_chief(const std::vector<Tensor>& tensors) const override;
+  std::vector<std::string> all_gather_across_workers(const std::string& bytes) const override;
 
  protected:
   GradientAggregator* aggregator(int replica) override;

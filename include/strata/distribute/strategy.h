@@ -142,6 +142,9 @@ class Strategy {
   // Overwrites `tensors` (float32, bfloat16 or int64; the same shapes on every worker) with the chief's, in
   // place; nothing with one worker. Driving thread, between runs; every worker calls it at the same point.
   virtual void broadcast_from_chief(const std::vector<Tensor>& tensors) const;
+  // Every worker's `bytes` (any lengths), in worker order; {bytes} with one worker. Driving thread, between runs;
+  // every worker calls it at the same point.
+  virtual std::vector<std::string> all_gather_across_workers(const std::string& bytes) const;
 
   // Global batches split across replicas (see strata/distribute/input.h).
   DistributedDataset experimental_distribute_dataset(const data::Dataset& dataset) const;

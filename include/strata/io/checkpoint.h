@@ -76,6 +76,11 @@ class CheckpointManager {
   // Every checkpoint the pointer file lists that still exists, oldest first.
   std::vector<std::string> checkpoints() const;
 
+  // Deletes every ckpt-<n> and the pointer file (the pointer first, so a crash halfway leaves older complete
+  // checkpoints that latest() still finds), then the directory if nothing else is in it. Nothing to do when the
+  // directory is missing. IoError when an entry cannot be removed.
+  void remove_all() const;
+
   const std::string& directory() const { return directory_; }
   int max_to_keep() const { return max_to_keep_; }
 

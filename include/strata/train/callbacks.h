@@ -233,21 +233,27 @@ class TerminateOnNaN : public Callback {
 // `save_freq` 0 saves at the end of each epoch as ckpt-<epochs done> (a kill loses at most the epoch in
 // progress); N > 0 saves every N global steps and at each epoch's end, as ckpt-<global step> (a kill
 // loses at most N steps). While the loss is NaN or infinite nothing is saved: diverged weights never
-// replace the last good checkpoint. Across workers (MultiWorkerMirroredStrategy) the chief alone writes, every
-// worker restores from the same directory, and the workers check that they resume from the same position (an
-// InvalidArgument on every worker otherwise: the directory must be on a file system they share).
+// replace the last good checkpoint. With `delete_checkpoint` (the default, as Keras) the backups are deleted
+// when fit completes; keep them (false) to use them as checkpoints. Across workers (MultiWorkerMirroredStrategy)
+// every worker takes part in a save (the job's metrics and, when workers read their own files, each worker's
+// input position are gathered) and the chief alone writes; every worker restores from the same directory, and the
+// workers check that they resume from the same position (an InvalidArgument on every worker otherwise: the
+// directory must be on a file system they share).
 class BackupAndRestore : public Callback {
  public:
   struct Options {
     bool restore = true;
     int max_to_keep = 3;
     int64_t save_freq = 0;  // 0: every epoch; N > 0: every N steps (and every epoch)
+    // Delete the backups when fit completes (Keras's default): they exist to resume an interrupted fit.
+    bool delete_checkpoint = true;
   };
   BackupAndRestore(std::string directory, Options options);
   explicit BackupAndRestore(std::string directory) : BackupAndRestore(std::move(directory), Options{}) {}
   void on_train_begin(const Logs& logs) override;
   void on_train_batch_end(int64_t batch, const Logs& logs) override;
   void on_epoch_end(int64_t epoch, const Logs& logs) override;
+  void on_train_end(const Logs& logs) override;
   const std::string& directory() const { return directory_; }
 
  private:

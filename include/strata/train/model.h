@@ -95,8 +95,12 @@ struct FitPosition {
   // The iterator had ended (its pass completed): a resumed fit restores it only to carry the dataset's
   // pass count (so the next pass reshuffles as it would have), then opens the next pass.
   bool input_finished = false;
-  // The loss tracker's state, then each compiled metric's (metrics::Metric::state), mid-epoch.
+  // The loss tracker's state, then each compiled metric's (metrics::Metric::state), mid-epoch. Across workers:
+  // the job's (summed over the workers); a resumed chief takes them, the other workers start from zero.
   std::vector<std::vector<double>> metric_states;
+  // Across workers that each read their own share of the data (FILE or OFF auto-shard policy): every worker's
+  // iterator state, in worker order (input_state is then unused). A resumed job needs as many workers.
+  std::vector<std::string> worker_input_states;
 };
 
 class Model : public nn::Layer {
@@ -161,7 +165,8 @@ class Model : public nn::Layer {
   // Full training state (weights, optimizer slots, step, RNG) into a CheckpointManager directory as
   // ckpt-<number>. Called from a fit callback it also records where fit stands (FitPosition: epoch, step
   // in the epoch, the training iterator's state, the running metrics); outside fit the checkpoint says
-  // `number` epochs are done.
+  // `number` epochs are done. During fit across workers it is collective: every worker calls it at the same
+  // point (the job's position is gathered from all of them) and the chief alone writes; the others return "".
   std::string save_checkpoint(const std::string& directory, int64_t number, int max_to_keep = 5) const;
   // Restores from a ckpt-<n> directory or a directory holding them (the latest); returns the epochs
   // completed. A restore made while fit starts (a callback's on_train_begin, as BackupAndRestore does)
@@ -179,8 +184,11 @@ class Model : public nn::Layer {
   }
   // Set during on_train_begin: fit continues from this position (BackupAndRestore passes the restored one).
   void set_resume_position(FitPosition position) { resume_ = std::move(position); }
-  // Where the fit in progress stands, as save_checkpoint records it. REQUIRES: called from a fit callback.
+  // Where the fit in progress stands on this worker. REQUIRES: called from a fit callback.
   FitPosition fit_position() const;
+  // Where the job's fit stands, as save_checkpoint records it: fit_position() with, across workers, the metric
+  // states summed and (when each reads its own share) every worker's iterator state. Collective across workers.
+  FitPosition job_fit_position() const;
   // Whether a fit is running (callbacks may be asked to save outside one).
   bool in_fit() const { return fit_state_.active; }
   // Global step: optimizer iterations.
@@ -211,9 +219,11 @@ class Model : public nn::Layer {
   // variables, else the default. Builds the model (inside that scope) from `sample` if needed, and refuses
   // a model made outside the strategy's scope.
   distribute::Strategy& strategy_for(const char* what, const data::Element& sample);
-  // Runs one step per batch, in order: on the default strategy directly, otherwise all of them in one
-  // hand-off to the replicas (each batch split across them); then folds the replicas' metrics in.
-  void distributed_steps(distribute::Strategy& strategy, const std::vector<data::Element>& batches, bool training);
+  // The strategy strategy_for will choose, before any batch is read (how the input is split depends on it).
+  distribute::Strategy& input_strategy() const;
+  // Runs the group's steps, in order: on the default strategy directly, otherwise all of them in one hand-off
+  // to the replicas; then folds the replicas' metrics in.
+  void distributed_steps(distribute::Strategy& strategy, const distribute::StepGroup& steps, bool training);
   // Folds replicas 1..N-1's metric states into the model's (and resets theirs).
   void merge_replica_trackers();
   // Feeds a step's loss and predictions to the loss tracker and the metrics; returns the loss.
@@ -239,6 +249,7 @@ class Model : public nn::Layer {
     bool active = false;
     const data::Iterator* iterator = nullptr;
     bool iterator_finished = false;
+    bool own_input = false;  // each worker reads its own share (distribute::WorkerInput::own_batches)
     int64_t epochs_done = 0, step_in_epoch = 0;
   } fit_state_;
   double input_wait_fraction_ = 0;
