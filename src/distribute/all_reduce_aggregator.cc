@@ -13,12 +13,11 @@ AllReduceAggregator::AllReduceAggregator(Strategy& strategy, int replica, comm::
       replica_(replica),
       local_replicas_(strategy.num_local_replicas()),
       voters_(comm.size()),
-      reducer_(
-          comm, strategy.name(), bytes_per_pack,
-          [id = strategy.id()](const Variable& v) {
-            return v.is_model_variable() && v.owner() == id && v.dtype() == DType::kFloat32;
-          },
-          compression),
+      reducer_(comm, strategy.name(), bytes_per_pack,
+               [id = strategy.id()](const Variable& v) {
+                 return v.is_model_variable() && v.owner() == id && v.dtype() == DType::kFloat32;
+               },
+               compression),
       check_variable_(std::move(check_variable)) {}
 
 void AllReduceAggregator::expect_apply(GradientApplier& applier, const std::vector<Variable>& sources) {
