@@ -4,7 +4,7 @@
 //
 //   distribute_bench --strategy one_device|mirrored|central_storage|independent --replicas N --threads T
 //                    [--batch 128] [--epochs 1] [--data DIR] [--cross-device-ops ring] [--bucket-kb K]
-//                    [--steps-per-execution S]
+//                    [--steps-per-execution S] [--gradient-compression none|bf16]
 //
 // --batch is the global batch; --threads the cores in all (one_device: its intra-op threads; the others:
 // split evenly over the replicas).
@@ -39,6 +39,7 @@ int main(int argc, char** argv) {
   std::string strategy_name = "mirrored", dir = "/usr/share/datasets/fashion-mnist", cross_device_ops = distribute::kDefaultCrossDeviceOps;
   int replicas = 2, threads = 2;
   int64_t bucket_kb = 0;  // 0: the strategy's default
+  std::string gradient_compression = "none";  // multi_worker_mirrored: how gradients travel
   int64_t epochs = 1, batch = 128, steps_per_execution = 1;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
@@ -51,6 +52,7 @@ int main(int argc, char** argv) {
     else if (flag == "--cross-device-ops") cross_device_ops = argv[i + 1];
     else if (flag == "--bucket-kb") bucket_kb = std::stoll(argv[i + 1]);
     else if (flag == "--steps-per-execution") steps_per_execution = std::stoll(argv[i + 1]);
+    else if (flag == "--gradient-compression") gradient_compression = argv[i + 1];
   }
   auto make_model = [] {
     return Sequential(std::vector<nn::LayerRef>{nn::Conv2D(32, 3, "relu"), nn::MaxPool2D(2), nn::Flatten(),
@@ -115,10 +117,11 @@ int main(int argc, char** argv) {
     distribute::CrossDeviceOps ops = distribute::CrossDeviceOps::from_name(cross_device_ops);
     ops.bucket_bytes = bucket_kb << 10;
     strategy = distribute::MirroredStrategy::cpu_replicas(replicas, {.cross_device_ops = ops});
-  } else if (strategy_name == "multi_worker_mirrored" && bucket_kb > 0) {
-    strategy = std::make_unique<distribute::MultiWorkerMirroredStrategy>(
-        cluster::resolve_cluster_from_environment(), distribute::CommunicationOptions{.bytes_per_pack = bucket_kb << 10},
-        replicas);
+  } else if (strategy_name == "multi_worker_mirrored" && (bucket_kb > 0 || gradient_compression != "none")) {
+    distribute::CommunicationOptions options{.gradient_compression = gradient_compression};
+    if (bucket_kb > 0) options.bytes_per_pack = bucket_kb << 10;
+    strategy = std::make_unique<distribute::MultiWorkerMirroredStrategy>(cluster::resolve_cluster_from_environment(),
+                                                                         options, replicas);
   } else {
     strategy = distribute::make_strategy(strategy_name, replicas, cross_device_ops);
   }

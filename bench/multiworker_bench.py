@@ -20,7 +20,9 @@ single runs vary by tens of percent). Targets (issue 24): strata gloo >= 0.9 of 
 Then (as root; skipped with a message where network namespaces cannot be made, or with --no-slow-link) the 2 gloo
 workers run in two network namespaces joined by a veth pair limited to 1 Gbit/s by tc tbf (addresses 10.213.0.1-2,
 only inside those namespaces; removed on every path), with one bucket after backward and with 256 KiB buckets that
-overlap it, and the bench prints how much of a step's time beyond computing the overlap hides.
+overlap it, each with float32 gradients and with bf16 gradient compression (--gradient-compression bf16: half the
+bytes on the wire), and the bench prints how much of a step's time beyond computing the overlap hides and what
+compression gains.
 Every child runs in its own session and is killed with what it forked on every path; the run stops at --time-limit.
 """
 import argparse
@@ -168,11 +170,12 @@ class SlowLink:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
-def run_gloo_slow_link(children, args, link, bucket_kb=0):
+def run_gloo_slow_link(children, args, link, bucket_kb=0, compression="none"):
     """The 2 gloo workers, one in each namespace, talking over the 1 Gbit/s link."""
     ports = [free_port(), free_port()]
     cluster = {"worker": [f"{ip}:{port}" for ip, port in zip(link.ips, ports)]}
     extra = ["--bucket-kb", str(bucket_kb)] if bucket_kb else []
+    extra += ["--gradient-compression", compression] if compression != "none" else []
     procs = []
     for i in range(WORKERS):
         env = dict(pinned_env(1), TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}}))
@@ -247,7 +250,8 @@ def main():
 
 def slow_link(args, ceiling):
     """The gloo workers over a 1 Gbit/s link, with one bucket after backward and with 256 KiB buckets overlapping
-    it: how much of the communication time the overlap hides."""
+    it: how much of the communication time the overlap hides; each also with bf16 gradient compression (half the
+    bytes on the wire): what that gains where the link, not the cores, bounds a step."""
     link = SlowLink()
     if not link.ok:
         print(f"# 1 Gbit/s link: skipped, network namespaces cannot be made here ({link.why})")
@@ -256,8 +260,9 @@ def slow_link(args, ceiling):
     best = {}
     try:
         for _ in range(args.rounds):
-            for name, kb in (("one bucket", 0), ("256 KiB buckets", 256)):
-                best[name] = max(best.get(name, 0.0), run_gloo_slow_link(children, args, link, kb))
+            for name, kb, compression in (("one bucket", 0, "none"), ("256 KiB buckets", 256, "none"),
+                                          ("one bucket, bf16", 0, "bf16"), ("256 KiB buckets, bf16", 256, "bf16")):
+                best[name] = max(best.get(name, 0.0), run_gloo_slow_link(children, args, link, kb, compression))
     except RuntimeError as e:
         print(f"# 1 Gbit/s link: failed: {e}")
         return
@@ -270,11 +275,13 @@ def slow_link(args, ceiling):
     for name, ips in best.items():
         step = BATCH / ips
         exposed[name] = max(step - compute, 0.0)
-        print(f"{name:<16} {ips:10.0f} images/s  {step * 1e3:6.2f} ms/step  "
+        print(f"{name:<22} {ips:10.0f} images/s  {step * 1e3:6.2f} ms/step  "
               f"{exposed[name] * 1e3:6.2f} ms/step beyond computing")
     if exposed["one bucket"] > 0:
         hidden = 1 - exposed["256 KiB buckets"] / exposed["one bucket"]
         print(f"overlap hides {hidden * 100:.0f}% of the time a step spends beyond computing")
+    for name in ("one bucket", "256 KiB buckets"):
+        print(f"{name}: bf16 compression / float32: {best[name + ', bf16'] / best[name]:.2f} images/s")
 
 
 if __name__ == "__main__":

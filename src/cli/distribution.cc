@@ -78,6 +78,15 @@ StrategySpec resolve_strategy(const StrategySpec& from_job, const StrategyFlags&
                                          << spec.name << ")");
     spec.collective_timeout_seconds = seconds;
   }
+  if (!flags.gradient_compression.empty()) {
+    check_choice(flags.gradient_compression, {"none", "bf16"}, "--gradient-compression", "gradient compression");
+    STRATA_CHECK(spec.name == "multi_worker_mirrored" || flags.gradient_compression == "none", InvalidArgument,
+                 "--gradient-compression " << flags.gradient_compression
+                                           << ": only multi_worker_mirrored sends gradients between processes (this "
+                                              "job's strategy is "
+                                           << spec.name << ")");
+    spec.gradient_compression = flags.gradient_compression;
+  }
   if (!flags.cross_device_ops.empty()) {
     check_cross_device_ops(flags.cross_device_ops, "--cross-device-ops");
     STRATA_CHECK(spec.name == "mirrored", InvalidArgument,
@@ -99,6 +108,7 @@ std::unique_ptr<distribute::Strategy> make_job_strategy(const StrategySpec& spec
     if (spec.collective_timeout_seconds > 0) {
       options.timeout = std::chrono::milliseconds(static_cast<int64_t>(spec.collective_timeout_seconds * 1000));
     }
+    options.gradient_compression = spec.gradient_compression;
     return std::make_unique<distribute::MultiWorkerMirroredStrategy>(cluster::resolve_cluster_from_environment(),
                                                                      options, replicas);
   }
@@ -117,6 +127,9 @@ std::string strategy_line(const distribute::Strategy& strategy, int64_t global_b
     out << ", worker " << mw->worker_index() << " of " << mw->num_workers();
     if (mw->num_local_replicas() > 1) out << " with " << mw->num_local_replicas() << " replicas each";
     if (mw->num_workers() > 1) out << " (" << mw->backend() << ")";
+    if (mw->num_workers() > 1 && mw->communication_options().gradient_compression != "none") {
+      out << ", " << mw->communication_options().gradient_compression << " gradients on the wire";
+    }
   }
   out << ", global batch " << global_batch;
   if (n > 1) {

@@ -32,6 +32,7 @@ struct StrategySpec {
   int replicas = 0;                 // 0: one_device 1; mirrored / central_storage one per core (num_threads())
   std::string cross_device_ops = distribute::kDefaultCrossDeviceOps;
   double collective_timeout_seconds = 0;  // multi_worker_mirrored: bound on every collective (0: its default)
+  std::string gradient_compression = "none";  // multi_worker_mirrored: "none" or "bf16" on the wire
 };
 
 struct LrScalingSpec {
@@ -52,6 +53,7 @@ struct StrategyFlags {
   std::optional<int> replicas;  // when given, >= 1 (`--replicas 0` is an error, not "the default")
   std::string cross_device_ops;
   std::optional<double> collective_timeout_seconds;  // when given, > 0
+  std::string gradient_compression;                  // when given, none or bf16
 };
 // The job's strategy with the flags applied. A flag that contradicts the strategy it ends up with (say
 // --replicas 2 with one_device, or --cross-device-ops with central_storage) is an InvalidArgument; the

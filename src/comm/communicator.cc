@@ -85,4 +85,6 @@ std::string to_string(ReduceOp op) {
   return "?";
 }
 
+std::string to_string(Compression compression) { return compression == Compression::kBFloat16 ? "bf16" : "none"; }
+
 }  // namespace strata::comm

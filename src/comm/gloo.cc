@@ -148,7 +148,7 @@ class GlooCommunicator final : public Communicator, public gloo_detail::Executor
 
   // With a per-call timeout: Gloo's setTimeout for that one collective.
   std::shared_ptr<Work> all_reduce(std::vector<Tensor> tensors, const AllReduceOptions& options) override {
-    return issue(Kind::kAllReduce, std::move(tensors), options.op, 0, options.timeout);
+    return issue(Kind::kAllReduce, std::move(tensors), options.op, 0, options.timeout, 0, options.compression);
   }
   std::shared_ptr<Work> broadcast(std::vector<Tensor> tensors, const BroadcastOptions& options) override {
     return issue(Kind::kBroadcast, std::move(tensors), ReduceOp::kSum, options.root, options.timeout);
@@ -196,6 +196,8 @@ class GlooCommunicator final : public Communicator, public gloo_detail::Executor
                                   sub);
   }
 
+  int64_t all_reduce_wire_bytes() const override { return collectives_.wire_bytes(); }
+
   void abort(const std::string& reason) override {
     {
       std::lock_guard<std::mutex> lock(mu_);
@@ -235,12 +237,13 @@ class GlooCommunicator final : public Communicator, public gloo_detail::Executor
   }
 
   std::shared_ptr<Work> issue(Kind kind, std::vector<Tensor> tensors, ReduceOp reduce, int root,
-                              std::chrono::milliseconds timeout, int tag = 0) {
+                              std::chrono::milliseconds timeout, int tag = 0,
+                              Compression compression = Compression::kNone) {
     std::lock_guard<std::mutex> lock(mu_);
     const int64_t seq = is_p2p(kind) ? ++(kind == Kind::kSend ? sends_issued_ : recvs_issued_) : ++issued_;
     auto work = std::make_shared<GlooWork>(kind, seq, rank(), exec_);
     Op op{kind,        seq, reduce, root, tag, timeout == kDefaultTimeout ? options_.timeout : timeout,
-          std::move(tensors), work, Clock::now()};
+          std::move(tensors), work, Clock::now(), compression};
     if (!broken_.empty()) {
       op.work->finish(not_run(op));
       return work;

@@ -1,5 +1,6 @@
 // The data path of the gloo backend (comm/gloo_internal.h): checking one rank's arguments and running one
-// collective on Gloo's options-style functions — buckets flattened, bfloat16 widened, kMean divided.
+// collective on Gloo's options-style functions — buckets flattened, bfloat16 widened, kMean divided; a float32
+// all-reduce with Compression::kBFloat16 narrowed to bfloat16 and reduced as that (comm/bf16_wire.h).
 // Thread-safety: a GlooCollectives is used by its communicator's worker thread only.
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
@@ -11,6 +12,7 @@
 
 #include <cstring>
 
+#include "comm/bf16_wire.h"
 #include "comm/gloo_internal.h"
 
 namespace strata::comm::gloo_detail {
@@ -39,6 +41,11 @@ ReduceFn reduce_function(ReduceOp op, DType dtype) {
       return ints ? static_cast<ReduceFn>(&gloo::min<int64_t>) : static_cast<ReduceFn>(&gloo::min<float>);
   }
   return &gloo::sum<float>;
+}
+
+// Gloo's element-wise function for Compression::kBFloat16 (counts are in bfloat16 elements).
+void sum_bf16(void* c, const void* a, const void* b, size_t n) {
+  detail::sum_bf16(static_cast<BFloat16*>(c), static_cast<const BFloat16*>(a), static_cast<const BFloat16*>(b), n);
 }
 
 // Point-to-point messages use their own slot prefix (Gloo's collectives use 0x01-0x08) and the caller's tag, so
@@ -84,6 +91,10 @@ std::string GlooCollectives::check_arguments(const Op& op) const {
              " is " + dtype_name(op.tensors[0].dtype()) + " (one dtype per call)";
     }
     if (!t.device().is_cpu()) return what + " is on " + t.device().str() + ", wants host memory";
+  }
+  if (op.kind == Kind::kAllReduce && !op.tensors.empty()) {
+    const std::string problem = detail::check_compression(op.compression, op.reduce, op.tensors[0].dtype());
+    if (!problem.empty()) return problem;
   }
   if ((op.kind == Kind::kSend || op.kind == Kind::kRecv) && (op.root < 0 || op.root >= size() || op.root == rank())) {
     return std::string(op.kind == Kind::kSend ? "destination" : "source") + " rank " + std::to_string(op.root) +
@@ -146,6 +157,7 @@ void GlooCollectives::scatter_bucket(std::vector<Tensor>& tensors) {
 // float32 and int64: reduced in place (one tensor) or in flat_. bfloat16: widened to float32 in wide_, reduced,
 // and rounded back once, as the local backend does.
 void GlooCollectives::run_all_reduce(Op& op, size_t numel) {
+  if (op.compression == Compression::kBFloat16) return run_bf16_all_reduce(op);
   const DType dtype = op.tensors[0].dtype();
   void* data = nullptr;
   if (dtype == DType::kBFloat16) {
@@ -169,6 +181,7 @@ void GlooCollectives::run_all_reduce(Op& op, size_t numel) {
   opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
   opts.setTag(static_cast<uint32_t>(op.seq));  // collectives only: numbered alike on every rank
   opts.setTimeout(op.timeout);
+  wire_bytes_.fetch_add(static_cast<int64_t>(numel * (dtype == DType::kInt64 ? 8 : 4)), std::memory_order_relaxed);
   gloo::allreduce(opts);
   if (op.reduce == ReduceOp::kMean) {
     if (dtype == DType::kInt64) {
@@ -189,6 +202,22 @@ void GlooCollectives::run_all_reduce(Op& op, size_t numel) {
   } else {
     scatter_bucket(op.tensors);
   }
+}
+
+// Compression::kBFloat16 (float32, sum or mean): the bucket rounded into narrow_, Gloo's ring all-reduce on the
+// bfloat16 elements with sum_bf16 (every pairwise sum in float32, rounded back: each element is reduced along one
+// path and copied, so every rank ends with the same bits), then widened into the tensors (kMean divides after).
+void GlooCollectives::run_bf16_all_reduce(Op& op) {
+  detail::narrow_to_bf16(op.tensors, narrow_);
+  gloo::AllreduceOptions opts(context_);
+  opts.setOutput(narrow_.data(), narrow_.size());
+  opts.setReduceFunction(&sum_bf16);
+  opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+  opts.setTag(static_cast<uint32_t>(op.seq));
+  opts.setTimeout(op.timeout);
+  wire_bytes_.fetch_add(static_cast<int64_t>(narrow_.size() * sizeof(BFloat16)), std::memory_order_relaxed);
+  gloo::allreduce(opts);
+  detail::widen_from_bf16(narrow_.data(), op.tensors, op.reduce == ReduceOp::kMean ? static_cast<float>(size()) : 1.0f);
 }
 
 void GlooCollectives::execute(Op& op) {

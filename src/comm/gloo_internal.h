@@ -85,6 +85,7 @@ struct Op {
   std::vector<Tensor> tensors;           // all_gather: {input, output}
   std::shared_ptr<GlooWork> work;
   Clock::time_point issued;              // when the caller issued it (the worker holds a lone one back a while)
+  Compression compression = Compression::kNone;  // all_reduce
 };
 
 // Runs collectives on one Gloo context; owns the scratch buffers they need.
@@ -104,6 +105,8 @@ class GlooCollectives {
   };
   // Posts `op` (a send) without waiting: Gloo sends once the peer has posted the matching recv.
   PostedSend post_send(Op& op);
+  // Bytes of all-reduce payload handed to Gloo so far (Communicator::all_reduce_wire_bytes); any thread.
+  int64_t wire_bytes() const { return wire_bytes_.load(std::memory_order_relaxed); }
 
  private:
   int rank() const { return context_->rank; }
@@ -111,10 +114,13 @@ class GlooCollectives {
   void* gather_bucket(std::vector<Tensor>& tensors, size_t nbytes, bool copy_in);
   void scatter_bucket(std::vector<Tensor>& tensors);
   void run_all_reduce(Op& op, size_t numel);
+  void run_bf16_all_reduce(Op& op);
 
   const std::shared_ptr<gloo::Context> context_;
   std::vector<unsigned char> flat_;  // a bucket of several tensors
   std::vector<float> wide_;          // a bfloat16 bucket widened to float32
+  std::vector<BFloat16> narrow_;     // a float32 bucket rounded to bfloat16 (Compression::kBFloat16)
+  std::atomic<int64_t> wire_bytes_{0};
 };
 
 }  // namespace strata::comm::gloo_detail

@@ -68,8 +68,12 @@ class HierarchicalCommunicator final : public Communicator {
     return issue(OpKind::kAllReduce, [this, tensors, options]() mutable {
       const AllReduceOptions level{.op = options.op == ReduceOp::kMean ? ReduceOp::kSum : options.op,
                                    .timeout = options.timeout};
-      local_->all_reduce(tensors, level)->wait();
-      if (local_->rank() == 0) cross_->all_reduce(tensors, level)->wait();
+      local_->all_reduce(tensors, level)->wait();  // in full precision: the local ranks share memory
+      if (local_->rank() == 0) {
+        AllReduceOptions across = level;
+        across.compression = options.compression;
+        cross_->all_reduce(tensors, across)->wait();
+      }
       local_->broadcast(tensors, BroadcastOptions{.root = 0, .timeout = options.timeout})->wait();
       if (options.op == ReduceOp::kMean) divide(tensors, size());
     });

@@ -6,13 +6,14 @@
 // finished (mpirun then reports the process and ends the job). Each communicator owns a duplicate of its MPI
 // communicator (MPI_Comm_dup of MPI_COMM_WORLD, or MPI_Comm_create_group for new_group) with MPI_ERRORS_RETURN, and a
 // worker thread that runs its operations in issue order: each is posted as a non-blocking MPI call (MPI_Iallreduce,
-// whose algorithms give every rank the same bits; MPI_Ibcast; MPI_Iallgather; MPI_Ireduce_scatter_block; MPI_Ibarrier; MPI_Irecv) and polled with MPI_Test until done
-// or past its deadline. Sends (MPI_Isend) are posted and then polled by the worker between operations, so a send
-// never holds up the queue. A rank that has waited in a collective for a quarter of its timeout tells its peers so on
-// a private duplicate communicator, so that a timeout names the ranks never heard from. A deadline passed: the
-// operation fails with Timeout, its buffers are kept alive for ever
-// (MPI may still write them) and the communicator is broken — later operations fail at once quoting the first
-// failure. abort() breaks it the same way on this rank only.
+// whose algorithms give every rank the same bits — with Compression::kBFloat16 on 16-bit elements and a user
+// MPI_Op that sums in float32 and rounds back, comm/bf16_wire.h; MPI_Ibcast; MPI_Iallgather;
+// MPI_Ireduce_scatter_block; MPI_Ibarrier; MPI_Irecv) and polled with MPI_Test until done or past its deadline.
+// Sends (MPI_Isend) are posted and then polled by the worker between operations, so a send never holds up the queue.
+// A rank that has waited in a collective for a quarter of its timeout tells its peers so on a private duplicate
+// communicator, so that a timeout names the ranks never heard from. A deadline passed: the operation fails with
+// Timeout, its buffers are kept alive for ever (MPI may still write them) and the communicator is broken — later
+// operations fail at once quoting the first failure. abort() breaks it the same way on this rank only.
 // Thread-safety: one thread per rank issues operations (mu_ guards the queue); the worker alone makes this
 // communicator's MPI calls (under g_mpi_mutex when MPI is not MPI_THREAD_MULTIPLE); an MpiWork may be waited on from
 // any thread.
@@ -32,6 +33,7 @@
 #include <sstream>
 #include <thread>
 
+#include "comm/bf16_wire.h"
 #include "comm/completion.h"
 #include "strata/error.h"
 
@@ -93,6 +95,24 @@ void ensure_initialized() {
   g_multiple = provided >= MPI_THREAD_MULTIPLE;
 }
 
+// The user MPI_Op of Compression::kBFloat16 on MPI_UINT16_T (bfloat16 bits): inout = bf16(in + inout), in float32.
+void sum_bf16(void* in, void* inout, int* len, MPI_Datatype*) {
+  auto* acc = static_cast<BFloat16*>(inout);
+  detail::sum_bf16(acc, static_cast<const BFloat16*>(in), acc, static_cast<size_t>(*len));
+}
+
+// That MPI_Op, made once per process (after MPI_Init; MPI_Finalize frees it).
+MPI_Op bf16_sum_op() {
+  static std::once_flag once;
+  static MPI_Op op = MPI_OP_NULL;
+  std::call_once(once, [] {
+    auto lock = mpi_lock();
+    const int rc = MPI_Op_create(&sum_bf16, /*commute=*/1, &op);
+    STRATA_CHECK(rc == MPI_SUCCESS, Error, "mpi: MPI_Op_create (bfloat16 sum) failed: " << mpi_error(rc));
+  });
+  return op;
+}
+
 using Kind = detail::OpKind;
 using detail::Failure;
 using detail::kind_name;
@@ -114,12 +134,14 @@ struct Op {
   std::vector<int> ranks;       // new_group
   std::shared_ptr<MpiWork> work;
   MPI_Comm* new_comm = nullptr;  // new_group: where the worker puts the new communicator
+  Compression compression = Compression::kNone;  // all_reduce
 };
 
 // What a timed-out operation leaves behind: MPI may still read or write these, so they are never freed.
 struct Leftover {
   std::vector<Tensor> tensors;
   std::vector<unsigned char> buffer;
+  std::vector<BFloat16> wire;  // Compression::kBFloat16's buffer
 };
 std::mutex g_leftover_mutex;
 std::vector<Leftover*> g_leftovers;
@@ -175,6 +197,7 @@ class MpiCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::string backend() const override { return "mpi"; }
+  int64_t all_reduce_wire_bytes() const override { return wire_bytes_.load(std::memory_order_relaxed); }
 
   std::shared_ptr<Work> all_reduce(std::vector<Tensor> tensors, ReduceOp op) override {
     return all_reduce(std::move(tensors), AllReduceOptions{.op = op});
@@ -188,7 +211,9 @@ class MpiCommunicator final : public Communicator {
   void barrier() override { barrier(BarrierOptions{}); }
 
   std::shared_ptr<Work> all_reduce(std::vector<Tensor> tensors, const AllReduceOptions& o) override {
-    return issue(make_op(Kind::kAllReduce, std::move(tensors), o.timeout, o.op));
+    Op op = make_op(Kind::kAllReduce, std::move(tensors), o.timeout, o.op);
+    op.compression = o.compression;
+    return issue(std::move(op));
   }
   std::shared_ptr<Work> broadcast(std::vector<Tensor> tensors, const BroadcastOptions& o) override {
     return issue(make_op(Kind::kBroadcast, std::move(tensors), o.timeout, ReduceOp::kSum, o.root));
@@ -301,6 +326,10 @@ class MpiCommunicator final : public Communicator {
       nbytes += t.nbytes();
     }
     if (nbytes > static_cast<size_t>(INT_MAX) / 4) return "more than 512 MiB in one call (MPI counts are int)";
+    if (op.kind == Kind::kAllReduce && !op.tensors.empty()) {
+      const std::string problem = detail::check_compression(op.compression, op.reduce, op.tensors[0].dtype());
+      if (!problem.empty()) return problem;
+    }
     if (op.kind == Kind::kSend || op.kind == Kind::kRecv) {
       if (op.root < 0 || op.root >= size_ || op.root == rank_) {
         return std::string(op.kind == Kind::kSend ? "destination" : "source") + " rank " + std::to_string(op.root) +
@@ -389,7 +418,7 @@ class MpiCommunicator final : public Communicator {
             << " did not complete within " << op.timeout.count()
             << " ms" << missing_ranks(op)
             << " (MPI cannot cancel it, so this communicator is unusable and the process should exit)";
-    auto* left = new Leftover{op.tensors, {}};
+    auto* left = new Leftover{op.tensors, {}, {}};
     if (buffer) left->buffer = std::move(*buffer);
     {
       std::lock_guard<std::mutex> lock(g_leftover_mutex);
@@ -510,7 +539,7 @@ class MpiCommunicator final : public Communicator {
                 << " ms (MPI cannot cancel it, so this communicator is unusable and the process should exit)";
         {
           std::lock_guard<std::mutex> lock(g_leftover_mutex);
-          g_leftovers.push_back(new Leftover{s.op.tensors, std::move(s.buffer)});
+          g_leftovers.push_back(new Leftover{s.op.tensors, std::move(s.buffer), {}});
         }
         g_broken_any.store(true);
         {
@@ -588,6 +617,31 @@ class MpiCommunicator final : public Communicator {
     }
   }
 
+  // Compression::kBFloat16 (float32, sum or mean): the bucket rounded into narrow_ (kept between calls), all-reduced
+  // as MPI_UINT16_T with bf16_sum_op(), widened back into the tensors (kMean divides after).
+  void run_bf16_all_reduce(Op& op) {
+    detail::narrow_to_bf16(op.tensors, narrow_);
+    if (narrow_.empty()) return;
+    wire_bytes_.fetch_add(static_cast<int64_t>(narrow_.size() * sizeof(BFloat16)), std::memory_order_relaxed);
+    const MPI_Op sum = bf16_sum_op();
+    MPI_Request request = MPI_REQUEST_NULL;
+    {
+      auto lock = mpi_lock();
+      check(MPI_Iallreduce(MPI_IN_PLACE, narrow_.data(), static_cast<int>(narrow_.size()), MPI_UINT16_T, sum, comm_,
+                           &request),
+            "MPI_Iallreduce");
+    }
+    if (poll(request, op)) {  // MPI may still write narrow_: it goes with the leftovers
+      {
+        std::lock_guard<std::mutex> lock(g_leftover_mutex);
+        g_leftovers.push_back(new Leftover{{}, {}, std::move(narrow_)});
+      }
+      timed_out(op, nullptr);
+    }
+    const float divisor = op.reduce == ReduceOp::kMean ? static_cast<float>(size_) : 1.0f;
+    detail::widen_from_bf16(narrow_.data(), op.tensors, divisor);
+  }
+
   void execute(Op& op) {
     MPI_Request request = MPI_REQUEST_NULL;
     const DType dtype = op.tensors.empty() ? DType::kFloat32 : op.tensors[0].dtype();
@@ -596,12 +650,14 @@ class MpiCommunicator final : public Communicator {
     const size_t elem = ints ? 8 : 4;
     switch (op.kind) {
       case Kind::kAllReduce: {
+        if (op.compression == Compression::kBFloat16) return run_bf16_all_reduce(op);
         // One tensor of MPI's own type is reduced where it lies; a bucket of several (or bfloat16, widened) in a copy.
         const bool in_place = op.tensors.size() == 1 && !bf16;
         std::vector<unsigned char> buf = in_place ? std::vector<unsigned char>() : pack(op.tensors, bf16);
         unsigned char* data = in_place ? static_cast<unsigned char*>(op.tensors[0].raw_data()) : buf.data();
         const int count = static_cast<int>((in_place ? op.tensors[0].nbytes() : buf.size()) / elem);
         if (count == 0) return;
+        wire_bytes_.fetch_add(static_cast<int64_t>(count) * static_cast<int64_t>(elem), std::memory_order_relaxed);
         // One MPI_Iallreduce for every dtype. Open MPI's non-blocking all-reduce algorithms (binomial reduce + bcast,
         // ring, recursive doubling, reduce-scatter + all-gather) leave every rank with the same bits for a commutative
         // op, which the tests check for inexact float sums; measured, it is 2.5-3x faster at 1 MB and above than the
@@ -737,7 +793,10 @@ class MpiCommunicator final : public Communicator {
   std::string broken_;             // guarded by mu_ (read without it by the destructor after join)
   int64_t collectives_ = 0, messages_ = 0;  // guarded by mu_
 
+  std::atomic<int64_t> wire_bytes_{0};  // Communicator::all_reduce_wire_bytes (written by the worker)
+
   // worker only
+  std::vector<BFloat16> narrow_;  // a float32 bucket rounded to bfloat16 (Compression::kBFloat16)
   Clock::time_point deadline_;
   std::vector<std::unique_ptr<PostedSend>> sends_;
   std::deque<int64_t> progress_out_;  // the values of the progress messages sent (never freed: small)

@@ -7,7 +7,8 @@
 namespace strata::distribute::detail {
 
 AllReduceAggregator::AllReduceAggregator(Strategy& strategy, int replica, comm::Communicator& comm,
-                                         int64_t bytes_per_pack, std::function<void(const Variable&)> check_variable)
+                                         int64_t bytes_per_pack, std::function<void(const Variable&)> check_variable,
+                                         comm::Compression compression)
     : strategy_(strategy),
       replica_(replica),
       local_replicas_(strategy.num_local_replicas()),
@@ -15,7 +16,8 @@ AllReduceAggregator::AllReduceAggregator(Strategy& strategy, int replica, comm::
       reducer_(comm, strategy.name(), bytes_per_pack,
                [id = strategy.id()](const Variable& v) {
                  return v.is_model_variable() && v.owner() == id && v.dtype() == DType::kFloat32;
-               }),
+               },
+               compression),
       check_variable_(std::move(check_variable)) {}
 
 void AllReduceAggregator::expect_apply(GradientApplier& applier, const std::vector<Variable>& sources) {

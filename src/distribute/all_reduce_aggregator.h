@@ -26,8 +26,10 @@ namespace strata::distribute::detail {
 class AllReduceAggregator final : public GradientAggregator {
  public:
   // `check_variable` throws when apply_gradients is handed a variable the strategy does not own.
+  // `compression`: how the gradient buckets travel (comm::AllReduceOptions::compression).
   AllReduceAggregator(Strategy& strategy, int replica, comm::Communicator& comm, int64_t bytes_per_pack,
-                      std::function<void(const Variable&)> check_variable);
+                      std::function<void(const Variable&)> check_variable,
+                      comm::Compression compression = comm::Compression::kNone);
 
   void expect_apply(GradientApplier& applier, const std::vector<Variable>& sources) override;
   void begin_gradients(const std::vector<Variable>& sources) override;

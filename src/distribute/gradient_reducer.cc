@@ -29,8 +29,13 @@ struct GradientReducer::Plan {
   std::vector<const void*> added;  // per source: the added gradient's data (nullptr: undefined), for matches()
 };
 
-GradientReducer::GradientReducer(comm::Communicator& comm, std::string owner, int64_t bytes_per_pack, Filter takes)
-    : comm_(comm), owner_(std::move(owner)), bytes_per_pack_(bytes_per_pack), takes_(std::move(takes)) {
+GradientReducer::GradientReducer(comm::Communicator& comm, std::string owner, int64_t bytes_per_pack, Filter takes,
+                                 comm::Compression compression)
+    : comm_(comm),
+      owner_(std::move(owner)),
+      bytes_per_pack_(bytes_per_pack),
+      takes_(std::move(takes)),
+      all_reduce_options_{.op = comm::ReduceOp::kSum, .compression = compression} {
   STRATA_CHECK(bytes_per_pack_ > 0, InvalidArgument, owner_ << ": bytes_per_pack must be > 0, got " << bytes_per_pack_);
 }
 
@@ -109,7 +114,7 @@ void GradientReducer::add(size_t index, const Tensor& grad) {
   bucket[p.flag_of[index]] = grad.defined() ? 1.0f : 0.0f;
   --p.pending[static_cast<size_t>(b)];
   while (p.next_issue < p.buckets.size() && p.pending[p.next_issue] == 0) {
-    p.works[p.next_issue] = comm_.all_reduce({p.buckets[p.next_issue]}, comm::ReduceOp::kSum);
+    p.works[p.next_issue] = comm_.all_reduce({p.buckets[p.next_issue]}, all_reduce_options_);
     ++p.next_issue;
   }
 }

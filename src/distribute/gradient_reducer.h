@@ -8,6 +8,9 @@
 // this replica has a gradient for it) and one `vote`, summed with the gradients, so that every replica learns
 // from the same bits which sources had a gradient on any replica and how many replicas voted.
 //
+// With `compression` (Compression::kBFloat16) each bucket's all-reduce sends bfloat16 and the sums read back are its
+// float32 widening (the flags and the vote, small integers, stay exact up to 256 replicas).
+//
 // One call: begin(sources, vote); add(i, grad) once per source, as soon as it is final (it is copied into its
 // bucket; a full bucket's all-reduce is issued at once, buckets in plan order, the same order on every replica);
 // end(). Then wait_all() (or poll/wait per bucket), and read reduced(i) and votes(k).
@@ -30,7 +33,8 @@ class GradientReducer {
  public:
   using Filter = std::function<bool(const Variable&)>;
   // `owner` names the strategy in errors. `takes`: which sources are reduced (the others are left alone).
-  GradientReducer(comm::Communicator& comm, std::string owner, int64_t bytes_per_pack, Filter takes);
+  GradientReducer(comm::Communicator& comm, std::string owner, int64_t bytes_per_pack, Filter takes,
+                  comm::Compression compression = comm::Compression::kNone);
   ~GradientReducer();
 
   // Starts a call for `sources` (the same list on every replica); `vote` is summed over the replicas per bucket.
@@ -66,6 +70,7 @@ class GradientReducer {
   const std::string owner_;
   const int64_t bytes_per_pack_;
   const Filter takes_;
+  const comm::AllReduceOptions all_reduce_options_;               // kSum, with the compression
   std::map<std::vector<uint64_t>, std::unique_ptr<Plan>> plans_;  // by the sources' ids
   Plan* call_ = nullptr;  // the call in progress, or the last ended one
   bool ended_ = false;

@@ -46,6 +46,14 @@ void check_implementation(const std::string& implementation) {
                kName << ": unknown communication implementation '" << implementation
                      << "'; choices: auto, ring, mpi, nccl");
 }
+
+// CommunicationOptions::gradient_compression as the communicator's option.
+comm::Compression gradient_compression(const std::string& name) {
+  if (name == "bf16") return comm::Compression::kBFloat16;
+  STRATA_CHECK(name == "none", InvalidArgument,
+               kName << ": unknown gradient_compression '" << name << "'; choices: none, bf16");
+  return comm::Compression::kNone;
+}
 }  // namespace
 
 MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(CommunicationOptions options)
@@ -55,6 +63,7 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const cluster::TaskInfo
                                                          int local_replicas)
     : Strategy(MirroredStrategy::cpu_devices(local_replicas)), task_(task), options_(std::move(options)) {
   check_implementation(options_.implementation);
+  const comm::Compression compression = gradient_compression(options_.gradient_compression);
   STRATA_CHECK(options_.bytes_per_pack > 0, InvalidArgument, kName << ": bytes_per_pack must be > 0");
   STRATA_CHECK(options_.timeout.count() > 0 && options_.heartbeat_timeout.count() > 0 &&
                    options_.heartbeat_interval.count() > 0,
@@ -76,11 +85,13 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const cluster::TaskInfo
   if (num_replicas_in_sync() == 1) return;  // one replica: the optimizer updates directly
   for (int r = 0; r < num_local_replicas(); ++r) {
     aggregators_.push_back(std::make_unique<detail::AllReduceAggregator>(
-        *this, r, communicator(r), options_.bytes_per_pack, [this](const Variable& v) {
+        *this, r, communicator(r), options_.bytes_per_pack,
+        [this](const Variable& v) {
           STRATA_CHECK(v.owner() == id() && v.num_components() == num_local_replicas(), InvalidArgument,
                        name() << ".apply_gradients: variable '" << v.name()
                               << "' was not created inside this strategy's scope");
-        }));
+        },
+        compression));
   }
 }
 

@@ -131,6 +131,15 @@ TEST(DistributionTest, FlagsOverrideTheJob) {
   EXPECT_NE(msg.find("--collective-timeout: must be a positive number of seconds, got -2"), std::string::npos) << msg;
   s = resolve_strategy({}, {.strategy = "multi_worker_mirrored", .collective_timeout_seconds = 12.5});
   EXPECT_EQ(s.collective_timeout_seconds, 12.5);
+  msg = error({}, {.strategy = "multi_worker_mirrored", .gradient_compression = "fp16"});
+  EXPECT_NE(msg.find("--gradient-compression: unknown gradient compression 'fp16'; choose one of none, bf16"),
+            std::string::npos)
+      << msg;
+  msg = error({}, {.strategy = "mirrored", .gradient_compression = "bf16"});
+  EXPECT_NE(msg.find("--gradient-compression bf16: only multi_worker_mirrored"), std::string::npos) << msg;
+  s = resolve_strategy({}, {.strategy = "multi_worker_mirrored", .gradient_compression = "bf16"});
+  EXPECT_EQ(s.gradient_compression, "bf16");
+  EXPECT_EQ(resolve_strategy({}, {.strategy = "multi_worker_mirrored"}).gradient_compression, "none");
 }
 
 TEST(DistributionTest, MultiWorkerMirroredOutsideAClusterIsOneWorker) {
@@ -138,6 +147,11 @@ TEST(DistributionTest, MultiWorkerMirroredOutsideAClusterIsOneWorker) {
   const auto& strategy = dynamic_cast<const distribute::MultiWorkerMirroredStrategy&>(*mw);
   EXPECT_EQ(strategy.num_replicas_in_sync(), 1);
   EXPECT_EQ(strategy.communication_options().timeout, std::chrono::milliseconds(7000));
+  auto compressed = make_job_strategy({.name = "multi_worker_mirrored", .gradient_compression = "bf16"});
+  EXPECT_EQ(dynamic_cast<const distribute::MultiWorkerMirroredStrategy&>(*compressed)
+                .communication_options()
+                .gradient_compression,
+            "bf16");
   EXPECT_EQ(strategy_line(*mw, 64),
             "strategy: MultiWorkerMirroredStrategy, 1 replica (" + std::to_string(mw->threads_per_replica()) +
                 (mw->threads_per_replica() == 1 ? " thread" : " threads") + "), worker 0 of 1, global batch 64");

@@ -1,10 +1,11 @@
 // The mpi communicator (strata/comm/mpi.h). Run plainly (by ctest), the binary re-executes itself under
 // `timeout -s KILL 120 mpirun --allow-run-as-root --oversubscribe -np N` with a --gtest_filter naming one MpiChild
 // test; a process started that way (OMPI_COMM_WORLD_SIZE set) runs that child test as one rank. Covered: every
-// collective for N = 1-4, each rank's results equal to a reference computed here and their hashes written to a file
-// per rank, which the parent compares across ranks (bitwise-equal on every rank); a rank that never joins a
-// collective (Timeout within the timeout plus a margin on the others, then mpirun ends and no process is left); abort;
-// make_mpi_communicator outside mpirun (Unavailable, no MPI_Init). Skipped when `mpirun` is not on the PATH.
+// collective for N = 1-4 (and float32 all_reduce with bfloat16 compression), each rank's results equal to a
+// reference computed here and their hashes written to a file per rank, which the parent compares across ranks
+// (bitwise-equal on every rank); a rank that never joins a collective (Timeout within the timeout plus a margin on
+// the others, then mpirun ends and no process is left); abort; make_mpi_communicator outside mpirun (Unavailable, no
+// MPI_Init). Skipped when `mpirun` is not on the PATH.
 // Processes: mpirun runs under `timeout -s KILL`; the parent checks afterwards that every rank's pid is gone.
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -12,6 +13,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -157,6 +159,39 @@ TEST(MpiChild, EveryCollective) {
     comm->all_reduce({mine}, {.op = ReduceOp::kSum, .timeout = 10s})->wait();
     for (size_t i = 0; i < ref.size(); ++i) ASSERT_NEAR(mine.data<float>()[i], ref[i], 1e-5) << "element " << i;
     results.add("f32-inexact-sum-" + std::to_string(count), mine);
+  }
+
+  // all_reduce with bfloat16 compression (sum, then mean) of arbitrary float32 values, small and large: every rank
+  // gets the same bits (checked by the parent); with 1 or 2 ranks exactly bf16(bf16(a) + bf16(b)), with more within
+  // the 2n - 1 roundings' bound of the sum in any order; the mean is the widened sum / n; half the bytes on the wire.
+  for (int64_t count : {int64_t{1000}, int64_t{300000}}) {
+    ++salt;
+    const auto bf16 = [](float x) { return static_cast<float>(BFloat16(x)); };
+    Tensor sum = Tensor::from_vector(values(count, rank, salt, false), Shape{count});
+    Tensor mean = sum.clone();
+    const int64_t before = comm->all_reduce_wire_bytes();
+    comm->all_reduce({sum}, {.op = ReduceOp::kSum, .compression = Compression::kBFloat16})->wait();
+    EXPECT_EQ(comm->all_reduce_wire_bytes() - before, 2 * count) << "bfloat16 on the wire: 2 bytes an element";
+    comm->all_reduce({mean}, {.op = ReduceOp::kMean, .compression = Compression::kBFloat16})->wait();
+    std::vector<std::vector<float>> by_rank;
+    for (int r = 0; r < n; ++r) by_rank.push_back(values(count, r, salt, false));
+    for (size_t i = 0; i < static_cast<size_t>(count); ++i) {
+      const float got = sum.data<float>()[i];
+      if (n <= 2) {
+        const float want = n == 1 ? bf16(by_rank[0][i]) : bf16(bf16(by_rank[0][i]) + bf16(by_rank[1][i]));
+        ASSERT_EQ(got, want) << "bfloat16-compressed sum, element " << i;
+      } else {
+        double exact = 0, magnitude = 0;
+        for (int r = 0; r < n; ++r) {
+          exact += by_rank[r][i];
+          magnitude += std::fabs(by_rank[r][i]);
+        }
+        ASSERT_NEAR(got, exact, (2 * n - 1) * magnitude / 512) << "bfloat16-compressed sum, element " << i;
+      }
+      ASSERT_EQ(mean.data<float>()[i], got / static_cast<float>(n)) << "bfloat16-compressed mean, element " << i;
+    }
+    results.add("bf16-wire-sum-" + std::to_string(count), sum);
+    results.add("bf16-wire-mean-" + std::to_string(count), mean);
   }
 
   // all_reduce, bfloat16: accumulated in float32, rounded once.
@@ -402,7 +437,7 @@ void expect_every_collective(int n, const std::string& thread_level) {
   const std::string first = read_file(dir.path() + "/results-0");
   int lines = 0;
   for (char c : first) lines += c == '\n';
-  EXPECT_EQ(lines, 2 * 4 + 2 + 4 + 4 + n + 1) << first;
+  EXPECT_EQ(lines, 2 * 4 + 2 + 4 + 4 + 4 + n + 1) << first;  // ... + 4: the bfloat16-compressed sums and means
   for (int r = 1; r < n; ++r) {
     EXPECT_EQ(read_file(dir.path() + "/results-" + std::to_string(r)), first) << "rank " << r << " differs from rank 0";
   }

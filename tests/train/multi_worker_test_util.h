@@ -33,15 +33,16 @@ inline CommunicationOptions quick_options() {
 }
 
 // Runs body(w, strategy) for each of `workers` workers of `local` replicas, each on its own thread with its own
-// MultiWorkerMirroredStrategy on a fresh 127.0.0.1 cluster; fails the test with any worker's error.
-inline void on_every_worker(int workers, int local, const std::function<void(int, MultiWorkerMirroredStrategy&)>& body) {
+// MultiWorkerMirroredStrategy (with `options`) on a fresh 127.0.0.1 cluster; fails the test with any worker's error.
+inline void on_every_worker(int workers, int local, const std::function<void(int, MultiWorkerMirroredStrategy&)>& body,
+                            const CommunicationOptions& options = quick_options()) {
   const cluster::ClusterSpec spec = local_cluster(workers);
   std::vector<std::string> errors(static_cast<size_t>(workers));
   std::vector<std::thread> threads;
   for (int w = 0; w < workers; ++w) {
     threads.emplace_back([&, w] {
       try {
-        MultiWorkerMirroredStrategy strategy(worker_task(spec, w), quick_options(), local);
+        MultiWorkerMirroredStrategy strategy(worker_task(spec, w), options, local);
         body(w, strategy);
       } catch (const std::exception& e) {
         errors[static_cast<size_t>(w)] = e.what();

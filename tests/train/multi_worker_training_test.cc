@@ -148,6 +148,58 @@ TEST(MultiWorkerTest, ACustomLoopGivesWhatOneProcessGives) {
   }
 }
 
+// gradient_compression "bf16": the gradients cross between the workers as bfloat16, so two workers train to within
+// bfloat16's precision of the float32 run (measured: 0.06-0.2% relative), but not to its bits (which shows the
+// compressed path was taken), with half the bytes on the wire (measured: 5620 against 11240 per worker).
+TEST(MultiWorkerTest, Bf16GradientCompressionStaysNearTheFloat32RunWithHalfTheBytes) {
+  struct Run {
+    std::vector<Trained> results{2};
+    std::vector<int64_t> bytes = std::vector<int64_t>(2);
+  };
+  auto run = [](const std::string& compression) {
+    Run out;
+    CommunicationOptions options = quick_options();
+    options.gradient_compression = compression;
+    on_every_worker(
+        2, 1,
+        [&](int w, MultiWorkerMirroredStrategy& strategy) {
+          out.results[static_cast<size_t>(w)] = train(strategy, 1000);
+          out.bytes[static_cast<size_t>(w)] = strategy.communicator(0).all_reduce_wire_bytes();
+        },
+        options);
+    return out;
+  };
+  const Run full = run("none");
+  if (HasFatalFailure()) return;
+  const Run bf16 = run("bf16");
+  if (HasFatalFailure()) return;
+  int differ = 0;
+  for (int w = 0; w < 2; ++w) {
+    const auto& mine = bf16.results[static_cast<size_t>(w)].weights;
+    const auto& want = full.results[static_cast<size_t>(w)].weights;
+    ASSERT_EQ(mine.size(), want.size());
+    for (size_t i = 0; i < mine.size(); ++i) {
+      const auto got = mine[i].second.to_vector<float>(), ref = want[i].second.to_vector<float>();
+      const auto chief = bf16.results[0].weights[i].second.to_vector<float>();
+      double diff = 0, norm = 0;
+      for (size_t k = 0; k < got.size(); ++k) {
+        ASSERT_EQ(got[k], chief[k]) << "worker " << w << " " << mine[i].first << " differs from the chief's";
+        diff += (got[k] - ref[k]) * (got[k] - ref[k]);
+        norm += ref[k] * ref[k];
+        differ += got[k] != ref[k];
+      }
+      EXPECT_LE(std::sqrt(diff), 1e-2 * std::sqrt(norm)) << mine[i].first << ": relative to the float32 run";
+    }
+  }
+  EXPECT_GT(differ, 0) << "bf16 compression trained to the float32 run's very bits: the path was not taken";
+  for (int w = 0; w < 2; ++w) {
+    const double ratio = static_cast<double>(bf16.bytes[static_cast<size_t>(w)]) /
+                         static_cast<double>(full.bytes[static_cast<size_t>(w)]);
+    EXPECT_NEAR(ratio, 0.5, 0.05) << "worker " << w << ": " << bf16.bytes[static_cast<size_t>(w)]
+                                  << " bytes with bf16, " << full.bytes[static_cast<size_t>(w)] << " without";
+  }
+}
+
 TEST(MultiWorkerTest, WorkersThatWouldResumeFromDifferentPositionsAllStopWithAClearError) {
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("strata_mw_resume_" + std::to_string(::getpid()));
@@ -237,6 +289,10 @@ TEST(MultiWorkerTest, OneWorkerIsOneReplicaAndBadOptionsAreClearErrors) {
   const std::string bad = test::message_of<InvalidArgument>(
       [] { MultiWorkerMirroredStrategy(cluster::TaskInfo{}, {.implementation = "butterfly"}); });
   EXPECT_NE(bad.find("auto, ring, mpi, nccl"), std::string::npos) << bad;
+  const std::string compression = test::message_of<InvalidArgument>(
+      [] { MultiWorkerMirroredStrategy(cluster::TaskInfo{}, {.gradient_compression = "fp8"}); });
+  EXPECT_NE(compression.find("unknown gradient_compression 'fp8'; choices: none, bf16"), std::string::npos)
+      << compression;
   cluster::ClusterSpec spec = local_cluster(1);
   spec.jobs["ps"].push_back("127.0.0.1:" + std::to_string(test::free_port()));
   const std::string ps = test::message_of<InvalidArgument>([&] {

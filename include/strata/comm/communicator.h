@@ -20,6 +20,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <exception>
 #include <memory>
 #include <string>
@@ -33,6 +34,18 @@ enum class ReduceOp { kSum, kMean, kMax, kMin };
 // "sum", "mean", "max", "min".
 std::string to_string(ReduceOp op);
 
+// How an all-reduce's float32 values travel between processes (PyTorch's DDP communication hooks).
+enum class Compression {
+  kNone,
+  // bfloat16 on the wire (PyTorch's bf16_compress_hook): each rank's values are rounded to bfloat16, every
+  // pairwise reduction is computed in float32 and rounded back to bfloat16, and the result is widened to float32
+  // (kMean divides it then). Half the bytes, about 3 significant digits; every rank still ends with the same
+  // bits. Only float32 with kSum or kMean (InvalidArgument otherwise, on the backends that honour it).
+  kBFloat16,
+};
+// "none", "bf16".
+std::string to_string(Compression compression);
+
 // The `timeout` of the options below when the caller sets none: the backend's group timeout applies.
 inline constexpr std::chrono::milliseconds kDefaultTimeout{-1};
 
@@ -41,6 +54,9 @@ inline constexpr std::chrono::milliseconds kDefaultTimeout{-1};
 struct AllReduceOptions {
   ReduceOp op = ReduceOp::kSum;
   std::chrono::milliseconds timeout = kDefaultTimeout;
+  // Honoured where bytes cross a wire (gloo, mpi, and the cross-worker level of hierarchical); the local backend,
+  // whose ranks share memory, reduces in full precision.
+  Compression compression = Compression::kNone;
 };
 struct BroadcastOptions {
   int root = 0;
@@ -108,8 +124,8 @@ class Communicator {
   // used again.
   virtual void abort(const std::string& reason) = 0;
 
-  // ---- With options. The defaults forward to the calls above when no timeout is set, and otherwise throw
-  // Unavailable "backend <name> does not support <op> with a per-call timeout".
+  // ---- With options. The defaults forward to the calls above when no timeout is set (ignoring compression), and
+  // otherwise throw Unavailable "backend <name> does not support <op> with a per-call timeout".
   virtual std::shared_ptr<Work> all_reduce(std::vector<Tensor> tensors, const AllReduceOptions& options);
   virtual std::shared_ptr<Work> broadcast(std::vector<Tensor> tensors, const BroadcastOptions& options);
   virtual std::shared_ptr<Work> all_gather(Tensor input, Tensor output, const AllGatherOptions& options);
@@ -135,6 +151,12 @@ class Communicator {
   // calls it with the same ranks; members' k-th calls for the same ranks make the same group. Sub-groups run
   // independently of their parent (their own queue and timeout), and nest.
   virtual std::shared_ptr<Communicator> new_group(std::vector<int> ranks);
+
+  // Bytes of all-reduce payload this rank has handed to its transport so far: each all-reduce's elements times
+  // their size on the wire (4 for float32 and for bfloat16 tensors, which travel widened; 2 with
+  // Compression::kBFloat16; 8 for int64). A ring all-reduce sends about 2 (size - 1) / size times that. 0 where
+  // nothing crosses a wire (local, hierarchical). For tests and benchmarks; safe from any thread.
+  virtual int64_t all_reduce_wire_bytes() const { return 0; }
 
  protected:
   // Throws Unavailable "backend <backend()> does not support <what>".

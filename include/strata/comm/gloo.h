@@ -10,12 +10,13 @@
 // TCP connections is up (or throws Timeout naming the ranks that never came). Collectives (all_reduce, broadcast,
 // all_gather, reduce_scatter, barrier; float32, bfloat16, int64) run on a worker thread per communicator, in issue
 // order, with Gloo's options-style algorithms (ring all-reduce: every rank ends with the same bits); the options
-// overloads set a per-call timeout; new_group(ranks) connects a sub-group; send/recv match by source and tag. A
-// collective that passes its timeout makes Gloo close every connection of the group: the collective fails with
-// Timeout naming the ranks that had not entered it, and the communicator is unusable from then on — build a new
-// group under a fresh prefix. docs/comm.md has the details and the exact errors. The first communicator made sets
-// SIGPIPE to ignored (unless the program handles it), so that a peer that dies mid-collective is an error here,
-// not this process's death: Gloo writes to its sockets with write(2).
+// overloads set a per-call timeout (and all_reduce's compression: bfloat16 elements on the wire, half the bytes);
+// new_group(ranks) connects a sub-group; send/recv match by source and tag. A collective that passes its timeout
+// makes Gloo close every connection of the group: the collective fails with Timeout naming the ranks that had not
+// entered it, and the communicator is unusable from then on — build a new group under a fresh prefix. docs/comm.md
+// has the details and the exact errors. The first communicator made sets SIGPIPE to ignored (unless the program
+// handles it), so that a peer that dies mid-collective is an error here, not this process's death: Gloo writes to
+// its sockets with write(2).
 // Thread-safety: as every Communicator (strata/comm/communicator.h); make_gloo_communicator is safe from any thread.
 #pragma once
 

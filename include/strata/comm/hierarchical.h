@@ -11,7 +11,8 @@
 // local group (kMean divides the sum once, on every rank alike, so all ranks get the same bits). broadcast from
 // global rank g: within g's worker to its local rank 0, across the workers, then within each worker. all_gather:
 // locally, across the workers, then broadcast locally (rows in global rank order). barrier: local, across, local.
-// bfloat16 sums are rounded at each level. Every worker must have the same local size. reduce_scatter, send, recv and new_group are not supported.
+// bfloat16 sums are rounded at each level. AllReduceOptions::compression applies across the workers only. Every
+// worker must have the same local size. reduce_scatter, send, recv and new_group are not supported.
 // Each rank runs its operations in issue order on a thread of its own; only local rank 0 uses `cross`.
 // Thread-safety: as every Communicator (strata/comm/communicator.h).
 #pragma once

@@ -10,7 +10,8 @@
 // exit); outside mpirun it throws Unavailable instead of initialising MPI. Collectives (all_reduce, broadcast,
 // all_gather, reduce_scatter, barrier; float32, bfloat16, int64), send/recv with tags and new_group run on the
 // communicator's worker thread in issue order with MPI's non-blocking operations, polled until done or until the
-// timeout (per call, or the group's). Floating-point all_reduce reduces to rank 0 and broadcasts, so every rank ends
+// timeout (per call, or the group's); all_reduce's compression sends bfloat16 elements (a user MPI_Op).
+// Floating-point all_reduce reduces to rank 0 and broadcasts, so every rank ends
 // with the same bits. MPI cannot cancel a collective: one that passes its timeout fails with Timeout (naming the ranks
 // that never reported waiting in it) and leaves the
 // communicator unusable (every later call fails at once) — the process should exit. abort() marks the communicator
