@@ -136,6 +136,11 @@ class Communicator {
   // independently of their parent (their own queue and timeout), and nest.
   virtual std::shared_ptr<Communicator> new_group(std::vector<int> ranks);
 
+  // Tags the collectives this rank issues from now on with training step `step` (the gradient path sets the
+  // optimizer's iterations() as a step begins), so that a timeout says the step of this rank's last collectives and
+  // of its peers'. Cheap (an atomic store); may be called from any thread. The default ignores it (local backend).
+  virtual void set_step(int64_t step);
+
  protected:
   // Throws Unavailable "backend <backend()> does not support <what>".
   [[noreturn]] void unsupported(const std::string& what) const;
