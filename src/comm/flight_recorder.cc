@@ -46,9 +46,7 @@ void FlightRecorder::issued(int64_t seq, OpKind kind, const std::vector<Tensor>&
   }
   const int64_t step = step_.load(std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(mu_);
-  Entry& e = ring_[static_cast<size_t>(seq) % kCapacity];
-  e = Entry{.seq = seq, .kind = kind, .state = State::kIssued, .bytes = bytes, .step = step, .timeout = timeout,
-            .issued = at, .started = {}, .ended = {}};
+  ring_[static_cast<size_t>(seq) % kCapacity] = {seq, kind, State::kIssued, bytes, step, timeout, at, {}, {}};
   newest_ = seq;
 }
 
@@ -126,8 +124,9 @@ std::string describe(const FlightRecorder::Entry& entry, FlightRecorder::Clock::
       return text + " in " + ms_str(entry.ended - entry.started);
     case State::kFailed:
       // Failed before it ran (the group was already broken): no running time to give.
-      return entry.started == FlightRecorder::Clock::time_point{} ? text
-                                                                  : text + " after " + ms_str(entry.ended - entry.started);
+      return entry.started == FlightRecorder::Clock::time_point{}
+                 ? text
+                 : text + " after " + ms_str(entry.ended - entry.started);
   }
   return text;
 }

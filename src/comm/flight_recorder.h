@@ -36,7 +36,7 @@ class FlightRecorder {
     OpKind kind = OpKind::kNone;
     State state = State::kIssued;
     int64_t bytes = 0;
-    int64_t step = kNoStep;    // the training step it was issued in, or kNoStep
+    int64_t step = kNoStep;  // the training step it was issued in, or kNoStep
     std::chrono::milliseconds timeout{0};
     Clock::time_point issued, started, ended;  // started / ended: the epoch until then
     // When the state last changed.

@@ -393,7 +393,8 @@ class GlooCommunicator final : public Communicator, public gloo_detail::Executor
       if (seen && (seen->seq > op.seq || (seen->seq == op.seq && seen->state != Recorder::State::kIssued))) continue;
       absent.push_back(q);
       where << "; rank " << q
-            << (seen ? " was last seen with " + detail::describe(*seen) : std::string(" had not reported where it stands"));
+            << (seen ? " was last seen with " + detail::describe(*seen)
+                     : std::string(" had not reported where it stands"));
     }
     if (absent.empty()) return "every rank had entered it";
     return rank_list(absent) + " had not entered it" + where.str();

@@ -71,8 +71,9 @@ TEST(FlightRecorderTest, StatesStepsAndBytes) {
   EXPECT_EQ(describe(entries[1], t0 + 10ms), "all_gather #2 (step 7, 16 B) failed after 2.0 ms");
   EXPECT_EQ(describe(entries[2], t0 + 1506ms), "all_reduce #3 (step 7, 2 KiB) running for 1500 ms");
   const std::string recent = describe_recent(recorder, 2, 2);
-  EXPECT_TRUE(contains(recent, "rank 2's last collectives: all_gather #2 (step 7, 16 B) failed after 2.0 ms, "
-                               "all_reduce #3 (step 7, 2 KiB) running for "))
+  EXPECT_TRUE(contains(recent,
+                       "rank 2's last collectives: all_gather #2 (step 7, 16 B) failed after 2.0 ms, "
+                       "all_reduce #3 (step 7, 2 KiB) running for "))
       << recent;
   EXPECT_EQ(describe_recent(FlightRecorder(), 0, 4), "");
 }
@@ -89,8 +90,8 @@ TEST(FlightRecorderTest, APeerReadsTheEncodedEntryBack) {
   EXPECT_EQ(describe(*decode("9 barrier completed -1 0")), "barrier #9 completed");
   EXPECT_EQ(describe(*decode("9 barrier completed 4 0")), "barrier #9 (step 4) completed");
   EXPECT_EQ(describe(*decode("3 all_reduce running 2 1572864")), "all_reduce #3 (step 2, 1.5 MiB) running");
-  for (const char* bad : {"", "3 all_reduce", "3 nonsense running 1 2", "3 all_reduce dozing 1 2", "0 barrier issued 1 0",
-                          "12 all_reduce"}) {
+  for (const char* bad : {"", "3 all_reduce", "3 nonsense running 1 2", "3 all_reduce dozing 1 2",
+                          "0 barrier issued 1 0", "12 all_reduce"}) {
     EXPECT_FALSE(decode(bad).has_value()) << bad;
   }
 }

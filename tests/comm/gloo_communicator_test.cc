@@ -358,10 +358,10 @@ TEST(GlooFaultTest, ARankStuckBetweenStepsIsNamedWithItsLastCollectiveAndStep) {
     SCOPED_TRACE("rank " + std::to_string(r) + ": " + m);
     EXPECT_GE(waited[r], 900ms);  // the peer rank fails when the first one closes its connections
     EXPECT_LT(waited[r], 2500ms);
-    EXPECT_TRUE(contains(m, "all_reduce #5 on rank " + std::to_string(r) + " failed after "));
+    const std::string me = std::to_string(r);
+    EXPECT_TRUE(contains(m, "all_reduce #5 on rank " + me + " failed after "));
     EXPECT_TRUE(contains(m, ": rank 2 had not entered it; rank 2 was last seen with all_reduce #4 (step 1, 4 B) "
-                            "completed; rank " + std::to_string(r) + "'s last collectives: all_reduce #2 (step 0, 4 B) "
-                            "completed in "));
+                            "completed; rank " + me + "'s last collectives: all_reduce #2 (step 0, 4 B) completed in "));
     EXPECT_TRUE(contains(m, ", all_reduce #3 (step 1, 1 KiB) completed in "));
     EXPECT_TRUE(contains(m, ", all_reduce #5 (step 2, 1 KiB) failed after "));
     EXPECT_FALSE(contains(m, "rank " + std::to_string(1 - r) + " had not entered it"));
