@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
 #include <vector>
 
 #include "strata/variable.h"
@@ -43,6 +44,9 @@ class GradientApplier {
   virtual void update_summed(const Variable& var, const std::vector<const float*>& parts) = 0;
   // Ends the step (counts it). Runs on one thread after every update of the step.
   virtual void finish() = 0;
+  // The steps ended so far (Optimizer::iterations()), or -1 when unknown (the default). An aggregator tags the
+  // step's collectives with it (Communicator::set_step), so that a collective timeout names the step.
+  virtual int64_t iterations() const;
 };
 
 class GradientAggregator {

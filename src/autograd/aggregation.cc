@@ -9,6 +9,7 @@ thread_local GradientAggregator* t_aggregator = nullptr;
 }  // namespace
 
 GradientApplier::~GradientApplier() = default;
+int64_t GradientApplier::iterations() const { return -1; }
 GradientAggregator::~GradientAggregator() = default;
 void GradientAggregator::expect_apply(GradientApplier&, const std::vector<Variable>&) {}
 void GradientAggregator::begin_gradients(const std::vector<Variable>&) {}

@@ -71,6 +71,8 @@ std::shared_ptr<Work> Communicator::recv(std::vector<Tensor>, int, const RecvOpt
 
 std::shared_ptr<Communicator> Communicator::new_group(std::vector<int>) { unsupported("new_group"); }
 
+void Communicator::set_step(int64_t) {}
+
 std::string to_string(ReduceOp op) {
   switch (op) {
     case ReduceOp::kSum:

@@ -19,14 +19,17 @@
 //
 // On a Gloo IoException (a timeout, or a peer that closed its connections) Gloo has closed every pair of the
 // context: the collective fails with Timeout and the communicator is broken — every later collective fails at once
-// with Timeout quoting that first failure. To name the ranks that never entered a failed collective, a reporter
-// thread publishes "progress/rank-<r>" once this rank has waited in one collective for a quarter of its timeout.
+// with Timeout quoting that first failure. A flight recorder (comm/flight_recorder.h) keeps this rank's last
+// collectives (seq, kind, bytes, training step, state), which the message lists. To name the ranks that never
+// entered a failed collective and say where each stood, a reporter thread publishes "progress/rank-<r>" = this
+// rank's newest collective once it has stood still for a quarter of its timeout: waited in that long, or issued
+// that long ago with nothing after it (a rank stuck outside the collectives, in an endless loop, stands still there).
 // abort(reason) records the reason in the store (so that peers quote it), fails the queued collectives and closes
 // the connections, which makes the peers' collectives fail at once; a collective this rank is running ends by its
 // own timeout at the latest (Gloo cannot interrupt a local wait).
 // Thread-safety: one thread per rank issues collectives (mu_ guards the queue); the worker owns the Gloo context
-// and the scratch buffers; the sender owns the posted sends (send_mu_); the reporter reads only atomics and the
-// store.
+// and the scratch buffers; the sender owns the posted sends (send_mu_); the reporter reads only the recorder (its
+// own lock) and the store.
 #include "strata/comm/gloo.h"
 
 #include <gloo/common/error.h>
@@ -38,14 +41,15 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
-#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 
+#include "comm/flight_recorder.h"
 #include "comm/gloo_internal.h"
 #include "comm/gloo_store.h"
 #include "strata/error.h"
@@ -62,6 +66,7 @@ using gloo_detail::Kind;
 using gloo_detail::kind_name;
 using gloo_detail::kSpins;
 using gloo_detail::Op;
+using Recorder = detail::FlightRecorder;
 
 // Gloo writes to its sockets with write(2), so a peer that died mid-collective would kill this process with
 // SIGPIPE instead of failing the collective with an error naming it (seen in the multi-worker kill test). Like
@@ -134,6 +139,7 @@ class GlooCommunicator final : public Communicator, public gloo_detail::Executor
   int rank() const override { return context_->rank; }
   int size() const override { return context_->size; }
   std::string backend() const override { return "gloo"; }
+  void set_step(int64_t step) override { recorder_.set_step(step); }
 
   std::shared_ptr<Work> all_reduce(std::vector<Tensor> tensors, ReduceOp op) override {
     return issue(Kind::kAllReduce, std::move(tensors), op, 0, kDefaultTimeout);
@@ -203,7 +209,7 @@ class GlooCommunicator final : public Communicator, public gloo_detail::Executor
       std::lock_guard<std::mutex> lock(mu_);
       if (!broken_.empty()) return;
       broken_ = "it was aborted on rank " + std::to_string(rank()) + ": " + reason;
-      for (Op& op : queue_) op.work->finish(not_run(op));
+      for (Op& op : queue_) fail_unrun(op);
       queue_.clear();
       pending_.store(0, std::memory_order_relaxed);
     }
@@ -227,6 +233,12 @@ class GlooCommunicator final : public Communicator, public gloo_detail::Executor
     return name;
   }
 
+  // REQUIRES: mu_ held. Fails a queued operation of a broken communicator.
+  void fail_unrun(Op& op) {
+    if (!is_p2p(op.kind)) recorder_.ended(op.seq, false);
+    op.work->finish(not_run(op));
+  }
+
   // REQUIRES: mu_ held (reads broken_).
   Failure not_run(const Op& op) const {
     return {Failure::Type::kTimeout,
@@ -248,6 +260,7 @@ class GlooCommunicator final : public Communicator, public gloo_detail::Executor
       op.work->finish(not_run(op));
       return work;
     }
+    if (!is_p2p(kind)) recorder_.issued(seq, kind, op.tensors, op.timeout, op.issued);
     queue_.push_back(std::move(op));
     pending_.fetch_add(1, std::memory_order_release);
     // Notified under mu_: cheap, since the worker only sleeps on cv_ after checking the queue under mu_. A lone
@@ -310,7 +323,7 @@ class GlooCommunicator final : public Communicator, public gloo_detail::Executor
         queue_.pop_front();
         pending_.fetch_sub(1, std::memory_order_relaxed);
         if (!broken_.empty()) {
-          op.work->finish(not_run(op));
+          fail_unrun(op);
           continue;
         }
       }
@@ -320,15 +333,11 @@ class GlooCommunicator final : public Communicator, public gloo_detail::Executor
 
   // REQUIRES: exec_->mu held.
   void run_one(Op& op) {
-    if (!is_p2p(op.kind)) {  // the reporter publishes collectives only: their numbers match across ranks
-      running_kind_.store(static_cast<int>(op.kind), std::memory_order_relaxed);
-      running_since_.store(Clock::now().time_since_epoch().count(), std::memory_order_relaxed);
-      running_timeout_.store(op.timeout.count(), std::memory_order_relaxed);
-      running_.store(op.seq, std::memory_order_release);
-    }
+    // The recorder (and so the reporter) keeps collectives only: their numbers match across ranks.
+    if (!is_p2p(op.kind)) recorder_.started(op.seq);
     GlooCollectives::PostedSend posted;
     Failure failure = run(op, &posted);
-    running_.store(0, std::memory_order_release);
+    if (!is_p2p(op.kind)) recorder_.ended(op.seq, !failure.failed());
     if (posted.buffer && failure.type == Failure::Type::kNone) {
       {
         std::lock_guard<std::mutex> lock(send_mu_);
@@ -341,36 +350,36 @@ class GlooCommunicator final : public Communicator, public gloo_detail::Executor
     op.work->finish(std::move(failure));
   }
 
-  // How long a collective with `timeout` runs before the reporter publishes it: a quarter of the timeout, within
-  // [5 ms, 1 s].
+  // How long this rank's newest collective (of `timeout`) stands still before the reporter publishes it: a quarter
+  // of the timeout, within [5 ms, 1 s].
   static std::chrono::milliseconds report_after(std::chrono::milliseconds timeout) {
     return std::clamp(timeout / 4, std::chrono::milliseconds(5), std::chrono::milliseconds(1000));
   }
   static constexpr std::chrono::milliseconds kReporterPeriod{20};
 
-  // Publishes "progress/rank-<r>" = "<seq> <kind>" once a collective has run for a report interval, so that a
-  // rank whose collective times out can name the ranks that never entered it. Fast collectives publish nothing
-  // (no store traffic on the fast path).
+  // Publishes "progress/rank-<r>" = this rank's newest collective (flight_recorder.h's encode: seq, kind, state,
+  // step, bytes) once it has stood still for a report interval, so that a rank whose collective times out can say
+  // where each peer stands. A rank that keeps moving publishes nothing (no store traffic on the fast path); one
+  // that computes between steps for longer than the interval, one entry per step.
   void reporter_loop() {
-    int64_t posted = 0;
+    int64_t posted_seq = 0;
+    Recorder::State posted_state = Recorder::State::kIssued;
     std::unique_lock<std::mutex> lock(reporter_mu_);
     while (!reporter_cv_.wait_for(lock, kReporterPeriod, [&] { return reporter_stop_; })) {
-      const int64_t seq = running_.load(std::memory_order_acquire);
-      if (seq == 0 || seq == posted) continue;
-      const Clock::time_point since{Clock::duration(running_since_.load(std::memory_order_relaxed))};
-      const std::chrono::milliseconds timeout{running_timeout_.load(std::memory_order_relaxed)};
-      if (Clock::now() - since < report_after(timeout)) continue;
-      const Kind kind = static_cast<Kind>(running_kind_.load(std::memory_order_relaxed));
+      const std::optional<Recorder::Entry> newest = recorder_.newest();
+      if (!newest || (newest->seq == posted_seq && newest->state == posted_state)) continue;
+      if (Clock::now() - newest->changed() < report_after(newest->timeout)) continue;
       try {
-        store_->set("progress/rank-" + std::to_string(rank()), std::to_string(seq) + " " + kind_name(kind));
-        posted = seq;
+        store_->set("progress/rank-" + std::to_string(rank()), detail::encode(*newest));
       } catch (const Error&) {
-        posted = seq;  // the store is gone too; the timeout message will say the rank was not seen
+        // The store is gone too; the timeout message will say the rank was not seen.
       }
+      posted_seq = newest->seq;
+      posted_state = newest->state;
     }
   }
 
-  // After `op` failed: the ranks that had not reported being in it, with where they last reported being.
+  // After `op` failed: the ranks that had not reported being in it, each with the newest collective it reported.
   std::string absent_ranks(const Op& op) {
     // A peer that entered the collective reports within about one interval; wait that long before judging.
     std::this_thread::sleep_for(std::min(report_after(op.timeout), std::chrono::milliseconds(100)) + kReporterPeriod);
@@ -379,18 +388,16 @@ class GlooCommunicator final : public Communicator, public gloo_detail::Executor
     for (int q = 0; q < size(); ++q) {
       if (q == rank()) continue;
       const std::string key = "progress/rank-" + std::to_string(q);
-      std::string seen;
+      std::optional<Recorder::Entry> seen;
       try {
-        if (store_->check({key})) seen = store_->get(key);
+        if (store_->check({key})) seen = detail::decode(store_->get(key));
       } catch (const Error&) {
       }
-      const auto space = seen.find(' ');
-      const int64_t seq = space == std::string::npos ? 0 : std::strtoll(seen.c_str(), nullptr, 10);
-      if (seq == op.seq) continue;
+      if (seen && (seen->seq > op.seq || (seen->seq == op.seq && seen->state != Recorder::State::kIssued))) continue;
       absent.push_back(q);
       where << "; rank " << q
-            << (seq == 0 ? std::string(" was never seen waiting in a collective")
-                         : " was last seen in " + seen.substr(space + 1) + " #" + std::to_string(seq));
+            << (seen ? " was last seen with " + detail::describe(*seen)
+                     : std::string(" had not reported where it stands"));
     }
     if (absent.empty()) return "every rank had entered it";
     return rank_list(absent) + " had not entered it" + where.str();
@@ -454,6 +461,7 @@ class GlooCommunicator final : public Communicator, public gloo_detail::Executor
   }
 
   Failure broken(const Op& op, Clock::time_point start, const char* what, const std::string& gloo_message) {
+    if (!is_p2p(op.kind)) recorder_.ended(op.seq, false);
     const auto waited = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start).count();
     std::string aborted;
     try {
@@ -471,6 +479,8 @@ class GlooCommunicator final : public Communicator, public gloo_detail::Executor
     } else if (size() > 1) {
       out << absent_ranks(op) << "; ";
     }
+    const std::string recent = detail::describe_recent(recorder_, rank(), kRecent);
+    if (!recent.empty()) out << recent << "; ";
     out << "gloo: " << gloo_message
         << "; Gloo closed every connection of the group, so this communicator cannot be used again: rebuild the "
            "group under a fresh store prefix";
@@ -513,11 +523,9 @@ class GlooCommunicator final : public Communicator, public gloo_detail::Executor
   int64_t sends_issued_ = 0;         // guarded by mu_
   int64_t recvs_issued_ = 0;         // guarded by mu_
   std::string broken_;               // guarded by mu_: why the communicator is unusable, or ""
-  // Where the worker is, for the reporter thread: the collective running (0: none), its kind and start.
-  std::atomic<int64_t> running_{0};
-  std::atomic<int> running_kind_{0};
-  std::atomic<int64_t> running_since_{0};  // Clock ticks since its epoch
-  std::atomic<int64_t> running_timeout_{0};  // its timeout in ms
+  // This rank's last collectives, for failure messages and the reporter thread.
+  Recorder recorder_;
+  static constexpr size_t kRecent = 4;  // how many of them a failure lists
   std::mutex reporter_mu_;
   std::condition_variable reporter_cv_;
   bool reporter_stop_ = false;  // guarded by reporter_mu_

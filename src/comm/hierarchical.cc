@@ -1,7 +1,8 @@
 // The hierarchical communicator (strata/comm/hierarchical.h): each operation is a short sequence of operations on
 // the local group and, on local rank 0, on the workers' communicator, run in issue order on the rank's own thread.
 // A failure on local rank 0 (a worker lost across) aborts the local group, so the other local ranks fail at once
-// instead of waiting for a broadcast that will not come.
+// instead of waiting for a broadcast that will not come. set_step tags both levels (across: local rank 0's, which
+// issues there).
 // Thread-safety: one thread per rank issues (mu_ guards the queue); the rank's thread alone runs the operations.
 #include "strata/comm/hierarchical.h"
 
@@ -124,6 +125,12 @@ class HierarchicalCommunicator final : public Communicator {
   void abort(const std::string& reason) override {
     local_->abort(reason);
     cross_->abort(reason);
+  }
+
+  // Every local rank tags the same step; local rank 0 is the one that issues across workers.
+  void set_step(int64_t step) override {
+    local_->set_step(step);
+    if (local_->rank() == 0) cross_->set_step(step);
   }
 
  private:

@@ -13,10 +13,12 @@
 // A rank that has waited in a collective for a quarter of its timeout tells its peers so on a private duplicate
 // communicator, so that a timeout names the ranks never heard from. A deadline passed: the operation fails with
 // Timeout, its buffers are kept alive for ever (MPI may still write them) and the communicator is broken — later
-// operations fail at once quoting the first failure. abort() breaks it the same way on this rank only.
+// operations fail at once quoting the first failure; its message lists this rank's last collectives (seq, kind,
+// bytes, training step, state) from a flight recorder (comm/flight_recorder.h). abort() breaks it the same way on
+// this rank only.
 // Thread-safety: one thread per rank issues operations (mu_ guards the queue); the worker alone makes this
 // communicator's MPI calls (under g_mpi_mutex when MPI is not MPI_THREAD_MULTIPLE); an MpiWork may be waited on from
-// any thread.
+// any thread; the recorder has its own lock.
 #include "strata/comm/mpi.h"
 
 #include <mpi.h>
@@ -35,6 +37,7 @@
 
 #include "comm/bf16_wire.h"
 #include "comm/completion.h"
+#include "comm/flight_recorder.h"
 #include "strata/error.h"
 
 namespace strata::comm {
@@ -198,6 +201,7 @@ class MpiCommunicator final : public Communicator {
   int size() const override { return size_; }
   std::string backend() const override { return "mpi"; }
   int64_t all_reduce_wire_bytes() const override { return wire_bytes_.load(std::memory_order_relaxed); }
+  void set_step(int64_t step) override { recorder_.set_step(step); }
 
   std::shared_ptr<Work> all_reduce(std::vector<Tensor> tensors, ReduceOp op) override {
     return all_reduce(std::move(tensors), AllReduceOptions{.op = op});
@@ -259,11 +263,19 @@ class MpiCommunicator final : public Communicator {
     std::lock_guard<std::mutex> lock(mu_);
     if (!broken_.empty()) return;
     broken_ = "it was aborted on rank " + std::to_string(rank_) + ": " + reason;
-    for (Op& op : queue_) op.work->finish(not_run(op));
+    for (Op& op : queue_) fail_unrun(op);
     queue_.clear();
   }
 
  private:
+  static bool is_p2p(Kind kind) { return kind == Kind::kSend || kind == Kind::kRecv; }
+
+  // REQUIRES: mu_ held, broken_ set. Fails an operation that will not run.
+  void fail_unrun(Op& op) {
+    if (!is_p2p(op.kind)) recorder_.ended(op.seq, false);
+    op.work->finish(not_run(op));
+  }
+
   Failure not_run(const Op& op) const {  // REQUIRES: mu_ held, broken_ set
     std::ostringstream message;
     message << "mpi: " << kind_name(op.kind) << " #" << op.seq << " on rank " << rank_ << " of " << name_
@@ -285,7 +297,7 @@ class MpiCommunicator final : public Communicator {
 
   std::shared_ptr<Work> issue(Op op) {
     std::lock_guard<std::mutex> lock(mu_);
-    const bool p2p = op.kind == Kind::kSend || op.kind == Kind::kRecv;
+    const bool p2p = is_p2p(op.kind);
     op.seq = p2p ? ++messages_ : ++collectives_;
     if (op.timeout == kDefaultTimeout) op.timeout = options_.timeout;
     op.work = std::make_shared<MpiWork>(op.kind, op.seq, rank_);
@@ -301,6 +313,7 @@ class MpiCommunicator final : public Communicator {
                         ": " + problem});
       return work;
     }
+    if (!p2p) recorder_.issued(op.seq, op.kind, op.tensors, op.timeout, Clock::now());
     queue_.push_back(std::move(op));
     cv_.notify_one();
     return work;
@@ -394,29 +407,36 @@ class MpiCommunicator final : public Communicator {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (!broken_.empty()) {
-        op.work->finish(not_run(op));
+        fail_unrun(op);
         return;
       }
     }
     deadline_ = Clock::now() + op.timeout;
+    const bool recorded = !is_p2p(op.kind);
+    if (recorded) recorder_.started(op.seq);
     try {
       execute(op);
+      if (recorded) recorder_.ended(op.seq, true);
       op.work->finish({});
     } catch (const PostedMarker&) {
       // a send: poll_sends finishes its Work
     } catch (const Timeout& e) {
+      if (recorded) recorder_.ended(op.seq, false);
       op.work->finish({Failure::Type::kTimeout, e.what()});
     } catch (const std::exception& e) {
+      if (recorded) recorder_.ended(op.seq, false);
       op.work->finish({Failure::Type::kError, e.what()});
     }
   }
 
   // Marks the communicator unusable after `op` passed its deadline with `request` outstanding; throws Timeout.
   [[noreturn]] void timed_out(Op& op, std::vector<unsigned char>* buffer) {
+    if (!is_p2p(op.kind)) recorder_.ended(op.seq, false);
+    const std::string recent = detail::describe_recent(recorder_, rank_, kRecent);
     std::ostringstream message;
     message << "mpi: " << kind_name(op.kind) << " #" << op.seq << " on rank " << rank_ << " of " << name_
-            << " did not complete within " << op.timeout.count()
-            << " ms" << missing_ranks(op)
+            << " did not complete within " << op.timeout.count() << " ms" << missing_ranks(op)
+            << (recent.empty() ? "" : "; " + recent)
             << " (MPI cannot cancel it, so this communicator is unusable and the process should exit)";
     auto* left = new Leftover{op.tensors, {}, {}};
     if (buffer) left->buffer = std::move(*buffer);
@@ -428,7 +448,7 @@ class MpiCommunicator final : public Communicator {
     {
       std::lock_guard<std::mutex> lock(mu_);
       if (broken_.empty()) broken_ = message.str();
-      for (Op& q : queue_) q.work->finish(not_run(q));
+      for (Op& q : queue_) fail_unrun(q);
       queue_.clear();
     }
     throw Timeout(message.str());
@@ -792,6 +812,8 @@ class MpiCommunicator final : public Communicator {
   bool stop_ = false;              // guarded by mu_
   std::string broken_;             // guarded by mu_ (read without it by the destructor after join)
   int64_t collectives_ = 0, messages_ = 0;  // guarded by mu_
+  detail::FlightRecorder recorder_;         // this rank's last collectives (its own lock)
+  static constexpr size_t kRecent = 4;      // how many of them a timeout lists
 
   std::atomic<int64_t> wire_bytes_{0};  // Communicator::all_reduce_wire_bytes (written by the worker)
 

@@ -10,6 +10,7 @@ AllReduceAggregator::AllReduceAggregator(Strategy& strategy, int replica, comm::
                                          int64_t bytes_per_pack, std::function<void(const Variable&)> check_variable,
                                          comm::Compression compression)
     : strategy_(strategy),
+      comm_(comm),
       replica_(replica),
       local_replicas_(strategy.num_local_replicas()),
       voters_(comm.size()),
@@ -25,6 +26,7 @@ void AllReduceAggregator::expect_apply(GradientApplier& applier, const std::vect
   if (!applier.prepared(sources)) strategy_.merge_call(replica_, [&] { applier.prepare(sources); });
   expected_applier_ = &applier;
   expected_ids_ = ids_of(sources);
+  step_ = applier.iterations();
 }
 
 void AllReduceAggregator::begin_gradients(const std::vector<Variable>& sources) {
@@ -35,6 +37,7 @@ void AllReduceAggregator::begin_gradients(const std::vector<Variable>& sources) 
   expected_ids_.clear();
   sources_ = sources;
   next_owned_ = static_cast<size_t>(replica_);
+  comm_.set_step(step_);  // the buckets' all-reduces are issued during backward
   reducer_.begin(sources, announced ? 1.0f : 0.0f);
 }
 
@@ -65,11 +68,14 @@ void AllReduceAggregator::update_owned_buckets() {
 void AllReduceAggregator::apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars,
                                           GradientApplier& applier) {
   for (const Variable& v : vars) check_variable_(v);
+  step_ = applier.iterations();
   if (!reducer_.matches(grads, vars)) {  // not the gradients the tape just reported (or no tape): reduce them now
     early_applier_ = nullptr;
     expected_applier_ = nullptr;
+    comm_.set_step(step_);
     reducer_.reduce(grads, vars);
   }
+  if (step_ >= 0) ++step_;  // the next gradient call's, unless an applier says otherwise
   reducer_.wait_all();
   if (early_applier_ != nullptr && reducer_.num_buckets() > 0 &&
       reducer_.votes(0) == static_cast<float>(voters_)) {

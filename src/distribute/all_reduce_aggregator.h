@@ -9,7 +9,8 @@
 // in (with one replica per process, as across workers, each process updates all of its own); apply_gradients then updates
 // the rest of its buckets and ends the step in merge_call, so no replica reads a variable of the next step
 // before its owner wrote it. Whether every replica announced is itself summed in each bucket (the reducer's
-// vote), so all replicas take the same path from the same bits.
+// vote), so all replicas take the same path from the same bits. The step's collectives are tagged with the
+// optimizer's iterations() (Communicator::set_step), so that a collective timeout says which step each rank was in.
 // Thread-safety: one per replica thread.
 #pragma once
 
@@ -43,6 +44,7 @@ class AllReduceAggregator final : public GradientAggregator {
   void update_owned_buckets();
 
   Strategy& strategy_;
+  comm::Communicator& comm_;  // the reducer's: tagged with the step
   const int replica_;        // this local replica
   const int local_replicas_;  // replicas sharing this process's variables: they share the early updates out
   const int voters_;          // ranks of the communicator: all of them must vote for early updates
@@ -55,6 +57,9 @@ class AllReduceAggregator final : public GradientAggregator {
   std::vector<Variable> sources_;
   GradientApplier* early_applier_ = nullptr;
   size_t next_owned_ = 0;  // the next bucket of this replica to update early
+  // The step the next gradient call belongs to: the applier's iterations() when announced or applied, else the
+  // last applied step + 1; -1 until an applier said.
+  int64_t step_ = -1;
 };
 
 }  // namespace strata::distribute::detail

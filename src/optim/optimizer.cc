@@ -132,6 +132,7 @@ class Optimizer::Applier final : public GradientApplier {
     optimizer_.update_summed(var, parts);
   }
   void finish() override { ++optimizer_.iterations_; }
+  int64_t iterations() const override { return optimizer_.iterations_; }
 
  private:
   Optimizer& optimizer_;

@@ -1,7 +1,8 @@
 // The gloo communicator (strata/comm/gloo.h) over 127.0.0.1: every collective for group sizes 1-4, as threads of
 // one process (in-memory store) and as forked processes (file store in a temp dir), bitwise-equal on every rank and
 // equal to a reference computed here; a rank that never joins a collective (Timeout within the timeout plus a
-// margin, naming the collective), a rank that never connects, abort, and argument errors.
+// margin, naming the collective), a rank stuck between steps (named with the last collective and step it reached,
+// beside the failing rank's own last collectives), a rank that never connects, abort, and argument errors.
 // Processes: each child has an alarm(); the parent waits with a deadline, kills what is left and reaps every child.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -312,7 +313,8 @@ TEST(GlooFaultTest, ARankThatNeverJoinsACollectiveTimesOutNamingIt) {
     EXPECT_TRUE(contains(message, "(timeout 300 ms)")) << message;
     const std::string last = std::to_string(size - 1);
     EXPECT_TRUE(contains(message, "): rank " + last + " had not entered it; rank " + last +
-                                      " was never seen waiting in a collective; gloo: "))
+                                      " had not reported where it stands; rank 0's last collectives: all_reduce #1 "
+                                      "(64 B) failed after "))
         << message;
     if (size == 3) {
       EXPECT_TRUE(contains(rank1_message, "all_reduce #1 on rank 1")) << rank1_message;
@@ -322,6 +324,50 @@ TEST(GlooFaultTest, ARankThatNeverJoinsACollectiveTimesOutNamingIt) {
     EXPECT_TRUE(contains(later, "broadcast #2 on rank 0 was not run: the communicator is unusable")) << later;
     EXPECT_TRUE(contains(later, "unusable since all_reduce #1 failed after ")) << later;
   }
+}
+
+// A rank alive but stuck between steps (an endless loop: its heartbeats would go on) issues nothing more; the others
+// time out naming it with the last collective and step it reached, and list their own last collectives.
+TEST(GlooFaultTest, ARankStuckBetweenStepsIsNamedWithItsLastCollectiveAndStep) {
+  constexpr int kSize = 3;
+  auto store = make_in_memory_store(10s);
+  std::atomic<int> failed{0};
+  std::vector<std::string> messages(kSize);
+  std::vector<Clock::duration> waited(kSize);
+  run_threads(kSize, [&](int r) {
+    auto comm = make_gloo_communicator(store, r, kSize, {.timeout = 1s});
+    Tensor grads = Tensor::ones({256});  // 1 KiB
+    Tensor loss = Tensor::ones({1});
+    for (int64_t step = 0; step < 2; ++step) {  // collectives #1-#4
+      comm->set_step(step);
+      comm->all_reduce({grads})->wait();
+      comm->all_reduce({loss}, ReduceOp::kMean)->wait();
+    }
+    comm->set_step(2);
+    if (r == kSize - 1) {  // stuck until the others have failed
+      while (failed.load() < kSize - 1) std::this_thread::sleep_for(1ms);
+      return;
+    }
+    const auto start = Clock::now();
+    messages[r] = message_of<Timeout>([&] { comm->all_reduce({grads})->wait(); });  // #5
+    waited[r] = Clock::now() - start;
+    ++failed;
+  });
+  for (int r = 0; r < kSize - 1; ++r) {
+    const std::string& m = messages[r];
+    SCOPED_TRACE("rank " + std::to_string(r) + ": " + m);
+    EXPECT_GE(waited[r], 900ms);  // the peer rank fails when the first one closes its connections
+    EXPECT_LT(waited[r], 2500ms);
+    const std::string me = std::to_string(r);
+    EXPECT_TRUE(contains(m, "all_reduce #5 on rank " + me + " failed after "));
+    EXPECT_TRUE(contains(m, ": rank 2 had not entered it; rank 2 was last seen with all_reduce #4 (step 1, 4 B) "
+                            "completed; rank " + me + "'s last collectives: all_reduce #2 (step 0, 4 B) completed in "));
+    EXPECT_TRUE(contains(m, ", all_reduce #3 (step 1, 1 KiB) completed in "));
+    EXPECT_TRUE(contains(m, ", all_reduce #5 (step 2, 1 KiB) failed after "));
+    EXPECT_FALSE(contains(m, "rank " + std::to_string(1 - r) + " had not entered it"));
+    EXPECT_FALSE(contains(m, "\n"));
+  }
+  std::printf("rank 0's message: %s\n", messages[0].c_str());
 }
 
 TEST(GlooFaultTest, ARankThatNeverJoinsACollectiveTimesOutAcrossProcesses) {
@@ -564,6 +610,10 @@ TEST(GlooFaultTest, APerCallTimeoutBoundsThatCollective) {
   EXPECT_LT(waited, 1500ms);  // not the group's 20 s
   EXPECT_TRUE(contains(message, "all_reduce #2 on rank 0 failed after ")) << message;
   EXPECT_TRUE(contains(message, "(timeout 250 ms): rank 1 had not entered it")) << message;
+  // Rank 1 stands still after a barrier with a 5 s timeout, so it reports where it stands after 1 s: not yet.
+  EXPECT_TRUE(contains(message, "rank 1 had not reported where it stands; rank 0's last collectives: barrier #1 "
+                                "completed in "))
+      << message;
 }
 
 TEST(GlooCommunicatorTest, SubGroupsRunIndependentlyAndNest) {

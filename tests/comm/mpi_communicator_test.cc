@@ -4,8 +4,9 @@
 // collective for N = 1-4 (and float32 all_reduce with bfloat16 compression), each rank's results equal to a
 // reference computed here and their hashes written to a file per rank, which the parent compares across ranks
 // (bitwise-equal on every rank); a rank that never joins a collective (Timeout within the timeout plus a margin on
-// the others, then mpirun ends and no process is left); abort; make_mpi_communicator outside mpirun (Unavailable, no
-// MPI_Init). Skipped when `mpirun` is not on the PATH.
+// the others, naming it and listing their last collectives with bytes and step, then mpirun ends and no process is
+// left); abort; make_mpi_communicator outside mpirun (Unavailable, no MPI_Init). Skipped when `mpirun` is not on
+// the PATH.
 // Processes: mpirun runs under `timeout -s KILL`; the parent checks afterwards that every rank's pid is gone.
 #include <gtest/gtest.h>
 #include <mpi.h>
@@ -364,7 +365,9 @@ TEST(MpiChild, RankNeverJoins) {
   std::ofstream file(child_dir() + "/fault-" + std::to_string(rank));
   file << "pid " << ::getpid() << std::endl;
   Tensor x = Tensor::ones(Shape{16});
+  comm->set_step(7);
   comm->all_reduce({x})->wait();  // #1: every rank
+  comm->set_step(8);
   if (rank == n - 1) {  // never joins #2; stays alive until the others have timed out
     file << "skipped" << std::endl;
     std::this_thread::sleep_for(4s);
@@ -380,6 +383,10 @@ TEST(MpiChild, RankNeverJoins) {
   EXPECT_TRUE(contains(message, "1000 ms")) << message;
   EXPECT_TRUE(contains(message, "never joined (no word from it while waiting): rank " + std::to_string(n - 1)))
       << message;
+  EXPECT_TRUE(contains(message, "; rank " + std::to_string(rank) + "'s last collectives: all_reduce #1 (step 7, 64 B) "
+                                "completed in "))
+      << message;
+  EXPECT_TRUE(contains(message, ", all_reduce #2 (step 8, 64 B) failed after ")) << message;
   EXPECT_GE(elapsed, 950);
   EXPECT_LT(elapsed, 3000);
   // The communicator is unusable: later calls fail at once, quoting the timeout.

@@ -157,6 +157,10 @@ class Communicator {
   // Compression::kBFloat16; 8 for int64). A ring all-reduce sends about 2 (size - 1) / size times that. 0 where
   // nothing crosses a wire (local, hierarchical). For tests and benchmarks; safe from any thread.
   virtual int64_t all_reduce_wire_bytes() const { return 0; }
+  // Tags the collectives this rank issues from now on with training step `step` (the gradient path sets the
+  // optimizer's iterations() as a step begins), so that a timeout says the step of this rank's last collectives and
+  // of its peers'. Cheap (an atomic store); may be called from any thread. The default ignores it (local backend).
+  virtual void set_step(int64_t step);
 
  protected:
   // Throws Unavailable "backend <backend()> does not support <what>".

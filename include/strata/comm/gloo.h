@@ -13,10 +13,11 @@
 // overloads set a per-call timeout (and all_reduce's compression: bfloat16 elements on the wire, half the bytes);
 // new_group(ranks) connects a sub-group; send/recv match by source and tag. A collective that passes its timeout
 // makes Gloo close every connection of the group: the collective fails with Timeout naming the ranks that had not
-// entered it, and the communicator is unusable from then on — build a new group under a fresh prefix. docs/comm.md
-// has the details and the exact errors. The first communicator made sets SIGPIPE to ignored (unless the program
-// handles it), so that a peer that dies mid-collective is an error here, not this process's death: Gloo writes to
-// its sockets with write(2).
+// entered it (each with the last collective and training step it reported, so a rank stuck between steps shows
+// where it stands) and listing this rank's last collectives (seq, op, bytes, step, state), and the communicator is
+// unusable from then on — build a new group under a fresh prefix. docs/comm.md has the details and the exact
+// errors. The first communicator made sets SIGPIPE to ignored (unless the program handles it), so that a peer that
+// dies mid-collective is an error here, not this process's death: Gloo writes to its sockets with write(2).
 // Thread-safety: as every Communicator (strata/comm/communicator.h); make_gloo_communicator is safe from any thread.
 #pragma once
 

@@ -13,8 +13,8 @@
 // timeout (per call, or the group's); all_reduce's compression sends bfloat16 elements (a user MPI_Op).
 // Floating-point all_reduce reduces to rank 0 and broadcasts, so every rank ends
 // with the same bits. MPI cannot cancel a collective: one that passes its timeout fails with Timeout (naming the ranks
-// that never reported waiting in it) and leaves the
-// communicator unusable (every later call fails at once) — the process should exit. abort() marks the communicator
+// that never reported waiting in it, and listing this rank's last collectives with bytes and training step) and
+// leaves the communicator unusable (every later call fails at once) — the process should exit. abort() marks the communicator
 // unusable on this rank only (MPI_Abort would kill the whole job); the peers' collectives end by their timeout.
 // docs/comm.md ("MPI backend") has the details.
 // Thread-safety: as every Communicator (strata/comm/communicator.h); make_mpi_communicator and started_by_mpirun are
