@@ -11,6 +11,11 @@
 //     MPI_Allreduce (MPI_IN_PLACE) / MPI_Bcast / MPI_Allgather on a duplicate of MPI_COMM_WORLD. Needs
 //     MPI_THREAD_MULTIPLE (the raw calls come from the main thread while strata's worker thread owns its own calls).
 //   comm_bench [--procs 2,4] [--max-mb 64] [--rounds 3] [--json]
+//   comm_bench --procs 2 --step-compute-us C --step-bytes B [--steps 300] [--json]
+// The second form is the training-step ceiling on raw Gloo (bench/multiworker_bench.py): each rank repeats a step of
+// C us of arithmetic on its own core's time (the compute a worker's step does) followed by a raw Gloo ring
+// all-reduce of B bytes of float32 (its gradients), and rank 0 prints the mean seconds per step: what any trainer
+// whose steps compute that long and all-reduce that much on Gloo can reach on this machine, with no overlap.
 //   mpirun --allow-run-as-root --oversubscribe --bind-to none -np N comm_bench --backend mpi [--max-mb 64] ...
 // --json prints one JSON object per row instead of the table (bench/comm_bench.py reads it, and starts mpirun).
 // Thread-safety: a program; each process is single-threaded apart from the libraries' own threads.
@@ -167,8 +172,52 @@ void run_collectives(const Backend& backend, comm::Communicator& strata_comm, co
   strata_comm.barrier();
 }
 
-// One forked process of the gloo benchmark.
-int run_gloo_rank(int rank, int n, const std::string& dir, size_t max_bytes, int rounds, bool json) {
+// A training step's shape for the step ceiling: `compute_us` of arithmetic, then an all-reduce of `bytes`.
+struct StepShape {
+  double compute_us = 0;
+  size_t bytes = 0;
+  int steps = 300;
+};
+
+// Burns about `us` microseconds of this thread's CPU on arithmetic over a small buffer (a stand-in for a step's
+// kernels: the core is busy, not asleep).
+void compute_for(double us, std::vector<float>& scratch) {
+  const auto until = Clock::now() + std::chrono::duration<double, std::micro>(us);
+  float acc = 1.0f;
+  do {
+    for (float& x : scratch) acc = x = x * 0.999f + acc * 1e-4f;
+  } while (Clock::now() < until);
+  if (acc == 12345.0f) std::puts("");  // keeps the loop from being optimised away
+}
+
+// The step ceiling on raw Gloo: `shape.steps` steps of compute then a ring all-reduce; rank 0 prints seconds/step.
+void run_step_ceiling(const std::shared_ptr<gloo::rendezvous::Context>& raw, int rank, const StepShape& shape,
+                      bool json) {
+  std::vector<float> grads(shape.bytes / sizeof(float), 1.0f), scratch(4096, 0.5f);
+  auto step = [&] {
+    compute_for(shape.compute_us, scratch);
+    gloo::AllreduceOptions opts(raw);
+    opts.setOutput(grads.data(), grads.size());
+    opts.setReduceFunction(static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<float>));
+    opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+    gloo::allreduce(opts);
+  };
+  for (int i = 0; i < 10; ++i) step();  // warm-up
+  const auto start = Clock::now();
+  for (int i = 0; i < shape.steps; ++i) step();
+  const double per_step = std::chrono::duration<double>(Clock::now() - start).count() / shape.steps;
+  if (rank != 0) return;
+  if (json) {
+    std::printf("{\"step_s\": %.9f, \"compute_us\": %.1f, \"bytes\": %zu}\n", per_step, shape.compute_us, shape.bytes);
+  } else {
+    std::printf("raw Gloo step: %.1f us of compute + all_reduce of %zu bytes: %.1f us per step\n", shape.compute_us,
+                shape.bytes, per_step * 1e6);
+  }
+}
+
+// One forked process of the gloo benchmark (the step ceiling instead when `step` has bytes).
+int run_gloo_rank(int rank, int n, const std::string& dir, size_t max_bytes, int rounds, bool json,
+                  const StepShape& step = {}) {
   auto store = comm::make_file_store(dir + "/strata", std::chrono::seconds(60));
   auto strata_comm = comm::make_gloo_communicator(store, rank, n, {.timeout = std::chrono::seconds(60)});
 
@@ -180,6 +229,10 @@ int run_gloo_rank(int rank, int n, const std::string& dir, size_t max_bytes, int
   auto raw = std::make_shared<gloo::rendezvous::Context>(rank, n);
   raw->setTimeout(std::chrono::seconds(60));
   raw->connectFullMesh(raw_store, device);
+  if (step.bytes > 0) {
+    run_step_ceiling(raw, rank, step, json);
+    return 0;
+  }
 
   auto raw_call = [&](Coll c, float* buffer, float* output, size_t in_numel) {
     switch (c) {
@@ -269,7 +322,7 @@ int run_mpi_rank(size_t max_bytes, int rounds, bool json) {
 }
 
 // Forks `n` ranks; waits at most `limit` and kills whatever is left. Returns whether every rank exited 0.
-bool run_group(int n, size_t max_bytes, int rounds, bool json, std::chrono::seconds limit) {
+bool run_group(int n, size_t max_bytes, int rounds, bool json, std::chrono::seconds limit, const StepShape& step = {}) {
   std::string pattern = (std::filesystem::temp_directory_path() / "strata_comm_bench_XXXXXX").string();
   const std::string dir = ::mkdtemp(pattern.data());
   ::mkdir((dir + "/raw").c_str(), 0755);
@@ -281,7 +334,7 @@ bool run_group(int n, size_t max_bytes, int rounds, bool json, std::chrono::seco
       ::alarm(static_cast<unsigned>(limit.count()) + 5);
       int status = 1;
       try {
-        status = run_gloo_rank(r, n, dir, max_bytes, rounds, json);
+        status = run_gloo_rank(r, n, dir, max_bytes, rounds, json, step);
       } catch (const std::exception& e) {
         std::fprintf(stderr, "rank %d: %s\n", r, e.what());
       }
@@ -320,6 +373,7 @@ bool run_group(int n, size_t max_bytes, int rounds, bool json, std::chrono::seco
 
 constexpr char kUsage[] =
     "usage: comm_bench [--backend gloo] [--procs 2,4] [--max-mb 64] [--rounds 3] [--json]\n"
+    "       comm_bench --procs 2 --step-compute-us C --step-bytes B [--steps 300] [--json]\n"
     "       mpirun --allow-run-as-root --oversubscribe --bind-to none -np N comm_bench --backend mpi [--max-mb 64] "
     "[--rounds 3] [--json]\n";
 
@@ -330,6 +384,7 @@ int main(int argc, char** argv) {
   size_t max_mb = 64;
   int rounds = 3;
   bool json = false;
+  StepShape step;
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--json") {
@@ -354,6 +409,12 @@ int main(int argc, char** argv) {
       max_mb = std::stoul(value);
     } else if (flag == "--rounds") {
       rounds = std::stoi(value);
+    } else if (flag == "--step-compute-us") {
+      step.compute_us = std::stod(value);
+    } else if (flag == "--step-bytes") {
+      step.bytes = std::stoul(value);
+    } else if (flag == "--steps") {
+      step.steps = std::stoi(value);
     } else {
       std::fputs(kUsage, stderr);
       return 2;
@@ -375,6 +436,11 @@ int main(int argc, char** argv) {
       std::fprintf(stderr, "comm_bench (mpi): %s\n", e.what());
       return 1;
     }
+  }
+  if (step.bytes > 0) {
+    bool ok = true;
+    for (int n : procs) ok = run_group(n, 0, 0, json, std::chrono::seconds(600), step) && ok;
+    return ok ? 0 : 1;
   }
   if (!json) print_header(kGloo, rounds);
   bool ok = true;

@@ -17,6 +17,10 @@ Trains the Keras tutorial CNN on Fashion-MNIST with Adam, global batch 128, on 2
     reaches on this machine.
 Every configuration runs `--rounds` times, alternating; the best run of each counts (the machine has 2 cores:
 single runs vary by tens of percent). Targets (issue 24): strata gloo >= 0.9 of the ceiling and >= 2x PyTorch DDP.
+Beside them, the raw Gloo step ceiling: `comm_bench --step-compute-us C --step-bytes B` runs 2 processes that each
+repeat C us of arithmetic (the ceiling trainers' compute per step) and a raw Gloo ring all-reduce of the CNN's
+B bytes of gradients: what any trainer on Gloo's TCP transport can reach on this machine, and strata gloo's ratio
+to it (where that ceiling is below 0.9 of the ceiling, the gloo target is above what this machine allows).
 Then (as root; skipped with a message where network namespaces cannot be made, or with --no-slow-link) the 2 gloo
 workers run in two network namespaces joined by a veth pair limited to 1 Gbit/s by tc tbf (addresses 10.213.0.1-2,
 only inside those namespaces; removed on every path), with one bucket after backward and with 256 KiB buckets that
@@ -243,9 +247,44 @@ def main():
         print(f"{name} / ceiling: {best[name] / ceiling:.2f} (target >= 0.9); {name} / PyTorch DDP: "
               f"{best[name] / ddp:.2f} (target >= 2)")
     print(f"PyTorch DDP / ceiling: {ddp / ceiling:.2f}")
+    gloo_step_ceiling(args, ceiling, best["strata gloo"])
     if not args.no_slow_link:
         slow_link(args, ceiling)
     return 0
+
+
+# The CNN's gradients: conv 3x3x1x32 + 32, dense (13*13*32)x64 + 64, dense 64x10 + 10 float32 values.
+GRADIENT_BYTES = 4 * (3 * 3 * 32 + 32 + 13 * 13 * 32 * 64 + 64 + 64 * 10 + 10)
+
+
+def gloo_step_ceiling(args, ceiling, strata_gloo):
+    """The raw Gloo step ceiling (see the module docstring): best of --rounds runs of comm_bench's step mode."""
+    comm_bench = os.path.join(os.path.dirname(args.binary), "comm_bench")
+    if not os.path.exists(comm_bench):
+        print(f"# raw Gloo step ceiling: skipped, {comm_bench} not built")
+        return
+    compute_us = BATCH / ceiling * 1e6  # a step of either ceiling trainer (batch BATCH / WORKERS each)
+    children = Children(time.monotonic() + args.time_limit)
+    best_step = None
+    try:
+        for _ in range(args.rounds):
+            (out,) = children.wait_all([children.start(
+                [comm_bench, "--procs", str(WORKERS), "--step-compute-us", f"{compute_us:.1f}", "--step-bytes",
+                 str(GRADIENT_BYTES), "--steps", "300", "--json"], pinned_env(1))], "raw Gloo step ceiling")
+            step = last_json(out)["step_s"]
+            best_step = step if best_step is None else min(best_step, step)
+    except RuntimeError as e:
+        print(f"# raw Gloo step ceiling: failed: {e}")
+        return
+    finally:
+        children.kill_all()
+    gloo = BATCH / best_step
+    print(f"raw Gloo step ceiling ({compute_us:.0f} us of compute + a raw Gloo all-reduce of "
+          f"{GRADIENT_BYTES / 1e6:.2f} MB per step): {gloo:.0f} images/s = {gloo / ceiling:.2f} of the ceiling; "
+          f"strata gloo / raw Gloo step ceiling: {strata_gloo / gloo:.2f}")
+    if gloo / ceiling < 0.9:
+        print("  -> on this machine Gloo's TCP transport alone keeps any trainer below the 0.9 target; strata mpi "
+              "shows what the same strategy reaches on a transport that allows it")
 
 
 def slow_link(args, ceiling):

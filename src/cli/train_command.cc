@@ -206,12 +206,18 @@ void run_train(const TrainArgs& args) {
   // Stop at the first NaN or infinite loss; fit returns normally, so the run is failed here.
   auto nan = std::make_shared<callbacks::TerminateOnNaN>(callbacks::TerminateOnNaN::Options{.verbose = false});
   fit.callbacks.insert(fit.callbacks.begin(), nan);
-  model->fit(train, fit);
+  const History history = model->fit(train, fit);
   if (nan->fired()) {
     const char* loss = std::isnan(nan->loss()) ? "NaN" : nan->loss() > 0 ? "inf" : "-inf";
     STRATA_THROW(Error, "the loss became " << loss << " at epoch " << nan->epoch() + 1 << ", step " << nan->batch() + 1
                                            << "; training stopped (TerminateOnNaN). Lower the learning rate or check "
                                               "the data");
+  }
+  // Where training ended: a resumed run counts the steps made before the restart too.
+  if (!history.epochs.empty()) {
+    std::printf("training ended after epoch %lld of %lld: %lld optimizer steps in all\n",
+                static_cast<long long>(history.epochs.back() + 1), static_cast<long long>(job.epochs),
+                static_cast<long long>(model->step()));
   }
   print_test_line(model->evaluate(test_dataset(job)));
 }

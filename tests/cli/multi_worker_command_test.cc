@@ -113,6 +113,14 @@ TEST(MultiWorkerCommandTest, AKilledWorkerIsRestartedAndTheJobEndsAsIfNothingHap
   EXPECT_NE(out.find("restart 1 of 1"), std::string::npos) << out;
   // The restarted workers resumed mid-epoch from the backup of step 100 (epoch 2, step 36 of 64).
   EXPECT_NE(out.find("ckpt-100: epoch 2 at step 36 of it (global step 100)"), std::string::npos) << out;
+  // The same optimizer steps (3 epochs of 64) on both workers of both runs.
+  for (const std::string* o : {&out_whole, &out}) {
+    for (const char* w : {"[worker:0]", "[worker:1]"}) {
+      EXPECT_NE(o->find(std::string(w) + " training ended after epoch 3 of 3: 192 optimizer steps in all"),
+                std::string::npos)
+          << *o;
+    }
+  }
   // Both runs completed, so their backups are gone; the same result, to the digit.
   EXPECT_FALSE(fs::exists(whole)) << out_whole;
   EXPECT_FALSE(fs::exists(killed)) << out;
