@@ -182,28 +182,27 @@ TEST(MultiWorkerInputTest, AResumeMidEpochContinuesEveryWorkersOwnShardAndTheJob
   const data::Dataset dataset = shards.examples(shards.files()).batch(kGlobalBatch);
   const fs::path backup = fs::temp_directory_path() / ("strata_mw_input_backup_" + std::to_string(::getpid()));
   fs::remove_all(backup);
-  auto run = [&](int w, MultiWorkerMirroredStrategy& strategy, std::shared_ptr<Callback> stop) {
+  auto run = [&](MultiWorkerMirroredStrategy& strategy, std::shared_ptr<Callback> stop) {
     auto scope = strategy.scope();
     Sequential model = make_model(3);
     std::vector<std::shared_ptr<Callback>> callbacks = {std::make_shared<callbacks::BackupAndRestore>(
         backup.string(), callbacks::BackupAndRestore::Options{.save_freq = 3})};
     if (stop) callbacks.push_back(stop);
-    (void)w;
     const History history = model.fit(dataset, {.epochs = 2, .callbacks = callbacks, .verbose = 0});
     return result_of(model, history);
   };
   std::vector<Result> uninterrupted(2), resumed(2);
   on_every_worker(2, 1, [&](int w, MultiWorkerMirroredStrategy& strategy) {
-    uninterrupted[static_cast<size_t>(w)] = run(w, strategy, nullptr);
+    uninterrupted[static_cast<size_t>(w)] = run(strategy, nullptr);
   });
   ASSERT_FALSE(fs::exists(backup)) << "the backup is deleted when fit completes";
   // Stopped after step 7 of epoch 1 (8 steps): the backup of step 6 holds both workers' positions in their files.
-  on_every_worker(2, 1, [&](int w, MultiWorkerMirroredStrategy& strategy) {
-    EXPECT_THROW(run(w, strategy, std::make_shared<StopAtStep>(7)), std::runtime_error);
+  on_every_worker(2, 1, [&](int, MultiWorkerMirroredStrategy& strategy) {
+    EXPECT_THROW(run(strategy, std::make_shared<StopAtStep>(7)), std::runtime_error);
   });
   ASSERT_TRUE(fs::exists(backup));
   on_every_worker(2, 1, [&](int w, MultiWorkerMirroredStrategy& strategy) {
-    resumed[static_cast<size_t>(w)] = run(w, strategy, nullptr);
+    resumed[static_cast<size_t>(w)] = run(strategy, nullptr);
   });
   fs::remove_all(backup);
   if (HasFatalFailure()) return;
