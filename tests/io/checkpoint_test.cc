@@ -6,6 +6,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <fstream>
+
 #include <algorithm>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -195,6 +197,23 @@ TEST(CheckpointTest, KeepsAtMostMaxToKeepDroppingTheOldestSaved) {
   CheckpointManager again(dir.path(), 2);
   again.save(make_checkpoint(1.0f, 6), 6);
   EXPECT_EQ(dir.entries(), (std::vector<std::string>{"checkpoint", "ckpt-2", "ckpt-6"}));
+}
+
+TEST(CheckpointTest, RemoveAllDeletesTheCheckpointsAndOnlyThem) {
+  ScratchDir dir;
+  const std::string backups = dir / "backups";
+  CheckpointManager manager(backups, 3);
+  for (int n = 1; n <= 2; ++n) manager.save(make_checkpoint(static_cast<float>(n), n), n);
+  manager.remove_all();
+  EXPECT_FALSE(std::filesystem::exists(backups));  // nothing else was in it: the directory goes too
+  EXPECT_EQ(manager.latest(), std::nullopt);
+  manager.remove_all();  // a missing directory: nothing to do
+  // A file that is not the manager's stays, and with it the directory.
+  manager.save(make_checkpoint(1.0f, 1), 1);
+  std::ofstream(backups + "/notes.txt") << "mine";
+  manager.remove_all();
+  EXPECT_TRUE(std::filesystem::exists(backups + "/notes.txt"));
+  EXPECT_EQ(manager.latest(), std::nullopt);
 }
 
 TEST(CheckpointTest, MaxToKeepBelowOneKeepsEverything) {
