@@ -33,11 +33,17 @@ struct Worker {
   Worker(std::string address, const CoordinatorOptions& o)
       : client(std::move(address), o.keepalive, o.probe_max_backoff) {}
   detail::WorkerClient client;
-  WorkerStatus status;                 // GUARDED_BY(Impl::mu)
-  Clock::time_point down_since;        // GUARDED_BY(Impl::mu); when status.up turned false
-  std::string lost_reason;             // GUARDED_BY(Impl::mu); the status of the call that was lost
+  WorkerStatus status;           // GUARDED_BY(Impl::mu)
+  Clock::time_point down_since;  // GUARDED_BY(Impl::mu); when status.up turned false
+  std::string lost_reason;       // GUARDED_BY(Impl::mu); the status of the call that was lost
   std::thread dispatcher;
 };
+
+// The error of closure `c` when the coordinator shuts down before it `what` ("ran", "finished").
+std::exception_ptr shut_down_error(const Closure& c, const char* what) {
+  return std::make_exception_ptr(Error("ps coordinator: shut down before closure '" + c.function + "' (step " +
+                                       std::to_string(c.value->step_id) + ") " + what));
+}
 
 int64_t clock_step_id() {
   return std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::system_clock::now().time_since_epoch())
@@ -87,8 +93,9 @@ struct ClusterCoordinator::Impl {
     while (!queue.empty()) {
       Closure c = std::move(queue.front());
       queue.pop_front();
-      finish(c, "", std::make_exception_ptr(Unavailable("ps coordinator: closure '" + c.function + "' (step " +
-                                                        std::to_string(c.value->step_id) + ") not run: " + why.str())));
+      finish(c, "",
+             std::make_exception_ptr(Unavailable("ps coordinator: closure '" + c.function + "' (step " +
+                                                 std::to_string(c.value->step_id) + ") not run: " + why.str())));
     }
   }
 
@@ -141,8 +148,7 @@ struct ClusterCoordinator::Impl {
         continue;
       }
       if (out.kind == detail::WorkerClient::Outcome::kLost) {  // cancelled by the destructor
-        finish(c, "", std::make_exception_ptr(Error("ps coordinator: shut down before closure '" + c.function +
-                                                    "' (step " + std::to_string(c.value->step_id) + ") finished")));
+        finish(c, "", shut_down_error(c, "finished"));
         continue;
       }
       ++w.status.closures_run;
@@ -183,8 +189,7 @@ ClusterCoordinator::~ClusterCoordinator() {
   while (!impl_->queue.empty()) {
     Closure c = std::move(impl_->queue.front());
     impl_->queue.pop_front();
-    impl_->finish(c, "", std::make_exception_ptr(Error("ps coordinator: shut down before closure '" + c.function +
-                                                       "' (step " + std::to_string(c.value->step_id) + ") ran")));
+    impl_->finish(c, "", shut_down_error(c, "ran"));
   }
 }
 

@@ -49,7 +49,8 @@ WorkerClient::WorkerClient(std::string address, std::chrono::milliseconds keepal
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, static_cast<int>(keepalive.count()));
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);  // keep pinging through a long function call
-  impl_->stub = pb::Worker::NewStub(grpc::CreateCustomChannel(impl_->address, grpc::InsecureChannelCredentials(), args));
+  impl_->stub =
+      pb::Worker::NewStub(grpc::CreateCustomChannel(impl_->address, grpc::InsecureChannelCredentials(), args));
 }
 
 WorkerClient::~WorkerClient() = default;
@@ -57,16 +58,25 @@ WorkerClient::~WorkerClient() = default;
 const std::string& WorkerClient::address() const { return impl_->address; }
 
 namespace {
-std::string status_text(const grpc::Status& status) {
-  std::string code;
-  switch (status.error_code()) {
-    case grpc::StatusCode::UNAVAILABLE: code = "UNAVAILABLE"; break;
-    case grpc::StatusCode::DEADLINE_EXCEEDED: code = "DEADLINE_EXCEEDED"; break;
-    case grpc::StatusCode::CANCELLED: code = "CANCELLED"; break;
-    case grpc::StatusCode::UNIMPLEMENTED: code = "UNIMPLEMENTED (is it a strata worker?)"; break;
-    default: code = "gRPC status " + std::to_string(static_cast<int>(status.error_code()));
+const char* code_name(grpc::StatusCode code) {
+  switch (code) {
+    case grpc::StatusCode::UNAVAILABLE:
+      return "UNAVAILABLE";
+    case grpc::StatusCode::DEADLINE_EXCEEDED:
+      return "DEADLINE_EXCEEDED";
+    case grpc::StatusCode::CANCELLED:
+      return "CANCELLED";
+    case grpc::StatusCode::UNIMPLEMENTED:
+      return "UNIMPLEMENTED (is it a strata worker?)";
+    default:
+      return nullptr;
   }
-  return code + ": " + status.error_message();
+}
+
+std::string status_text(const grpc::Status& status) {
+  const char* name = code_name(status.error_code());
+  return (name ? name : "gRPC status " + std::to_string(static_cast<int>(status.error_code()))) + ": " +
+         status.error_message();
 }
 }  // namespace
 

@@ -20,9 +20,9 @@ class WorkerClient {
 
   struct Outcome {
     enum Kind { kOk, kFunctionError, kLost } kind = kOk;
-    std::string result;         // kOk
-    std::exception_ptr error;   // kFunctionError: of the type the function threw, its message naming the worker
-    std::string lost_reason;    // kLost: the status, e.g. "UNAVAILABLE: failed to connect to all addresses"
+    std::string result;        // kOk
+    std::exception_ptr error;  // kFunctionError: of the type the function threw, its message naming the worker
+    std::string lost_reason;   // kLost: the status, e.g. "UNAVAILABLE: failed to connect to all addresses"
   };
   // Runs `function` on the worker; a call that fails without a function's error (unreachable, cancelled, past
   // `timeout`; 0 = no bound) is kLost.

@@ -68,14 +68,14 @@ class Service final : public pb::Worker::Service {
 
   std::mutex mu_;
   std::map<std::string, WorkerServer::Function> functions_;  // GUARDED_BY(mu_)
-  std::mutex run_mu_;                                         // held while a function runs
+  std::mutex run_mu_;                                        // held while a function runs
   std::atomic<int64_t> functions_run_{0};
 };
 
 }  // namespace
 
 struct WorkerServer::Impl {
-  std::mutex mu;  // serialises start / stop
+  std::mutex mu;                                                   // serialises start / stop
   std::shared_ptr<Service> service = std::make_shared<Service>();  // outlives servers: functions survive a restart
   std::unique_ptr<grpc::Server> server;
   int port = 0;

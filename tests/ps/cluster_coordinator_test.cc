@@ -135,7 +135,8 @@ TEST(ClusterCoordinatorTest, AClosureOnAWorkerLostMidCallRunsElsewhereAndThePsAp
     ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(10), [&] { return pushed; })) << "the victim got no closure";
   }
   std::thread stopper([&] { victim.stop(milliseconds(100)); });  // returns once the hung function is released
-  coordinator.join();  // does not wait for the lost worker
+  // join() does not wait for the lost worker.
+  coordinator.join();
   for (const RemoteValue& v : values) EXPECT_EQ(v.fetch(), "ok");
   {
     std::lock_guard lock(mu);

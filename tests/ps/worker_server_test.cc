@@ -50,7 +50,8 @@ TEST(WorkerServerTest, AFunctionsErrorArrivesWithItsTypeAndMessageAndIsNotRetrie
   worker.register_function("corrupt", [](int64_t, const std::string&) -> std::string { throw DataCorrupt("bad crc"); });
   worker.register_function("ps_gone",
                            [](int64_t, const std::string&) -> std::string { throw Unavailable("ps 1 unreachable"); });
-  worker.register_function("plain", [](int64_t, const std::string&) -> std::string { throw std::runtime_error("oops"); });
+  worker.register_function("plain",
+                           [](int64_t, const std::string&) -> std::string { throw std::runtime_error("oops"); });
   worker.start("127.0.0.1:0");
   ClusterCoordinator coordinator({address_of(worker)});
   expect_arrives_as<ShapeError>(coordinator, "shape", "[2] vs [3]");
