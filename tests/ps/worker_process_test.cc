@@ -3,9 +3,7 @@
 // step once (the killed call's push is dropped when re-run), and the restarted process gets work again.
 #include <gtest/gtest.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -18,7 +16,6 @@
 #include "strata/ps/worker_server.h"
 #include "test_util.h"
 
-extern char** environ;
 
 namespace strata::ps {
 namespace {
@@ -58,30 +55,11 @@ TEST(WorkerProcessChild, ServesSteps) {
   std::this_thread::sleep_for(60s);  // the parent kills it long before
 }
 
-// A worker process on `port`, killed with SIGKILL and reaped on every path.
-class WorkerProcess {
- public:
-  WorkerProcess(int port, const std::string& ps_address, const std::string& mode) {
-    std::vector<std::string> env;
-    for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
-    env.push_back(std::string(kChildSpec) + "=" + std::to_string(port) + " " + ps_address + " " + mode);
-    std::vector<char*> envp;
-    for (auto& s : env) envp.push_back(s.data());
-    envp.push_back(nullptr);
-    std::string exe = "/proc/self/exe", filter = "--gtest_filter=WorkerProcessChild.ServesSteps";
-    char* argv[] = {exe.data(), filter.data(), nullptr};
-    EXPECT_EQ(::posix_spawn(&pid_, exe.c_str(), nullptr, nullptr, argv, envp.data()), 0);
-  }
-  ~WorkerProcess() { kill(); }
-  void kill() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    ::waitpid(pid_, nullptr, 0);
-    pid_ = -1;
-  }
-
- private:
-  pid_t pid_ = -1;
+// A worker process on `port` (the test above), killed with SIGKILL and reaped on every path.
+struct WorkerProcess : test::HelperProcess {
+  WorkerProcess(int port, const std::string& ps_address, const std::string& mode)
+      : HelperProcess("WorkerProcessChild.ServesSteps",
+                      std::string(kChildSpec) + "=" + std::to_string(port) + " " + ps_address + " " + mode) {}
 };
 
 TEST(WorkerProcessTest, AKilledWorkerProcessCostsNoStepAndItsRestartGetsWorkAgain) {
