@@ -39,6 +39,9 @@ class Service final : public pb::Worker::Service {
               "no function named '" + req->function() + "' is registered on this worker (it has: " + names() + ")"};
     }
     std::lock_guard run_lock(run_mu_);
+    if (context->IsCancelled()) {  // the caller gave up while the function before ran: it re-runs this one elsewhere
+      return {grpc::StatusCode::CANCELLED, "the caller gave up before '" + req->function() + "' started"};
+    }
     try {
       resp->set_result(function(req->step_id(), req->args()));
       ++functions_run_;

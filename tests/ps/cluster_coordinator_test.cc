@@ -1,7 +1,8 @@
 // The cluster coordinator with WorkerServers on 127.0.0.1 as threads of the test process (and a real ParameterServer
 // where steps push): closures spread over the workers; a worker lost mid-call has its closure re-run elsewhere and the
 // ps applies every step once; a worker restarted on its port gets work again; every worker gone is Unavailable naming
-// them within the bound; a function's error reaches fetch() and join() and is not retried.
+// them within the bound; a call past function_timeout runs elsewhere; a function's error reaches fetch() and join()
+// and is not retried.
 #include "strata/ps/cluster_coordinator.h"
 
 #include <gtest/gtest.h>
@@ -196,6 +197,26 @@ TEST(ClusterCoordinatorTest, EveryWorkerGoneFailsTheQueuedClosuresNamingThemWith
   EXPECT_THROW(b.fetch(), Unavailable);
   EXPECT_THROW(coordinator.join(), Unavailable);
   for (const WorkerStatus& w : coordinator.worker_status()) EXPECT_FALSE(w.up);
+}
+
+TEST(ClusterCoordinatorTest, ACallPastFunctionTimeoutCountsAsALostWorkerAndRunsElsewhere) {
+  WorkerServer hung, quick_one;
+  hung.register_function("which", [](int64_t, const std::string&) {
+    std::this_thread::sleep_for(milliseconds(600));  // alive (it answers probes) but past the bound
+    return std::string("hung");
+  });
+  quick_one.register_function("which", [](int64_t, const std::string&) { return std::string("quick"); });
+  hung.start("127.0.0.1:0");
+  quick_one.start("127.0.0.1:0");
+  CoordinatorOptions options = quick();
+  options.function_timeout = milliseconds(200);
+  ClusterCoordinator coordinator({address_of(hung), address_of(quick_one)}, options);
+  std::vector<RemoteValue> values;
+  for (int i = 0; i < 20; ++i) values.push_back(coordinator.schedule("which"));
+  coordinator.join();
+  for (const RemoteValue& v : values) EXPECT_EQ(v.fetch(), "quick");
+  EXPECT_GE(coordinator.worker_status()[0].times_lost, 1);
+  EXPECT_NE(coordinator.worker_status()[0].last_error.find("DEADLINE_EXCEEDED"), std::string::npos);
 }
 
 TEST(ClusterCoordinatorTest, AFunctionErrorReachesFetchAndJoinAndIsNotRetried) {

@@ -15,7 +15,7 @@
 // the coordinator as an InvalidArgument); such an error is the closure's own and is not retried. An unknown function
 // name is an InvalidArgument naming it and the names registered.
 // Thread-safety: all methods may be called from any thread. The worker runs one function at a time (a call waits for
-// the one before it); liveness calls are answered meanwhile.
+// the one before it, and is not run when its caller gave up meanwhile); liveness calls are answered meanwhile.
 #pragma once
 
 #include <chrono>
