@@ -1,17 +1,23 @@
 // Helpers shared by the test suites: reproducible random tensors, elementwise comparison, exception messages,
-// free 127.0.0.1 ports.
+// free 127.0.0.1 ports, helper processes.
 #pragma once
 
 #include <arpa/inet.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <signal.h>
+#include <spawn.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <string>
+#include <vector>
 
 #include "strata/random.h"
 #include "strata/tensor.h"
+
+extern char** environ;
 
 namespace strata::test {
 
@@ -54,5 +60,37 @@ inline int free_port() {
   ::close(fd);
   return ntohs(addr.sin_port);
 }
+
+// This test binary run again as a helper process that runs only the test `test_name` ("Suite.Name"), with
+// `variable` ("NAME=value") added to its environment (the helper test skips itself when NAME is absent). Killed with
+// SIGKILL and reaped on every path.
+class HelperProcess {
+ public:
+  HelperProcess(const std::string& test_name, const std::string& variable) {
+    std::vector<std::string> env;
+    for (char** e = environ; *e != nullptr; ++e) env.emplace_back(*e);
+    env.push_back(variable);
+    std::vector<char*> envp;
+    for (auto& s : env) envp.push_back(s.data());
+    envp.push_back(nullptr);
+    std::string exe = "/proc/self/exe", filter = "--gtest_filter=" + test_name;
+    char* argv[] = {exe.data(), filter.data(), nullptr};
+    EXPECT_EQ(::posix_spawn(&pid_, exe.c_str(), nullptr, nullptr, argv, envp.data()), 0);
+  }
+  ~HelperProcess() { kill(); }
+  HelperProcess(const HelperProcess&) = delete;
+  HelperProcess& operator=(const HelperProcess&) = delete;
+  void kill() {
+    if (pid_ <= 0) return;
+    ::kill(pid_, SIGKILL);
+    int status = 0;
+    ::waitpid(pid_, &status, 0);
+    pid_ = -1;
+  }
+  pid_t pid() const { return pid_; }
+
+ private:
+  pid_t pid_ = -1;
+};
 
 }  // namespace strata::test

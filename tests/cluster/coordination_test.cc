@@ -11,10 +11,8 @@
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -27,8 +25,6 @@
 
 #include "strata/error.h"
 #include "test_util.h"
-
-extern char** environ;
 
 namespace strata::cluster {
 namespace {
@@ -461,32 +457,10 @@ TEST(CoordinationChild, HeartbeatsUntilKilled) {
   std::this_thread::sleep_for(30s);  // the parent kills it long before
 }
 
-// A child process, killed with SIGKILL and reaped on every path.
-class Child {
- public:
-  explicit Child(const std::string& address) {
-    std::vector<std::string> env_strings;
-    for (char** e = environ; *e != nullptr; ++e) env_strings.emplace_back(*e);
-    env_strings.push_back("STRATA_COORDINATION_CHILD_ADDRESS=" + address);
-    std::vector<char*> envp;
-    for (auto& s : env_strings) envp.push_back(s.data());
-    envp.push_back(nullptr);
-    std::string exe = "/proc/self/exe", filter = "--gtest_filter=CoordinationChild.HeartbeatsUntilKilled";
-    char* argv[] = {exe.data(), filter.data(), nullptr};
-    EXPECT_EQ(::posix_spawn(&pid_, exe.c_str(), nullptr, nullptr, argv, envp.data()), 0);
-  }
-  ~Child() { kill(); }
-  void kill() {
-    if (pid_ <= 0) return;
-    ::kill(pid_, SIGKILL);
-    int status = 0;
-    ::waitpid(pid_, &status, 0);
-    pid_ = -1;
-  }
-  pid_t pid() const { return pid_; }
-
- private:
-  pid_t pid_ = -1;
+// A child process running the test above, killed with SIGKILL and reaped on every path.
+struct Child : test::HelperProcess {
+  explicit Child(const std::string& address)
+      : HelperProcess("CoordinationChild.HeartbeatsUntilKilled", "STRATA_COORDINATION_CHILD_ADDRESS=" + address) {}
 };
 
 TEST_F(CoordinationTest, KilledProcessIsReportedLostNamingIt) {
