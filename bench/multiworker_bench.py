@@ -9,8 +9,8 @@ Trains the Keras tutorial CNN on Fashion-MNIST with Adam, global batch 128, on 2
   - strata gloo: `strata launch --workers 2 -- distribute_bench --strategy multi_worker_mirrored` (TF_CONFIG,
     the coordination service, gradients all-reduced on Gloo's TCP transport), with the default buckets (25 MiB:
     the CNN's gradients are one bucket) and with 256 KiB buckets that start while backward runs;
-    and with steps_per_execution 8 (Keras's knob: the job's metrics, summed across the workers for the logs, are
-    exchanged once per 8 steps instead of every step — one small collective less per step);
+    and with steps_per_execution 8 (Keras's knob: 8 steps per hand-off to the replicas and per log; the job's
+    metric states ride with the gradients either way, so the two rows differ little now);
   - strata mpi: the same under `mpirun -np 2` (Open MPI: shared memory between the processes);
   - PyTorch DDP: 2 processes of this script, init_process_group("gloo"), DistributedDataParallel, each training on
     its half of every global batch (torch.set_num_threads(1), OpenBLAS pinned to 1);

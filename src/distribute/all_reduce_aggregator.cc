@@ -38,7 +38,11 @@ void AllReduceAggregator::begin_gradients(const std::vector<Variable>& sources) 
   sources_ = sources;
   next_owned_ = static_cast<size_t>(replica_);
   comm_.set_step(step_);  // the buckets' all-reduces are issued during backward
-  reducer_.begin(sources, announced ? 1.0f : 0.0f);
+  // Numbers to sum with this call's gradients (SumWithGradients), when they can ride in an uncompressed bucket.
+  side_request_ = SumWithGradients::current();
+  if (side_request_ != nullptr && (reducer_.compressed() || side_request_->values().empty())) side_request_ = nullptr;
+  reducer_.begin(sources, announced ? 1.0f : 0.0f,
+                 side_request_ != nullptr ? side_request_->values() : std::vector<double>{});
 }
 
 void AllReduceAggregator::gradient_ready(size_t index, const Tensor& grad) {
@@ -72,11 +76,14 @@ void AllReduceAggregator::apply_gradients(const std::vector<Tensor>& grads, cons
   if (!reducer_.matches(grads, vars)) {  // not the gradients the tape just reported (or no tape): reduce them now
     early_applier_ = nullptr;
     expected_applier_ = nullptr;
+    side_request_ = nullptr;  // its values rode in the call this one replaces: the requester sums another way
     comm_.set_step(step_);
     reducer_.reduce(grads, vars);
   }
   if (step_ >= 0) ++step_;  // the next gradient call's, unless an applier says otherwise
   reducer_.wait_all();
+  if (side_request_ != nullptr && side_request_ == SumWithGradients::current()) side_request_->deliver(reducer_.side_sums());
+  side_request_ = nullptr;
   if (early_applier_ != nullptr && reducer_.num_buckets() > 0 &&
       reducer_.votes(0) == static_cast<float>(voters_)) {
     update_owned_buckets();  // every sum is in now: the rest of this replica's buckets

@@ -57,6 +57,7 @@ class AllReduceAggregator final : public GradientAggregator {
   std::vector<Variable> sources_;
   GradientApplier* early_applier_ = nullptr;
   size_t next_owned_ = 0;  // the next bucket of this replica to update early
+  SumWithGradients* side_request_ = nullptr;  // the numbers riding with the tape call in progress (or last ended)
   // The step the next gradient call belongs to: the applier's iterations() when announced or applied, else the
   // last applied step + 1; -1 until an applier said.
   int64_t step_ = -1;

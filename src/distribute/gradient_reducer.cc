@@ -15,11 +15,14 @@ std::vector<uint64_t> ids_of(const std::vector<Variable>& vars) {
   return ids;
 }
 
-// A bucket is [gradients of its members | one has-a-gradient flag per member | the vote], float32.
+// A bucket is [gradients of its members | one has-a-gradient flag per member | the vote], float32; the last one
+// [... | flags | side values' hi parts | their lo parts | the vote].
 struct GradientReducer::Plan {
   std::vector<int> bucket_of;  // per source: its bucket, or -1 (not reduced)
   std::vector<int64_t> offset, numel;
   std::vector<int> flag_of;  // per source: its flag's index in its bucket
+  size_t side = 0;           // side values carried in the last bucket
+  int64_t side_at = 0;       // where their hi parts start in it
   std::vector<std::vector<size_t>> members;
   std::vector<Tensor> buckets;
   // This call.
@@ -41,7 +44,7 @@ GradientReducer::GradientReducer(comm::Communicator& comm, std::string owner, in
 
 GradientReducer::~GradientReducer() = default;
 
-void GradientReducer::make_plan(Plan& p, const std::vector<Variable>& sources) const {
+void GradientReducer::make_plan(Plan& p, const std::vector<Variable>& sources, size_t side) const {
   const size_t n = sources.size();
   p.bucket_of.assign(n, -1);
   p.offset.assign(n, 0);
@@ -63,20 +66,29 @@ void GradientReducer::make_plan(Plan& p, const std::vector<Variable>& sources) c
     filled.back() += numel;
     p.members.back().push_back(k);
   }
+  p.side = side;
   for (size_t b = 0; b < filled.size(); ++b) {
     for (size_t j = 0; j < p.members[b].size(); ++j) p.flag_of[p.members[b][j]] = static_cast<int>(filled[b] + j);
-    p.buckets.push_back(Tensor::empty({filled[b] + static_cast<int64_t>(p.members[b].size()) + 1}));
+    const int64_t flags_end = filled[b] + static_cast<int64_t>(p.members[b].size());
+    const int64_t extra = b + 1 == filled.size() ? 2 * static_cast<int64_t>(side) : 0;
+    if (extra > 0) p.side_at = flags_end;
+    p.buckets.push_back(Tensor::empty({flags_end + extra + 1}));
   }
 }
 
-void GradientReducer::begin(const std::vector<Variable>& sources, float vote) {
+void GradientReducer::begin(const std::vector<Variable>& sources, float vote, const std::vector<double>& side) {
+  STRATA_CHECK(side.empty() || !compressed(), InvalidArgument,
+               owner_ << ": side values cannot ride in compressed buckets (bfloat16 would round them)");
   std::vector<uint64_t> ids = ids_of(sources);
+  ids.push_back(side.size());  // a plan per side count: the last bucket has room for them
   auto [it, inserted] = plans_.try_emplace(std::move(ids));
   if (inserted) {
     it->second = std::make_unique<Plan>();
-    make_plan(*it->second, sources);
+    make_plan(*it->second, sources, side.size());
   }
   Plan& p = *it->second;
+  STRATA_CHECK(side.empty() || !p.buckets.empty(), InvalidArgument,
+               owner_ << ": " << side.size() << " side values but no gradient bucket to carry them");
   for (const auto& work : p.works) {  // the last call of this plan may still be reading its buckets
     if (work) work->wait();
   }
@@ -84,6 +96,14 @@ void GradientReducer::begin(const std::vector<Variable>& sources, float vote) {
   for (size_t b = 0; b < p.members.size(); ++b) {
     p.pending[b] = static_cast<int>(p.members[b].size());
     p.buckets[b].data<float>()[p.buckets[b].numel() - 1] = vote;
+  }
+  if (!side.empty()) {
+    float* at = p.buckets.back().data<float>() + p.side_at;
+    for (size_t i = 0; i < side.size(); ++i) {
+      const float hi = static_cast<float>(side[i]);
+      at[i] = hi;
+      at[side.size() + i] = static_cast<float>(side[i] - static_cast<double>(hi));
+    }
   }
   p.next_issue = 0;
   p.works.assign(p.buckets.size(), nullptr);
@@ -141,7 +161,9 @@ bool GradientReducer::matches(const std::vector<Tensor>& grads, const std::vecto
     const void* data = grads[i].defined() ? grads[i].raw_data() : nullptr;
     if (data != call_->added[i]) return false;
   }
-  const auto it = plans_.find(ids_of(vars));
+  std::vector<uint64_t> ids = ids_of(vars);
+  ids.push_back(call_->side);
+  const auto it = plans_.find(ids);
   return it != plans_.end() && it->second.get() == call_;
 }
 
@@ -170,6 +192,15 @@ const std::vector<size_t>& GradientReducer::members(size_t k) const { return las
 float GradientReducer::votes(size_t k) const {
   const Tensor& bucket = last().buckets[k];
   return bucket.data<float>()[bucket.numel() - 1];
+}
+
+std::vector<double> GradientReducer::side_sums() const {
+  const Plan& p = last();
+  std::vector<double> sums(p.side);
+  if (p.side == 0) return sums;
+  const float* at = p.buckets.back().data<float>() + p.side_at;
+  for (size_t i = 0; i < p.side; ++i) sums[i] = static_cast<double>(at[i]) + static_cast<double>(at[p.side + i]);
+  return sums;
 }
 
 Tensor GradientReducer::reduced(size_t index, const Shape& shape) const {

@@ -8,6 +8,11 @@
 // this replica has a gradient for it) and one `vote`, summed with the gradients, so that every replica learns
 // from the same bits which sources had a gradient on any replica and how many replicas voted.
 //
+// A call may also carry `side` values (Model::fit's metric states): they ride in the last bucket as float32 pairs
+// (hi, lo: each double to ~1e-14) and side_sums() gives their sums over the replicas — as close as float32 adds of
+// the hi parts allow, ~6e-8 relative per replica (integers below 2^24, such as counts, exact) — so that a small
+// exchange costs no collective of its own (on Gloo each collective a step adds costs milliseconds here).
+//
 // With `compression` (Compression::kBFloat16) each bucket's all-reduce sends bfloat16 and the sums read back are its
 // float32 widening (the flags and the vote, small integers, stay exact up to 256 replicas).
 //
@@ -37,8 +42,10 @@ class GradientReducer {
                   comm::Compression compression = comm::Compression::kNone);
   ~GradientReducer();
 
-  // Starts a call for `sources` (the same list on every replica); `vote` is summed over the replicas per bucket.
-  void begin(const std::vector<Variable>& sources, float vote = 0);
+  // Starts a call for `sources` (the same list on every replica); `vote` is summed over the replicas per bucket,
+  // `side` (as many values on every replica) over the replicas in the last bucket. InvalidArgument for side
+  // values with compression (bfloat16 would round them) or without a bucket to carry them.
+  void begin(const std::vector<Variable>& sources, float vote = 0, const std::vector<double>& side = {});
   // The gradient of sources[index] (undefined: none on this replica, counted as zeros).
   void add(size_t index, const Tensor& grad);
   // Ends the call; every source must have been added.
@@ -57,13 +64,16 @@ class GradientReducer {
   const std::vector<size_t>& members(size_t k) const;
   // After bucket k finished: how many replicas voted (the sum of the votes).
   float votes(size_t k) const;
+  // After the last bucket finished: the side values summed over the replicas (empty when the call had none).
+  std::vector<double> side_sums() const;
+  bool compressed() const { return all_reduce_options_.compression != comm::Compression::kNone; }
   // After its bucket finished: sources[index]'s gradient summed over the replicas (a view into the bucket, with
   // the variable's shape); undefined when no replica had one or the source is not reduced.
   Tensor reduced(size_t index, const Shape& shape) const;
 
  private:
   struct Plan;
-  void make_plan(Plan& p, const std::vector<Variable>& sources) const;
+  void make_plan(Plan& p, const std::vector<Variable>& sources, size_t side) const;
   const Plan& last() const;
 
   comm::Communicator& comm_;

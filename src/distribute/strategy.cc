@@ -438,6 +438,19 @@ bool has_strategy() { return &get_strategy() != &default_strategy(); }
 
 // ---- loss helpers
 
+namespace {
+thread_local SumWithGradients* t_sum_with_gradients = nullptr;
+}  // namespace
+
+SumWithGradients::SumWithGradients(std::vector<double> values)
+    : values_(std::move(values)), previous_(t_sum_with_gradients) {
+  t_sum_with_gradients = this;
+}
+
+SumWithGradients::~SumWithGradients() { t_sum_with_gradients = previous_; }
+
+SumWithGradients* SumWithGradients::current() { return t_sum_with_gradients; }
+
 Variable compute_average_loss(const Variable& per_example_loss, int64_t global_batch_size, const Tensor& sample_weight) {
   STRATA_CHECK(per_example_loss.defined(), InvalidArgument, "compute_average_loss: undefined per-example loss");
   STRATA_CHECK(global_batch_size >= 0, InvalidArgument,

@@ -206,13 +206,51 @@ double Model::train_step(const data::Element& batch) {
   if (empty_batch(batch)) {
     // A replica that got no rows of an uneven last batch still takes part: zero gradients, reduced as usual.
     GradientTape tape;
+    const auto job = sum_states_with_gradients();
     optimizer_->minimize(Variable(Tensor::scalar(0.0f)), vars, tape, UnconnectedGradients::kZero);
+    keep_job_states(job.get());
     return 0;
   }
   GradientTape tape;
   const StepResult step = forward_and_loss(batch, /*training=*/true);
+  // The trackers see the step's loss and predictions before the update (they do not depend on it), so that
+  // across workers their states can ride with the gradients.
+  const double share = update_trackers(batch, step);
+  const auto job = sum_states_with_gradients();
   optimizer_->minimize(step.loss, vars, tape);
-  return update_trackers(batch, step);
+  keep_job_states(job.get());
+  return share;
+}
+
+std::unique_ptr<distribute::SumWithGradients> Model::sum_states_with_gradients() const {
+  if (!loss_tracker_ || distribute::get_strategy().num_workers() == 1) return nullptr;
+  std::vector<double> states;
+  for (const metrics::Metric* t : replica_trackers()) {
+    const std::vector<double> s = t->state();
+    states.insert(states.end(), s.begin(), s.end());
+  }
+  return std::make_unique<distribute::SumWithGradients>(std::move(states));
+}
+
+void Model::keep_job_states(const distribute::SumWithGradients* job) {
+  // Every replica got the same sums; replica 0 keeps them (the others' threads must not write the model).
+  if (job == nullptr || replica_id() > 0) return;
+  job_states_ = job->sums();  // empty when they could not ride: metric_logs then sums across workers itself
+}
+
+std::vector<const metrics::Metric*> Model::replica_trackers() const {
+  const metrics::Mean* loss = loss_tracker_.get();
+  const std::vector<std::shared_ptr<metrics::Metric>>* metrics = &metrics_;
+  if (const int r = replica_id(); r > 0) {
+    STRATA_CHECK(static_cast<size_t>(r) <= replica_trackers_.size(), Error,
+                 "model '" << name() << "': no metrics for replica " << r << " (run steps through fit/evaluate)");
+    const Trackers& t = replica_trackers_[static_cast<size_t>(r) - 1];
+    loss = t.loss.get();
+    metrics = &t.metrics;
+  }
+  std::vector<const metrics::Metric*> out = {loss};
+  for (const auto& m : *metrics) out.push_back(m.get());
+  return out;
 }
 
 double Model::test_step(const data::Element& batch) {
@@ -239,7 +277,10 @@ Logs Model::metric_logs() const {
       states.insert(states.end(), s.begin(), s.end());
       sizes.push_back(s.size());
     }
-    const std::vector<double> summed = strategy->sum_across_workers(states);
+    // The sums that rode with the last step's gradients, else a collective of their own (every worker decides
+    // alike: the same steps ran everywhere).
+    const std::vector<double> summed =
+        job_states_.size() == states.size() ? job_states_ : strategy->sum_across_workers(states);
     size_t at = 0;
     for (size_t i = 0; i < trackers.size(); ++i) {
       const size_t n = sizes[i];
@@ -262,6 +303,7 @@ const distribute::Strategy* Model::owning_strategy() const {
 }
 
 void Model::reset_metrics() {
+  job_states_.clear();
   if (loss_tracker_) loss_tracker_->reset_state();
   for (const auto& m : metrics_) m->reset_state();
   for (Trackers& t : replica_trackers_) {
@@ -282,6 +324,7 @@ void Model::set_tracker_states(const std::vector<std::vector<double>>& states) {
   STRATA_CHECK(states.size() == expected, InvalidArgument,
                "model '" << name() << "': the checkpoint holds " << states.size() << " metric states but the model has "
                          << expected << " (the loss and each compiled metric); compile it as it was when saved");
+  job_states_.clear();
   size_t i = 0;
   if (loss_tracker_) loss_tracker_->set_state(states[i++]);
   for (const auto& m : metrics_) m->set_state(states[i++]);
@@ -391,6 +434,7 @@ distribute::Strategy& Model::input_strategy() const {
 
 void Model::distributed_steps(distribute::Strategy& strategy, const distribute::StepGroup& steps, bool training) {
   const auto step = [&](const data::Element& b) { training ? train_step(b) : test_step(b); };
+  job_states_.clear();  // the group's last training step may bring the job's states with its gradients
   if (&strategy == &distribute::default_strategy()) {  // one replica, plain variables: no replica machinery
     for (const auto& b : steps.batches) step(b[0]);
     return;

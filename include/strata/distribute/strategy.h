@@ -198,6 +198,31 @@ class Strategy {
 // The strategy in effect when no scope is open: one replica on the calling thread, plain variables.
 Strategy& default_strategy();
 
+// A few numbers summed over every replica of the job with the gradients instead of by a collective of their own
+// (Model::fit's metric states for its logs: on Gloo each collective a step adds costs milliseconds). While one is
+// alive on a replica's thread, that replica's next gradient all-reduce through the strategy's aggregator carries
+// `values` too, and sums() holds their sums over the replicas afterwards (to ~1e-7 relative: float32 adds; integers
+// below 2^24 exact: enough for logs, not for checkpoints); sums() stays empty where that could not
+// be done (no aggregator, compressed gradients, gradients that did not come from the tape), and the caller sums
+// another way. Every replica asks with as many values. Thread-safety: one per thread, scoped (they nest).
+class SumWithGradients {
+ public:
+  explicit SumWithGradients(std::vector<double> values);
+  ~SumWithGradients();
+  SumWithGradients(const SumWithGradients&) = delete;
+  SumWithGradients& operator=(const SumWithGradients&) = delete;
+  const std::vector<double>& sums() const { return sums_; }
+
+  // For aggregators: the request open on this thread (nullptr: none), its values, and handing it the sums.
+  static SumWithGradients* current();
+  const std::vector<double>& values() const { return values_; }
+  void deliver(std::vector<double> sums) { sums_ = std::move(sums); }
+
+ private:
+  std::vector<double> values_, sums_;
+  SumWithGradients* previous_;
+};
+
 // sum(per_example_loss * sample_weight) / global_batch_size (tf.nn.compute_average_loss); a global batch
 // of 0 means per-replica rows × replicas in sync. Summed over replicas this is the global batch's mean.
 Variable compute_average_loss(const Variable& per_example_loss, int64_t global_batch_size = 0,

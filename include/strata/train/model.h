@@ -228,6 +228,12 @@ class Model : public nn::Layer {
   void merge_replica_trackers();
   // Feeds a step's loss and predictions to the loss tracker and the metrics; returns the loss.
   double update_trackers(const data::Element& batch, const StepResult& step);
+  // The loss tracker and metrics this replica's thread updates (the model's own on replica 0).
+  std::vector<const metrics::Metric*> replica_trackers() const;
+  // Across workers: a request to sum this replica's tracker states over the job with the step's gradients (null
+  // with one worker); keep_job_states keeps what it got for metric_logs.
+  std::unique_ptr<distribute::SumWithGradients> sum_states_with_gradients() const;
+  void keep_job_states(const distribute::SumWithGradients* job);
   void check_compiled(const char* what) const;
   void check_built(const char* what) const;
 
@@ -238,6 +244,9 @@ class Model : public nn::Layer {
   std::vector<std::string> metric_names_;
   std::shared_ptr<metrics::Mean> loss_tracker_;
   std::vector<Trackers> replica_trackers_;  // replicas 1..N-1 of the current strategy
+  // Across workers, the job's tracker states as the last training step of the group summed them with its gradients
+  // (every state of every tracker, in order); empty when they did not ride, and metric_logs sums them itself.
+  std::vector<double> job_states_;
   // The loss tracker's and metrics' states, and setting them back (FitPosition::metric_states).
   std::vector<std::vector<double>> tracker_states() const;
   void set_tracker_states(const std::vector<std::vector<double>>& states);
