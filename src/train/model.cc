@@ -222,6 +222,16 @@ double Model::train_step(const data::Element& batch) {
   return share;
 }
 
+Model::Gradients Model::compute_gradients(const data::Element& batch) {
+  check_compiled("compute_gradients");
+  GradientTape tape;
+  const StepResult step = forward_and_loss(batch, /*training=*/true);
+  Gradients out;
+  out.loss = update_trackers(batch, step);
+  out.gradients = tape.gradient(step.loss, trainable_variables(), UnconnectedGradients::kZero);
+  return out;
+}
+
 std::unique_ptr<distribute::SumWithGradients> Model::sum_states_with_gradients() const {
   if (!loss_tracker_ || distribute::get_strategy().num_workers() == 1) return nullptr;
   std::vector<double> states;

@@ -142,6 +142,14 @@ class Model : public nn::Layer {
   virtual double train_step(const data::Element& batch);
   // One evaluation step: updates the loss tracker and metrics; returns the loss (share), like train_step.
   virtual double test_step(const data::Element& batch);
+  // A training step's loss and the gradients of trainable_variables() (in that order; zeros for a variable the
+  // loss does not depend on) on a batch, without applying them: a parameter-server worker pushes them to the ps
+  // instead. The loss tracker and metrics see the step as in train_step.
+  struct Gradients {
+    double loss = 0;
+    std::vector<Tensor> gradients;
+  };
+  Gradients compute_gradients(const data::Element& batch);
 
   // Current values of the loss tracker and the metrics ("loss", then each metric by its compile name).
   Logs metric_logs() const;
@@ -150,6 +158,10 @@ class Model : public nn::Layer {
   void reset_metrics();
   // The compiled metrics (not the loss tracker), in compile order, for strategies to merge.
   const std::vector<std::shared_ptr<metrics::Metric>>& metrics() const { return metrics_; }
+  // The loss tracker's state, then each compiled metric's (metrics::Metric::state; additive across batches and
+  // workers), and setting them back (InvalidArgument when the count differs from the compiled trackers').
+  std::vector<std::vector<double>> tracker_states() const;
+  void set_tracker_states(const std::vector<std::vector<double>>& states);
 
   // The Keras table: layer (type), output shape, params; then the totals. Also printed by print_summary.
   std::string summary() const;
@@ -247,9 +259,6 @@ class Model : public nn::Layer {
   // Across workers, the job's tracker states as the last training step of the group summed them with its gradients
   // (every state of every tracker, in order); empty when they did not ride, and metric_logs sums them itself.
   std::vector<double> job_states_;
-  // The loss tracker's and metrics' states, and setting them back (FitPosition::metric_states).
-  std::vector<std::vector<double>> tracker_states() const;
-  void set_tracker_states(const std::vector<std::vector<double>>& states);
 
   std::optional<FitPosition> resume_;   // set by a callback during on_train_begin
   FitPosition restored_position_;        // what the last restore_checkpoint read
