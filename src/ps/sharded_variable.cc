@@ -37,26 +37,36 @@ std::vector<int64_t> all_shards(int64_t n) {
 int64_t row_width(const Shape& shape) { return shape_numel(shape) / shape[0]; }
 }  // namespace
 
-ShardedVariable::ShardedVariable(std::string name, const Tensor& initial, const Partitioner& partitioner,
-                                 std::vector<std::shared_ptr<ParameterServerClient>> servers,
-                                 const OptimizerSpec& optimizer)
-    : name_(std::move(name)), servers_(std::move(servers)) {
+ShardedVariable::ShardedVariable(std::string name, const Shape& shape, DType dtype, const Partitioner& partitioner,
+                                 std::vector<std::shared_ptr<ParameterServerClient>> servers)
+    : name_(std::move(name)), shape_(shape), servers_(std::move(servers)) {
   STRATA_CHECK(!servers_.empty(), InvalidArgument, "ShardedVariable " << name_ << ": no parameter servers");
-  STRATA_CHECK(initial.defined() && initial.dtype() == DType::kFloat32 && initial.rank() >= 1, InvalidArgument,
+  STRATA_CHECK(dtype == DType::kFloat32 && !shape_.empty(), InvalidArgument,
                "ShardedVariable " << name_ << ": wants a float32 value of rank >= 1");
-  shape_ = initial.shape();
-  rows_ = ps::shard_rows(shape_[0], partitioner.num_shards(shape_, initial.dtype()));
+  rows_ = ps::shard_rows(shape_[0], partitioner.num_shards(shape_, dtype));
   int64_t first = 0;
   for (int64_t r : rows_) {
     first_.push_back(first);
     first += r;
   }
+}
+
+ShardedVariable::ShardedVariable(std::string name, const Tensor& initial, const Partitioner& partitioner,
+                                 std::vector<std::shared_ptr<ParameterServerClient>> servers,
+                                 const OptimizerSpec& optimizer)
+    : ShardedVariable(std::move(name), initial.defined() ? initial.shape() : Shape{},
+                      initial.defined() ? initial.dtype() : DType::kFloat32, partitioner, std::move(servers)) {
   const Tensor value = initial.clone();
   on_shards(all_shards(num_shards()), [&](int64_t s) {
     const size_t i = static_cast<size_t>(s);
     servers_[static_cast<size_t>(shard_server(s))]->create(shard_name(s), value.slice(first_[i], first_[i] + rows_[i]),
                                                           optimizer);
   });
+}
+
+ShardedVariable ShardedVariable::existing(std::string name, const Shape& shape, const Partitioner& partitioner,
+                                          std::vector<std::shared_ptr<ParameterServerClient>> servers) {
+  return ShardedVariable(std::move(name), shape, DType::kFloat32, partitioner, std::move(servers));
 }
 
 std::string ShardedVariable::shard_name(int64_t shard) const { return name_ + "/part_" + std::to_string(shard); }
@@ -148,6 +158,23 @@ void ShardedVariable::push_rows(const std::vector<int64_t>& rows, const Tensor& 
                   width * sizeof(float));
     }
     servers_[static_cast<size_t>(shard_server(s))]->push_rows(shard_name(s), g.local[i], part, step_id);
+  });
+}
+
+std::vector<Tensor> pull_all(const std::vector<ShardedVariable>& variables) {
+  std::vector<Tensor> out(variables.size());
+  const auto n = static_cast<int64_t>(variables.size());
+  on_shards(all_shards(n), [&](int64_t i) { out[static_cast<size_t>(i)] = variables[static_cast<size_t>(i)].pull(); });
+  return out;
+}
+
+void push_all(const std::vector<ShardedVariable>& variables, const std::vector<Tensor>& gradients,
+              const std::string& step_id) {
+  STRATA_CHECK(variables.size() == gradients.size(), InvalidArgument,
+               "push_all: " << gradients.size() << " gradients for " << variables.size() << " variables");
+  const auto n = static_cast<int64_t>(variables.size());
+  on_shards(all_shards(n), [&](int64_t i) {
+    variables[static_cast<size_t>(i)].push(gradients[static_cast<size_t>(i)], step_id);
   });
 }
 

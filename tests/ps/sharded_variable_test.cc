@@ -81,5 +81,33 @@ TEST(ShardedVariableTest, BadUseIsAClearError) {
                InvalidArgument);
 }
 
+TEST(ShardedVariableTest, AWorkersHandleOnExistingShardsCreatesNothing) {
+  TwoServers ps;
+  const Tensor initial = test::random_tensor({5, 3}, 7);
+  const FixedShardsPartitioner partitioner(2);
+  ShardedVariable chief("w", initial, partitioner, ps.clients, {.name = "sgd", .learning_rate = 1.0});
+  const ShardedVariable worker = ShardedVariable::existing("w", {5, 3}, partitioner, ps.clients);
+  EXPECT_EQ(worker.shard_rows(), chief.shard_rows());
+  EXPECT_EQ(values(worker.pull()), values(initial));
+  const Tensor grad = test::random_tensor({5, 3}, 8);
+  worker.push(grad, "step:1");
+  std::vector<float> want = values(initial);  // SGD, learning rate 1
+  for (size_t i = 0; i < want.size(); ++i) want[i] -= values(grad)[i];
+  EXPECT_EQ(values(chief.pull()), want);
+  // Many variables at once (two handles on one variable would be one variable: a step's second push is a repeat).
+  ShardedVariable other("v", Tensor::zeros({5, 3}), partitioner, ps.clients, {.name = "sgd", .learning_rate = 1.0});
+  push_all({worker, other}, {grad, grad}, "step:2");
+  const std::vector<Tensor> both = pull_all({chief, other});
+  for (size_t i = 0; i < want.size(); ++i) want[i] -= values(grad)[i];
+  EXPECT_EQ(values(both[0]), want);
+  std::vector<float> minus = values(grad);
+  for (float& g : minus) g = -g;
+  EXPECT_EQ(values(both[1]), minus);
+  EXPECT_THROW(push_all({worker}, {}), InvalidArgument);
+  // A handle on shards nobody created names the missing shard at its first use.
+  const ShardedVariable missing = ShardedVariable::existing("nobody", {4}, partitioner, ps.clients);
+  EXPECT_NE(test::message_of<InvalidArgument>([&] { missing.pull(); }).find("nobody/part_"), std::string::npos);
+}
+
 }  // namespace
 }  // namespace strata::ps

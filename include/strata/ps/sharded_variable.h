@@ -28,6 +28,10 @@ class ShardedVariable {
   // no-op on the servers, so a restarted worker may construct it again).
   ShardedVariable(std::string name, const Tensor& initial, const Partitioner& partitioner,
                   std::vector<std::shared_ptr<ParameterServerClient>> servers, const OptimizerSpec& optimizer);
+  // Refers to shards that another process (the chief) created, creating nothing: a worker's handle, so that a worker
+  // never initialises a variable. A shard missing on its server is InvalidArgument naming it at the first pull or push.
+  static ShardedVariable existing(std::string name, const Shape& shape, const Partitioner& partitioner,
+                                  std::vector<std::shared_ptr<ParameterServerClient>> servers);
 
   const std::string& name() const { return name_; }
   const Shape& shape() const { return shape_; }
@@ -49,6 +53,9 @@ class ShardedVariable {
   void push_rows(const std::vector<int64_t>& rows, const Tensor& gradient, const std::string& step_id = "") const;
 
  private:
+  // The layout alone (no shard is created).
+  ShardedVariable(std::string name, const Shape& shape, DType dtype, const Partitioner& partitioner,
+                  std::vector<std::shared_ptr<ParameterServerClient>> servers);
   // The shard of global row `row`, and its row within the shard.
   std::pair<int64_t, int64_t> locate(int64_t row) const;
   // Rows grouped by their shard: per shard, the positions in `rows` it serves and their rows within it; and the
@@ -65,5 +72,12 @@ class ShardedVariable {
   std::vector<int64_t> rows_, first_;
   std::vector<std::shared_ptr<ParameterServerClient>> servers_;
 };
+
+// Every variable of `variables` pulled at once (each asking its shards in parallel too), in order: a whole model's
+// values in about one round trip.
+std::vector<Tensor> pull_all(const std::vector<ShardedVariable>& variables);
+// gradients[i] pushed to variables[i] under `step_id`, all at once. InvalidArgument when the counts differ.
+void push_all(const std::vector<ShardedVariable>& variables, const std::vector<Tensor>& gradients,
+              const std::string& step_id = "");
 
 }  // namespace strata::ps
