@@ -71,3 +71,4 @@
 #include "strata/distribute/values.h"
 #include "strata/train/callbacks.h"
 #include "strata/train/model.h"
+#include "strata/train/remote_trainer.h"

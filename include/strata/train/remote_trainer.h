@@ -1,0 +1,130 @@
+// Asynchronous parameter-server training of a Model, the piece between the ps services (strata/ps/*) and a
+// ParameterServerStrategy under Model::fit. The chief puts every trainable variable of its model on the ps servers
+// as a ShardedVariable; each worker holds its own copy of the model (same architecture, compiled with the same loss
+// and metrics) and its own input (TensorFlow's create_per_worker_dataset: a dataset made from the worker's index),
+// and serves the training step as a function of its WorkerServer. A step pulls every variable, takes the worker's
+// next batch, computes the loss and gradients with a GradientTape, and pushes every gradient under the step's id: the
+// ps applies it at once with the job's optimizer and drops it when that step was applied before (a step re-run after
+// a lost worker is applied once).
+//
+//   // The chief (its model built and compiled as the workers'):
+//   auto vars = ps::create_model_variables(model, ps::FixedShardsPartitioner(2), servers,
+//                                          {.name = "sgd", .learning_rate = 0.1});
+//   ps::ClusterCoordinator coordinator(worker_addresses);
+//   std::vector<ps::RemoteValue> steps;
+//   for (int i = 0; i < 100; ++i) steps.push_back(coordinator.schedule(ps::kTrainStep));
+//   coordinator.join();
+//   std::vector<ps::StepOutput> outputs;                 // each step's loss and metric states
+//   for (const auto& s : steps) outputs.push_back(ps::StepOutput::parse(s.fetch()));
+//   model.set_tracker_states(ps::sum_metric_states(outputs));
+//   Logs logs = model.metric_logs();                     // the job's loss and metrics over those steps
+//   ps::pull_model_variables(model, vars);               // the chief's copy takes the trained values
+//
+//   // Worker i (the same program):
+//   auto trainer = std::make_shared<ps::RemoteTrainer>(worker_model, [](int64_t w) { return dataset_of(w); }, i,
+//                                                      ps::FixedShardsPartitioner(2), servers);
+//   ps::WorkerServer server;
+//   trainer->register_on(server);                        // as ps::kTrainStep
+//   server.start("0.0.0.0:2223");
+//
+// The ps variables are named by position, "<prefix>/var_<i>" for trainable_variables()[i], so the chief's and the
+// workers' copies match whatever names their layers got. A re-run step takes the next batch of the worker it runs on
+// (as in TensorFlow, the batch is not part of the closure). A worker's input restarts at its end (a ps worker has no
+// epochs of its own). Non-trainable variables (BatchNormalization's moving statistics) stay on each worker.
+//
+// It lives in layer train, not ps, because it holds a Model (ps is below train).
+// Thread-safety: a RemoteTrainer runs one step at a time (run_step serialises its callers); the free functions may be
+// called from any thread, not while the model is being trained.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "strata/data/dataset.h"
+#include "strata/ps/partitioner.h"
+#include "strata/ps/server.h"
+#include "strata/ps/sharded_variable.h"
+#include "strata/ps/worker_server.h"
+#include "strata/train/model.h"
+
+namespace strata::ps {
+
+// The name RemoteTrainer::register_on gives the training step by default.
+inline constexpr const char* kTrainStep = "train_step";
+
+// The ps name of trainable variable `index` of a model: "<prefix>/var_<index>".
+std::string model_variable_name(const std::string& prefix, int64_t index);
+
+// Creates every trainable variable of `model` (REQUIRES: built) on `servers` as a ShardedVariable holding the model's
+// current values, updated there with `optimizer`; in trainable_variables() order. Creating them again with the same
+// layout and optimizer changes nothing (a restarted chief may call it again).
+std::vector<ShardedVariable> create_model_variables(const Model& model, const Partitioner& partitioner,
+                                                    const std::vector<std::shared_ptr<ParameterServerClient>>& servers,
+                                                    const OptimizerSpec& optimizer, const std::string& prefix = "model");
+
+// Assigns the current ps values of `variables` (one per trainable variable of `model`, in order) to the model's
+// trainable variables, the variables pulled in parallel. InvalidArgument when the counts or shapes differ (naming the
+// variable): the model is not the one the variables were made from.
+void pull_model_variables(Model& model, const std::vector<ShardedVariable>& variables);
+
+// What a training step returns to the chief: the batch's loss and the tracker states of that batch alone
+// (Model::tracker_states: the loss tracker's, then each compiled metric's), which add up across steps and workers.
+struct StepOutput {
+  double loss = 0;
+  std::vector<std::vector<double>> metric_states;
+
+  std::string serialize() const;
+  // DataCorrupt saying what is wrong with `bytes` (every length is checked against what is left).
+  static StepOutput parse(const std::string& bytes);
+};
+
+// The metric states of `steps` summed, state by state (for Model::set_tracker_states). InvalidArgument when the steps
+// carry different layouts (workers compiled with different metrics).
+std::vector<std::vector<double>> sum_metric_states(const std::vector<StepOutput>& steps);
+
+struct RemoteTrainerOptions {
+  std::string prefix = "model";  // as create_model_variables
+};
+
+class RemoteTrainer {
+ public:
+  using DatasetFn = std::function<data::Dataset(int64_t worker_index)>;
+
+  // `model`: this worker's copy, built and compiled with the chief's loss and metrics (its optimizer is not used: the
+  // ps applies the updates). `dataset_fn(worker_index)` makes this worker's input, batched; it is called once, here.
+  // The variables are the chief's (by name, with the partitioner's layout); none is created here.
+  RemoteTrainer(std::shared_ptr<Model> model, const DatasetFn& dataset_fn, int64_t worker_index,
+                const Partitioner& partitioner, std::vector<std::shared_ptr<ParameterServerClient>> servers,
+                RemoteTrainerOptions options = {});
+
+  // One training step under `step_id` (the coordinator's, kept when a step is re-run): pulls every variable, takes
+  // the next batch, computes the loss and gradients, pushes them as "step:<step_id>". A ps error (a variable missing:
+  // InvalidArgument; a ps unreachable: Unavailable) passes through (the coordinator's RemoteValue names the step).
+  StepOutput run_step(int64_t step_id);
+  // Registers run_step on `server` as `name`: the function returns StepOutput::serialize() (its arguments are
+  // unused). The server holds a reference to this trainer: keep it alive while the server serves.
+  void register_on(WorkerServer& server, const std::string& name = kTrainStep);
+
+  int64_t steps_run() const;
+  int64_t worker_index() const { return worker_index_; }
+  Model& model() const { return *model_; }
+
+ private:
+  // The next batch, restarting the input at its end. REQUIRES: mu_ held.
+  data::Element next_batch();
+
+  std::shared_ptr<Model> model_;
+  int64_t worker_index_;
+  data::Dataset dataset_;
+  std::vector<ShardedVariable> variables_;
+  mutable std::mutex mu_;
+  std::optional<data::Iterator> iterator_;  // GUARDED_BY(mu_)
+  int64_t steps_run_ = 0;                    // GUARDED_BY(mu_)
+};
+
+}  // namespace strata::ps
