@@ -534,6 +534,12 @@ class Cluster {
     }
     const pid_t parent = ::getpid();
     const char* path = executable_.c_str();
+    // Signals stay blocked from before the fork until the child has reset its handlers: otherwise a SIGTERM the
+    // launcher sends a task that has not reached exec yet (a cluster stopping at once) runs the launcher's handler
+    // in the child, which writes it into the inherited signal pipe — and the launcher believes it got SIGTERM.
+    sigset_t all, before;
+    sigfillset(&all);
+    ::pthread_sigmask(SIG_BLOCK, &all, &before);
     const pid_t pid = ::fork();
     if (pid == 0) {
       // The child: async-signal-safe calls only until exec.
@@ -557,6 +563,7 @@ class Cluster {
       ::_exit(127);
     }
     const int fork_errno = errno;
+    ::pthread_sigmask(SIG_SETMASK, &before, nullptr);
     ::close(out[1]);
     ::close(err[1]);
     if (pid < 0) {
