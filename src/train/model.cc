@@ -533,7 +533,6 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
   // the next epoch's pass is opened while this one trains: its first batch (a full shuffle buffer, for
   // one) is ready when the epoch starts instead of showing up as input wait. (A cache() stage is complete
   // only once a pass ends, so the second pass, opened during the first, still reads the source.)
-
   std::optional<data::Iterator> iterator;
   std::optional<data::Element> first_batch;
   std::future<std::pair<data::Iterator, std::optional<data::Element>>> next_pass;
