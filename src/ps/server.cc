@@ -17,6 +17,7 @@
 #include <mutex>
 #include <unordered_set>
 
+#include "kernels/kernels.h"
 #include "ps/proto/parameter_server.grpc.pb.h"
 #include "strata/cluster/cluster_resolver.h"
 #include "strata/error.h"
@@ -97,6 +98,21 @@ struct Shard {
 
 grpc::Status invalid(const std::string& message) { return {grpc::StatusCode::INVALID_ARGUMENT, message}; }
 
+// A request's rows as an int64 index tensor for kernels::gather / scatter_add; INVALID_ARGUMENT naming the first
+// row outside [0, rows), as `what` (e.g. "Pull emb/part_0").
+grpc::Status row_indices(const google::protobuf::RepeatedField<int64_t>& requested, int64_t rows,
+                         const std::string& what, Tensor* out) {
+  *out = Tensor::empty({requested.size()}, DType::kInt64);
+  int64_t* at = out->data<int64_t>();
+  for (const int64_t r : requested) {
+    if (r < 0 || r >= rows) {
+      return invalid(what + ": row " + std::to_string(r) + " is outside [0, " + std::to_string(rows) + ")");
+    }
+    *at++ = r;
+  }
+  return grpc::Status::OK;
+}
+
 class Service final : public pb::ParameterServer::Service {
  public:
   grpc::Status Create(grpc::ServerContext*, const pb::CreateRequest* req, pb::CreateResponse* resp) override {
@@ -137,19 +153,9 @@ class Service final : public pb::ParameterServer::Service {
     if (req->rows().empty()) {
       to_bytes(value, resp->mutable_value());
     } else {
-      const int64_t rows = value.dim(0), width = value.numel() / std::max<int64_t>(rows, 1);
-      Shape shape = value.shape();
-      shape[0] = req->rows_size();
-      Tensor out = Tensor::empty(shape);
-      for (int i = 0; i < req->rows_size(); ++i) {
-        const int64_t r = req->rows(i);
-        if (r < 0 || r >= rows) {
-          return invalid("Pull " + req->name() + ": row " + std::to_string(r) + " is outside [0, " +
-                         std::to_string(rows) + ")");
-        }
-        std::memcpy(out.data<float>() + i * width, value.data<float>() + r * width, width * sizeof(float));
-      }
-      to_bytes(out, resp->mutable_value());
+      Tensor rows;
+      if (grpc::Status bad = row_indices(req->rows(), value.dim(0), "Pull " + req->name(), &rows); !bad.ok()) return bad;
+      to_bytes(kernels::gather(value, rows), resp->mutable_value());
     }
     resp->set_version(shard->version);
     return grpc::Status::OK;
@@ -177,19 +183,9 @@ class Service final : public pb::ParameterServer::Service {
         return invalid("Push " + req->name() + ": the gradient of " + std::to_string(req->rows_size()) + " rows is " +
                        shape_str(grad.shape()) + ", wants " + shape_str(want));
       }
-      const int64_t rows = shape[0], width = shard->var.value().numel() / rows;
-      Tensor dense = Tensor::zeros(shape);
-      for (int i = 0; i < req->rows_size(); ++i) {
-        const int64_t r = req->rows(i);
-        if (r < 0 || r >= rows) {
-          return invalid("Push " + req->name() + ": row " + std::to_string(r) + " is outside [0, " +
-                         std::to_string(rows) + ")");
-        }
-        float* dst = dense.data<float>() + r * width;
-        const float* src = grad.data<float>() + i * width;
-        for (int64_t k = 0; k < width; ++k) dst[k] += src[k];
-      }
-      grad = dense;
+      Tensor rows;
+      if (grpc::Status bad = row_indices(req->rows(), shape[0], "Push " + req->name(), &rows); !bad.ok()) return bad;
+      grad = kernels::scatter_add(rows, grad, shape[0]);
     } else if (grad.shape() != shape) {
       return invalid("Push " + req->name() + ": the gradient is " + shape_str(grad.shape()) + ", the shard " +
                      shape_str(shape));
