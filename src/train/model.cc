@@ -162,19 +162,10 @@ double Model::update_trackers(const data::Element& batch, const StepResult& step
   const auto [x, y, sample_weight] = unpack(batch, name());
   const double share = step.loss.value().item<float>();
   const auto [rows, global_rows] = step_rows(x);
-  // Replica 0 (and a step outside any strategy) updates the model's own trackers; replica r > 0 its own set.
-  metrics::Mean* loss = loss_tracker_.get();
-  const std::vector<std::shared_ptr<metrics::Metric>>* metrics = &metrics_;
-  if (const int r = replica_id(); r > 0) {
-    STRATA_CHECK(static_cast<size_t>(r) <= replica_trackers_.size(), Error,
-                 "model '" << name() << "': no metrics for replica " << r << " (run steps through fit/evaluate)");
-    Trackers& t = replica_trackers_[static_cast<size_t>(r) - 1];
-    loss = t.loss.get();
-    metrics = &t.metrics;
-  }
+  const TrackerView mine = replica_trackers();
   // Summed over replicas: total = (global loss) * global rows, count = global rows.
-  loss->update(share * static_cast<double>(global_rows) / static_cast<double>(rows), static_cast<double>(rows));
-  for (const auto& m : *metrics) m->update_state(y, step.y_pred.value(), sample_weight);
+  mine.loss->update(share * static_cast<double>(global_rows) / static_cast<double>(rows), static_cast<double>(rows));
+  for (const auto& m : *mine.metrics) m->update_state(y, step.y_pred.value(), sample_weight);
   return share;
 }
 
@@ -234,9 +225,10 @@ Model::Gradients Model::compute_gradients(const data::Element& batch) {
 
 std::unique_ptr<distribute::SumWithGradients> Model::sum_states_with_gradients() const {
   if (!loss_tracker_ || distribute::get_strategy().num_workers() == 1) return nullptr;
-  std::vector<double> states;
-  for (const metrics::Metric* t : replica_trackers()) {
-    const std::vector<double> s = t->state();
+  const TrackerView mine = replica_trackers();
+  std::vector<double> states = mine.loss->state();
+  for (const auto& m : *mine.metrics) {
+    const std::vector<double> s = m->state();
     states.insert(states.end(), s.begin(), s.end());
   }
   return std::make_unique<distribute::SumWithGradients>(std::move(states));
@@ -248,19 +240,14 @@ void Model::keep_job_states(const distribute::SumWithGradients* job) {
   job_states_ = job->sums();  // empty when they could not ride: metric_logs then sums across workers itself
 }
 
-std::vector<const metrics::Metric*> Model::replica_trackers() const {
-  const metrics::Mean* loss = loss_tracker_.get();
-  const std::vector<std::shared_ptr<metrics::Metric>>* metrics = &metrics_;
-  if (const int r = replica_id(); r > 0) {
-    STRATA_CHECK(static_cast<size_t>(r) <= replica_trackers_.size(), Error,
-                 "model '" << name() << "': no metrics for replica " << r << " (run steps through fit/evaluate)");
-    const Trackers& t = replica_trackers_[static_cast<size_t>(r) - 1];
-    loss = t.loss.get();
-    metrics = &t.metrics;
-  }
-  std::vector<const metrics::Metric*> out = {loss};
-  for (const auto& m : *metrics) out.push_back(m.get());
-  return out;
+Model::TrackerView Model::replica_trackers() const {
+  // Replica 0 (and a step outside any strategy) updates the model's own trackers; replica r > 0 its own set.
+  const int r = replica_id();
+  if (r == 0) return {loss_tracker_.get(), &metrics_};
+  STRATA_CHECK(static_cast<size_t>(r) <= replica_trackers_.size(), Error,
+               "model '" << name() << "': no metrics for replica " << r << " (run steps through fit/evaluate)");
+  const Trackers& t = replica_trackers_[static_cast<size_t>(r) - 1];
+  return {t.loss.get(), &t.metrics};
 }
 
 double Model::test_step(const data::Element& batch) {

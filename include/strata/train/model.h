@@ -241,7 +241,11 @@ class Model : public nn::Layer {
   // Feeds a step's loss and predictions to the loss tracker and the metrics; returns the loss.
   double update_trackers(const data::Element& batch, const StepResult& step);
   // The loss tracker and metrics this replica's thread updates (the model's own on replica 0).
-  std::vector<const metrics::Metric*> replica_trackers() const;
+  struct TrackerView {
+    metrics::Mean* loss;
+    const std::vector<std::shared_ptr<metrics::Metric>>* metrics;
+  };
+  TrackerView replica_trackers() const;
   // Across workers: a request to sum this replica's tracker states over the job with the step's gradients (null
   // with one worker); keep_job_states keeps what it got for metric_logs.
   std::unique_ptr<distribute::SumWithGradients> sum_states_with_gradients() const;
