@@ -114,7 +114,6 @@ WorkerInput::WorkerInput(const Strategy& strategy, const data::Dataset& global_b
 StepGroup WorkerInput::group(std::vector<data::Element> batches, int64_t want) {
   const int local = strategy_->num_local_replicas();
   StepGroup g;
-  if (!batches.empty()) last_ = batches.back();
   if (!own_batches()) {  // every worker read the same global batches: no need to ask the others
     const int parts = strategy_->num_replicas_in_sync(), first = strategy_->worker_index() * local;
     for (const data::Element& b : batches) {
@@ -123,6 +122,7 @@ StepGroup WorkerInput::group(std::vector<data::Element> batches, int64_t want) {
     }
     return g;
   }
+  if (!batches.empty()) last_ = batches.back();
   std::vector<double> rows(static_cast<size_t>(want), 0.0);
   for (size_t k = 0; k < batches.size() && k < rows.size(); ++k) rows[k] = static_cast<double>(batch_rows(batches[k]));
   const std::vector<double> global = strategy_->sum_across_workers(rows);
