@@ -256,6 +256,23 @@ double Model::test_step(const data::Element& batch) {
   return update_trackers(batch, forward_and_loss(batch, /*training=*/false));
 }
 
+namespace {
+// `states` (one vector per tracker) summed element-wise over the workers, in place: from `ready` when it holds
+// them already flattened (they rode with the gradients), else by one collective.
+void sum_states_across_workers(const distribute::Strategy& strategy, std::vector<std::vector<double>>& states,
+                               const std::vector<double>& ready = {}) {
+  std::vector<double> flat;
+  for (const auto& s : states) flat.insert(flat.end(), s.begin(), s.end());
+  const std::vector<double> summed = ready.size() == flat.size() && !flat.empty() ? ready
+                                                                                  : strategy.sum_across_workers(flat);
+  auto at = summed.begin();
+  for (auto& s : states) {
+    std::copy(at, at + static_cast<std::ptrdiff_t>(s.size()), s.begin());
+    at += static_cast<std::ptrdiff_t>(s.size());
+  }
+}
+}  // namespace
+
 Logs Model::metric_logs() const {
   Logs logs;
   if (!loss_tracker_) return logs;
@@ -264,28 +281,16 @@ Logs Model::metric_logs() const {
   std::vector<std::string> names = {"loss"};
   names.insert(names.end(), metric_names_.begin(), metric_names_.end());
   // Across workers each tracker saw this worker's share: the job's result comes from the states summed over the
-  // workers (every metric's state is additive, see strata/optim/metrics.h).
+  // workers (every metric's state is additive, see strata/optim/metrics.h) — the sums that rode with the last
+  // step's gradients, else a collective of their own (every worker decides alike: the same steps ran everywhere).
   const distribute::Strategy* strategy = owning_strategy();
   if (strategy != nullptr && strategy->num_workers() > 1) {
-    std::vector<double> states;
-    std::vector<size_t> sizes;
-    for (const metrics::Metric* t : trackers) {
-      const std::vector<double> s = t->state();
-      states.insert(states.end(), s.begin(), s.end());
-      sizes.push_back(s.size());
-    }
-    // The sums that rode with the last step's gradients, else a collective of their own (every worker decides
-    // alike: the same steps ran everywhere).
-    const std::vector<double> summed =
-        job_states_.size() == states.size() ? job_states_ : strategy->sum_across_workers(states);
-    size_t at = 0;
+    std::vector<std::vector<double>> states = tracker_states();
+    sum_states_across_workers(*strategy, states, job_states_);
     for (size_t i = 0; i < trackers.size(); ++i) {
-      const size_t n = sizes[i];
       const std::shared_ptr<metrics::Metric> job = trackers[i]->clone();
-      job->set_state(std::vector<double>(summed.begin() + static_cast<std::ptrdiff_t>(at),
-                                         summed.begin() + static_cast<std::ptrdiff_t>(at + n)));
+      job->set_state(states[i]);
       logs.set(names[i], job->result());
-      at += n;
     }
     return logs;
   }
@@ -342,16 +347,9 @@ FitPosition Model::job_fit_position() const {
   FitPosition p = fit_position();
   const distribute::Strategy* strategy = owning_strategy();
   if (strategy == nullptr || strategy->num_workers() == 1) return p;
-  // Every worker is at the same step, so all hold metric states or none.
-  std::vector<double> flat;
-  for (const auto& state : p.metric_states) flat.insert(flat.end(), state.begin(), state.end());
-  const std::vector<double> summed = strategy->sum_across_workers(flat);
-  size_t at = 0;
-  for (auto& state : p.metric_states) {
-    std::copy(summed.begin() + static_cast<std::ptrdiff_t>(at),
-              summed.begin() + static_cast<std::ptrdiff_t>(at + state.size()), state.begin());
-    at += state.size();
-  }
+  // Every worker is at the same step, so all hold metric states or none. Summed exactly (not the float32 sums
+  // that rode with the gradients): a resume continues from them.
+  sum_states_across_workers(*strategy, p.metric_states);
   if (fit_state_.own_input) {
     p.worker_input_states = strategy->all_gather_across_workers(p.input_state);
     p.input_state.clear();
