@@ -218,9 +218,6 @@ void run_step_ceiling(const std::shared_ptr<gloo::rendezvous::Context>& raw, int
 // One forked process of the gloo benchmark (the step ceiling instead when `step` has bytes).
 int run_gloo_rank(int rank, int n, const std::string& dir, size_t max_bytes, int rounds, bool json,
                   const StepShape& step = {}) {
-  auto store = comm::make_file_store(dir + "/strata", std::chrono::seconds(60));
-  auto strata_comm = comm::make_gloo_communicator(store, rank, n, {.timeout = std::chrono::seconds(60)});
-
   gloo::rendezvous::FileStore file_store(dir + "/raw");
   gloo::rendezvous::PrefixStore raw_store("raw", file_store);
   gloo::transport::tcp::attr attr;
@@ -229,10 +226,12 @@ int run_gloo_rank(int rank, int n, const std::string& dir, size_t max_bytes, int
   auto raw = std::make_shared<gloo::rendezvous::Context>(rank, n);
   raw->setTimeout(std::chrono::seconds(60));
   raw->connectFullMesh(raw_store, device);
-  if (step.bytes > 0) {
+  if (step.bytes > 0) {  // raw Gloo only
     run_step_ceiling(raw, rank, step, json);
     return 0;
   }
+  auto store = comm::make_file_store(dir + "/strata", std::chrono::seconds(60));
+  auto strata_comm = comm::make_gloo_communicator(store, rank, n, {.timeout = std::chrono::seconds(60)});
 
   auto raw_call = [&](Coll c, float* buffer, float* output, size_t in_numel) {
     switch (c) {
