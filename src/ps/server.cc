@@ -15,6 +15,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <thread>
 #include <unordered_set>
 
 #include "kernels/kernels.h"
@@ -300,15 +301,25 @@ struct ParameterServer::Impl {
   std::unique_ptr<Service> service;
   std::unique_ptr<grpc::Server> server;
   int port = 0;
+  int64_t restored = 0;
 };
 
 ParameterServer::ParameterServer() : impl_(std::make_unique<Impl>()) {}
 ParameterServer::~ParameterServer() { stop(); }
 
-void ParameterServer::start(const std::string& address) {
+void ParameterServer::start(const std::string& address, const std::string& restore_directory) {
   STRATA_CHECK(!impl_->server, InvalidArgument, "ps: already serving on port " << impl_->port);
   const std::string where = cluster::listen_address(address);
   auto service = std::make_unique<Service>();
+  if (!restore_directory.empty()) {  // before listening: no client ever sees the shards it replaces
+    pb::RestoreRequest req;
+    req.set_directory(restore_directory);
+    pb::RestoreResponse resp;
+    const grpc::Status status = service->Restore(nullptr, &req, &resp);
+    if (status.error_code() == grpc::StatusCode::DATA_LOSS) STRATA_THROW(DataCorrupt, "ps: " << status.error_message());
+    STRATA_CHECK(status.ok(), InvalidArgument, "ps: " << status.error_message());
+    impl_->restored = resp.shards();
+  }
   grpc::ServerBuilder builder;
   int port = 0;
   builder.AddListeningPort(where, grpc::InsecureServerCredentials(), &port);
@@ -340,6 +351,7 @@ void ParameterServer::stop() {
   impl_->port = 0;
 }
 
+int64_t ParameterServer::shards_restored() const { return impl_->restored; }
 int64_t ParameterServer::pushes_applied() const { return impl_->service ? impl_->service->applied() : 0; }
 int64_t ParameterServer::pushes_dropped() const { return impl_->service ? impl_->service->dropped() : 0; }
 
@@ -353,12 +365,23 @@ struct ParameterServerClient::Impl {
   // Runs one call with the deadline; a failed status is an exception naming the address.
   template <class Request, class Response>
   Response call(grpc::Status (pb::ParameterServer::Stub::*method)(grpc::ClientContext*, const Request&, Response*),
-                const char* what, const Request& request) {
-    grpc::ClientContext context;
-    context.set_deadline(std::chrono::system_clock::now() + timeout);
-    context.set_wait_for_ready(true);  // a ps still starting is waited for, within the deadline
+                const char* what, const Request& request, bool retry = true) {
+    const auto deadline = std::chrono::system_clock::now() + timeout;
+    std::chrono::milliseconds backoff(20);
     Response response;
-    const grpc::Status status = (stub.get()->*method)(&context, request, &response);
+    grpc::Status status;
+    for (;;) {
+      grpc::ClientContext context;
+      context.set_deadline(deadline);
+      context.set_wait_for_ready(true);  // a ps still starting is waited for, within the deadline
+      status = (stub.get()->*method)(&context, request, &response);
+      // A call cut off by a ps that died (UNAVAILABLE at once, not at the deadline) is made again, within the
+      // deadline, when making it twice does no harm: the ps may be restarting from its checkpoint.
+      if (status.error_code() != grpc::StatusCode::UNAVAILABLE || !retry) break;
+      if (std::chrono::system_clock::now() + backoff >= deadline) break;
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min<std::chrono::milliseconds>(backoff * 2, std::chrono::seconds(1));
+    }
     if (status.ok()) return response;
     switch (status.error_code()) {
       case grpc::StatusCode::UNAVAILABLE:
@@ -437,7 +460,7 @@ bool ParameterServerClient::push(const std::string& name, const Tensor& gradient
   req.set_name(name);
   to_bytes(gradient, req.mutable_gradient());
   req.set_step_id(step_id);
-  return impl_->call(&pb::ParameterServer::Stub::Push, "Push", req).applied();
+  return impl_->call(&pb::ParameterServer::Stub::Push, "Push", req, /*retry=*/!step_id.empty()).applied();
 }
 
 int64_t ParameterServerClient::save(const std::string& directory) {
@@ -460,7 +483,7 @@ bool ParameterServerClient::push_rows(const std::string& name, const std::vector
   to_bytes(gradient, req.mutable_gradient());
   for (int64_t r : rows) req.add_rows(r);
   req.set_step_id(step_id);
-  return impl_->call(&pb::ParameterServer::Stub::Push, "Push", req).applied();
+  return impl_->call(&pb::ParameterServer::Stub::Push, "Push", req, /*retry=*/!step_id.empty()).applied();
 }
 
 }  // namespace strata::ps

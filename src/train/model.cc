@@ -11,6 +11,7 @@
 #include "strata/error.h"
 #include "strata/gradient_tape.h"
 #include "strata/ops.h"
+#include "strata/ps/parameter_server_strategy.h"
 #include "strata/threading.h"
 #include "strata/train/callbacks.h"
 
@@ -473,25 +474,34 @@ void take_worker_share(FitPosition& p, const distribute::WorkerInput& input, con
 }
 }  // namespace
 
+std::vector<std::shared_ptr<Callback>> Model::fit_callbacks(const FitOptions& options, int64_t steps_per_epoch) {
+  std::vector<std::shared_ptr<Callback>> callbacks;
+  if (options.verbose > 0) {
+    auto bar = std::make_shared<callbacks::ProgressBar>(callbacks::ProgressBar::Options{.verbose = options.verbose});
+    bar->set_epochs(options.epochs);
+    bar->set_steps(steps_per_epoch);
+    callbacks.push_back(bar);
+  }
+  callbacks.insert(callbacks.end(), options.callbacks.begin(), options.callbacks.end());
+  for (const auto& cb : callbacks) cb->set_model(this);
+  return callbacks;
+}
+
 History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
   check_compiled("fit");
   STRATA_CHECK(options.epochs >= 0 && options.initial_epoch >= 0 && options.steps_per_epoch >= 0, InvalidArgument,
                "fit: epochs, initial_epoch and steps_per_epoch must not be negative");
   STRATA_CHECK(options.steps_per_execution >= 1, InvalidArgument,
                "fit: steps_per_execution must be at least 1, got " << options.steps_per_execution);
+  // Under a parameter-server strategy the chief schedules the steps onto the workers and a worker serves them.
+  if (auto* servers = dynamic_cast<ps::ParameterServerStrategy*>(&input_strategy())) {
+    return servers->is_chief() ? fit_as_coordinator(*servers, dataset, options) : fit_as_worker(*servers, dataset);
+  }
   const int64_t cardinality = dataset.cardinality();
   STRATA_CHECK(options.steps_per_epoch > 0 || cardinality != data::Dataset::kInfinite, InvalidArgument,
                "fit: the dataset repeats forever, so give steps_per_epoch");
-  std::vector<std::shared_ptr<Callback>> callbacks;
-  std::shared_ptr<callbacks::ProgressBar> bar;
-  if (options.verbose > 0) {
-    bar = std::make_shared<callbacks::ProgressBar>(callbacks::ProgressBar::Options{.verbose = options.verbose});
-    bar->set_epochs(options.epochs);
-    bar->set_steps(options.steps_per_epoch > 0 ? options.steps_per_epoch : std::max<int64_t>(cardinality, 0));
-    callbacks.push_back(bar);
-  }
-  callbacks.insert(callbacks.end(), options.callbacks.begin(), options.callbacks.end());
-  for (const auto& cb : callbacks) cb->set_model(this);
+  const std::vector<std::shared_ptr<Callback>> callbacks =
+      fit_callbacks(options, options.steps_per_epoch > 0 ? options.steps_per_epoch : std::max<int64_t>(cardinality, 0));
 
   stop_training = false;
   resume_.reset();

@@ -100,7 +100,7 @@ class Strategy {
   virtual int num_workers() const { return 1; }
   virtual int worker_index() const { return 0; }
   // Whether this process writes what the job writes once (checkpoints, logs): worker 0.
-  bool is_chief() const { return worker_index() == 0; }
+  virtual bool is_chief() const { return worker_index() == 0; }
   // One device string per local replica ("/cpu:0", ...).
   const std::vector<std::string>& devices() const { return devices_; }
   // Intra-op threads each replica's kernels use.

@@ -38,6 +38,8 @@ class SGD final : public Optimizer {
   explicit SGD(LearningRate lr) : SGD(Options{.learning_rate = std::move(lr)}) {}
   std::string name() const override { return "sgd"; }
   std::shared_ptr<Optimizer> clone() const override;
+  // The options it was made with (a parameter server reads them to apply the same updates).
+  const Options& options() const { return options_; }
 
  protected:
   void update(float* var, const float* grad, const std::array<float*, kMaxSlots>& slots, int64_t n,
@@ -62,6 +64,8 @@ class Adam : public Optimizer {
   explicit Adam(LearningRate lr) : Adam(Options{.learning_rate = std::move(lr)}) {}
   std::string name() const override { return "adam"; }
   std::shared_ptr<Optimizer> clone() const override;
+  // The options it was made with (a parameter server reads them to apply the same updates).
+  const Options& options() const { return options_; }
 
  protected:
   Adam(const Options& options, OptimizerConfig config);
@@ -130,6 +134,8 @@ class Adagrad final : public Optimizer {
   explicit Adagrad(LearningRate lr) : Adagrad(Options{.learning_rate = std::move(lr)}) {}
   std::string name() const override { return "adagrad"; }
   std::shared_ptr<Optimizer> clone() const override;
+  // The options it was made with (a parameter server reads them to apply the same updates).
+  const Options& options() const { return options_; }
 
  protected:
   void update(float* var, const float* grad, const std::array<float*, kMaxSlots>& slots, int64_t n,

@@ -18,7 +18,8 @@
 // shard, a shape or row that does not fit, a shard created again with another shape or optimizer; Unavailable
 // naming the address when the server cannot be reached within the client's timeout.
 // Thread-safety: a server serves any number of clients at once (one lock per shard); a client may be used from
-// many threads at once.
+// many threads at once. A call cut off by UNAVAILABLE (a ps that died mid-call) is made again with backoff within the
+// timeout, except a push without a step id (applying it twice would not be dropped).
 #pragma once
 
 #include <chrono>
@@ -50,9 +51,13 @@ class ParameterServer {
   ParameterServer& operator=(const ParameterServer&) = delete;
 
   // Serves on `address` ("host:port"; port 0: the OS picks; an empty host binds 127.0.0.1). Unavailable naming the
-  // address when it cannot listen there.
-  void start(const std::string& address);
+  // address when it cannot listen there. With `restore_directory`, first loads the shards saved there (as
+  // ParameterServerClient::restore; a directory with no shard file restores none), so that a restarted ps answers
+  // its first call with its last checkpoint's values.
+  void start(const std::string& address, const std::string& restore_directory = "");
   int port() const;
+  // Shards start() restored.
+  int64_t shards_restored() const;
   void stop();
   // How many pushes were applied and how many dropped as repeats, over every shard (for tests and reports).
   int64_t pushes_applied() const;

@@ -34,6 +34,10 @@
 #include "strata/optim/optimizers.h"
 #include "strata/train/callbacks.h"
 
+namespace strata::ps {
+class ParameterServerStrategy;
+}
+
 namespace strata {
 
 // A metric for compile(): a Keras name ("accuracy", "mse", ...) or a metric object.
@@ -252,6 +256,13 @@ class Model : public nn::Layer {
   void keep_job_states(const distribute::SumWithGradients* job);
   void check_compiled(const char* what) const;
   void check_built(const char* what) const;
+  // fit's callbacks: a progress bar (verbose > 0) of `steps_per_epoch` steps, then the caller's; each told the model.
+  std::vector<std::shared_ptr<Callback>> fit_callbacks(const FitOptions& options, int64_t steps_per_epoch);
+  // fit under a ParameterServerStrategy (src/train/parameter_server_fit.cc): the chief schedules the steps onto the
+  // workers; a worker serves them on `dataset`, its own input, until the chief's fit ends.
+  History fit_as_coordinator(ps::ParameterServerStrategy& strategy, const data::Dataset& dataset,
+                             const FitOptions& options);
+  History fit_as_worker(ps::ParameterServerStrategy& strategy, const data::Dataset& dataset);
 
   std::shared_ptr<nn::Graph> graph_;
   std::shared_ptr<losses::Loss> loss_;

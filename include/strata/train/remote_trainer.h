@@ -56,6 +56,8 @@ namespace strata::ps {
 
 // The name RemoteTrainer::register_on gives the training step by default.
 inline constexpr const char* kTrainStep = "train_step";
+// The function a worker's Model::fit (under ParameterServerStrategy) serves for the chief to end it.
+inline constexpr const char* kEndFit = "strata/end_fit";
 
 // The ps name of trainable variable `index` of a model: "<prefix>/var_<index>".
 std::string model_variable_name(const std::string& prefix, int64_t index);

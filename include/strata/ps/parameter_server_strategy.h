@@ -1,0 +1,120 @@
+// ParameterServerStrategy (tf.distribute.ParameterServerStrategy): asynchronous data parallelism over a cluster of
+// a chief, workers and parameter servers (TF_CONFIG with "chief", "worker" and "ps" jobs). Every task runs the same
+// program; what the strategy does depends on the task:
+//
+//   auto strategy = ps::ParameterServerStrategy(cluster::resolve_cluster_from_environment());
+//   if (strategy.task_type() == "ps") strategy.join();        // serves variables until the process is stopped
+//   auto scope = strategy.scope();
+//   Sequential model(...);  model.compile(...);  model.build_for({1, 28, 28, 1});
+//   model.fit(my_input(strategy.task_index()), {.epochs = 5, .steps_per_epoch = 938});
+//
+// - On a ps task the constructor starts a ParameterServer on the task's address (restored first from
+//   `checkpoint_dir`/ps-<index> when a save of its shards is there: a restarted ps goes on from its last checkpoint).
+// - On the chief, Model::fit puts the model's trainable variables on the ps tasks (sharded by the partitioner) and
+//   schedules steps_per_epoch training steps per epoch through a ClusterCoordinator onto the workers; the loss and
+//   metrics are those of the steps it got back; at each epoch's end the chief's model takes the ps values (so
+//   validation, callbacks and evaluate see the trained weights). `checkpoint_dir`: the ps shards are saved there at
+//   each epoch's end (and every checkpoint_every_steps steps).
+// - On a worker task, Model::fit serves the training step (ps::RemoteTrainer on a ps::WorkerServer at the task's
+//   address) on the dataset given to it, which is this worker's input, until the chief's fit ends; then it returns
+//   an empty History.
+// The chief's model and the workers' must be the same architecture compiled with the same loss, metrics and
+// optimizer (SGD with momentum, Adam or Adagrad at a constant learning rate: the ps applies the updates).
+//
+// Failures: a worker lost is rescheduled around by the coordinator (its step re-run elsewhere, applied once); a ps
+// call waits up to ps_timeout for an unreachable ps (one restarted by `strata launch --max-restarts` comes back
+// restored) and then fails naming the ps task.
+//
+// Within a process the strategy is one replica on the calling thread (like OneDeviceStrategy): num_workers() is 1,
+// since the workers never meet in a collective; num_worker_tasks() counts them.
+// Thread-safety: as Strategy (one driving thread); join() and stop() may be called from any thread.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "strata/cluster/cluster_resolver.h"
+#include "strata/distribute/strategy.h"
+#include "strata/optim/optimizer.h"
+#include "strata/ps/cluster_coordinator.h"
+#include "strata/ps/partitioner.h"
+#include "strata/ps/server.h"
+
+namespace strata::ps {
+
+struct ParameterServerStrategyOptions {
+  // How each variable is split over the ps tasks; null: FixedShardsPartitioner(number of ps tasks).
+  std::shared_ptr<const Partitioner> partitioner;
+  // The chief's coordinator (failure detection, bounds on retries).
+  CoordinatorOptions coordinator;
+  // Every call to a ps waits this long for it (a ps restarting within it is waited for), then fails naming it.
+  std::chrono::milliseconds ps_timeout = std::chrono::seconds(30);
+  // ps tasks restore from <checkpoint_dir>/ps-<index> when they start; the chief saves the shards there. "": none.
+  std::string checkpoint_dir;
+  // The chief also saves the ps shards every this many steps (0: at each epoch's end only).
+  int64_t checkpoint_every_steps = 0;
+};
+
+// The ps's update for `optimizer` (the job's, as compiled on the chief): SGD with momentum, Adam or Adagrad at a
+// constant learning rate and without clipping or weight decay. InvalidArgument naming what the ps cannot apply.
+OptimizerSpec optimizer_spec_of(const optim::Optimizer& optimizer);
+
+class ParameterServerStrategy final : public distribute::Strategy {
+ public:
+  // `task`: a TF_CONFIG cluster with one chief, at least one worker and one ps (InvalidArgument naming what is
+  // missing). On a ps task this starts its server (Unavailable when it cannot listen on the task's address).
+  explicit ParameterServerStrategy(const cluster::TaskInfo& task, ParameterServerStrategyOptions options = {});
+  ~ParameterServerStrategy() override;
+
+  std::string name() const override { return "ParameterServerStrategy"; }
+  // The chief's and each worker's local copy (one replica, as OneDeviceStrategy); fit puts them on the ps.
+  Variable create_variable(const Tensor& initial_value, const VariableOptions& options) override;
+  bool is_chief() const override { return task_.task_type == "chief"; }
+
+  const cluster::TaskInfo& task() const { return task_; }
+  const std::string& task_type() const { return task_.task_type; }
+  int64_t task_index() const { return task_.task_index; }
+  int64_t num_worker_tasks() const { return static_cast<int64_t>(worker_addresses_.size()); }
+  int64_t num_ps() const { return static_cast<int64_t>(ps_addresses_.size()); }
+  const std::vector<std::string>& worker_addresses() const { return worker_addresses_; }
+  const std::vector<std::string>& ps_addresses() const { return ps_addresses_; }
+  const Partitioner& partitioner() const { return *partitioner_; }
+  const ParameterServerStrategyOptions& options() const { return options_; }
+  // Clients of every ps task, in task order (made on first use).
+  const std::vector<std::shared_ptr<ParameterServerClient>>& servers();
+  // The chief's coordinator over the workers (made on first use). InvalidArgument on another task.
+  ClusterCoordinator& coordinator();
+  // "ps:1 (127.0.0.1:2224)" for a ps address; the address itself when it is not one.
+  std::string describe_ps(const std::string& address) const;
+  // The directory the shards of ps `index` are saved in: <checkpoint_dir>/ps-<index>. REQUIRES: a checkpoint_dir.
+  std::string ps_checkpoint_dir(int64_t index) const;
+  // Saves every ps's shards under checkpoint_dir (each into its own directory); returns the shards saved. Chief.
+  int64_t save_ps_checkpoint();
+
+  // Chief: calls `function` once on every worker task at once (not through the coordinator's queue), each call
+  // bounded by `timeout`; returns "worker:<i> (<address>): <why>" for each worker that did not answer.
+  std::vector<std::string> run_on_every_worker(const std::string& function, std::chrono::milliseconds timeout);
+
+  // ps task: blocks until stop() (or the process ends) while the server serves. InvalidArgument on another task.
+  void join();
+  void stop();
+  // ps task: its server (for counts in tests and reports); nullptr elsewhere.
+  ParameterServer* server() const { return server_.get(); }
+
+ private:
+  cluster::TaskInfo task_;
+  ParameterServerStrategyOptions options_;
+  std::shared_ptr<const Partitioner> partitioner_;
+  std::vector<std::string> worker_addresses_;
+  std::vector<std::string> ps_addresses_;
+  std::vector<std::shared_ptr<ParameterServerClient>> servers_;
+  std::unique_ptr<ClusterCoordinator> coordinator_;
+  std::unique_ptr<ParameterServer> server_;
+  struct Stop;
+  std::unique_ptr<Stop> stop_;
+};
+
+}  // namespace strata::ps

@@ -1,0 +1,196 @@
+// ParameterServerStrategy (strata/ps/parameter_server_strategy.h): the cluster's tasks read from TF_CONFIG, a ps
+// task's server, the chief's clients and coordinator, and the ps checkpoints.
+// Thread-safety: as the header; stop_ guards the join() / stop() hand-off.
+#include "strata/ps/parameter_server_strategy.h"
+
+#include <condition_variable>
+#include <filesystem>
+#include <future>
+#include <mutex>
+
+#include "distribute/devices.h"
+#include "ps/worker_client.h"
+#include "strata/error.h"
+#include "strata/optim/optimizers.h"
+
+namespace strata::ps {
+
+struct ParameterServerStrategy::Stop {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stopped = false;
+};
+
+OptimizerSpec optimizer_spec_of(const optim::Optimizer& optimizer) {
+  const optim::OptimizerConfig& config = optimizer.config();
+  const std::string name = optimizer.name();
+  STRATA_CHECK(config.learning_rate.is_constant(), InvalidArgument,
+               "ParameterServerStrategy: the ps applies updates at a constant learning rate; optimizer '"
+                   << name << "' has a schedule");
+  STRATA_CHECK(!config.clipnorm && !config.clipvalue && !config.global_clipnorm && !config.weight_decay,
+               InvalidArgument,
+               "ParameterServerStrategy: the ps does not clip gradients or decay weights; optimizer '"
+                   << name << "' asks for clipnorm, clipvalue, global_clipnorm or weight_decay");
+  OptimizerSpec spec;
+  spec.name = name;
+  spec.learning_rate = optimizer.learning_rate();
+  if (const auto* sgd = dynamic_cast<const optim::SGD*>(&optimizer)) {
+    STRATA_CHECK(!sgd->options().nesterov, InvalidArgument,
+                 "ParameterServerStrategy: the ps applies SGD with plain momentum, not nesterov");
+    spec.momentum = sgd->options().momentum;
+  } else if (const auto* adam = dynamic_cast<const optim::Adam*>(&optimizer); adam != nullptr && name == "adam") {
+    STRATA_CHECK(!adam->options().amsgrad, InvalidArgument, "ParameterServerStrategy: the ps applies Adam without amsgrad");
+    spec.beta_1 = adam->options().beta_1;
+    spec.beta_2 = adam->options().beta_2;
+    spec.epsilon = adam->options().epsilon;
+  } else if (const auto* adagrad = dynamic_cast<const optim::Adagrad*>(&optimizer)) {
+    spec.initial_accumulator = adagrad->options().initial_accumulator_value;
+    spec.epsilon = adagrad->options().epsilon;
+  } else {
+    STRATA_THROW(InvalidArgument, "ParameterServerStrategy: the ps applies sgd, adam or adagrad updates, not '"
+                                      << name << "'");
+  }
+  return spec;
+}
+
+namespace {
+std::vector<std::string> job_addresses(const cluster::TaskInfo& task, const std::string& job) {
+  const auto it = task.cluster.jobs.find(job);
+  return it == task.cluster.jobs.end() ? std::vector<std::string>{} : it->second;
+}
+}  // namespace
+
+ParameterServerStrategy::ParameterServerStrategy(const cluster::TaskInfo& task, ParameterServerStrategyOptions options)
+    : Strategy(distribute::detail::checked_devices("ParameterServerStrategy", {"/cpu:0"})),
+      task_(task),
+      options_(std::move(options)),
+      worker_addresses_(job_addresses(task, "worker")),
+      ps_addresses_(job_addresses(task, "ps")),
+      stop_(std::make_unique<Stop>()) {
+  const std::string cluster = task.cluster.to_json();
+  STRATA_CHECK(task.cluster.num_tasks("chief") == 1, InvalidArgument,
+               "ParameterServerStrategy needs a cluster with a chief (it coordinates the job), got " << cluster);
+  STRATA_CHECK(!worker_addresses_.empty(), InvalidArgument,
+               "ParameterServerStrategy needs at least one worker task, got " << cluster);
+  STRATA_CHECK(!ps_addresses_.empty(), InvalidArgument,
+               "ParameterServerStrategy needs at least one ps task, got " << cluster);
+  for (const std::string& a : worker_addresses_) {
+    STRATA_CHECK(!a.empty(), InvalidArgument,
+                 "ParameterServerStrategy needs every task's address (TF_CONFIG); mpirun and torchrun do not give them");
+  }
+  STRATA_CHECK(task.task_type == "chief" || task.task_type == "worker" || task.task_type == "ps", InvalidArgument,
+               "ParameterServerStrategy: task " << task.name() << " is neither the chief, a worker nor a ps");
+  STRATA_CHECK(options_.checkpoint_every_steps >= 0, InvalidArgument,
+               "ParameterServerStrategy: checkpoint_every_steps must not be negative");
+  STRATA_CHECK(options_.ps_timeout.count() > 0, InvalidArgument, "ParameterServerStrategy: ps_timeout must be positive");
+  partitioner_ = options_.partitioner ? options_.partitioner
+                                      : std::make_shared<FixedShardsPartitioner>(static_cast<int64_t>(ps_addresses_.size()));
+  if (task.task_type == "ps") {
+    std::string restore;
+    if (!options_.checkpoint_dir.empty()) {
+      const std::string dir = ps_checkpoint_dir(task.task_index);
+      std::error_code ec;
+      if (std::filesystem::is_directory(dir, ec)) restore = dir;
+    }
+    server_ = std::make_unique<ParameterServer>();
+    server_->start(task.address, restore);
+  }
+}
+
+ParameterServerStrategy::~ParameterServerStrategy() {
+  stop();
+  coordinator_.reset();  // its dispatchers first: they call the workers
+  if (server_) server_->stop();
+}
+
+Variable ParameterServerStrategy::create_variable(const Tensor& initial_value, const VariableOptions& options) {
+  return make_distributed_variable({initial_value}, options, id());
+}
+
+const std::vector<std::shared_ptr<ParameterServerClient>>& ParameterServerStrategy::servers() {
+  if (servers_.empty()) {
+    for (const std::string& a : ps_addresses_) {
+      servers_.push_back(std::make_shared<ParameterServerClient>(a, options_.ps_timeout));
+    }
+  }
+  return servers_;
+}
+
+ClusterCoordinator& ParameterServerStrategy::coordinator() {
+  STRATA_CHECK(is_chief(), InvalidArgument,
+               "ParameterServerStrategy: only the chief coordinates; this is " << task_.name());
+  if (!coordinator_) coordinator_ = std::make_unique<ClusterCoordinator>(worker_addresses_, options_.coordinator);
+  return *coordinator_;
+}
+
+std::string ParameterServerStrategy::describe_ps(const std::string& address) const {
+  for (size_t i = 0; i < ps_addresses_.size(); ++i) {
+    if (ps_addresses_[i] == address) return "ps:" + std::to_string(i) + " (" + address + ")";
+  }
+  return address;
+}
+
+std::string ParameterServerStrategy::ps_checkpoint_dir(int64_t index) const {
+  STRATA_CHECK(!options_.checkpoint_dir.empty(), InvalidArgument,
+               "ParameterServerStrategy: no checkpoint_dir to save the ps shards in");
+  return (std::filesystem::path(options_.checkpoint_dir) / ("ps-" + std::to_string(index))).string();
+}
+
+int64_t ParameterServerStrategy::save_ps_checkpoint() {
+  STRATA_CHECK(is_chief(), InvalidArgument, "ParameterServerStrategy: the chief saves the ps shards, not " << task_.name());
+  int64_t shards = 0;
+  const auto& clients = servers();
+  for (size_t i = 0; i < clients.size(); ++i) {
+    try {
+      shards += clients[i]->save(ps_checkpoint_dir(static_cast<int64_t>(i)));
+    } catch (const Unavailable& e) {
+      STRATA_THROW(Unavailable, "saving the shards of " << describe_ps(clients[i]->address()) << ": " << e.what());
+    }
+  }
+  return shards;
+}
+
+std::vector<std::string> ParameterServerStrategy::run_on_every_worker(const std::string& function,
+                                                                     std::chrono::milliseconds timeout) {
+  STRATA_CHECK(is_chief(), InvalidArgument, "ParameterServerStrategy: only the chief calls the workers");
+  std::vector<std::future<std::string>> calls;
+  for (size_t i = 0; i < worker_addresses_.size(); ++i) {
+    calls.push_back(std::async(std::launch::async, [&, i] {
+      detail::WorkerClient client(worker_addresses_[i], options_.coordinator.keepalive,
+                                  options_.coordinator.probe_max_backoff);
+      const detail::WorkerClient::Outcome out = client.run(function, /*step_id=*/-1, "", timeout);
+      std::string why;
+      if (out.kind == detail::WorkerClient::Outcome::kLost) why = out.lost_reason;
+      if (out.kind == detail::WorkerClient::Outcome::kFunctionError) {
+        try {
+          std::rethrow_exception(out.error);
+        } catch (const std::exception& e) {
+          why = e.what();
+        }
+      }
+      return why.empty() ? why : "worker:" + std::to_string(i) + " (" + worker_addresses_[i] + "): " + why;
+    }));
+  }
+  std::vector<std::string> failed;
+  for (auto& c : calls) {
+    if (std::string why = c.get(); !why.empty()) failed.push_back(std::move(why));
+  }
+  return failed;
+}
+
+void ParameterServerStrategy::join() {
+  STRATA_CHECK(server_ != nullptr, InvalidArgument,
+               "ParameterServerStrategy::join serves a ps task's variables; this is " << task_.name());
+  std::unique_lock lock(stop_->mu);
+  stop_->cv.wait(lock, [&] { return stop_->stopped; });
+}
+
+void ParameterServerStrategy::stop() {
+  {
+    std::lock_guard lock(stop_->mu);
+    stop_->stopped = true;
+  }
+  stop_->cv.notify_all();
+}
+
+}  // namespace strata::ps
