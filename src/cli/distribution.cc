@@ -14,6 +14,7 @@
 #include "strata/distribute/multi_worker.h"
 #include "strata/distribute/strategies.h"
 #include "strata/error.h"
+#include "strata/ps/parameter_server_strategy.h"
 #include "strata/threading.h"
 
 namespace strata::cli {
@@ -37,7 +38,8 @@ std::string format_rate(double lr) {
 }  // namespace
 
 void check_strategy_name(const std::string& name, const std::string& where) {
-  check_choice(name, {"one_device", "mirrored", "central_storage", "multi_worker_mirrored"}, where, "strategy");
+  check_choice(name, {"one_device", "mirrored", "central_storage", "multi_worker_mirrored", "parameter_server"}, where,
+               "strategy");
 }
 
 void check_cross_device_ops(const std::string& name, const std::string& where) {
@@ -66,6 +68,9 @@ StrategySpec resolve_strategy(const StrategySpec& from_job, const StrategyFlags&
                  "--replicas " << replicas
                                << ": one_device has one replica; use --strategy mirrored or "
                                   "central_storage for more");
+    STRATA_CHECK(spec.name != "parameter_server" || replicas == 1, InvalidArgument,
+                 "--replicas " << replicas << ": each parameter_server worker is one replica (add workers with "
+                                              "`strata launch --workers N`)");
     spec.replicas = replicas;
   }
   if (flags.collective_timeout_seconds) {
@@ -112,12 +117,24 @@ std::unique_ptr<distribute::Strategy> make_job_strategy(const StrategySpec& spec
     return std::make_unique<distribute::MultiWorkerMirroredStrategy>(cluster::resolve_cluster_from_environment(),
                                                                      options, replicas);
   }
+  if (spec.name == "parameter_server") {
+    ps::ParameterServerStrategyOptions options;
+    options.checkpoint_dir = spec.ps_checkpoint_dir;
+    options.checkpoint_every_steps = spec.ps_checkpoint_every_steps;
+    return std::make_unique<ps::ParameterServerStrategy>(cluster::resolve_cluster_from_environment(), options);
+  }
   return distribute::make_strategy(spec.name, replicas, spec.cross_device_ops);
 }
 
 std::string strategy_line(const distribute::Strategy& strategy, int64_t global_batch) {
   const int n = strategy.num_replicas_in_sync(), threads = strategy.threads_per_replica();
   std::ostringstream out;
+  if (const auto* servers = dynamic_cast<const ps::ParameterServerStrategy*>(&strategy)) {
+    out << "strategy: ParameterServerStrategy, " << servers->task().name() << " of " << servers->num_worker_tasks()
+        << (servers->num_worker_tasks() == 1 ? " worker" : " workers") << " and " << servers->num_ps()
+        << " ps, asynchronous steps of batch " << global_batch << " each";
+    return out.str();
+  }
   out << "strategy: " << strategy.name() << ", " << n << (n == 1 ? " replica (" : " replicas (") << threads
       << (threads == 1 ? " thread" : " threads") << (n == 1 ? ")" : " each)");
   if (const auto* mirrored = dynamic_cast<const distribute::MirroredStrategy*>(&strategy); mirrored && n > 1) {

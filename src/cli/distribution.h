@@ -2,7 +2,8 @@
 // `replicas:`, `cross_device_ops:`, `lr_scaling:`, `base_batch_size:` and `warmup_epochs:` keys of a job
 // file and the `--strategy` / `--replicas` / `--cross-device-ops` flags that override them.
 //
-//   strategy: mirrored          # one_device (the default) | mirrored | central_storage
+//   strategy: mirrored          # one_device (the default) | mirrored | central_storage | multi_worker_mirrored |
+//                               #   parameter_server (under `strata launch --chief --workers N --ps M`)
 //   replicas: 2                 # mirrored / central_storage: CPU replicas (default: one per core)
 //   cross_device_ops: ring      # mirrored: reduction_to_one_device (default) | ring | tree
 //   batch_size: 128             # the GLOBAL batch, split across the replicas (as in TF)
@@ -28,11 +29,14 @@
 namespace strata::cli {
 
 struct StrategySpec {
-  std::string name = "one_device";  // one_device, mirrored, central_storage or multi_worker_mirrored
+  std::string name = "one_device";  // one_device, mirrored, central_storage, multi_worker_mirrored, parameter_server
   int replicas = 0;                 // 0: one_device 1; mirrored / central_storage one per core (num_threads())
   std::string cross_device_ops = distribute::kDefaultCrossDeviceOps;
   double collective_timeout_seconds = 0;  // multi_worker_mirrored: bound on every collective (0: its default)
   std::string gradient_compression = "none";  // multi_worker_mirrored: "none" or "bf16" on the wire
+  // parameter_server: where the ps shards are checkpointed ("" none) and how often besides each epoch's end.
+  std::string ps_checkpoint_dir;
+  int64_t ps_checkpoint_every_steps = 0;
 };
 
 struct LrScalingSpec {

@@ -19,7 +19,9 @@
 #include "cli/job.h"
 #include "cli/distribution.h"
 #include "strata/distribute/strategies.h"
+#include "strata/cluster/cluster_resolver.h"
 #include "strata/io/checkpoint.h"
+#include "strata/ps/parameter_server_strategy.h"
 #include "strata/random.h"
 #include "strata/threading.h"
 #include "strata/train/callbacks.h"
@@ -82,6 +84,25 @@ std::unique_ptr<distribute::Strategy> open_strategy(Job& job, const StrategyFlag
 
 namespace fs = std::filesystem;
 
+// Batches in one pass of `dataset`: its cardinality, or counted (e.g. TFRecord files).
+int64_t batches_per_pass(const data::Dataset& dataset) {
+  int64_t n = dataset.cardinality();
+  if (n < 0) {
+    n = 0;
+    for (data::Iterator it = dataset.make_iterator(); it.next();) ++n;
+  }
+  return n;
+}
+
+// A fit that TerminateOnNaN stopped returns normally: the run is failed here.
+void fail_if_fired(const callbacks::TerminateOnNaN& nan) {
+  if (!nan.fired()) return;
+  const char* loss = std::isnan(nan.loss()) ? "NaN" : nan.loss() > 0 ? "inf" : "-inf";
+  STRATA_THROW(Error, "the loss became " << loss << " at epoch " << nan.epoch() + 1 << ", step " << nan.batch() + 1
+                                         << "; training stopped (TerminateOnNaN). Lower the learning rate or check "
+                                            "the data");
+}
+
 // `dir` exists as a directory we can write in, created (with its parents) if need be. Writability is
 // proven by creating and removing a file there: permission bits do not tell (root, read-only mounts).
 // `what` names where the path came from ("--checkpoint-dir").
@@ -122,12 +143,99 @@ std::shared_ptr<Sequential> make_model(const Job& job, distribute::Strategy& str
   return model;
 }
 
+// `strata train --strategy parameter_server` on one task of the cluster (TF_CONFIG, as `strata launch --chief
+// --workers N --ps M` gives it): a ps task serves variables until it is stopped; a worker serves training steps on
+// its own input (the training set shuffled with a seed of its own) until the chief's fit ends; the chief trains, as
+// many steps per epoch as the training set has batches, then evaluates. --checkpoint-dir keeps the ps shards (saved
+// by the chief at each epoch's end and every --checkpoint-every steps); a ps task restarted with it restores them.
+void run_parameter_server_task(Job& job, const TrainArgs& args) {
+  STRATA_CHECK(!args.resume, InvalidArgument,
+               "--resume: under parameter_server a restarted ps task restores its shards from --checkpoint-dir by "
+               "itself, and the chief is not resumed; start the job afresh");
+  STRATA_CHECK(args.backup_dir.empty(), InvalidArgument,
+               "--backup-dir: not supported under parameter_server; --checkpoint-dir keeps the ps shards, which a "
+               "restarted ps task restores");
+  STRATA_CHECK(args.checkpoint_every == 0 || !job.checkpoint_dir.empty(), InvalidArgument,
+               "--checkpoint-every needs --checkpoint-dir (or checkpoint_dir in " << job.file << ")");
+  job.strategy = resolve_strategy(job.strategy, args.strategy);
+  job.strategy.ps_checkpoint_dir = job.checkpoint_dir;
+  job.strategy.ps_checkpoint_every_steps = args.checkpoint_every;
+  const cluster::TaskInfo task = cluster::resolve_cluster_from_environment();
+  if (!job.checkpoint_dir.empty()) {
+    check_output_directory(job.checkpoint_dir,
+                           args.checkpoint_dir.empty() ? job.file + ": checkpoint_dir" : "--checkpoint-dir");
+    // A fresh job's ps tasks would restore another run's shards; a ps task restarted within the job must find them.
+    if (task.task_type == "chief") {
+      for (const auto& entry : fs::directory_iterator(job.checkpoint_dir)) {
+        STRATA_CHECK(!(entry.is_directory() && entry.path().filename().string().rfind("ps-", 0) == 0 &&
+                       !fs::is_empty(entry.path())),
+                     InvalidArgument,
+                     "checkpoint directory '" << job.checkpoint_dir << "' already holds the ps shards of an earlier "
+                                              << "run (" << entry.path().filename().string()
+                                              << "): give an empty directory");
+      }
+    }
+  }
+  if (!args.csv_log.empty() && task.task_type == "chief") check_output_file(args.csv_log, "--csv-log");
+  const std::unique_ptr<distribute::Strategy> strategy = make_job_strategy(job.strategy);
+  auto& servers = static_cast<ps::ParameterServerStrategy&>(*strategy);
+  std::printf("%s\n", strategy_line(servers, job.batch_size).c_str());
+  if (servers.task_type() == "ps") {
+    std::printf("serving variables on %s", task.address.c_str());
+    if (servers.server()->shards_restored() > 0) {
+      std::printf(" (restored %lld shards from %s)", static_cast<long long>(servers.server()->shards_restored()),
+                  servers.ps_checkpoint_dir(task.task_index).c_str());
+    }
+    std::printf("\n");
+    std::fflush(stdout);
+    servers.join();  // until the launcher (or whoever runs the cluster) stops this task
+    return;
+  }
+  if (servers.task_type() == "worker") {
+    // Each worker reads the whole training set in an order of its own.
+    job.data.seed = job.data.seed.value_or(job.seed) + 1 + static_cast<uint64_t>(task.task_index);
+    const data::Dataset train = train_dataset(job);
+    manual_seed(job.seed);
+    std::shared_ptr<Sequential> model = make_model(job, *strategy, 0);
+    std::printf("serving training steps on %s\n", task.address.c_str());
+    std::fflush(stdout);
+    model->fit(train);
+    return;
+  }
+  const data::Dataset train = train_dataset(job);
+  const int64_t steps_per_epoch = batches_per_pass(train);
+  manual_seed(job.seed);
+  std::shared_ptr<Sequential> model = make_model(job, *strategy, steps_per_epoch);
+  model->print_summary();
+  check_test_data(job);
+  FitOptions fit;
+  fit.epochs = job.epochs;
+  fit.steps_per_epoch = steps_per_epoch;
+  fit.verbose = args.verbose;
+  if (!args.csv_log.empty()) fit.callbacks.push_back(std::make_shared<callbacks::CSVLogger>(args.csv_log));
+  auto nan = std::make_shared<callbacks::TerminateOnNaN>(callbacks::TerminateOnNaN::Options{.verbose = false});
+  fit.callbacks.insert(fit.callbacks.begin(), nan);
+  const History history = model->fit(train, fit);
+  fail_if_fired(*nan);
+  if (!history.epochs.empty()) {
+    std::printf("training ended after epoch %lld of %lld: %lld steps on %lld workers\n",
+                static_cast<long long>(history.epochs.back() + 1), static_cast<long long>(job.epochs),
+                static_cast<long long>(static_cast<int64_t>(history.epochs.size()) * steps_per_epoch),
+                static_cast<long long>(servers.num_worker_tasks()));
+  }
+  print_test_line(model->evaluate(test_dataset(job)));
+}
+
 void run_train(const TrainArgs& args) {
   if (args.threads > 0) set_num_threads(args.threads);
   Job job = load_job(args.job);
   if (args.epochs > 0) job.epochs = args.epochs;
   if (args.batch_size > 0) job.batch_size = args.batch_size;
   if (!args.checkpoint_dir.empty()) job.checkpoint_dir = args.checkpoint_dir;
+  if (resolve_strategy(job.strategy, args.strategy).name == "parameter_server") {
+    run_parameter_server_task(job, args);
+    return;
+  }
   STRATA_CHECK(!args.resume || !job.checkpoint_dir.empty(), InvalidArgument,
                "--resume needs --checkpoint-dir (or checkpoint_dir in " << job.file << ")");
   STRATA_CHECK(args.checkpoint_every == 0 || !job.checkpoint_dir.empty(), InvalidArgument,
@@ -161,14 +269,7 @@ void run_train(const TrainArgs& args) {
   const std::unique_ptr<distribute::Strategy> strategy = open_strategy(job, args.strategy);
 
   const data::Dataset train = train_dataset(job);
-  int64_t steps_per_epoch = 0;
-  if (job.lr_scaling.warmup_epochs > 0) {
-    steps_per_epoch = train.cardinality();
-    if (steps_per_epoch < 0) {  // e.g. TFRecord files: count one pass of batches
-      steps_per_epoch = 0;
-      for (data::Iterator it = train.make_iterator(); it.next();) ++steps_per_epoch;
-    }
-  }
+  const int64_t steps_per_epoch = job.lr_scaling.warmup_epochs > 0 ? batches_per_pass(train) : 0;
   manual_seed(job.seed);
   std::shared_ptr<Sequential> model = make_model(job, *strategy, steps_per_epoch);
   warn(batch_memory_warning(activation_bytes(*model, job.batch_size), available_memory_bytes(), job.batch_size));
@@ -207,12 +308,7 @@ void run_train(const TrainArgs& args) {
   auto nan = std::make_shared<callbacks::TerminateOnNaN>(callbacks::TerminateOnNaN::Options{.verbose = false});
   fit.callbacks.insert(fit.callbacks.begin(), nan);
   const History history = model->fit(train, fit);
-  if (nan->fired()) {
-    const char* loss = std::isnan(nan->loss()) ? "NaN" : nan->loss() > 0 ? "inf" : "-inf";
-    STRATA_THROW(Error, "the loss became " << loss << " at epoch " << nan->epoch() + 1 << ", step " << nan->batch() + 1
-                                           << "; training stopped (TerminateOnNaN). Lower the learning rate or check "
-                                              "the data");
-  }
+  fail_if_fired(*nan);
   // Where training ended: a resumed run counts the steps made before the restart too.
   if (!history.epochs.empty()) {
     std::printf("training ended after epoch %lld of %lld: %lld optimizer steps in all\n",
@@ -261,8 +357,8 @@ const CLI::Validator kVerbosity(
 // --strategy, --replicas and --cross-device-ops on `command`.
 void add_strategy_options(CLI::App* command, StrategyFlags& flags) {
   command->add_option("--strategy", flags.strategy,
-                      "distribution strategy: one_device, mirrored, central_storage or multi_worker_mirrored "
-                      "(overrides the job's `strategy:`; default one_device)");
+                      "distribution strategy: one_device, mirrored, central_storage, multi_worker_mirrored or "
+                      "parameter_server (overrides the job's `strategy:`; default one_device)");
   command->add_option("--replicas", flags.replicas,
                       "CPU replicas for mirrored / central_storage, each a thread with its share of the cores "
                       "(overrides `replicas:`; default one per core); for multi_worker_mirrored, per worker (default 1)")
