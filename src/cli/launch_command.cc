@@ -8,7 +8,12 @@
 // (SIGTERM to each task's process group, SIGKILL after --stop-timeout seconds), and starts the whole cluster
 // again, up to R times; then it exits with that task's status (128 + the signal for a signal). When every
 // chief and worker task has exited 0, the ps tasks (servers that never end on their own) are stopped the
-// same way and the launcher exits 0. SIGINT and SIGTERM sent to the launcher go to every task; the launcher
+// same way and the launcher exits 0.
+//
+// A cluster with a chief and ps tasks (--chief --ps M) is a parameter-server job: the chief coordinates and the
+// workers and ps tasks serve it. There a failed worker or ps task is restarted alone, on its own address, while
+// the others go on (each such restart counts against R; STRATA_LAUNCH_RESTART is the task's own count); a failed
+// chief stops the cluster as above. The job is done when the chief exits 0: the other tasks are then stopped. SIGINT and SIGTERM sent to the launcher go to every task; the launcher
 // then waits for them as above and exits with 128 + that signal (a second one kills the tasks at once).
 //
 // No process is left behind: each task leads its own process group, which the launcher signals as a whole
@@ -282,6 +287,8 @@ struct Task {
   bool running = false;
   int status = 0;  // wait status once !running
   Stream out, err;
+  std::string tf_config;
+  int restarts = 0;  // this task's own restarts (a parameter-server cluster restarts tasks alone)
 
   bool group_alive() const { return pid > 0 && (::kill(-pid, 0) == 0 || errno == EPERM); }
 };
@@ -331,8 +338,9 @@ struct Outcome {
 
 class Cluster {
  public:
-  Cluster(const LaunchArgs& args, const std::string& executable, int attempt)
-      : args_(args), executable_(executable), attempt_(attempt) {
+  // `restarts`: the restarts made so far, of the cluster or of single tasks (both count against --max-restarts).
+  Cluster(const LaunchArgs& args, const std::string& executable, int attempt, int& restarts)
+      : args_(args), executable_(executable), attempt_(attempt), restarts_(restarts) {
     if (args.chief) add("chief", 0);
     for (int i = 0; i < args.workers; ++i) add("worker", i);
     for (int i = 0; i < args.ps; ++i) add("ps", i);
@@ -418,6 +426,10 @@ class Cluster {
       if (!stopping) {
         for (Task& t : tasks_) {
           if (!t.running && failed(t.status)) {
+            if (restarts_alone() && t.type != "chief" && restarts_ < args_.max_restarts) {
+              restart_alone(t);
+              continue;
+            }
             say(t.name + " " + how_it_ended(t.status));
             outcome.exit_code = exit_code(t.status);
             outcome.task_failed = true;
@@ -427,9 +439,10 @@ class Cluster {
         if (outcome.task_failed) {
           say("stopping the other tasks");
           stop_all(SIGTERM);
-        } else if (std::none_of(tasks_.begin(), tasks_.end(),
-                                [](const Task& t) { return t.running && t.type != "ps"; })) {
-          stop_all(SIGTERM);  // the job is done: stop the ps tasks and any child left in a group
+        } else if (restarts_alone() ? chief_done()
+                                    : std::none_of(tasks_.begin(), tasks_.end(),
+                                                   [](const Task& t) { return t.running && t.type != "ps"; })) {
+          stop_all(SIGTERM);  // the job is done: stop the servers (ps, and workers under a chief) and any child left
         }
       }
       if (stopping && !killed && Clock::now() >= deadline) {
@@ -464,6 +477,26 @@ class Cluster {
     t.prefix = "[" + t.name + "] ";
     t.err.out_fd = STDERR_FILENO;
     tasks_.push_back(std::move(t));
+  }
+
+  // A cluster with a chief and ps tasks is a parameter-server job: the chief coordinates, the workers and ps tasks
+  // serve it, and a failed worker or ps is restarted alone on its address while the others go on.
+  bool restarts_alone() const { return args_.chief && args_.ps > 0; }
+  bool chief_done() const {
+    return std::any_of(tasks_.begin(), tasks_.end(),
+                       [](const Task& t) { return t.type == "chief" && !t.running && !failed(t.status); });
+  }
+  void restart_alone(Task& t) {
+    ++restarts_;
+    ++t.restarts;
+    say(t.name + " " + how_it_ended(t.status) + "; restarting it alone on its address (restart " +
+        std::to_string(restarts_) + " of " + std::to_string(args_.max_restarts) + "); the other tasks go on");
+    if (t.group_alive()) ::kill(-t.pid, SIGKILL);  // what is left of its group goes with it
+    for (Stream* s : {&t.out, &t.err}) {
+      if (s->fd >= 0) s->pump(t.prefix);
+      s->close(t.prefix);
+    }
+    spawn(t, t.tf_config, t.restarts);
   }
 
   std::chrono::milliseconds stop_timeout() const {
@@ -511,11 +544,15 @@ class Cluster {
     for (size_t i = 0; i < tasks_.size(); ++i) {
       spec.jobs[tasks_[i].type].push_back("127.0.0.1:" + std::to_string(ports[i]));
     }
-    for (Task& t : tasks_) spawn(t, cluster::make_tf_config(spec, t.type, t.index));
+    for (Task& t : tasks_) {
+      t.tf_config = cluster::make_tf_config(spec, t.type, t.index);
+      spawn(t, t.tf_config, attempt_);
+    }
   }
 
-  void spawn(Task& t, const std::string& tf_config) {
-    std::vector<std::string> env = task_environment(tf_config, attempt_);
+  // Starts task `t`; `restart` is its STRATA_LAUNCH_RESTART.
+  void spawn(Task& t, const std::string& tf_config, int restart) {
+    std::vector<std::string> env = task_environment(tf_config, restart);
     {
       cluster::Environment check;
       for (const auto& e : env) check.emplace(e.substr(0, e.find('=')), e.substr(e.find('=') + 1));
@@ -583,6 +620,7 @@ class Cluster {
   const LaunchArgs& args_;
   std::string executable_;
   int attempt_;
+  int& restarts_;
   std::vector<Task> tasks_;
 };
 
@@ -610,13 +648,14 @@ int run_launch(const LaunchArgs& a) {
   // Orphans of a task's group are re-parented to us, so they are ours to reap (and to wait out).
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
   Outcome outcome;
+  int restarts = 0;
   for (int attempt = 0;; ++attempt) {
     {
-      Cluster cluster(a, executable, attempt);
+      Cluster cluster(a, executable, attempt, restarts);
       outcome = cluster.run();
     }
     if (!outcome.task_failed || outcome.interrupted != 0) break;
-    if (attempt == a.max_restarts) {
+    if (restarts >= a.max_restarts) {
       if (a.max_restarts > 0) {
         say("giving up after " + std::to_string(a.max_restarts) + " restart" + (a.max_restarts == 1 ? "" : "s"));
       }
@@ -631,7 +670,8 @@ int run_launch(const LaunchArgs& a) {
       outcome.exit_code = 128 + outcome.interrupted;
       break;
     }
-    say("restart " + std::to_string(attempt + 1) + " of " + std::to_string(a.max_restarts));
+    ++restarts;
+    say("restart " + std::to_string(restarts) + " of " + std::to_string(a.max_restarts));
   }
   return outcome.exit_code;
 }
@@ -646,12 +686,14 @@ void add_launch_command(CLI::App& app) {
       "task's address, and its own task) and STRATA_LAUNCH_RESTART (the restart number, 0 first). Output lines are "
       "prefixed with the task ([worker:1] ...). When a task exits non-zero or by a signal, the others are stopped "
       "(SIGTERM, then SIGKILL after --stop-timeout) and the cluster starts again, up to --max-restarts times; the "
-      "launcher then exits with that task's status (128 + signal). SIGINT/SIGTERM are passed to every task. "
+      "launcher then exits with that task's status (128 + signal). With --chief and --ps (a parameter-server job) a "
+      "failed worker or ps is restarted alone while the others go on, and the job ends when the chief exits 0. "
+      "SIGINT/SIGTERM are passed to every task. "
       "Example: strata launch --workers 2 -- strata train job.yaml --strategy multi_worker_mirrored");
   launch->add_option("--workers", args->workers, "Worker tasks (worker:0 .. worker:N-1)")->required();
   launch->add_flag("--chief", args->chief, "Add a chief task (chief:0); without one, worker:0 is the chief");
   launch->add_option("--ps", args->ps, "Parameter-server tasks (ps:0 .. ps:M-1)")->capture_default_str();
-  launch->add_option("--max-restarts", args->max_restarts, "Restarts of the whole cluster after a task fails")
+  launch->add_option("--max-restarts", args->max_restarts, "Restarts after a task fails: of the whole cluster, or of the failed worker or ps alone with --chief and --ps")
       ->capture_default_str();
   launch->add_option("--port-base", args->port_base,
                      "Ports P, P+1, ... in task order (chief, workers, ps); default: free ports picked by the system");

@@ -199,7 +199,8 @@ void run_parameter_server_task(Job& job, const TrainArgs& args) {
     std::shared_ptr<Sequential> model = make_model(job, *strategy, 0);
     std::printf("serving training steps on %s\n", task.address.c_str());
     std::fflush(stdout);
-    model->fit(train);
+    const History served = model->fit(train);
+    std::printf("served %lld training steps\n", static_cast<long long>(served.steps_served));
     return;
   }
   const data::Dataset train = train_dataset(job);
@@ -222,6 +223,20 @@ void run_parameter_server_task(Job& job, const TrainArgs& args) {
                 static_cast<long long>(history.epochs.back() + 1), static_cast<long long>(job.epochs),
                 static_cast<long long>(static_cast<int64_t>(history.epochs.size()) * steps_per_epoch),
                 static_cast<long long>(servers.num_worker_tasks()));
+  }
+  // Where the steps ran: a call lost with its worker was re-run on another.
+  const std::vector<ps::WorkerStatus> workers = servers.coordinator().worker_status();
+  for (size_t i = 0; i < workers.size(); ++i) {
+    std::printf("worker:%zu (%s): ran %lld steps, lost %lld calls\n", i, workers[i].address.c_str(),
+                static_cast<long long>(workers[i].closures_run), static_cast<long long>(workers[i].times_lost));
+  }
+  // What each ps did: every step pushes each of its shards once, so the pushes applied count the steps applied (a
+  // step re-run after a lost worker has its repeated pushes dropped). A restarted ps counts from its restart.
+  for (const auto& client : servers.servers()) {
+    const ps::ParameterServerClient::Stats stats = client->stats();
+    std::printf("%s: %lld shards, %lld pushes applied, %lld repeats dropped\n",
+                servers.describe_ps(client->address()).c_str(), static_cast<long long>(stats.shards),
+                static_cast<long long>(stats.pushes_applied), static_cast<long long>(stats.pushes_dropped));
   }
   print_test_line(model->evaluate(test_dataset(job)));
 }

@@ -200,6 +200,16 @@ class Service final : public pb::ParameterServer::Service {
     return grpc::Status::OK;
   }
 
+  grpc::Status Stats(grpc::ServerContext*, const pb::StatsRequest*, pb::StatsResponse* resp) override {
+    {
+      std::lock_guard lock(mu_);
+      resp->set_shards(static_cast<int64_t>(shards_.size()));
+    }
+    resp->set_pushes_applied(applied());
+    resp->set_pushes_dropped(dropped());
+    return grpc::Status::OK;
+  }
+
   grpc::Status Save(grpc::ServerContext*, const pb::SaveRequest* req, pb::SaveResponse* resp) override {
     namespace fs = std::filesystem;
     std::error_code ec;
@@ -461,6 +471,11 @@ bool ParameterServerClient::push(const std::string& name, const Tensor& gradient
   to_bytes(gradient, req.mutable_gradient());
   req.set_step_id(step_id);
   return impl_->call(&pb::ParameterServer::Stub::Push, "Push", req, /*retry=*/!step_id.empty()).applied();
+}
+
+ParameterServerClient::Stats ParameterServerClient::stats() {
+  const pb::StatsResponse r = impl_->call(&pb::ParameterServer::Stub::Stats, "Stats", pb::StatsRequest());
+  return {.shards = r.shards(), .pushes_applied = r.pushes_applied(), .pushes_dropped = r.pushes_dropped()};
 }
 
 int64_t ParameterServerClient::save(const std::string& directory) {

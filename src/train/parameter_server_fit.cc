@@ -159,7 +159,9 @@ History Model::fit_as_worker(ps::ParameterServerStrategy& strategy, const data::
   server.start(strategy.task().address);
   ended.get_future().wait();
   server.stop();
-  return History();
+  History served;
+  if (trainer) served.steps_served = trainer->steps_run();
+  return served;
 }
 
 }  // namespace strata

@@ -91,6 +91,13 @@ class ParameterServerClient {
   // Loads every shard file of `directory`, replacing shards of the same names; returns how many. DataCorrupt naming
   // a damaged file.
   int64_t restore(const std::string& directory);
+  // What the ps holds and has done since it started (a restarted ps counts from its restart).
+  struct Stats {
+    int64_t shards = 0;
+    int64_t pushes_applied = 0;
+    int64_t pushes_dropped = 0;
+  };
+  Stats stats();
   const std::string& address() const;
 
  private:

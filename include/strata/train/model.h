@@ -85,6 +85,8 @@ struct History {
   std::map<std::string, std::vector<double>> history;
   // The fraction of each epoch's time spent waiting for the input pipeline (0..1).
   std::vector<double> input_wait_fraction;
+  // On a ParameterServerStrategy worker (whose fit has no epochs of its own): the training steps it ran.
+  int64_t steps_served = 0;
 };
 
 // Where fit stands between two steps: what a training checkpoint records so that a fit resumed from it

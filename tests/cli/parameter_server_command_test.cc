@@ -1,0 +1,160 @@
+// `strata train --strategy parameter_server` as real processes on 127.0.0.1 under `strata launch --chief --workers N
+// --ps M`: the chief trains asynchronously through the workers and every step's pushes are applied once (counted on
+// the ps tasks); a worker SIGKILLed mid-epoch has its step re-run by the others, nothing applied twice, and, restarted
+// alone, it serves steps again; a ps SIGKILLed mid-epoch is restarted alone, restores its shards from the last
+// checkpoint and the job finishes without the chief restarting. Every process runs under `timeout` and is killed on
+// every path.
+#include <gtest/gtest.h>
+
+#include <regex>
+
+#include "cli/cli_test_util.h"
+#include "test_util.h"
+
+namespace strata::cli {
+namespace {
+
+struct TinyJob {
+  Scratch s;
+  std::string job;
+  TinyJob(const std::string& name, int train_examples) : s(name) {
+    write_tiny_idx(s.dir, "train", train_examples, 1);
+    write_tiny_idx(s.dir, "t10k", 64, 2);
+    job = write_job(s.dir, tiny_job(s.dir));
+  }
+};
+
+// The pushes applied and the repeats dropped over every ps, from the chief's report.
+struct PsCounts {
+  int64_t applied = 0, dropped = 0, shards = 0;
+  int reports = 0;
+};
+PsCounts ps_counts(const std::string& out) {
+  const std::regex line(R"(\[chief:0\] ps:\d \([^)]*\): (\d+) shards, (\d+) pushes applied, (\d+) repeats dropped)");
+  PsCounts c;
+  for (std::sregex_iterator it(out.begin(), out.end(), line), end; it != end; ++it) {
+    c.shards += std::stoll((*it)[1]);
+    c.applied += std::stoll((*it)[2]);
+    c.dropped += std::stoll((*it)[3]);
+    ++c.reports;
+  }
+  return c;
+}
+
+// Steps served by each run of `task` ("worker:1"), in order.
+std::vector<int64_t> steps_served(const std::string& out, const std::string& task) {
+  const std::regex line("\\[" + task + "\\] served (\\d+) training steps");
+  std::vector<int64_t> served;
+  for (std::sregex_iterator it(out.begin(), out.end(), line), end; it != end; ++it) served.push_back(std::stoll((*it)[1]));
+  return served;
+}
+
+double test_accuracy(const std::string& out) {
+  std::smatch m;
+  return std::regex_search(out, m, std::regex(R"(\[chief:0\] test loss [0-9.]+ - test accuracy ([0-9.]+))"))
+             ? std::stod(m[1])
+             : -1;
+}
+
+size_t count(const std::string& out, const std::string& what) {
+  size_t n = 0;
+  for (size_t at = out.find(what); at != std::string::npos; at = out.find(what, at + 1)) ++n;
+  return n;
+}
+
+// `strata launch --chief --workers W --ps 2 [--max-restarts R] -- sh task.sh`, where task.sh runs `strata train ...
+// --strategy parameter_server EXTRA`, and the first run of `victim` ("worker:1", "ps:1"; "" none) SIGKILLs itself
+// once the shell condition `trigger` holds.
+std::pair<int, std::string> launch(const TinyJob& t, int workers, const std::string& extra, const std::string& victim,
+                                   const std::string& trigger, int max_restarts) {
+  std::string script = "exec " + std::string(STRATA_BINARY) + " train " + t.job +
+                       " --strategy parameter_server --threads 1 --verbose 2 " + extra;
+  if (!victim.empty()) {
+    const std::string type = victim.substr(0, victim.find(':')), index = victim.substr(victim.find(':') + 1);
+    script = "if [ \"$STRATA_LAUNCH_RESTART\" = 0 ] && echo \"$TF_CONFIG\" | grep -q '\"task\":{\"index\":" + index +
+             ",\"type\":\"" + type + "\"'; then (until " + trigger +
+             "; do sleep 0.005; done; kill -9 $$) & fi; " + script;
+  }
+  std::ofstream(t.s.dir / "task.sh") << script << "\n";
+  return run("timeout -k 5 240 " + std::string(STRATA_BINARY) + " launch --chief --workers " + std::to_string(workers) +
+             " --ps 2 --max-restarts " + std::to_string(max_restarts) + " -- sh " + (t.s.dir / "task.sh").string());
+}
+
+TEST(ParameterServerCommandTest, TheChiefTrainsThroughTheWorkersAndEveryStepIsAppliedOnce) {
+  TinyJob t("ps_launch", 512);  // 16 steps an epoch at the batch of 32
+  const auto [rc, out] = launch(t, 2, "", "", "", 0);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("[chief:0] strategy: ParameterServerStrategy, chief:0 of 2 workers and 2 ps"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("[chief:0] Epoch 2/2"), std::string::npos) << out;
+  EXPECT_NE(out.find("[chief:0] training ended after epoch 2 of 2: 32 steps on 2 workers"), std::string::npos) << out;
+  EXPECT_EQ(out.find("[worker:0] Epoch"), std::string::npos) << out;  // the chief alone shows progress
+  // Flatten + Dense(10): kernel and bias, each in 2 shards; every step pushes each shard once.
+  const PsCounts c = ps_counts(out);
+  EXPECT_EQ(c.reports, 2) << out;
+  EXPECT_EQ(c.shards, 4) << out;
+  EXPECT_EQ(c.applied, 32 * 4) << out;
+  EXPECT_EQ(c.dropped, 0) << out;
+  const auto w0 = steps_served(out, "worker:0"), w1 = steps_served(out, "worker:1");
+  ASSERT_EQ(w0.size(), 1u) << out;
+  ASSERT_EQ(w1.size(), 1u) << out;
+  EXPECT_EQ(w0[0] + w1[0], 32) << out;
+  EXPECT_GT(test_accuracy(out), 0.5) << out;
+}
+
+TEST(ParameterServerCommandTest, AKilledWorkerIsRunAroundAndRestartedAloneItServesAgain) {
+  TinyJob t("ps_kill_worker", 2048);  // 64 steps an epoch
+  const fs::path ckpt = t.s.dir / "ckpt";
+  // Worker 1 dies once the shards were first saved (step 20), mid-epoch, in the middle of its steps.
+  const auto [rc, out] = launch(t, 3, "--epochs 20 --checkpoint-dir " + ckpt.string() + " --checkpoint-every 20",
+                                "worker:1", "[ -e " + (ckpt / "ps-0").string() + " ]", 1);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("worker:1 was killed by signal 9 (SIGKILL); restarting it alone"), std::string::npos) << out;
+  EXPECT_EQ(count(out, "[chief:0] strategy:"), 1u) << out;  // the chief went on
+  EXPECT_NE(out.find("[chief:0] training ended after epoch 20 of 20: 1280 steps on 3 workers"), std::string::npos) << out;
+  // Every scheduled step applied, none twice: a step cut off with the worker was re-run and its repeats dropped.
+  const PsCounts c = ps_counts(out);
+  EXPECT_EQ(c.applied, 1280 * c.shards) << out;
+  // The chief saw the call lost with worker 1 (and re-ran its step elsewhere).
+  EXPECT_TRUE(std::regex_search(out, std::regex(R"(\[chief:0\] worker:1 \(\S+\): ran \d+ steps, lost [1-9]\d* calls)")))
+      << out;
+  // The first run of worker 1 was killed (no report); its restart served steps again.
+  const auto w1 = steps_served(out, "worker:1");
+  ASSERT_EQ(w1.size(), 1u) << out;
+  EXPECT_GT(w1[0], 0) << out;
+
+  EXPECT_GT(test_accuracy(out), 0.5) << out;
+}
+
+TEST(ParameterServerCommandTest, AKilledPsIsRestoredFromItsCheckpointWithoutRestartingTheChief) {
+  TinyJob t("ps_kill_ps", 2048);
+  const fs::path ckpt = t.s.dir / "ckpt";
+  // ps:1 dies once both its shards were saved (a save is a file per shard, each renamed into place).
+  const std::string both_saved = "[ $(ls " + (ckpt / "ps-1").string() + "/*.safetensors 2>/dev/null | wc -l) -ge 2 ]";
+  const auto [rc, out] =
+      launch(t, 2, "--epochs 12 --checkpoint-dir " + ckpt.string() + " --checkpoint-every 20", "ps:1", both_saved, 1);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("ps:1 was killed by signal 9 (SIGKILL); restarting it alone"), std::string::npos) << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex(R"(\[ps:1\] serving variables on \S+ \(restored 2 shards from )")))
+      << out;
+  EXPECT_EQ(count(out, "[chief:0] strategy:"), 1u) << out;
+  EXPECT_NE(out.find("[chief:0] training ended after epoch 12 of 12: 768 steps on 2 workers"), std::string::npos) << out;
+  EXPECT_GT(test_accuracy(out), 0.5) << out;
+}
+
+TEST(ParameterServerCommandTest, WhatAParameterServerJobCannotDoIsAClearError) {
+  TinyJob t("ps_errors", 64);
+  const std::string train = std::string(STRATA_BINARY) + " train " + t.job + " --strategy parameter_server";
+  auto [rc, out] = run("timeout 60 " + train);  // no cluster
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("needs a cluster with a chief"), std::string::npos) << out;
+  std::tie(rc, out) = run("timeout 60 " + train + " --resume --checkpoint-dir " + (t.s.dir / "c").string());
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("--resume: under parameter_server"), std::string::npos) << out;
+  std::tie(rc, out) = run("timeout 60 " + train + " --replicas 2");
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("each parameter_server worker is one replica"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace strata::cli
