@@ -3,8 +3,7 @@
 // Thread-safety: see the header; run_step holds the trainer's lock for the whole step.
 #include "strata/train/remote_trainer.h"
 
-#include <cstring>
-
+#include "ps/proto/step_output.pb.h"
 #include "strata/error.h"
 
 namespace strata::ps {
@@ -39,34 +38,6 @@ void pull_into(const std::vector<Variable>& vars, const std::vector<ShardedVaria
   }
 }
 
-// Little-endian bytes of StepOutput (the hosts of a job share one byte order).
-constexpr char kMagic[4] = {'S', 'P', 'S', '1'};
-
-template <class T>
-void put(std::string& out, T value) {
-  char bytes[sizeof(T)];
-  std::memcpy(bytes, &value, sizeof(T));
-  out.append(bytes, sizeof(T));
-}
-
-class Reader {
- public:
-  explicit Reader(const std::string& bytes) : bytes_(bytes) {}
-  template <class T>
-  T get(const char* what) {
-    STRATA_CHECK(bytes_.size() - at_ >= sizeof(T), DataCorrupt,
-                 "StepOutput: " << bytes_.size() << " bytes end inside " << what << " (at byte " << at_ << ")");
-    T value;
-    std::memcpy(&value, bytes_.data() + at_, sizeof(T));
-    at_ += sizeof(T);
-    return value;
-  }
-  size_t left() const { return bytes_.size() - at_; }
-
- private:
-  const std::string& bytes_;
-  size_t at_ = 0;
-};
 }  // namespace
 
 std::string model_variable_name(const std::string& prefix, int64_t index) {
@@ -94,36 +65,23 @@ void pull_model_variables(Model& model, const std::vector<ShardedVariable>& vari
 }
 
 std::string StepOutput::serialize() const {
-  std::string out(kMagic, sizeof(kMagic));
-  put(out, loss);
-  put(out, static_cast<uint32_t>(metric_states.size()));
+  proto::StepOutput message;
+  message.set_loss(loss);
   for (const std::vector<double>& state : metric_states) {
-    put(out, static_cast<uint32_t>(state.size()));
-    for (double v : state) put(out, v);
+    message.add_trackers()->mutable_values()->Add(state.begin(), state.end());
   }
-  return out;
+  return message.SerializeAsString();
 }
 
 StepOutput StepOutput::parse(const std::string& bytes) {
-  STRATA_CHECK(bytes.size() >= sizeof(kMagic) && std::memcmp(bytes.data(), kMagic, sizeof(kMagic)) == 0, DataCorrupt,
-               "StepOutput: " << bytes.size() << " bytes that do not start with a step output's tag");
-  const std::string body = bytes.substr(sizeof(kMagic));
-  Reader r(body);
+  proto::StepOutput message;
+  STRATA_CHECK(message.ParseFromString(bytes), DataCorrupt,
+               "StepOutput: " << bytes.size() << " bytes that are not a step output message");
   StepOutput out;
-  out.loss = r.get<double>("the loss");
-  const uint32_t trackers = r.get<uint32_t>("the tracker count");
-  // Each tracker takes at least its 4-byte count: a count beyond that is a lie, refused before anything is allocated.
-  STRATA_CHECK(trackers <= r.left() / sizeof(uint32_t), DataCorrupt,
-               "StepOutput: " << trackers << " trackers cannot fit in the " << r.left() << " bytes left");
-  out.metric_states.resize(trackers);
-  for (uint32_t t = 0; t < trackers; ++t) {
-    const uint32_t n = r.get<uint32_t>("a tracker's state size");
-    STRATA_CHECK(n <= r.left() / sizeof(double), DataCorrupt,
-                 "StepOutput: tracker " << t << " claims " << n << " values but " << r.left() << " bytes are left");
-    out.metric_states[t].reserve(n);
-    for (uint32_t k = 0; k < n; ++k) out.metric_states[t].push_back(r.get<double>("a tracker's state"));
+  out.loss = message.loss();
+  for (const proto::TrackerState& tracker : message.trackers()) {
+    out.metric_states.emplace_back(tracker.values().begin(), tracker.values().end());
   }
-  STRATA_CHECK(r.left() == 0, DataCorrupt, "StepOutput: " << r.left() << " bytes left over after the last tracker");
   return out;
 }
 

@@ -80,8 +80,9 @@ struct StepOutput {
   double loss = 0;
   std::vector<std::vector<double>> metric_states;
 
+  // As the protobuf message strata.ps.proto.StepOutput (src/ps/proto/step_output.proto).
   std::string serialize() const;
-  // DataCorrupt saying what is wrong with `bytes` (every length is checked against what is left).
+  // DataCorrupt when `bytes` are not such a message.
   static StepOutput parse(const std::string& bytes);
 };
 
