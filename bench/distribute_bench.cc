@@ -2,7 +2,8 @@
 // the images/s of one steady-state epoch (after a warm-up epoch) as JSON. bench/distribute_bench.py runs it
 // for MirroredStrategy and OneDeviceStrategy beside the same training in PyTorch.
 //
-//   distribute_bench --strategy one_device|mirrored|central_storage|independent --replicas N --threads T
+//   distribute_bench --strategy one_device|mirrored|central_storage|independent|multi_worker_mirrored|parameter_server
+//                    --replicas N --threads T
 //                    [--batch 128] [--epochs 1] [--data DIR] [--cross-device-ops ring] [--bucket-kb K]
 //                    [--steps-per-execution S] [--gradient-compression none|bf16]
 //
@@ -13,6 +14,10 @@
 // process, each with threads/N cores, its own model and its own half (1/N) of the data at batch/N, that
 // never communicate or wait for each other. No synchronous strategy with N replicas can beat their
 // combined images/s, since it does the same work plus the all-reduce and the lock-step.
+//
+// --strategy parameter_server runs under `strata launch --chief --workers N --ps M`: the chief's fit schedules
+// 60000 / batch steps per epoch (each a batch of --batch on one worker, which reads the whole training set in an
+// order of its own) and prints the JSON; workers serve the steps; ps tasks serve the variables until stopped.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -29,6 +34,7 @@
 #include "strata/nn/nn.h"
 #include "strata/optim/losses.h"
 #include "strata/optim/optimizers.h"
+#include "strata/ps/parameter_server_strategy.h"
 #include "strata/random.h"
 #include "strata/threading.h"
 #include "strata/train/model.h"
@@ -122,6 +128,10 @@ int main(int argc, char** argv) {
     if (bucket_kb > 0) options.bytes_per_pack = bucket_kb << 10;
     strategy = std::make_unique<distribute::MultiWorkerMirroredStrategy>(cluster::resolve_cluster_from_environment(),
                                                                          options, replicas);
+  } else if (strategy_name == "parameter_server") {
+    auto servers = std::make_unique<ps::ParameterServerStrategy>(cluster::resolve_cluster_from_environment());
+    if (servers->task_type() == "ps") servers->join();  // until the launcher stops it
+    strategy = std::move(servers);
   } else {
     strategy = distribute::make_strategy(strategy_name, replicas, cross_device_ops);
   }
@@ -132,10 +142,18 @@ int main(int argc, char** argv) {
     model->build_for({batch, 28, 28, 1});
   }
   model->compile(losses::SparseCategoricalCrossentropy({.from_logits = true}), optim::Adam(), {"accuracy"});
+  const auto* servers = dynamic_cast<const ps::ParameterServerStrategy*>(strategy.get());
+  if (servers != nullptr && servers->task_type() == "worker") {  // serves the chief's steps on its own order
+    model->fit(prep(data::Split::kTrain, true, batch, 1, servers->task_index() + 1));
+    return 0;
+  }
   const data::Dataset train = prep(data::Split::kTrain, true, batch), test = prep(data::Split::kTest, false, batch);
   auto timer = std::make_shared<EpochTimer>();
-  const History h = model->fit(
-      train, {.epochs = epochs + 1, .callbacks = {timer}, .verbose = 0, .steps_per_execution = steps_per_execution});
+  const History h = model->fit(train, {.epochs = epochs + 1,
+                                       .steps_per_epoch = servers != nullptr ? (60000 + batch - 1) / batch : 0,
+                                       .callbacks = {timer},
+                                       .verbose = 0,
+                                       .steps_per_execution = steps_per_execution});
   const Logs logs = model->evaluate(test);
   std::printf("{\"strategy\": \"%s\", \"replicas\": %d, \"threads\": %d, \"batch\": %lld, \"images_per_s\": %.1f, "
               "\"input_wait\": %.4f, \"test_accuracy\": %.4f}\n",
