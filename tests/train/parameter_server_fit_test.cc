@@ -62,23 +62,24 @@ std::shared_ptr<Sequential> classifier(distribute::Strategy* strategy, uint64_t 
   return model;
 }
 
-ParameterServerStrategyOptions quick() {
+ParameterServerStrategyOptions quick(std::chrono::milliseconds ps_timeout = std::chrono::seconds(10)) {
   ParameterServerStrategyOptions o;
   o.coordinator = {.probe_initial_backoff = std::chrono::milliseconds(20),
                    .probe_max_backoff = std::chrono::milliseconds(200),
                    .probe_timeout = std::chrono::milliseconds(200)};
-  o.ps_timeout = std::chrono::seconds(10);
+  o.ps_timeout = ps_timeout;
   return o;
 }
 
 // The ps tasks and the worker threads of a cluster; the workers' fit is ended on every path.
 class Tasks {
  public:
-  explicit Tasks(const cluster::ClusterSpec& spec) : spec_(spec) {
+  explicit Tasks(const cluster::ClusterSpec& spec, std::chrono::milliseconds ps_timeout = std::chrono::seconds(10))
+      : spec_(spec) {
     for (int i = 0; i < 2; ++i) ps_.push_back(std::make_unique<ParameterServerStrategy>(task_of(spec, "ps", i), quick()));
     for (int w = 0; w < spec.num_tasks("worker"); ++w) {
-      workers_.emplace_back([this, w] {
-        ParameterServerStrategy strategy(task_of(spec_, "worker", w), quick());
+      workers_.emplace_back([this, w, ps_timeout] {
+        ParameterServerStrategy strategy(task_of(spec_, "worker", w), quick(ps_timeout));
         auto model = classifier(&strategy, 50 + w);  // its own weights: the ps's replace them
         try {
           const History h = model->fit(points(100 + w), {.verbose = 0});
@@ -98,6 +99,8 @@ class Tasks {
     }
     for (std::thread& t : workers_) t.join();
   }
+  // Stops ps task `index` for good (its server goes away).
+  void stop_ps(int index) { ps_[static_cast<size_t>(index)].reset(); }
   int64_t applied() const { return ps_[0]->server()->pushes_applied() + ps_[1]->server()->pushes_applied(); }
   int64_t dropped() const { return ps_[0]->server()->pushes_dropped() + ps_[1]->server()->pushes_dropped(); }
 
@@ -166,6 +169,30 @@ TEST(ParameterServerFitTest, TwoAsynchronousWorkersLowerTheLossAndEveryStepIsApp
   const std::vector<double>& loss = history.history.at("loss");
   ASSERT_EQ(loss.size(), 4u);
   EXPECT_LT(loss.back(), 0.7 * loss.front());
+}
+
+// Stops a ps task once the chief has seen `at` batches.
+struct StopPsAt : Callback {
+  Tasks& tasks;
+  int64_t at;
+  StopPsAt(Tasks& t, int64_t a) : tasks(t), at(a) {}
+  void on_train_batch_end(int64_t batch, const Logs&) override {
+    if (batch + 1 == at) tasks.stop_ps(1);
+  }
+};
+
+TEST(ParameterServerFitTest, APsThatStaysAwayFailsTheFitNamingItsTask) {
+  const cluster::ClusterSpec spec = cluster_of(1);
+  Tasks tasks(spec, std::chrono::milliseconds(500));
+  ParameterServerStrategy chief(task_of(spec, "chief", 0), quick());
+  auto model = classifier(&chief, 1);
+  const auto started = std::chrono::steady_clock::now();
+  const std::string message = test::message_of<Unavailable>([&] {
+    model->fit(points(100), {.epochs = 1, .callbacks = {std::make_shared<StopPsAt>(tasks, 3)}, .verbose = 0});
+  });
+  EXPECT_NE(message.find("fit: ps:1 (" + spec.jobs.at("ps")[1] + ") is unavailable"), std::string::npos) << message;
+  // Within the workers' ps timeout (0.5 s), not the default 30 s.
+  EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(10));
 }
 
 TEST(ParameterServerFitTest, WhatThePsCannotApplyIsAClearError) {
