@@ -1,6 +1,7 @@
 // `strata data convert` (IDX -> TFRecord shards of tf.train.Example, each renamed into place once complete),
-// `strata data ctr` (a synthetic click-through-rate data set of Zipf-distributed hashed ids, strata/data/ctr.h) and `strata data inspect` (record counts, features, compression and corrupt records of TFRecord files;
-// it fails on a file with a corrupt record or with no record at all, the mark of a conversion cut short).
+// `strata data ctr` (a synthetic click-through-rate data set of Zipf-distributed hashed ids, strata/data/ctr.h) and
+// `strata data inspect` (record counts, features, compression and corrupt records of TFRecord files; it fails on a
+// file with a corrupt record or with no record at all, the mark of a conversion cut short).
 // Thread-safety: run from main's thread only.
 #include <algorithm>
 #include <cmath>
@@ -77,7 +78,8 @@ void run_ctr(const CtrArgs& a) {
                "data ctr: --compression must be none or gzip, got '" << a.compression << "'");
   data::CtrShardOptions shard_options{.shards = a.shards,
                                       .writer = {.compression = data::parse_compression(a.compression)}};
-  STRATA_CHECK(a.options.features >= 1, InvalidArgument, "data ctr: --features must be >= 1, got " << a.options.features);
+  STRATA_CHECK(a.options.features >= 1, InvalidArgument,
+               "data ctr: --features must be >= 1, got " << a.options.features);
   STRATA_CHECK(a.options.vocab >= 1, InvalidArgument, "data ctr: --vocab must be >= 1, got " << a.options.vocab);
   STRATA_CHECK(std::isfinite(a.options.zipf) && a.options.zipf > 0, InvalidArgument,
                "data ctr: --zipf must be a finite number > 0, got " << a.options.zipf);

@@ -465,8 +465,10 @@ data::Dataset tfrecord_source(const Job& job, const std::vector<std::string>& pa
   STRATA_CHECK(!patterns.empty(), InvalidArgument, job.file << ": data." << (training ? "train" : "test")
                                                             << " lists no TFRecord files");
   std::vector<std::string> files = expand_globs(patterns, job.file + ": data." + (training ? "train" : "test") + ": ");
-  data::ExampleSpec spec{{d.x_feature, d.x_dtype == "int64" ? data::FixedLenFeature(data::FeatureType::kInt64, d.image_shape)
-                                                              : data::RawBytesFeature(DType::kUInt8, d.image_shape)},
+  const data::FeatureSpec x_spec = d.x_dtype == "int64"
+                                       ? data::FixedLenFeature(data::FeatureType::kInt64, d.image_shape)
+                                       : data::RawBytesFeature(DType::kUInt8, d.image_shape);
+  data::ExampleSpec spec{{d.x_feature, x_spec},
                          {d.y_feature, data::FixedLenFeature(data::FeatureType::kInt64)}};
   data::TFRecordDatasetOptions options{.compression = data::parse_compression(d.compression),
                                        .num_parallel_reads = std::min<int64_t>(2, static_cast<int64_t>(files.size()))};

@@ -110,14 +110,14 @@ CtrWritten write_ctr_shards(const std::string& out_dir, CtrSplit split, int64_t 
   const CtrGenerator gen(options);
   std::vector<int64_t> ids(static_cast<size_t>(options.features));
   CtrWritten out;
-  static_cast<WrittenShards&>(out) = write_record_shards(
-      out_dir, ctr_split_name(split), examples, shard_options.shards, shard_options.writer, [&](int64_t i) {
-        const int64_t label = gen.example(split, i, ids.data());
-        out.clicks += label;
-        Example ex;
-        ex.set_int64s("ids", ids).set_int64s("label", {label});
-        return ex.serialize();
-      });
+  static_cast<WrittenShards&>(out) = write_record_shards(out_dir, ctr_split_name(split), examples, shard_options.shards,
+                                                         shard_options.writer, [&](int64_t i) {
+                                                           const int64_t label = gen.example(split, i, ids.data());
+                                                           out.clicks += label;
+                                                           Example ex;
+                                                           ex.set_int64s("ids", ids).set_int64s("label", {label});
+                                                           return ex.serialize();
+                                                         });
   return out;
 }
 

@@ -135,7 +135,8 @@ TEST(CtrTest, ShardsHoldTheSameRecordsWhateverTheirCountAndParseAsExamples) {
   EXPECT_EQ(a, records_of(three.paths, Compression::kGzip));
   ASSERT_EQ(a.size(), 25u);
   const CtrGenerator gen(o);
-  ExampleParser parser({{"ids", FixedLenFeature(FeatureType::kInt64, {3})}, {"label", FixedLenFeature(FeatureType::kInt64)}});
+  ExampleParser parser(
+      {{"ids", FixedLenFeature(FeatureType::kInt64, {3})}, {"label", FixedLenFeature(FeatureType::kInt64)}});
   int64_t clicks = 0;
   for (size_t i = 0; i < a.size(); ++i) {
     const auto parsed = parser.parse(a[i]);

@@ -56,8 +56,8 @@ data::Dataset ids_of(int64_t worker) {
 
 std::shared_ptr<Sequential> ctr_model(uint64_t seed) {
   manual_seed(seed);
-  auto model = std::make_shared<Sequential>(std::vector<nn::LayerRef>{
-      nn::Embedding(kVocab, 4), nn::Flatten(), nn::Dense(5, "relu"), nn::Dense(1, "sigmoid")});
+  auto model = std::make_shared<Sequential>(std::vector<nn::LayerRef>{nn::Embedding(kVocab, 4), nn::Flatten(),
+                                                                      nn::Dense(5, "relu"), nn::Dense(1, "sigmoid")});
   model->compile(losses::BinaryCrossentropy(), optim::SGD(), {"accuracy"});
   model->build_for({1, kFeatures}, DType::kInt64);
   return model;
@@ -185,14 +185,15 @@ TEST(RemoteTrainerSparseTest, TwoWorkersLearnTheCtrDataThroughTheCoordinator) {
     constexpr int64_t kRows = 512;
     Tensor x = Tensor::empty({kRows, kCtrFeatures}, DType::kInt64), y = Tensor::empty({kRows}, DType::kInt64);
     for (int64_t i = 0; i < kRows; ++i) {
-      y.data<int64_t>()[i] = gen.example(data::CtrSplit::kTrain, worker * kRows + i, x.data<int64_t>() + i * kCtrFeatures);
+      y.data<int64_t>()[i] =
+          gen.example(data::CtrSplit::kTrain, worker * kRows + i, x.data<int64_t>() + i * kCtrFeatures);
     }
     return data::Dataset::from_tensor_slices({x, y}).batch(32);
   };
   const auto model = [&](uint64_t seed) {
     manual_seed(seed);
-    auto m = std::make_shared<Sequential>(std::vector<nn::LayerRef>{nn::Embedding(kCtrVocab, 8), nn::Flatten(),
-                                                                    nn::Dense(1, "sigmoid")});
+    auto m = std::make_shared<Sequential>(
+        std::vector<nn::LayerRef>{nn::Embedding(kCtrVocab, 8), nn::Flatten(), nn::Dense(1, "sigmoid")});
     m->compile(losses::BinaryCrossentropy(), optim::SGD(), {"accuracy"});
     m->build_for({1, kCtrFeatures}, DType::kInt64);
     return m;
@@ -203,7 +204,8 @@ TEST(RemoteTrainerSparseTest, TwoWorkersLearnTheCtrDataThroughTheCoordinator) {
   WorkerServer workers[2];
   std::vector<std::string> addresses;
   for (int w = 0; w < 2; ++w) {
-    trainers.push_back(std::make_shared<RemoteTrainer>(model(10 + w), ctr_data, w, FixedShardsPartitioner(2), ps.clients));
+    trainers.push_back(
+        std::make_shared<RemoteTrainer>(model(10 + w), ctr_data, w, FixedShardsPartitioner(2), ps.clients));
     trainers.back()->register_on(workers[w]);
     workers[w].start("127.0.0.1:0");
     addresses.push_back("127.0.0.1:" + std::to_string(workers[w].port()));

@@ -14,8 +14,8 @@
 // collide, as with the hashing trick). Labels come from a hidden model: every id has a fixed weight w(id) uniform in
 // [-1, 1) (from the seed), and an example clicks with probability sigmoid(c * sum_f w(id_f)), c = 2.5 / sqrt(features
 // / 3) (the logit's standard deviation over uniform ids is 2.5 whatever the feature count), so the task is learnable
-// (frequent ids can be learned; the click rate is near 50%, moved by the weights of each field's hottest ids). Every example is a pure function of (seed, split,
-// index): the same seed gives the same files whatever the shard count.
+// (frequent ids can be learned; the click rate is near 50%, moved by the weights of each field's hottest ids). Every
+// example is a pure function of (seed, split, index): the same seed gives the same files whatever the shard count.
 // Thread-safety: a CtrGenerator is immutable (example() is const); write_ctr_shards writes its own files.
 #pragma once
 
@@ -27,9 +27,9 @@
 namespace strata::data {
 
 struct CtrOptions {
-  int64_t features = 26;      // ids per example (Criteo's 26 categorical fields)
-  int64_t vocab = 1000000;    // the table's rows: ids lie in [0, vocab)
-  double zipf = 1.05;         // the Zipf exponent of each field's ranks (> 0)
+  int64_t features = 26;    // ids per example (Criteo's 26 categorical fields)
+  int64_t vocab = 1000000;  // the table's rows: ids lie in [0, vocab)
+  double zipf = 1.05;       // the Zipf exponent of each field's ranks (> 0)
   uint64_t seed = 0;
 };
 
@@ -56,7 +56,7 @@ class CtrGenerator {
 
   CtrOptions options_;
   double h_integral_x1_, h_integral_n_, s_;  // the Zipf sampler's constants
-  double logit_scale_;                        // c above
+  double logit_scale_;                       // c above
 };
 
 struct CtrShardOptions {

@@ -120,8 +120,9 @@ class RemoteTrainer {
 
   // One training step under `step_id` (the coordinator's, kept when a step is re-run): takes the next batch, pulls
   // every variable (an input embedding's table: the batch's rows), computes the loss and gradients, pushes them as
-  // "step:<step_id>" (the table: the batch's rows). An id outside the table is InvalidArgument naming it. A ps error (a variable missing:
-  // InvalidArgument; a ps unreachable: Unavailable) passes through (the coordinator's RemoteValue names the step).
+  // "step:<step_id>" (the table: the batch's rows). An id outside the table is InvalidArgument naming it. A ps
+  // error (a variable missing: InvalidArgument; a ps unreachable: Unavailable) passes through (the coordinator's
+  // RemoteValue names the step).
   StepOutput run_step(int64_t step_id);
   // Registers run_step on `server` as `name`: the function returns StepOutput::serialize() (its arguments are
   // unused). The server holds a reference to this trainer: keep it alive while the server serves.
