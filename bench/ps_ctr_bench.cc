@@ -177,7 +177,7 @@ int main(int argc, char** argv) {
     const Result& r = results[mode];
     std::printf(
         "%-6s %9.1f examples/s  %8.1f ms/step  rows per step: %.0f pulled, %.0f pushed  (%lld steps; loss "
-        "%.4f -> %.4f)\n",
+        "%.3g -> %.3g)\n",
         sparse ? "sparse" : "dense", r.examples_per_s, r.ms_per_step, r.rows_pulled, r.rows_pushed,
         static_cast<long long>(r.steps), r.loss_first, r.loss_last);
     std::fflush(stdout);
