@@ -1,14 +1,17 @@
-// `strata data convert` (IDX -> TFRecord shards of tf.train.Example, each renamed into place once complete)
-// and `strata data inspect` (record counts, features, compression and corrupt records of TFRecord files;
-// it fails on a file with a corrupt record or with no record at all, the mark of a conversion cut short).
+// `strata data convert` (IDX -> TFRecord shards of tf.train.Example, each renamed into place once complete),
+// `strata data ctr` (a synthetic click-through-rate data set of Zipf-distributed hashed ids, strata/data/ctr.h) and
+// `strata data inspect` (record counts, features, compression and corrupt records of TFRecord files; it fails on a
+// file with a corrupt record or with no record at all, the mark of a conversion cut short).
 // Thread-safety: run from main's thread only.
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <iostream>
 #include <map>
 #include <memory>
 
 #include "cli/commands.h"
+#include "strata/data/ctr.h"
 #include "strata/data/dataset.h"
 #include "strata/data/example.h"
 #include "strata/data/tfrecord.h"
@@ -52,6 +55,47 @@ void run_convert(const ConvertArgs& a) {
               << (a.shards == 1 ? "" : "s") << " " << written.paths.front() << (a.shards > 1 ? " ..." : "") << " ("
               << data::compression_name(options.writer.compression) << ")\n";
   }
+}
+
+// ---- ctr
+
+struct CtrArgs {
+  std::string output;
+  int64_t examples = 100000;
+  int64_t test_examples = -1;  // -1: examples / 10 (at least 1)
+  int64_t shards = 1;
+  data::CtrOptions options;
+  std::string compression = "none";
+};
+
+void run_ctr(const CtrArgs& a) {
+  STRATA_CHECK(a.examples >= 1, InvalidArgument, "data ctr: --examples must be >= 1, got " << a.examples);
+  const int64_t test_examples = a.test_examples < 0 ? std::max<int64_t>(1, a.examples / 10) : a.test_examples;
+  STRATA_CHECK(test_examples >= 1, InvalidArgument, "data ctr: --test-examples must be >= 1, got " << test_examples);
+  STRATA_CHECK(a.shards >= 1 && a.shards <= a.examples, InvalidArgument,
+               "data ctr: --shards must be in [1, --examples = " << a.examples << "], got " << a.shards);
+  STRATA_CHECK(a.compression == "none" || a.compression == "gzip", InvalidArgument,
+               "data ctr: --compression must be none or gzip, got '" << a.compression << "'");
+  data::CtrShardOptions shard_options{.shards = a.shards,
+                                      .writer = {.compression = data::parse_compression(a.compression)}};
+  STRATA_CHECK(a.options.features >= 1, InvalidArgument,
+               "data ctr: --features must be >= 1, got " << a.options.features);
+  STRATA_CHECK(a.options.vocab >= 1, InvalidArgument, "data ctr: --vocab must be >= 1, got " << a.options.vocab);
+  STRATA_CHECK(std::isfinite(a.options.zipf) && a.options.zipf > 0, InvalidArgument,
+               "data ctr: --zipf must be a finite number > 0, got " << a.options.zipf);
+  for (const data::CtrSplit split : {data::CtrSplit::kTrain, data::CtrSplit::kTest}) {
+    const int64_t n = split == data::CtrSplit::kTrain ? a.examples : test_examples;
+    data::CtrShardOptions o = shard_options;
+    o.shards = std::min(o.shards, n);
+    const data::CtrWritten written = data::write_ctr_shards(a.output, split, n, a.options, o);
+    std::printf("wrote %lld %s records (%lld ids each in [0, %lld), clicks %.1f%%) to %lld shard%s %s%s (%s)\n",
+                static_cast<long long>(written.records), data::ctr_split_name(split),
+                static_cast<long long>(a.options.features), static_cast<long long>(a.options.vocab),
+                100.0 * static_cast<double>(written.clicks) / static_cast<double>(written.records),
+                static_cast<long long>(o.shards), o.shards == 1 ? "" : "s", written.paths.front().c_str(),
+                o.shards > 1 ? " ..." : "", data::compression_name(o.writer.compression));
+  }
+  std::fflush(stdout);
 }
 
 // ---- inspect
@@ -169,6 +213,30 @@ void add_data_commands(CLI::App& app) {
       ->capture_default_str();
   convert->add_option("--split", convert_args->split, "train, test or all")->capture_default_str();
   convert->callback([convert_args] { run_convert(*convert_args); });
+
+  auto ctr_args = std::make_shared<CtrArgs>();
+  CLI::App* ctr = data_cmd->add_subcommand(
+      "ctr",
+      "Write a synthetic click-through-rate data set as TFRecord shards of tf.train.Example: each record holds `ids` "
+      "(int64 list of --features hashed categorical ids in [0, --vocab), each field's ids Zipf-distributed, as DLRM's "
+      "random-data mode) and `label` (int64 click, 0 or 1, from a hidden logistic model of the ids, so it can be "
+      "learned). Shards train-NNNNN-of-MMMMM.tfrecord[.gz] and test-..., each renamed into place once complete. The "
+      "same --seed gives the same records whatever --shards says. Train it with configs/ctr_embedding.yaml.");
+  ctr->add_option("--output", ctr_args->output, "OUTDIR: where the shards go (created when missing)")->required();
+  ctr->add_option("--examples", ctr_args->examples, "Training examples")->capture_default_str();
+  ctr->add_option("--test-examples", ctr_args->test_examples, "Test examples (default: --examples / 10)");
+  ctr->add_option("--shards", ctr_args->shards, "Files per split (records cut into contiguous runs)")
+      ->capture_default_str();
+  ctr->add_option("--features", ctr_args->options.features, "Categorical ids per example (feature fields)")
+      ->capture_default_str();
+  ctr->add_option("--vocab", ctr_args->options.vocab, "Ids lie in [0, vocab): the embedding table's rows")
+      ->capture_default_str();
+  ctr->add_option("--zipf", ctr_args->options.zipf, "Zipf exponent of each field's id ranks (> 0)")
+      ->capture_default_str();
+  ctr->add_option("--seed", ctr_args->options.seed, "Seed of the ids, the hidden model and the labels")
+      ->capture_default_str();
+  ctr->add_option("--compression", ctr_args->compression, "none or gzip")->capture_default_str();
+  ctr->callback([ctr_args] { run_ctr(*ctr_args); });
 
   auto inspect_args = std::make_shared<InspectArgs>();
   CLI::App* inspect = data_cmd->add_subcommand(

@@ -233,11 +233,26 @@ Job load_job(const std::string& path) {
     }
     d.x_feature = data.string("x", "image");
     d.y_feature = data.string("y", "label");
-    d.image_shape = data.integers("image_shape", {28, 28, 1});
+    d.x_dtype = data.string("x_dtype", "uint8");
+    STRATA_CHECK(d.x_dtype == "uint8" || d.x_dtype == "int64", InvalidArgument,
+                 data.where(data.get("x_dtype")) << "data.x_dtype: expected uint8 (raw image bytes) or int64 (an int64 "
+                                                    "list, e.g. ids for an embedding), got '"
+                                                 << d.x_dtype << "'");
+    STRATA_CHECK(!(data.has("image_shape") && data.has("x_shape")), InvalidArgument,
+                 data.where(data.get("x_shape")) << "data.x_shape: give image_shape or x_shape, not both");
+    const std::string shape_key = data.has("x_shape") ? "x_shape" : "image_shape";
+    d.image_shape = data.integers(shape_key, {28, 28, 1});
+    STRATA_CHECK(d.x_dtype == "uint8" || data.has(shape_key), InvalidArgument,
+                 data.where(data.get("x_dtype")) << "data.x_shape: x_dtype " << d.x_dtype
+                                                 << " needs the shape of x (e.g. x_shape: [26] for 26 ids)");
     for (int64_t dim : d.image_shape) {
       STRATA_CHECK(dim > 0, InvalidArgument,
-                   data.where(data.get("image_shape")) << "data.image_shape: dimensions must be positive, got " << dim);
+                   data.where(data.get(shape_key)) << "data." << shape_key << ": dimensions must be positive, got "
+                                                   << dim);
     }
+    STRATA_CHECK(d.x_dtype == "uint8" || !data.has("scale"), InvalidArgument,
+                 data.where(data.get("scale")) << "data.scale: scales uint8 pixels; x_dtype " << d.x_dtype
+                                               << " is used as it is");
   } else {
     STRATA_THROW(InvalidArgument, data.where(data.get("format")) << "data.format: expected idx or tfrecord, got '"
                                                                  << d.format << "'");
@@ -425,30 +440,35 @@ Shape input_shape(const Job& job) {
 }
 
 namespace {
-// uint8 images [b, h, w, c] -> float32 * scale; labels -> int64.
-data::Element normalize_batch(const data::Element& e, float scale) {
-  Tensor x = data::to_float(e[0], scale);
+// uint8 images [b, h, w, c] -> float32 * scale (int64 x, ids, as they are); labels -> int64.
+data::Element normalize_batch(const data::Element& e, float scale, bool ids) {
+  Tensor x = ids ? e[0] : data::to_float(e[0], scale);
   Tensor y = e[1].dtype() == DType::kInt64 ? e[1] : e[1].to(DType::kInt64);
   return data::Element({x, y});
 }
 
 data::Dataset pipeline(const Job& job, data::Dataset source, bool training) {
   const float scale = static_cast<float>(job.data.scale);
+  const bool ids = job.data.format == "tfrecord" && job.data.x_dtype == "int64";
   if (training && job.data.shuffle > 0) source = source.shuffle(job.data.shuffle, job.data.seed.value_or(job.seed));
   return source.batch(job.batch_size)
-      .map([scale](const data::Element& e) { return normalize_batch(e, scale); })
+      .map([scale, ids](const data::Element& e) { return normalize_batch(e, scale, ids); })
       .prefetch(data::kAutotune)
       .with_options({.auto_shard_policy = job.data.auto_shard});
 }
 
-// TFRecord shards of Examples (as `strata data convert` writes them): x = raw uint8 bytes decoded to
-// image_shape, y = an int64 label; elements become (x, y) in that order whatever the feature names.
+// TFRecord shards of Examples (as `strata data convert` or `strata data ctr` writes them): x = raw uint8 bytes
+// decoded to image_shape, or an int64 list of that shape; y = an int64 label; elements become (x, y) in that order
+// whatever the feature names.
 data::Dataset tfrecord_source(const Job& job, const std::vector<std::string>& patterns, bool training) {
   const DataSpec& d = job.data;
   STRATA_CHECK(!patterns.empty(), InvalidArgument, job.file << ": data." << (training ? "train" : "test")
                                                             << " lists no TFRecord files");
   std::vector<std::string> files = expand_globs(patterns, job.file + ": data." + (training ? "train" : "test") + ": ");
-  data::ExampleSpec spec{{d.x_feature, data::RawBytesFeature(DType::kUInt8, d.image_shape)},
+  const data::FeatureSpec x_spec = d.x_dtype == "int64"
+                                       ? data::FixedLenFeature(data::FeatureType::kInt64, d.image_shape)
+                                       : data::RawBytesFeature(DType::kUInt8, d.image_shape);
+  data::ExampleSpec spec{{d.x_feature, x_spec},
                          {d.y_feature, data::FixedLenFeature(data::FeatureType::kInt64)}};
   data::TFRecordDatasetOptions options{.compression = data::parse_compression(d.compression),
                                        .num_parallel_reads = std::min<int64_t>(2, static_cast<int64_t>(files.size()))};

@@ -25,6 +25,9 @@
 //   data: {format: tfrecord, train: [shards/train-*], test: [shards/test-*], compression: gzip,
 //          x: image, y: label, image_shape: [28, 28, 1]}
 //
+// or, for ids (see configs/ctr_embedding.yaml, data from `strata data ctr`), an int64 list feature kept as int64:
+//   data: {format: tfrecord, train: [ctr/train-*], test: [ctr/test-*], x: ids, x_dtype: int64, x_shape: [26]}
+//
 // Thread-safety: a Job is a value; building from it is safe from any thread.
 #pragma once
 
@@ -50,8 +53,12 @@ struct DataSpec {
   std::string compression;                // tfrecord: "", "gzip" or "zlib"
   std::string x_feature = "image";        // tfrecord: the Example features used as x and y
   std::string y_feature = "label";
-  Shape image_shape = {28, 28, 1};        // tfrecord: raw uint8 bytes of `x_feature` decoded to this shape
-  double scale = 1.0 / 255.0;             // x = pixels * scale
+  // tfrecord: how `x_feature` is read. "uint8": one bytes value of raw pixels decoded to image_shape, then
+  // x = pixels * scale (float32); "int64": an int64 list of numel(image_shape) values (ids for an Embedding), kept
+  // as int64 (no scale). The YAML key of image_shape is `image_shape` or `x_shape` (one of them).
+  std::string x_dtype = "uint8";
+  Shape image_shape = {28, 28, 1};
+  double scale = 1.0 / 255.0;             // uint8: x = pixels * scale
   int64_t shuffle = 10000;                // shuffle buffer (0: no shuffling)
   std::optional<uint64_t> seed;           // shuffle seed (default: the job's seed)
   // How multi-worker jobs split the data (strata/data/options.h): auto, file, data or off.

@@ -159,6 +159,7 @@ class Service final : public pb::ParameterServer::Service {
       to_bytes(kernels::gather(value, rows), resp->mutable_value());
     }
     resp->set_version(shard->version);
+    rows_pulled_ += req->rows().empty() ? value.dim(0) : req->rows_size();
     return grpc::Status::OK;
   }
 
@@ -195,6 +196,7 @@ class Service final : public pb::ParameterServer::Service {
     ++shard->version;
     if (!req->step_id().empty()) shard->applied_steps.insert(req->step_id());
     ++applied_;
+    rows_pushed_ += req->rows().empty() ? shape[0] : req->rows_size();
     resp->set_applied(true);
     resp->set_version(shard->version);
     return grpc::Status::OK;
@@ -288,6 +290,8 @@ class Service final : public pb::ParameterServer::Service {
 
   int64_t applied() const { return applied_.load(); }
   int64_t dropped() const { return dropped_.load(); }
+  int64_t rows_pulled() const { return rows_pulled_.load(); }
+  int64_t rows_pushed() const { return rows_pushed_.load(); }
 
  private:
   Shard* find(const std::string& name) {
@@ -303,6 +307,7 @@ class Service final : public pb::ParameterServer::Service {
   std::map<std::string, std::unique_ptr<Shard>> shards_;  // guarded by mu_; a shard lives as long as the service
   std::vector<std::unique_ptr<Shard>> retired_;           // guarded by mu_: shards a restore replaced
   std::atomic<int64_t> applied_{0}, dropped_{0};
+  std::atomic<int64_t> rows_pulled_{0}, rows_pushed_{0};
 };
 
 }  // namespace
@@ -364,6 +369,8 @@ void ParameterServer::stop() {
 int64_t ParameterServer::shards_restored() const { return impl_->restored; }
 int64_t ParameterServer::pushes_applied() const { return impl_->service ? impl_->service->applied() : 0; }
 int64_t ParameterServer::pushes_dropped() const { return impl_->service ? impl_->service->dropped() : 0; }
+int64_t ParameterServer::rows_pulled() const { return impl_->service ? impl_->service->rows_pulled() : 0; }
+int64_t ParameterServer::rows_pushed() const { return impl_->service ? impl_->service->rows_pushed() : 0; }
 
 // ---- client
 

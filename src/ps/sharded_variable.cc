@@ -119,6 +119,9 @@ Tensor ShardedVariable::lookup(const std::vector<int64_t>& rows) const {
   on_shards(g.touched, [&](int64_t s) {
     const size_t i = static_cast<size_t>(s);
     const Tensor part = servers_[static_cast<size_t>(shard_server(s))]->pull_rows(shard_name(s), g.local[i]);
+    STRATA_CHECK(part.numel() == static_cast<int64_t>(g.local[i].size()) * width, DataCorrupt,
+                 "ShardedVariable " << name_ << ": " << g.local[i].size() << " rows of shard " << s << " came back as "
+                                    << part.shape_str() << ", rows of " << width << " values wanted");
     for (size_t j = 0; j < g.positions[i].size(); ++j) {
       std::memcpy(out.data<float>() + g.positions[i][j] * width, part.data<float>() + j * width, width * sizeof(float));
     }

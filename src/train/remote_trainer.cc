@@ -3,8 +3,15 @@
 // Thread-safety: see the header; run_step holds the trainer's lock for the whole step.
 #include "strata/train/remote_trainer.h"
 
+#include <algorithm>
+#include <cstring>
+#include <future>
+#include <typeinfo>
+
+#include "kernels/kernels.h"
 #include "ps/proto/step_output.pb.h"
 #include "strata/error.h"
+#include "strata/nn/core_layers.h"
 
 namespace strata::ps {
 
@@ -39,6 +46,27 @@ void pull_into(const std::vector<Variable>& vars, const std::vector<ShardedVaria
 }
 
 }  // namespace
+
+namespace {
+// The Embedding that reads a plain Sequential's input: its first layer, or the first layer of a Sequential there.
+// (A subclass of Sequential may override call, so only Sequential itself is read.)
+const nn::Embedding* input_embedding(const nn::Layer& layer) {
+  if (typeid(layer) != typeid(Sequential) || layer.layers().empty()) return nullptr;
+  const nn::Layer& first = *layer.layers().front();
+  if (const auto* embedding = dynamic_cast<const nn::Embedding*>(&first)) return embedding;
+  return input_embedding(first);
+}
+}  // namespace
+
+std::vector<int64_t> input_embedding_tables(const Model& model) {
+  const nn::Embedding* embedding = input_embedding(model);
+  if (embedding == nullptr || !embedding->built()) return {};
+  const std::vector<Variable> vars = model.trainable_variables();
+  for (size_t i = 0; i < vars.size(); ++i) {
+    if (vars[i].same_as(embedding->embeddings())) return {static_cast<int64_t>(i)};
+  }
+  return {};  // a frozen table: not on the ps
+}
 
 std::string model_variable_name(const std::string& prefix, int64_t index) {
   return prefix + "/var_" + std::to_string(index);
@@ -122,6 +150,82 @@ RemoteTrainer::RemoteTrainer(std::shared_ptr<Model> model, const DatasetFn& data
     variables_.push_back(ShardedVariable::existing(model_variable_name(options.prefix, static_cast<int64_t>(i)),
                                                    vars[i].shape(), partitioner, servers));
   }
+  if (options.sparse_embeddings) {
+    const std::vector<int64_t> tables = input_embedding_tables(*model_);
+    if (!tables.empty()) sparse_ = tables.front();
+  }
+  for (size_t i = 0; i < variables_.size(); ++i) {
+    if (static_cast<int64_t>(i) == sparse_) continue;
+    dense_variables_.push_back(variables_[i]);
+    dense_index_.push_back(i);
+  }
+}
+
+std::vector<int64_t> RemoteTrainer::batch_rows(const data::Element& batch) const {
+  if (sparse_ < 0) return {};
+  STRATA_CHECK(batch.size() >= 1, InvalidArgument, "RemoteTrainer: worker " << worker_index_ << "'s batch is empty");
+  Tensor ids = batch[0];
+  if (ids.dtype() != DType::kInt64) ids = ids.to(DType::kInt64);  // int32, or floats truncated as Embedding does
+  const int64_t* p = ids.data<int64_t>();
+  std::vector<int64_t> rows(p, p + ids.numel());
+  std::sort(rows.begin(), rows.end());
+  rows.erase(std::unique(rows.begin(), rows.end()), rows.end());
+  const int64_t table_rows = variables_[static_cast<size_t>(sparse_)].shape()[0];
+  STRATA_CHECK(rows.empty() || (rows.front() >= 0 && rows.back() < table_rows), InvalidArgument,
+               "RemoteTrainer: worker " << worker_index_ << "'s batch holds id "
+                                        << (rows.front() < 0 ? rows.front() : rows.back())
+                                        << ", outside the embedding table's [0, " << table_rows << ") ("
+                                        << variables_[static_cast<size_t>(sparse_)].name() << ")");
+  return rows;
+}
+
+void RemoteTrainer::pull_step(const std::vector<Variable>& vars, const std::vector<int64_t>& rows) {
+  if (sparse_ < 0) return pull_into(vars, variables_);
+  // The table's rows and the other variables, all at once.
+  std::future<Tensor> table = std::async(std::launch::async, [&] {
+    return variables_[static_cast<size_t>(sparse_)].lookup(rows);
+  });
+  const std::vector<Tensor> values = pull_all(dense_variables_);
+  for (size_t k = 0; k < values.size(); ++k) {
+    Variable v = vars[dense_index_[k]];
+    v.assign(values[k]);
+  }
+  const Tensor looked_up = table.get();
+  // Into the worker's copy of the table, in place: its other rows are stale, and this batch does not read them.
+  Tensor local = vars[static_cast<size_t>(sparse_)].value();
+  const int64_t width = local.numel() / local.dim(0);
+  for (size_t j = 0; j < rows.size(); ++j) {
+    std::memcpy(local.data<float>() + rows[j] * width, looked_up.data<float>() + static_cast<int64_t>(j) * width,
+                static_cast<size_t>(width) * sizeof(float));
+  }
+}
+
+void RemoteTrainer::push_step(const std::vector<Tensor>& gradients, const std::vector<int64_t>& rows,
+                              const std::string& step_id) {
+  if (sparse_ < 0) return push_all(variables_, gradients, step_id);
+  const ShardedVariable& table = variables_[static_cast<size_t>(sparse_)];
+  // Each shard of the table with none of the rows gets its first row (whose gradient is zero), so that it takes its
+  // step as under a dense push.
+  std::vector<int64_t> pushed = rows;
+  int64_t first = 0;
+  for (const int64_t shard_rows : table.shard_rows()) {
+    const auto at = std::lower_bound(rows.begin(), rows.end(), first);
+    if (at == rows.end() || *at >= first + shard_rows) pushed.push_back(first);
+    first += shard_rows;
+  }
+  Tensor index = Tensor::from_vector(pushed);
+  const Tensor table_gradient = kernels::gather(gradients[static_cast<size_t>(sparse_)], index);
+  std::future<void> sparse = std::async(std::launch::async, [&] { table.push_rows(pushed, table_gradient, step_id); });
+  std::vector<Tensor> dense;
+  for (const size_t i : dense_index_) dense.push_back(gradients[i]);
+  std::exception_ptr error;
+  try {
+    push_all(dense_variables_, dense, step_id);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  sparse.get();  // waits (it refers to locals) and rethrows its own error first
+  if (error) std::rethrow_exception(error);
 }
 
 data::Element RemoteTrainer::next_batch() {
@@ -138,11 +242,12 @@ data::Element RemoteTrainer::next_batch() {
 StepOutput RemoteTrainer::run_step(int64_t step_id) {
   std::lock_guard lock(mu_);
   const std::vector<Variable> vars = model_->trainable_variables();
-  pull_into(vars, variables_);
   const data::Element batch = next_batch();
+  const std::vector<int64_t> rows = batch_rows(batch);  // of the sparse table (none: every variable whole)
+  pull_step(vars, rows);
   model_->reset_metrics();  // the output holds this step's batch alone: the chief sums the steps it gets back
   Model::Gradients step = model_->compute_gradients(batch);
-  push_all(variables_, step.gradients, "step:" + std::to_string(step_id));
+  push_step(step.gradients, rows, "step:" + std::to_string(step_id));
   ++steps_run_;
   return {step.loss, model_->tracker_states()};
 }

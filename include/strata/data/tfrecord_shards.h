@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -38,6 +39,14 @@ struct WrittenShards {
   std::vector<std::string> paths;  // in record order
   int64_t records = 0;
 };
+
+// Writes `records` records, record(i) for i = 0, 1, ... in order, into `shards` files in `out_dir` (created when
+// missing) named by shard_file_name(split_name, ...), cut into contiguous runs, each written atomically whatever
+// writer.atomic says. InvalidArgument for shards < 1; IoError when a file cannot be written; an error of `record`
+// passes through. The shards finished before an error are in place, the one being written is not.
+WrittenShards write_record_shards(const std::string& out_dir, const std::string& split_name, int64_t records,
+                                  int64_t shards, const TFRecordWriterOptions& writer,
+                                  const std::function<std::string(int64_t)>& record);
 
 // Writes `split` of the IDX files in `idx_dir` into options.shards files in `out_dir` (created when
 // missing) named by shard_file_name with "train" or "test", each atomically whatever options.writer.atomic

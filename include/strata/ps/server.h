@@ -62,6 +62,10 @@ class ParameterServer {
   // How many pushes were applied and how many dropped as repeats, over every shard (for tests and reports).
   int64_t pushes_applied() const;
   int64_t pushes_dropped() const;
+  // Rows sent by pulls (a whole pull counts every row of its shard) and rows of gradients applied by pushes (a dense
+  // push counts every row), over every shard: what steps move, for tests and reports.
+  int64_t rows_pulled() const;
+  int64_t rows_pushed() const;
 
  private:
   struct Impl;

@@ -32,6 +32,14 @@
 // (as in TensorFlow, the batch is not part of the closure). A worker's input restarts at its end (a ps worker has no
 // epochs of its own). Non-trainable variables (BatchNormalization's moving statistics) stay on each worker.
 //
+// Sparse rows. An nn::Embedding fed by the model's input (the first layer of a Sequential) reads only the rows of
+// its batch's ids, so a step pulls only those rows of its table (ShardedVariable::lookup: each shard asked for its
+// rows, in parallel) into the worker's copy, and pushes only their gradient rows (push_rows); the other variables
+// move whole. A table shard that holds none of the batch's ids still takes its step (one row of zero gradient), so
+// the ps's update is the dense one's whatever the optimizer (Adam's slots decay on every row, as TensorFlow's
+// non-lazy sparse update): sparse and dense steps give the same ps values. RemoteTrainerOptions::sparse_embeddings =
+// false moves every variable whole.
+//
 // It lives in layer train, not ps, because it holds a Model (ps is below train).
 // Thread-safety: a RemoteTrainer runs one step at a time (run_step serialises its callers); the free functions may be
 // called from any thread, not while the model is being trained.
@@ -90,8 +98,16 @@ struct StepOutput {
 // carry different layouts (workers compiled with different metrics).
 std::vector<std::vector<double>> sum_metric_states(const std::vector<StepOutput>& steps);
 
+// The trainable variables of `model` (indices into trainable_variables()) that are the table of an nn::Embedding
+// fed by the model's input x: the first layer of a Sequential (looking into a Sequential that is the first layer).
+// Empty for other models: a functional or subclassed model's wiring is not read, and its variables move whole.
+std::vector<int64_t> input_embedding_tables(const Model& model);
+
 struct RemoteTrainerOptions {
   std::string prefix = "model";  // as create_model_variables
+  // Pull and push only the batch's rows of an embedding table fed by the input (input_embedding_tables); false:
+  // every variable whole (the same ps values, more bytes: for comparison).
+  bool sparse_embeddings = true;
 };
 
 class RemoteTrainer {
@@ -105,9 +121,11 @@ class RemoteTrainer {
                 const Partitioner& partitioner, std::vector<std::shared_ptr<ParameterServerClient>> servers,
                 RemoteTrainerOptions options = {});
 
-  // One training step under `step_id` (the coordinator's, kept when a step is re-run): pulls every variable, takes
-  // the next batch, computes the loss and gradients, pushes them as "step:<step_id>". A ps error (a variable missing:
-  // InvalidArgument; a ps unreachable: Unavailable) passes through (the coordinator's RemoteValue names the step).
+  // One training step under `step_id` (the coordinator's, kept when a step is re-run): takes the next batch, pulls
+  // every variable (an input embedding's table: the batch's rows), computes the loss and gradients, pushes them as
+  // "step:<step_id>" (the table: the batch's rows). An id outside the table is InvalidArgument naming it. A ps
+  // error (a variable missing: InvalidArgument; a ps unreachable: Unavailable) passes through (the coordinator's
+  // RemoteValue names the step).
   StepOutput run_step(int64_t step_id);
   // Registers run_step on `server` as `name`: the function returns StepOutput::serialize() (its arguments are
   // unused). The server holds a reference to this trainer: keep it alive while the server serves.
@@ -120,11 +138,23 @@ class RemoteTrainer {
  private:
   // The next batch, restarting the input at its end. REQUIRES: mu_ held.
   data::Element next_batch();
+  // The rows of the sparse table that `batch` reads (sorted, unique); empty when every variable moves whole.
+  std::vector<int64_t> batch_rows(const data::Element& batch) const;
+  // Pulls every variable into the model's, the sparse table's `rows` alone (all of it when sparse_ is -1).
+  void pull_step(const std::vector<Variable>& vars, const std::vector<int64_t>& rows);
+  // Pushes `gradients` (one per variable), the sparse table's `rows` alone plus one zero row of each table shard
+  // holding none of them.
+  void push_step(const std::vector<Tensor>& gradients, const std::vector<int64_t>& rows, const std::string& step_id);
 
   std::shared_ptr<Model> model_;
   int64_t worker_index_;
   data::Dataset dataset_;
   std::vector<ShardedVariable> variables_;
+  // The sparse table's index in variables_ (-1: none, every variable moves whole), and the other variables with
+  // their indices.
+  int64_t sparse_ = -1;
+  std::vector<ShardedVariable> dense_variables_;
+  std::vector<size_t> dense_index_;
   mutable std::mutex mu_;
   std::optional<data::Iterator> iterator_;  // GUARDED_BY(mu_)
   int64_t steps_run_ = 0;                    // GUARDED_BY(mu_)
