@@ -392,9 +392,12 @@ struct ParameterServerClient::Impl {
       context.set_deadline(deadline);
       context.set_wait_for_ready(true);  // a ps still starting is waited for, within the deadline
       status = (stub.get()->*method)(&context, request, &response);
-      // A call cut off by a ps that died (UNAVAILABLE at once, not at the deadline) is made again, within the
-      // deadline, when making it twice does no harm: the ps may be restarting from its checkpoint.
-      if (status.error_code() != grpc::StatusCode::UNAVAILABLE || !retry) break;
+      // A call cut off by a ps that died or shut down (UNAVAILABLE, or CANCELLED by its server, at once rather than
+      // at the deadline) is made again, within the deadline, when making it twice does no harm: the ps may be
+      // restarting from its checkpoint.
+      const bool cut_off = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                           status.error_code() == grpc::StatusCode::CANCELLED;
+      if (!cut_off || !retry) break;
       if (std::chrono::system_clock::now() + backoff >= deadline) break;
       std::this_thread::sleep_for(backoff);
       backoff = std::min<std::chrono::milliseconds>(backoff * 2, std::chrono::seconds(1));
@@ -402,6 +405,7 @@ struct ParameterServerClient::Impl {
     if (status.ok()) return response;
     switch (status.error_code()) {
       case grpc::StatusCode::UNAVAILABLE:
+      case grpc::StatusCode::CANCELLED:
       case grpc::StatusCode::DEADLINE_EXCEEDED:
         STRATA_THROW(Unavailable, "ps at " << address << ": " << what << " failed after at most " << timeout.count()
                                            << " ms: " << status.error_message());
