@@ -1,6 +1,7 @@
 // The parameter server and its client (strata/ps/server.h) over the gRPC service of proto/parameter_server.proto.
 // Each shard is a plain Variable with its own optimizer (so its slots live beside it) under its own mutex; a push
-// applies the gradient at once (asynchronous training) unless its step id was applied before.
+// applies the gradient at once (asynchronous training) unless its step id was applied before, or, when it belongs to
+// a synchronous round, is summed into the round's pending gradient until the round is complete.
 // Thread-safety: the shard registry is guarded by Service::mu_, each shard by its own mutex; gRPC runs handlers on
 // its threads. The client's stub is thread-safe.
 #include "strata/ps/server.h"
@@ -88,13 +89,37 @@ std::string shard_file(const std::string& name) {
 
 constexpr const char* kShardKey = "shard";  // the ShardRecord's JSON in a shard file's metadata
 
+// The pushes of one synchronous round a shard has taken so far: their gradients summed, and their step ids.
+struct PendingRound {
+  int64_t size = 0;
+  Tensor sum;
+  std::unordered_set<std::string> steps;
+};
+
 struct Shard {
   std::mutex mu;
   Variable var;
   std::unique_ptr<optim::Optimizer> optimizer;
   std::string optimizer_spec;  // the serialized OptimizerSpec it was created with
   std::unordered_set<std::string> applied_steps;
+  std::map<int64_t, PendingRound> rounds;  // by round id; a round leaves once applied (not saved: see server.h)
   int64_t version = 0;
+
+  // Applies `gradient` as one update taking steps `steps`. REQUIRES: mu held.
+  void apply(const Tensor& gradient, const std::unordered_set<std::string>& steps) {
+    optimizer->apply_gradients({gradient}, {var});
+    ++version;
+    for (const std::string& step : steps) {
+      if (!step.empty()) applied_steps.insert(step);
+    }
+  }
+  // Whether `step` was applied or waits in `round`'s sum. REQUIRES: mu held.
+  bool taken(const std::string& step, int64_t round) const {
+    if (step.empty()) return false;
+    if (applied_steps.count(step)) return true;
+    const auto it = rounds.find(round);
+    return it != rounds.end() && it->second.steps.count(step);
+  }
 };
 
 grpc::Status invalid(const std::string& message) { return {grpc::StatusCode::INVALID_ARGUMENT, message}; }
@@ -170,9 +195,14 @@ class Service final : public pb::ParameterServer::Service {
     if (const std::string bad = from_bytes(req->gradient(), &grad); !bad.empty()) {
       return invalid("Push " + req->name() + ": " + bad);
     }
+    const bool in_round = req->round_size() > 0;
+    if (req->round_size() < 0 || (in_round && req->step_id().empty())) {
+      return invalid("Push " + req->name() + ": a push of round " + std::to_string(req->round()) +
+                     " needs a step id and a positive round size (got " + std::to_string(req->round_size()) + ")");
+    }
     std::lock_guard lock(shard->mu);
     const Shape& shape = shard->var.shape();
-    if (!req->step_id().empty() && shard->applied_steps.count(req->step_id())) {
+    if (shard->taken(req->step_id(), req->round())) {
       ++dropped_;
       resp->set_applied(false);
       resp->set_version(shard->version);
@@ -192,10 +222,12 @@ class Service final : public pb::ParameterServer::Service {
       return invalid("Push " + req->name() + ": the gradient is " + shape_str(grad.shape()) + ", the shard " +
                      shape_str(shape));
     }
-    shard->optimizer->apply_gradients({grad}, {shard->var});
-    ++shard->version;
-    if (!req->step_id().empty()) shard->applied_steps.insert(req->step_id());
-    ++applied_;
+    if (!in_round) {
+      shard->apply(grad, {req->step_id()});
+      ++applied_;
+    } else if (grpc::Status bad = add_to_round(*shard, *req, std::move(grad)); !bad.ok()) {
+      return bad;
+    }
     rows_pushed_ += req->rows().empty() ? shape[0] : req->rows_size();
     resp->set_applied(true);
     resp->set_version(shard->version);
@@ -298,6 +330,27 @@ class Service final : public pb::ParameterServer::Service {
     std::lock_guard lock(mu_);
     const auto it = shards_.find(name);
     return it == shards_.end() ? nullptr : it->second.get();
+  }
+  // Sums the gradient of `req` (a push of a round, not taken before) into its round on `shard`; the push that brings
+  // the round to its size applies the round's mean. REQUIRES: shard.mu held.
+  grpc::Status add_to_round(Shard& shard, const pb::PushRequest& req, Tensor grad) {
+    PendingRound& round = shard.rounds[req.round()];
+    if (round.size == 0) {
+      round.size = req.round_size();
+      round.sum = std::move(grad);
+    } else if (round.size != req.round_size()) {
+      return invalid("Push " + req.name() + ": round " + std::to_string(req.round()) + " has size " +
+                     std::to_string(round.size) + " but step '" + req.step_id() + "' says " +
+                     std::to_string(req.round_size()) + " (pushes of one round must agree)");
+    } else {
+      kernels::axpy_(round.sum, 1.0f, grad);
+    }
+    round.steps.insert(req.step_id());
+    if (static_cast<int64_t>(round.steps.size()) < round.size) return grpc::Status::OK;
+    shard.apply(kernels::affine(round.sum, 1.0f / static_cast<float>(round.size), 0.0f), round.steps);
+    applied_ += round.size;
+    shard.rounds.erase(req.round());
+    return grpc::Status::OK;
   }
   static grpc::Status not_found(const char* what, const std::string& name) {
     return {grpc::StatusCode::NOT_FOUND, std::string(what) + ": no shard named '" + name + "' on this ps"};
@@ -475,12 +528,15 @@ Tensor ParameterServerClient::pull_rows(const std::string& name, const std::vect
   return tensor_of(impl_->call(&pb::ParameterServer::Stub::Pull, "Pull", req).value(), impl_->address);
 }
 
-bool ParameterServerClient::push(const std::string& name, const Tensor& gradient, const std::string& step_id) {
+bool ParameterServerClient::push(const std::string& name, const Tensor& gradient, const std::string& step_id,
+                                 const SyncRound& round) {
   check_float("push", gradient);
   pb::PushRequest req;
   req.set_name(name);
   to_bytes(gradient, req.mutable_gradient());
   req.set_step_id(step_id);
+  req.set_round(round.id);
+  req.set_round_size(round.size);
   return impl_->call(&pb::ParameterServer::Stub::Push, "Push", req, /*retry=*/!step_id.empty()).applied();
 }
 
@@ -502,13 +558,15 @@ int64_t ParameterServerClient::restore(const std::string& directory) {
 }
 
 bool ParameterServerClient::push_rows(const std::string& name, const std::vector<int64_t>& rows, const Tensor& gradient,
-                                      const std::string& step_id) {
+                                      const std::string& step_id, const SyncRound& round) {
   check_float("push_rows", gradient);
   pb::PushRequest req;
   req.set_name(name);
   to_bytes(gradient, req.mutable_gradient());
   for (int64_t r : rows) req.add_rows(r);
   req.set_step_id(step_id);
+  req.set_round(round.id);
+  req.set_round_size(round.size);
   return impl_->call(&pb::ParameterServer::Stub::Push, "Push", req, /*retry=*/!step_id.empty()).applied();
 }
 

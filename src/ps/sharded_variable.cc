@@ -129,7 +129,7 @@ Tensor ShardedVariable::lookup(const std::vector<int64_t>& rows) const {
   return out;
 }
 
-void ShardedVariable::push(const Tensor& gradient, const std::string& step_id) const {
+void ShardedVariable::push(const Tensor& gradient, const std::string& step_id, const SyncRound& round) const {
   STRATA_CHECK(gradient.defined() && gradient.shape() == shape_, InvalidArgument,
                "ShardedVariable " << name_ << ": the gradient is "
                                   << (gradient.defined() ? gradient.shape_str() : std::string("undefined"))
@@ -137,12 +137,13 @@ void ShardedVariable::push(const Tensor& gradient, const std::string& step_id) c
   on_shards(all_shards(num_shards()), [&](int64_t s) {
     const size_t i = static_cast<size_t>(s);
     servers_[static_cast<size_t>(shard_server(s))]->push(shard_name(s),
-                                                        gradient.slice(first_[i], first_[i] + rows_[i]), step_id);
+                                                        gradient.slice(first_[i], first_[i] + rows_[i]), step_id,
+                                                        round);
   });
 }
 
-void ShardedVariable::push_rows(const std::vector<int64_t>& rows, const Tensor& gradient,
-                                const std::string& step_id) const {
+void ShardedVariable::push_rows(const std::vector<int64_t>& rows, const Tensor& gradient, const std::string& step_id,
+                                const SyncRound& round) const {
   Shape want = shape_;
   want[0] = static_cast<int64_t>(rows.size());
   STRATA_CHECK(gradient.defined() && gradient.shape() == want, InvalidArgument,
@@ -151,16 +152,20 @@ void ShardedVariable::push_rows(const std::vector<int64_t>& rows, const Tensor& 
                                   << ", wants " << shape_str(want));
   const int64_t width = row_width(shape_);
   const ByShard g = group(rows);
-  on_shards(g.touched, [&](int64_t s) {
+  // A round is complete on a shard only once every step of it pushed there: a shard holding none of the rows gets
+  // a zero gradient of its row 0 (no change of its own, but its part in the round's mean).
+  on_shards(round.defined() ? all_shards(num_shards()) : g.touched, [&](int64_t s) {
     const size_t i = static_cast<size_t>(s);
+    const bool none = g.local[i].empty();
     Shape part_shape = shape_;
-    part_shape[0] = static_cast<int64_t>(g.local[i].size());
-    Tensor part = Tensor::empty(part_shape);
+    part_shape[0] = none ? 1 : static_cast<int64_t>(g.local[i].size());
+    Tensor part = none ? Tensor::zeros(part_shape) : Tensor::empty(part_shape);
     for (size_t j = 0; j < g.positions[i].size(); ++j) {
       std::memcpy(part.data<float>() + j * width, gradient.data<float>() + g.positions[i][j] * width,
                   width * sizeof(float));
     }
-    servers_[static_cast<size_t>(shard_server(s))]->push_rows(shard_name(s), g.local[i], part, step_id);
+    servers_[static_cast<size_t>(shard_server(s))]->push_rows(
+        shard_name(s), none ? std::vector<int64_t>{0} : g.local[i], part, step_id, round);
   });
 }
 
@@ -172,12 +177,12 @@ std::vector<Tensor> pull_all(const std::vector<ShardedVariable>& variables) {
 }
 
 void push_all(const std::vector<ShardedVariable>& variables, const std::vector<Tensor>& gradients,
-              const std::string& step_id) {
+              const std::string& step_id, const SyncRound& round) {
   STRATA_CHECK(variables.size() == gradients.size(), InvalidArgument,
                "push_all: " << gradients.size() << " gradients for " << variables.size() << " variables");
   const auto n = static_cast<int64_t>(variables.size());
   on_shards(all_shards(n), [&](int64_t i) {
-    variables[static_cast<size_t>(i)].push(gradients[static_cast<size_t>(i)], step_id);
+    variables[static_cast<size_t>(i)].push(gradients[static_cast<size_t>(i)], step_id, round);
   });
 }
 

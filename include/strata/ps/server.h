@@ -13,6 +13,10 @@
 //
 // save(dir) and restore(dir) write and read every shard of a ps (value, optimizer slots and step count, the step
 // ids applied), so a restarted ps continues where the last save stood.
+// Synchronous rounds (max_staleness = 0, strata/ps/sync_round.h): a push that names a round is summed with the
+// round's other pushes to that shard; the push that brings the round to `round.size` distinct step ids applies their
+// mean as one update before it returns (a repeated step id is dropped as ever). A round pending at a save is not in
+// the save (its pushes are taken again after a restore).
 // A sparse push (push_rows) updates as a dense gradient that is zero outside its rows would (for Adam every
 // slot decays, as in TensorFlow's non-lazy sparse update). Errors: NotFound-like InvalidArgument naming an unknown
 // shard, a shape or row that does not fit, a shard created again with another shape or optimizer; Unavailable
@@ -28,6 +32,7 @@
 #include <string>
 #include <vector>
 
+#include "strata/ps/sync_round.h"
 #include "strata/tensor.h"
 
 namespace strata::ps {
@@ -59,7 +64,8 @@ class ParameterServer {
   // Shards start() restored.
   int64_t shards_restored() const;
   void stop();
-  // How many pushes were applied and how many dropped as repeats, over every shard (for tests and reports).
+  // How many pushes were applied (a round's pushes count once their round is applied) and how many dropped as
+  // repeats, over every shard (for tests and reports).
   int64_t pushes_applied() const;
   int64_t pushes_dropped() const;
   // Rows sent by pulls (a whole pull counts every row of its shard) and rows of gradients applied by pushes (a dense
@@ -84,11 +90,14 @@ class ParameterServerClient {
   Tensor pull(const std::string& name);
   // Rows `rows` of the shard (axis 0), in that order: [rows.size(), ...].
   Tensor pull_rows(const std::string& name, const std::vector<int64_t>& rows);
-  // Applies `gradient` (the shard's shape); false when `step_id` was applied before ("" never repeats).
-  bool push(const std::string& name, const Tensor& gradient, const std::string& step_id = "");
-  // Applies the gradient of rows `rows` ([rows.size(), ...]; the other rows' gradient is zero).
+  // Applies `gradient` (the shard's shape); false when `step_id` was applied before ("" never repeats). With a
+  // `round`, the gradient joins the round's sum (it needs a step id; false when the step is in the round already) and
+  // the round's mean is applied once it is complete; InvalidArgument when the round's size disagrees with its others.
+  bool push(const std::string& name, const Tensor& gradient, const std::string& step_id = "",
+            const SyncRound& round = {});
+  // Applies the gradient of rows `rows` ([rows.size(), ...]; the other rows' gradient is zero); `round` as push.
   bool push_rows(const std::string& name, const std::vector<int64_t>& rows, const Tensor& gradient,
-                 const std::string& step_id = "");
+                 const std::string& step_id = "", const SyncRound& round = {});
   // Saves every shard of the ps to `directory` on the ps's machine (one safetensors file per shard, written
   // atomically, with the optimizer's slots and step count and the step ids applied); returns how many.
   int64_t save(const std::string& directory);

@@ -46,11 +46,14 @@ class ShardedVariable {
   Tensor pull() const;
   // Rows `rows` (axis 0, any order, repeats allowed): [rows.size(), ...].
   Tensor lookup(const std::vector<int64_t>& rows) const;
-  // Applies the whole variable's gradient (split by shard).
-  void push(const Tensor& gradient, const std::string& step_id = "") const;
+  // Applies the whole variable's gradient (split by shard); with a synchronous `round`, as ParameterServerClient::push.
+  void push(const Tensor& gradient, const std::string& step_id = "", const SyncRound& round = {}) const;
   // Applies the gradient of rows `rows` ([rows.size(), ...]) on the shards that hold any of them; a shard holding
   // none takes no step (its optimizer's slots do not decay, as with a lazy sparse update per shard).
-  void push_rows(const std::vector<int64_t>& rows, const Tensor& gradient, const std::string& step_id = "") const;
+  // Under a synchronous `round` every shard takes part (one holding none of the rows gets a zero row), so the round
+  // completes on each shard.
+  void push_rows(const std::vector<int64_t>& rows, const Tensor& gradient, const std::string& step_id = "",
+                 const SyncRound& round = {}) const;
 
  private:
   // The layout alone (no shard is created).
@@ -78,6 +81,6 @@ class ShardedVariable {
 std::vector<Tensor> pull_all(const std::vector<ShardedVariable>& variables);
 // gradients[i] pushed to variables[i] under `step_id`, all at once. InvalidArgument when the counts differ.
 void push_all(const std::vector<ShardedVariable>& variables, const std::vector<Tensor>& gradients,
-              const std::string& step_id = "");
+              const std::string& step_id = "", const SyncRound& round = {});
 
 }  // namespace strata::ps
