@@ -12,6 +12,15 @@ RemoteValue::RemoteValue(std::shared_ptr<detail::RemoteValueState> state) : stat
 std::string RemoteValue::fetch() const {
   STRATA_CHECK(state_, InvalidArgument, "RemoteValue: fetch() of a value no closure was scheduled for");
   std::unique_lock lock(state_->mu);
+  if (!state_->ready && state_->on_wait) {
+    lock.unlock();
+    state_->on_wait(+1);
+    lock.lock();
+    state_->cv.wait(lock, [&] { return state_->ready; });
+    lock.unlock();
+    state_->on_wait(-1);
+    lock.lock();
+  }
   state_->cv.wait(lock, [&] { return state_->ready; });
   if (state_->error) std::rethrow_exception(state_->error);
   return state_->result;

@@ -81,13 +81,15 @@ std::string status_text(const grpc::Status& status) {
 }  // namespace
 
 WorkerClient::Outcome WorkerClient::run(const std::string& function, int64_t step_id, const std::string& args,
-                                        std::chrono::milliseconds timeout) {
+                                        std::chrono::milliseconds timeout, const SyncRound& round) {
   grpc::ClientContext context;
   if (timeout.count() > 0) context.set_deadline(std::chrono::system_clock::now() + timeout);
   context.set_wait_for_ready(false);  // a worker that cannot be reached fails at once: another one takes the closure
   pb::RunFunctionRequest req;
   req.set_function(function);
   req.set_step_id(step_id);
+  req.set_round(round.id);
+  req.set_round_size(round.size);
   req.set_args(args);
   pb::RunFunctionResponse resp;
   Outcome out;

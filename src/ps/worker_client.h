@@ -9,6 +9,8 @@
 #include <memory>
 #include <string>
 
+#include "strata/ps/sync_round.h"
+
 namespace strata::ps::detail {
 
 class WorkerClient {
@@ -24,9 +26,10 @@ class WorkerClient {
     std::exception_ptr error;  // kFunctionError: of the type the function threw, its message naming the worker
     std::string lost_reason;   // kLost: the status, e.g. "UNAVAILABLE: failed to connect to all addresses"
   };
-  // Runs `function` on the worker; a call that fails without a function's error (unreachable, cancelled, past
-  // `timeout`; 0 = no bound) is kLost.
-  Outcome run(const std::string& function, int64_t step_id, const std::string& args, std::chrono::milliseconds timeout);
+  // Runs `function` on the worker for closure `step_id` (of synchronous round `round`, when defined); a call that
+  // fails without a function's error (unreachable, cancelled, past `timeout`; 0 = no bound) is kLost.
+  Outcome run(const std::string& function, int64_t step_id, const std::string& args, std::chrono::milliseconds timeout,
+              const SyncRound& round = {});
   // Whether the worker answers a liveness call within `timeout` (waiting for it to come up meanwhile); else `why`.
   bool ping(std::chrono::milliseconds timeout, std::string* why);
   // Cancels the call in flight and every later one (they come back kLost / false). For shutting down.

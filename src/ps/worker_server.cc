@@ -21,14 +21,14 @@ namespace {
 
 class Service final : public pb::Worker::Service {
  public:
-  void add(const std::string& name, WorkerServer::Function function) {
+  void add(const std::string& name, WorkerServer::StepFunction function) {
     std::lock_guard lock(mu_);
     functions_[name] = std::move(function);
   }
 
   grpc::Status RunFunction(grpc::ServerContext* context, const pb::RunFunctionRequest* req,
                            pb::RunFunctionResponse* resp) override {
-    WorkerServer::Function function;
+    WorkerServer::StepFunction function;
     {
       std::lock_guard lock(mu_);
       if (const auto it = functions_.find(req->function()); it != functions_.end()) function = it->second;
@@ -43,7 +43,8 @@ class Service final : public pb::Worker::Service {
       return {grpc::StatusCode::CANCELLED, "the caller gave up before '" + req->function() + "' started"};
     }
     try {
-      resp->set_result(function(req->step_id(), req->args()));
+      const StepContext step{.step_id = req->step_id(), .round = {.id = req->round(), .size = req->round_size()}};
+      resp->set_result(function(step, req->args()));
       ++functions_run_;
       return grpc::Status::OK;
     } catch (...) {
@@ -70,7 +71,7 @@ class Service final : public pb::Worker::Service {
   }
 
   std::mutex mu_;
-  std::map<std::string, WorkerServer::Function> functions_;  // GUARDED_BY(mu_)
+  std::map<std::string, WorkerServer::StepFunction> functions_;  // GUARDED_BY(mu_)
   std::mutex run_mu_;                                        // held while a function runs
   std::atomic<int64_t> functions_run_{0};
 };
@@ -88,6 +89,13 @@ WorkerServer::WorkerServer() : impl_(std::make_unique<Impl>()) {}
 WorkerServer::~WorkerServer() { stop(); }
 
 void WorkerServer::register_function(const std::string& name, Function function) {
+  STRATA_CHECK(function, InvalidArgument, "worker: register_function('" << name << "') with an empty function");
+  impl_->service->add(name, [function = std::move(function)](const StepContext& step, const std::string& args) {
+    return function(step.step_id, args);
+  });
+}
+
+void WorkerServer::register_function(const std::string& name, StepFunction function) {
   STRATA_CHECK(function, InvalidArgument, "worker: register_function('" << name << "') with an empty function");
   impl_->service->add(name, std::move(function));
 }

@@ -20,12 +20,26 @@
 // is back) fail with Unavailable naming each worker and its last error: no endless retry loop (TensorFlow #45088).
 // An error the function threw is the closure's own: never retried, it reaches fetch(), and join() / done().
 // Unlike TensorFlow, an error does not cancel the closures queued behind it; they all run.
+//
+// Consistency (CoordinatorOptions::max_staleness). By default training is asynchronous, as in TensorFlow: a worker
+// takes the next closure as soon as it is free. With max_staleness = s, a worker that has finished v closures starts
+// its next one only when every worker that is up has finished at least v - s (down workers never hold the others
+// back, and a worker that comes back up counts as far as the slowest of the others). A closure re-run after a lost
+// worker was admitted already: any worker runs it at once, and it counts for none.
+// s = 0 is synchronous training in lockstep rounds (strata/ps/sync_round.h): a round opens when the one before is
+// finished, with one closure for each worker up then (fewer when fewer are queued and the chief waits in join(),
+// done() or fetch(); while it does not, a round waits until it is full). Each closure gets the round (its id and
+// size) with its call, keeps it when re-run elsewhere, and passes it with its pushes: the ps applies the mean of the
+// round's gradients once, when every closure of the round has pushed, before the last push returns. So when a round's
+// closures have all returned, the next round pulls the updated values. A round whose closure failed with its own
+// error is never complete on the ps (its pushes are not applied); join() reports the error.
 // Thread-safety: all methods may be called from any thread at once.
 #pragma once
 
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +61,9 @@ struct CoordinatorOptions {
   std::chrono::milliseconds keepalive{10000};
   // The first step id; -1: the wall clock in microseconds since the epoch.
   int64_t first_step_id = -1;
+  // How many closures a worker may run ahead of the slowest worker that is up; 0: synchronous rounds; none (the
+  // default): asynchronous. Negative: InvalidArgument.
+  std::optional<int64_t> max_staleness = std::nullopt;
 };
 
 // One worker as the coordinator sees it (for tests and reports).
@@ -54,6 +71,7 @@ struct WorkerStatus {
   std::string address;
   bool up = true;            // false from a lost call until a probe is answered
   int64_t closures_run = 0;  // finished there, with a result or the function's error
+  int64_t steps = 0;         // its step count for max_staleness: closures it took fresh and finished (see above)
   int64_t times_lost = 0;    // calls lost there (each closure re-queued)
   std::string last_error;    // the status of the last lost call, and of the last probe when one failed since
 };
@@ -79,7 +97,7 @@ class ClusterCoordinator {
 
  private:
   struct Impl;
-  std::unique_ptr<Impl> impl_;
+  std::shared_ptr<Impl> impl_;  // shared with the RemoteValues' wait hooks (weakly)
 };
 
 }  // namespace strata::ps

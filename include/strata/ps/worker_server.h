@@ -11,6 +11,12 @@
 //   });
 //   worker.start("0.0.0.0:2223");                  // port 0: the OS picks; worker.port() says which
 //
+// A function that takes a StepContext also gets the closure's synchronous round (max_staleness = 0; see
+// strata/ps/sync_round.h) to pass on with its pushes:
+//   worker.register_function("train_step", [&](const ps::StepContext& step, const std::string& args) {
+//     ... ps.push(name, grad, "step:" + std::to_string(step.step_id), step.round) ...
+//   });
+//
 // A function that throws fails the call with the exception's message and strata type (an InvalidArgument arrives at
 // the coordinator as an InvalidArgument); such an error is the closure's own and is not retried. An unknown function
 // name is an InvalidArgument naming it and the names registered.
@@ -24,11 +30,20 @@
 #include <memory>
 #include <string>
 
+#include "strata/ps/sync_round.h"
+
 namespace strata::ps {
+
+// What a call tells a function about its closure.
+struct StepContext {
+  int64_t step_id = 0;  // unique per closure, the same when it is re-run
+  SyncRound round;      // under max_staleness = 0: the closure's round (kept when it is re-run); else undefined
+};
 
 class WorkerServer {
  public:
   using Function = std::function<std::string(int64_t step_id, const std::string& args)>;
+  using StepFunction = std::function<std::string(const StepContext& step, const std::string& args)>;
 
   WorkerServer();
   ~WorkerServer();  // stops
@@ -37,6 +52,7 @@ class WorkerServer {
 
   // Registers (or replaces) the function `name`; allowed before and while serving.
   void register_function(const std::string& name, Function function);
+  void register_function(const std::string& name, StepFunction function);
   // Serves on `address` ("host:port"; port 0: the OS picks; an empty host binds 127.0.0.1). Unavailable naming the
   // address when it cannot listen there.
   void start(const std::string& address);
