@@ -201,8 +201,8 @@ void RemoteTrainer::pull_step(const std::vector<Variable>& vars, const std::vect
 }
 
 void RemoteTrainer::push_step(const std::vector<Tensor>& gradients, const std::vector<int64_t>& rows,
-                              const std::string& step_id) {
-  if (sparse_ < 0) return push_all(variables_, gradients, step_id);
+                              const std::string& step_id, const SyncRound& round) {
+  if (sparse_ < 0) return push_all(variables_, gradients, step_id, round);
   const ShardedVariable& table = variables_[static_cast<size_t>(sparse_)];
   // Each shard of the table with none of the rows gets its first row (whose gradient is zero), so that it takes its
   // step as under a dense push.
@@ -215,12 +215,12 @@ void RemoteTrainer::push_step(const std::vector<Tensor>& gradients, const std::v
   }
   Tensor index = Tensor::from_vector(pushed);
   const Tensor table_gradient = kernels::gather(gradients[static_cast<size_t>(sparse_)], index);
-  std::future<void> sparse = std::async(std::launch::async, [&] { table.push_rows(pushed, table_gradient, step_id); });
+  std::future<void> sparse = std::async(std::launch::async, [&] { table.push_rows(pushed, table_gradient, step_id, round); });
   std::vector<Tensor> dense;
   for (const size_t i : dense_index_) dense.push_back(gradients[i]);
   std::exception_ptr error;
   try {
-    push_all(dense_variables_, dense, step_id);
+    push_all(dense_variables_, dense, step_id, round);
   } catch (...) {
     error = std::current_exception();
   }
@@ -239,7 +239,10 @@ data::Element RemoteTrainer::next_batch() {
   return std::move(*batch);
 }
 
-StepOutput RemoteTrainer::run_step(int64_t step_id) {
+StepOutput RemoteTrainer::run_step(int64_t step_id) { return run_step(StepContext{.step_id = step_id}); }
+
+StepOutput RemoteTrainer::run_step(const StepContext& step_context) {
+  const int64_t step_id = step_context.step_id;
   std::lock_guard lock(mu_);
   const std::vector<Variable> vars = model_->trainable_variables();
   const data::Element batch = next_batch();
@@ -247,13 +250,14 @@ StepOutput RemoteTrainer::run_step(int64_t step_id) {
   pull_step(vars, rows);
   model_->reset_metrics();  // the output holds this step's batch alone: the chief sums the steps it gets back
   Model::Gradients step = model_->compute_gradients(batch);
-  push_step(step.gradients, rows, "step:" + std::to_string(step_id));
+  push_step(step.gradients, rows, "step:" + std::to_string(step_id), step_context.round);
   ++steps_run_;
   return {step.loss, model_->tracker_states()};
 }
 
 void RemoteTrainer::register_on(WorkerServer& server, const std::string& name) {
-  server.register_function(name, [this](int64_t step_id, const std::string&) { return run_step(step_id).serialize(); });
+  server.register_function(name,
+                           [this](const StepContext& step, const std::string&) { return run_step(step).serialize(); });
 }
 
 int64_t RemoteTrainer::steps_run() const {

@@ -2,6 +2,9 @@
 // RemoteTrainers, a ClusterCoordinator scheduling their steps. One worker with SGD ends with the weights of local
 // training on the same batches; two asynchronous workers make the loss fall and the ps applies every step once; a step
 // re-run after a lost worker is not applied twice. And the bytes a step returns are checked before they are believed.
+// Synchronous rounds (max_staleness = 0): two workers end with the weights of one model trained on both workers'
+// batches together, for Adam and for SGD with momentum; a worker lost mid-round leaves its round to the other, which
+// completes it from the values before the round, and the ps applies every step once.
 #include "strata/train/remote_trainer.h"
 
 #include <gtest/gtest.h>
@@ -11,6 +14,7 @@
 #include <mutex>
 #include <numeric>
 
+#include "kernels/kernels.h"
 #include "strata/error.h"
 #include "strata/nn/nn.h"
 #include "strata/optim/losses.h"
@@ -256,6 +260,203 @@ TEST(RemoteTrainerTest, AModelThatIsNotTheChiefsIsAClearError) {
   EXPECT_NE(test::message_of<InvalidArgument>([&] { RemoteTrainer(unbuilt, points_of, 0, kTwoShards, ps.clients); })
                 .find("build_for"),
             std::string::npos);
+}
+
+// ---- synchronous rounds (CoordinatorOptions::max_staleness = 0)
+
+// The first `count` batches of worker `worker`'s input, as its RemoteTrainer takes them (restarting at the end).
+std::vector<data::Element> batches_of(int64_t worker, int count) {
+  data::Iterator it = points_of(worker).repeat().make_iterator();
+  std::vector<data::Element> out;
+  for (int i = 0; i < count; ++i) out.push_back(*it.next());
+  return out;
+}
+
+// One batch of the rows of `a` and then of `b`.
+data::Element concatenated(const data::Element& a, const data::Element& b) {
+  return data::Element({kernels::concat({a[0], b[0]}, 0), kernels::concat({a[1], b[1]}, 0)});
+}
+
+// A model holding `chief`'s current weights, trained by hand: one `optimizer` update per batch of `batches` (the
+// gradient of the batch's mean loss). Returns each step's loss.
+std::vector<double> train_locally(const Model& chief, optim::Optimizer& optimizer,
+                                  const std::vector<data::Element>& batches, std::shared_ptr<Sequential>* out) {
+  auto local = classifier(99);
+  const std::vector<Variable> initial = chief.trainable_variables(), vars = local->trainable_variables();
+  for (size_t i = 0; i < vars.size(); ++i) Variable(vars[i]).assign(initial[i].value());
+  std::vector<double> losses;
+  for (const data::Element& batch : batches) {
+    const Model::Gradients step = local->compute_gradients(batch);
+    optimizer.apply_gradients(step.gradients, vars);
+    losses.push_back(step.loss);
+  }
+  *out = local;
+  return losses;
+}
+
+void expect_weights_near(Model& chief, const std::vector<ShardedVariable>& vars, const Model& local, float tolerance) {
+  pull_model_variables(chief, vars);
+  const std::vector<Variable> trained = chief.trainable_variables(), want = local.trainable_variables();
+  for (size_t i = 0; i < trained.size(); ++i) {
+    SCOPED_TRACE(trained[i].name());
+    test::expect_near(trained[i].value(), want[i].value(), tolerance);
+  }
+}
+
+TEST(RemoteTrainerTest, SynchronousRoundsEqualOneModelTrainedOnBothWorkersBatchesTogether) {
+  struct Case {
+    OptimizerSpec spec;
+    std::shared_ptr<optim::Optimizer> local;
+  };
+  const std::vector<Case> cases = {
+      {{.name = "adam", .learning_rate = 0.01}, std::make_shared<optim::Adam>(optim::AdamOptions{.learning_rate = 0.01f})},
+      {{.name = "sgd", .learning_rate = 0.2, .momentum = 0.9},
+       std::make_shared<optim::SGD>(optim::SGDOptions{.learning_rate = 0.2f, .momentum = 0.9f})}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.spec.name);
+    PsCluster ps;
+    auto chief = classifier(1);
+    const std::vector<ShardedVariable> vars = create_model_variables(*chief, kTwoShards, ps.clients, c.spec);
+    std::vector<std::shared_ptr<RemoteTrainer>> trainers;
+    WorkerServer workers[2];
+    for (int w = 0; w < 2; ++w) {
+      trainers.push_back(std::make_shared<RemoteTrainer>(classifier(10 + w), points_of, w, kTwoShards, ps.clients));
+      trainers.back()->register_on(workers[w]);
+      workers[w].start("127.0.0.1:0");
+    }
+    constexpr int kRounds = 10;  // past the end of each worker's 8 batches
+    std::vector<RemoteValue> values;
+    {
+      CoordinatorOptions options = quick();
+      options.max_staleness = 0;
+      ClusterCoordinator coordinator({address_of(workers[0]), address_of(workers[1])}, options);
+      for (int i = 0; i < 2 * kRounds; ++i) values.push_back(coordinator.schedule(kTrainStep));
+      coordinator.join();
+    }
+    const std::vector<StepOutput> outputs = outputs_of(values);
+    EXPECT_EQ(trainers[0]->steps_run(), kRounds);  // one step per round each
+    EXPECT_EQ(trainers[1]->steps_run(), kRounds);
+    EXPECT_EQ(ps.applied(), 2 * kRounds * shards_of(vars));
+    EXPECT_EQ(ps.dropped(), 0);
+
+    // One model, one update per round, on the round's two batches together (each worker's batch r in round r).
+    const std::vector<data::Element> first = batches_of(0, kRounds), second = batches_of(1, kRounds);
+    std::vector<data::Element> together;
+    for (int r = 0; r < kRounds; ++r) together.push_back(concatenated(first[r], second[r]));
+    std::shared_ptr<Sequential> local;
+    const std::vector<double> losses = train_locally(*chief, *c.local, together, &local);
+    expect_weights_near(*chief, vars, *local, 1e-5f);
+    for (int r = 0; r < kRounds; ++r) {  // round r: closures 2r and 2r + 1 (rounds take closures in order)
+      EXPECT_NEAR((outputs[2 * r].loss + outputs[2 * r + 1].loss) / 2, losses[r], 1e-5) << "round " << r;
+    }
+    // Asynchronous updates of the same steps would differ: the comparison can fail.
+    std::shared_ptr<Sequential> one_by_one;
+    std::vector<data::Element> interleaved;
+    for (int r = 0; r < kRounds; ++r) interleaved.insert(interleaved.end(), {first[r], second[r]});
+    auto fresh = c.spec.name == "adam" ? std::shared_ptr<optim::Optimizer>(std::make_shared<optim::Adam>(
+                                             optim::AdamOptions{.learning_rate = 0.01f}))
+                                       : std::make_shared<optim::SGD>(optim::SGDOptions{.learning_rate = 0.2f, .momentum = 0.9f});
+    auto reset = classifier(1);  // the chief's initial weights again
+    train_locally(*reset, *fresh, interleaved, &one_by_one);
+    const std::vector<float> async_kernel = one_by_one->trainable_variables()[0].value().to_vector<float>(),
+                             sync_kernel = local->trainable_variables()[0].value().to_vector<float>();
+    float largest_gap = 0;
+    for (size_t i = 0; i < sync_kernel.size(); ++i) {
+      largest_gap = std::max(largest_gap, std::abs(async_kernel[i] - sync_kernel[i]));
+    }
+    EXPECT_GT(largest_gap, 1e-3f);
+  }
+}
+
+TEST(RemoteTrainerTest, AWorkerLostMidRoundLeavesTheRoundToTheOtherAndEveryStepIsAppliedOnce) {
+  PsCluster ps;
+  auto chief = classifier(1);
+  const OptimizerSpec adam{.name = "adam", .learning_rate = 0.01};
+  const std::vector<ShardedVariable> vars = create_model_variables(*chief, kTwoShards, ps.clients, adam);
+  RemoteTrainer lost_trainer(classifier(2), points_of, 0, kTwoShards, ps.clients);
+  auto healthy_trainer = std::make_shared<RemoteTrainer>(classifier(3), points_of, 1, kTwoShards, ps.clients);
+
+  // The victim's first step hangs before it pulls, until released; meanwhile its server is stopped, which cancels the
+  // call: the coordinator re-runs the step (its round kept) on the healthy worker.
+  std::mutex mu;
+  std::condition_variable cv;
+  bool hung = false, released = false;
+  StepContext hung_step;
+  WorkerServer victim;
+  victim.register_function(kTrainStep, [&](const StepContext& step, const std::string&) {
+    {
+      std::unique_lock lock(mu);
+      hung = true;
+      hung_step = step;
+      cv.notify_all();
+      cv.wait_for(lock, std::chrono::seconds(30), [&] { return released; });
+    }
+    return lost_trainer.run_step(step).serialize();  // late: the ps drops it
+  });
+  victim.start("127.0.0.1:0");
+  std::vector<StepContext> healthy_steps;  // only its dispatcher's calls write it, one at a time
+  WorkerServer healthy;
+  healthy.register_function(kTrainStep, [&](const StepContext& step, const std::string&) {
+    healthy_steps.push_back(step);
+    return healthy_trainer->run_step(step).serialize();
+  });
+  healthy.start("127.0.0.1:0");
+
+  constexpr int kSteps = 8;
+  std::vector<RemoteValue> values;
+  std::vector<WorkerStatus> status;
+  {
+    CoordinatorOptions options = quick();
+    options.max_staleness = 0;
+    ClusterCoordinator coordinator({address_of(victim), address_of(healthy)}, options);
+    for (int i = 0; i < kSteps; ++i) values.push_back(coordinator.schedule(kTrainStep));
+    {
+      std::unique_lock lock(mu);
+      ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(10), [&] { return hung; })) << "the victim got no step";
+    }
+    std::thread stopper([&] { victim.stop(milliseconds(100)); });  // returns once the hung function is released
+    coordinator.join();  // the healthy worker finishes the round alone, and every round after
+    status = coordinator.worker_status();
+    {
+      std::lock_guard lock(mu);
+      released = true;
+    }
+    cv.notify_all();
+    stopper.join();
+  }
+  for (const RemoteValue& v : values) EXPECT_NO_THROW(StepOutput::parse(v.fetch()));
+  EXPECT_EQ(status[0].times_lost, 1);
+  EXPECT_FALSE(status[0].up);
+  EXPECT_EQ(ps.applied(), kSteps * shards_of(vars));  // every step once, the lost one included
+  EXPECT_EQ(ps.dropped(), shards_of(vars));           // the victim's late pushes of its step, every one
+  EXPECT_EQ(healthy_trainer->steps_run(), kSteps);
+
+  // The healthy worker ran its own closure of round 0 and the victim's (same step id, same round of 2), then rounds
+  // of 1 alone.
+  ASSERT_EQ(healthy_steps.size(), static_cast<size_t>(kSteps));
+  EXPECT_EQ(hung_step.round.size, 2);
+  int64_t reruns = 0;
+  for (size_t i = 0; i < healthy_steps.size(); ++i) {
+    const StepContext& s = healthy_steps[i];
+    if (s.step_id == hung_step.step_id) {
+      ++reruns;
+      EXPECT_EQ(s.round.id, hung_step.round.id);
+      EXPECT_EQ(s.round.size, 2);
+    }
+    EXPECT_EQ(s.round.size, i < 2 ? 2 : 1) << "call " << i;
+  }
+  EXPECT_EQ(reruns, 1);
+  // So the ps holds one model trained on the healthy worker's first two batches together (both read the values before
+  // the round), then on each of its next batches alone.
+  const std::vector<data::Element> batches = batches_of(1, kSteps);
+  std::vector<data::Element> rounds = {concatenated(batches[0], batches[1])};
+  rounds.insert(rounds.end(), batches.begin() + 2, batches.end());
+  optim::Adam local_adam(optim::AdamOptions{.learning_rate = 0.01f});
+  std::shared_ptr<Sequential> local;
+  train_locally(*chief, local_adam, rounds, &local);
+  expect_weights_near(*chief, vars, *local, 1e-5f);
+  std::cout << "step " << hung_step.step_id << " of round " << hung_step.round.id
+            << " was lost with its worker and completed on the other; the lost call: " << status[0].last_error << "\n";
 }
 
 }  // namespace

@@ -5,7 +5,8 @@
 // and serves the training step as a function of its WorkerServer. A step pulls every variable, takes the worker's
 // next batch, computes the loss and gradients with a GradientTape, and pushes every gradient under the step's id: the
 // ps applies it at once with the job's optimizer and drops it when that step was applied before (a step re-run after
-// a lost worker is applied once).
+// a lost worker is applied once). Under a coordinator with max_staleness = 0 a step pushes in its synchronous round
+// and the ps applies the round's mean gradient once: synchronous training on the workers' batches together.
 //
 //   // The chief (its model built and compiled as the workers'):
 //   auto vars = ps::create_model_variables(model, ps::FixedShardsPartitioner(2), servers,
@@ -127,8 +128,12 @@ class RemoteTrainer {
   // error (a variable missing: InvalidArgument; a ps unreachable: Unavailable) passes through (the coordinator's
   // RemoteValue names the step).
   StepOutput run_step(int64_t step_id);
-  // Registers run_step on `server` as `name`: the function returns StepOutput::serialize() (its arguments are
-  // unused). The server holds a reference to this trainer: keep it alive while the server serves.
+  // The same, with the pushes in the step's synchronous round when it has one (max_staleness = 0): the ps applies the
+  // mean of the round's gradients, each the gradient of its batch's mean loss, so with equal batches the update is
+  // that of the mean loss over the round's batches together.
+  StepOutput run_step(const StepContext& step);
+  // Registers run_step on `server` as `name` (with the call's StepContext): the function returns
+  // StepOutput::serialize() (its arguments are unused). The server holds a reference to this trainer: keep it alive while the server serves.
   void register_on(WorkerServer& server, const std::string& name = kTrainStep);
 
   int64_t steps_run() const;
@@ -143,8 +148,9 @@ class RemoteTrainer {
   // Pulls every variable into the model's, the sparse table's `rows` alone (all of it when sparse_ is -1).
   void pull_step(const std::vector<Variable>& vars, const std::vector<int64_t>& rows);
   // Pushes `gradients` (one per variable), the sparse table's `rows` alone plus one zero row of each table shard
-  // holding none of them.
-  void push_step(const std::vector<Tensor>& gradients, const std::vector<int64_t>& rows, const std::string& step_id);
+  // holding none of them; in synchronous `round` when it is defined.
+  void push_step(const std::vector<Tensor>& gradients, const std::vector<int64_t>& rows, const std::string& step_id,
+                 const SyncRound& round);
 
   std::shared_ptr<Model> model_;
   int64_t worker_index_;
