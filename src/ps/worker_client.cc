@@ -133,6 +133,9 @@ bool WorkerClient::ping(std::chrono::milliseconds timeout, std::string* why) {
     *why = "no answer within " + std::to_string(timeout.count()) + " ms";
   } else if (!status.ok()) {
     *why = status_text(status);
+  } else if (resp.running()) {
+    *why = "alive, but still running the function it was lost in";
+    return false;
   }
   return status.ok();
 }

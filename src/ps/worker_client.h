@@ -30,7 +30,9 @@ class WorkerClient {
   // fails without a function's error (unreachable, cancelled, past `timeout`; 0 = no bound) is kLost.
   Outcome run(const std::string& function, int64_t step_id, const std::string& args, std::chrono::milliseconds timeout,
               const SyncRound& round = {});
-  // Whether the worker answers a liveness call within `timeout` (waiting for it to come up meanwhile); else `why`.
+  // Whether the worker answers a liveness call within `timeout` (waiting for it to come up meanwhile) and runs no
+  // function (after a lost call: the one it was lost in has returned, so a new call is not stuck behind it); else
+  // `why`.
   bool ping(std::chrono::milliseconds timeout, std::string* why);
   // Cancels the call in flight and every later one (they come back kLost / false). For shutting down.
   void cancel();

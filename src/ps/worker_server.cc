@@ -1,5 +1,6 @@
 // The worker service (strata/ps/worker_server.h) over proto/worker.proto: RunFunction looks the function up by name
-// and runs it under a per-worker lock, mapping its exception to a status (function_error.h); Ping answers at once.
+// and runs it under a per-worker lock, mapping its exception to a status (function_error.h); Ping answers at once,
+// saying whether a function is running.
 // Thread-safety: the function registry is guarded by Service::mu_; run_mu_ lets one function run at a time; gRPC runs
 // handlers on its threads.
 #include "strata/ps/worker_server.h"
@@ -18,6 +19,18 @@
 namespace strata::ps {
 namespace pb = strata::ps::proto;
 namespace {
+
+// Sets a flag for its lifetime.
+class RunningFlag {
+ public:
+  explicit RunningFlag(std::atomic<bool>& flag) : flag_(flag) { flag_ = true; }
+  ~RunningFlag() { flag_ = false; }
+  RunningFlag(const RunningFlag&) = delete;
+  RunningFlag& operator=(const RunningFlag&) = delete;
+
+ private:
+  std::atomic<bool>& flag_;
+};
 
 class Service final : public pb::Worker::Service {
  public:
@@ -42,6 +55,7 @@ class Service final : public pb::Worker::Service {
     if (context->IsCancelled()) {  // the caller gave up while the function before ran: it re-runs this one elsewhere
       return {grpc::StatusCode::CANCELLED, "the caller gave up before '" + req->function() + "' started"};
     }
+    const RunningFlag running(running_);
     try {
       const StepContext step{.step_id = req->step_id(), .round = {.id = req->round(), .size = req->round_size()}};
       resp->set_result(function(step, req->args()));
@@ -57,6 +71,7 @@ class Service final : public pb::Worker::Service {
 
   grpc::Status Ping(grpc::ServerContext*, const pb::PingRequest*, pb::PingResponse* resp) override {
     resp->set_functions_run(functions_run_.load());
+    resp->set_running(running_.load());
     return grpc::Status::OK;
   }
 
@@ -74,6 +89,7 @@ class Service final : public pb::Worker::Service {
   std::map<std::string, WorkerServer::StepFunction> functions_;  // GUARDED_BY(mu_)
   std::mutex run_mu_;                                        // held while a function runs
   std::atomic<int64_t> functions_run_{0};
+  std::atomic<bool> running_{false};  // a function runs (under run_mu_)
 };
 
 }  // namespace

@@ -368,7 +368,11 @@ TEST(RemoteTrainerTest, SynchronousRoundsEqualOneModelTrainedOnBothWorkersBatche
   }
 }
 
-TEST(RemoteTrainerTest, AWorkerLostMidRoundLeavesTheRoundToTheOtherAndEveryStepIsAppliedOnce) {
+// How a worker is lost mid-round: its server stopped (the call cancelled), or hung past function_timeout (alive: it
+// answers pings, but is not taken back while the function it was lost in still runs).
+enum class Loss { kServerStopped, kHungPastTimeout };
+
+void lose_a_worker_mid_round(Loss loss) {
   PsCluster ps;
   auto chief = classifier(1);
   const OptimizerSpec adam{.name = "adam", .learning_rate = 0.01};
@@ -377,7 +381,8 @@ TEST(RemoteTrainerTest, AWorkerLostMidRoundLeavesTheRoundToTheOtherAndEveryStepI
   auto healthy_trainer = std::make_shared<RemoteTrainer>(classifier(3), points_of, 1, kTwoShards, ps.clients);
 
   // The victim's first step hangs before it pulls, until released; meanwhile its server is stopped, which cancels the
-  // call: the coordinator re-runs the step (its round kept) on the healthy worker.
+  // call, or the call runs past function_timeout: the coordinator re-runs the step (its round kept) on the healthy
+  // worker.
   std::mutex mu;
   std::condition_variable cv;
   bool hung = false, released = false;
@@ -408,13 +413,15 @@ TEST(RemoteTrainerTest, AWorkerLostMidRoundLeavesTheRoundToTheOtherAndEveryStepI
   {
     CoordinatorOptions options = quick();
     options.max_staleness = 0;
+    if (loss == Loss::kHungPastTimeout) options.function_timeout = milliseconds(1000);  // far beyond a step here
     ClusterCoordinator coordinator({address_of(victim), address_of(healthy)}, options);
     for (int i = 0; i < kSteps; ++i) values.push_back(coordinator.schedule(kTrainStep));
     {
       std::unique_lock lock(mu);
       ASSERT_TRUE(cv.wait_for(lock, std::chrono::seconds(10), [&] { return hung; })) << "the victim got no step";
     }
-    std::thread stopper([&] { victim.stop(milliseconds(100)); });  // returns once the hung function is released
+    std::thread stopper;
+    if (loss == Loss::kServerStopped) stopper = std::thread([&] { victim.stop(milliseconds(100)); });
     coordinator.join();  // the healthy worker finishes the round alone, and every round after
     status = coordinator.worker_status();
     {
@@ -422,7 +429,8 @@ TEST(RemoteTrainerTest, AWorkerLostMidRoundLeavesTheRoundToTheOtherAndEveryStepI
       released = true;
     }
     cv.notify_all();
-    stopper.join();
+    if (stopper.joinable()) stopper.join();  // returns once the hung function returned
+    victim.stop();                           // the same, when it hung past the timeout
   }
   for (const RemoteValue& v : values) EXPECT_NO_THROW(StepOutput::parse(v.fetch()));
   EXPECT_EQ(status[0].times_lost, 1);
@@ -457,6 +465,15 @@ TEST(RemoteTrainerTest, AWorkerLostMidRoundLeavesTheRoundToTheOtherAndEveryStepI
   expect_weights_near(*chief, vars, *local, 1e-5f);
   std::cout << "step " << hung_step.step_id << " of round " << hung_step.round.id
             << " was lost with its worker and completed on the other; the lost call: " << status[0].last_error << "\n";
+}
+
+TEST(RemoteTrainerTest, AWorkerLostMidRoundLeavesTheRoundToTheOtherAndEveryStepIsAppliedOnce) {
+  {
+    SCOPED_TRACE("server stopped");
+    lose_a_worker_mid_round(Loss::kServerStopped);
+  }
+  SCOPED_TRACE("hung past function_timeout");
+  lose_a_worker_mid_round(Loss::kHungPastTimeout);
 }
 
 }  // namespace

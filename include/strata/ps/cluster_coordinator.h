@@ -14,8 +14,9 @@
 //
 // Failures. A call that fails with no error from the function (the worker unreachable, gone mid-call, cancelled, past
 // function_timeout) puts the closure back at the head of the queue for another worker and marks the worker down; its
-// dispatcher probes it with exponential backoff (probe_initial_backoff doubling to probe_max_backoff) until it answers,
-// so a worker restarted on the same address rejoins and gets work again. Training never waits for a dead worker. When
+// dispatcher probes it with exponential backoff (probe_initial_backoff doubling to probe_max_backoff) until it answers
+// running no function, so a worker restarted on the same address rejoins and gets work again, and one still hung in
+// the call it was lost in is given nothing new until that call returns. Training never waits for a dead worker. When
 // every worker has been down for unavailable_timeout, the queued closures (and those scheduled later, until a worker
 // is back) fail with Unavailable naming each worker and its last error: no endless retry loop (TensorFlow #45088).
 // An error the function threw is the closure's own: never retried, it reaches fetch(), and join() / done().
