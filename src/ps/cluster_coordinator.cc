@@ -124,10 +124,16 @@ struct ClusterCoordinator::Impl {
       if (staleness > 0 && w.status.steps - staleness > fewest_steps_up(&w)) return false;
       if (staleness == 0 && !round_has_slot_for(w)) {
         const bool round_finished = round_taken == round.size && round_unfinished == 0;
+        if (!round_finished) return false;
+        // A round holds closures of one function (a train step's round is never short of a push because an eval
+        // step took a slot): those at the head of the queue, all fresh (a round ends only once its re-runs did).
         const int64_t up = workers_up();
-        const auto queued = static_cast<int64_t>(queue.size());  // all fresh: a round ends only once its re-runs did
-        if (!round_finished || (queued < up && waiters == 0 && !done_polled)) return false;
-        round = {.id = queue.front().value->step_id, .size = std::min(up, queued)};
+        const auto same = static_cast<int64_t>(std::find_if(queue.begin(), queue.end(), [&](const Closure& c) {
+                                                 return c.function != queue.front().function;
+                                               }) - queue.begin());
+        const bool more_may_come = same == static_cast<int64_t>(queue.size());
+        if (same < up && more_may_come && waiters == 0 && !done_polled) return false;
+        round = {.id = queue.front().value->step_id, .size = std::min(up, same)};
         ++round_number;
         round_taken = round_unfinished = 0;
         if (round.size < up) done_polled = false;  // used up

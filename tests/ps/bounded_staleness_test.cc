@@ -2,7 +2,7 @@
 // as threads of the test process whose functions log when they start and finish: with one worker slowed, no worker
 // starts its step v before every worker up finished v - s, while without a bound the fast one runs far ahead; s = 0
 // runs lockstep rounds (one closure per worker each, the round passed to the function, a partial last round when the
-// chief waits in join(), fetch() or done()); a negative bound is refused.
+// chief waits in join(), fetch() or done(), never two functions in one round); a negative bound is refused.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -28,21 +28,25 @@ struct Event {
   int worker;
   bool start;  // else: finish
   StepContext step;
+  std::string function;
 };
 
-// Workers serving "step": each sleeps its own time between logging its start and its finish.
+// Workers serving "step" and "eval": each sleeps its own time between logging its start and its finish.
 class LoggingWorkers {
  public:
   explicit LoggingWorkers(const std::vector<milliseconds>& step_times) {
     for (size_t i = 0; i < step_times.size(); ++i) {
       servers_.push_back(std::make_unique<WorkerServer>());
-      servers_.back()->register_function(
-          "step", [this, worker = static_cast<int>(i), time = step_times[i]](const StepContext& step, const std::string&) {
-            log(worker, true, step);
-            std::this_thread::sleep_for(time);
-            log(worker, false, step);
-            return std::to_string(worker);
-          });
+      for (const std::string function : {"step", "eval"}) {
+        servers_.back()->register_function(
+            function, [this, function, worker = static_cast<int>(i), time = step_times[i]](const StepContext& step,
+                                                                                           const std::string&) {
+              log(worker, true, step, function);
+              std::this_thread::sleep_for(time);
+              log(worker, false, step, function);
+              return std::to_string(worker);
+            });
+      }
       servers_.back()->start("127.0.0.1:0");
     }
   }
@@ -57,9 +61,9 @@ class LoggingWorkers {
   }
 
  private:
-  void log(int worker, bool start, const StepContext& step) {
+  void log(int worker, bool start, const StepContext& step, const std::string& function) {
     std::lock_guard lock(mu_);
-    events_.push_back({worker, start, step});
+    events_.push_back({worker, start, step, function});
   }
   std::vector<std::unique_ptr<WorkerServer>> servers_;
   mutable std::mutex mu_;
@@ -201,6 +205,22 @@ TEST(BoundedStalenessTest, ARoundNotFullStartsOnceTheChiefWaitsInFetchOrDone) {
   ASSERT_TRUE(third.is_ready()) << "done() polled, but the round of 1 never started";
   EXPECT_EQ(workers.events().back().step.round.size, 1);
   EXPECT_EQ(workers.events().back().step.round.id, third.step_id());
+}
+
+TEST(BoundedStalenessTest, ARoundHoldsClosuresOfOneFunctionOnly) {
+  LoggingWorkers workers({milliseconds(1), milliseconds(1)});
+  ClusterCoordinator coordinator(workers.addresses(), quick(0));
+  for (const char* function : {"step", "step", "step", "eval", "eval", "step"}) coordinator.schedule(function);
+  coordinator.join();
+  std::map<int64_t, std::set<std::string>> functions;  // by round id
+  std::map<int64_t, int64_t> sizes;
+  for (const Event& e : workers.events()) {
+    functions[e.step.round.id].insert(e.function);
+    sizes[e.step.round.id] = e.step.round.size;
+  }
+  // Rounds: steps 0 and 1; step 2 alone (an eval follows it); evals 3 and 4; step 5 alone (join() waits).
+  EXPECT_EQ(sizes, (std::map<int64_t, int64_t>{{0, 2}, {2, 1}, {3, 2}, {5, 1}}));
+  for (const auto& [round, names] : functions) EXPECT_EQ(names.size(), 1u) << "round " << round << " mixes functions";
 }
 
 TEST(BoundedStalenessTest, ANegativeBoundIsInvalidArgument) {

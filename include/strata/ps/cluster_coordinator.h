@@ -28,8 +28,9 @@
 // back, and a worker that comes back up counts as far as the slowest of the others). A closure re-run after a lost
 // worker was admitted already: any worker runs it at once, and it counts for none.
 // s = 0 is synchronous training in lockstep rounds (strata/ps/sync_round.h): a round opens when the one before is
-// finished, with one closure for each worker up then (fewer when fewer are queued and the chief waits in join(),
-// done() or fetch(); while it does not, a round waits until it is full). Each closure gets the round (its id and
+// finished, with one closure for each worker up then, all of one function (fewer when fewer of it are at the head of
+// the queue and another function follows, or the chief waits in join(), done() or fetch(); else a round waits until
+// it is full). Each closure gets the round (its id and
 // size) with its call, keeps it when re-run elsewhere, and passes it with its pushes: the ps applies the mean of the
 // round's gradients once, when every closure of the round has pushed, before the last push returns. So when a round's
 // closures have all returned, the next round pulls the updated values. A round whose closure failed with its own
