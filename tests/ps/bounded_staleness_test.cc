@@ -1,6 +1,7 @@
 // Bounded staleness in the cluster coordinator (CoordinatorOptions::max_staleness), with WorkerServers on 127.0.0.1
 // as threads of the test process whose functions log when they start and finish: with one worker slowed, no worker
-// starts its step v before every worker up finished v - s, while without a bound the fast one runs far ahead; s = 0
+// starts its step v before every worker up finished v - s, while without a bound the fast one runs far ahead; a down
+// worker, and one that comes back, hold nobody back; s = 0
 // runs lockstep rounds (one closure per worker each, the round passed to the function, a partial last round when the
 // chief waits in join(), fetch() or done(), never two functions in one round); a negative bound is refused.
 #include <gtest/gtest.h>
@@ -59,6 +60,8 @@ class LoggingWorkers {
     std::lock_guard lock(mu_);
     return events_;
   }
+  // Worker i's server (stop() it and start() it again on its address: its functions stay registered).
+  WorkerServer& server(size_t i) { return *servers_[i]; }
 
  private:
   void log(int worker, bool start, const StepContext& step, const std::string& function) {
@@ -205,6 +208,44 @@ TEST(BoundedStalenessTest, ARoundNotFullStartsOnceTheChiefWaitsInFetchOrDone) {
   ASSERT_TRUE(third.is_ready()) << "done() polled, but the round of 1 never started";
   EXPECT_EQ(workers.events().back().step.round.size, 1);
   EXPECT_EQ(workers.events().back().step.round.id, third.step_id());
+}
+
+// Runs `count` closures of "step" and waits for them, at most 20 s (a gate that waits for a down worker would hang).
+void run_bounded(ClusterCoordinator& coordinator, int count) {
+  for (int i = 0; i < count; ++i) coordinator.schedule("step");
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!coordinator.done()) {
+    ASSERT_LT(std::chrono::steady_clock::now(), deadline) << "the closures never finished";
+    std::this_thread::sleep_for(milliseconds(2));
+  }
+}
+
+TEST(BoundedStalenessTest, ADownWorkerHoldsNobodyBackNorDoesOneThatComesBack) {
+  LoggingWorkers workers({milliseconds(1), milliseconds(1)});
+  const std::string address = workers.addresses()[1];
+  ClusterCoordinator coordinator(workers.addresses(), quick(1));
+  run_bounded(coordinator, 6);
+  workers.server(1).stop();
+  run_bounded(coordinator, 20);  // worker 1 is found down; worker 0 goes on alone, 20 and more steps ahead
+  ASSERT_FALSE(coordinator.worker_status()[1].up);
+  const int64_t alone = coordinator.worker_status()[0].steps;
+  EXPECT_GE(alone, 20);
+  workers.server(1).start(address);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (!coordinator.worker_status()[1].up && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(milliseconds(5));
+  }
+  ASSERT_TRUE(coordinator.worker_status()[1].up) << "the restarted worker was never found up";
+  // Back, it counts as far as worker 0: both take the next steps, worker 0 never waiting for it to catch up.
+  EXPECT_GE(coordinator.worker_status()[1].steps, alone);
+  const size_t before = workers.events().size();
+  run_bounded(coordinator, 10);
+  const std::vector<Event> events = workers.events();
+  int64_t by_first = 0;
+  for (size_t i = before; i < events.size(); ++i) by_first += events[i].start && events[i].worker == 0;
+  EXPECT_GT(by_first, 0) << "worker 0 waited while the worker that came back caught up";
+  const std::vector<WorkerStatus> status = coordinator.worker_status();
+  EXPECT_LE(std::abs(status[0].steps - status[1].steps), 1);
 }
 
 TEST(BoundedStalenessTest, ARoundHoldsClosuresOfOneFunctionOnly) {
