@@ -75,14 +75,14 @@ struct ClusterCoordinator::Impl {
 
   // The chief waits for closures (join(), fetch(): counted while they wait; done(): until the next schedule()), so
   // under max_staleness = 0 a round may open with fewer closures than workers.
-  int64_t waiters = 0;              // GUARDED_BY(mu)
-  bool done_polled = false;         // GUARDED_BY(mu)
+  int64_t waiters = 0;       // GUARDED_BY(mu)
+  bool done_polled = false;  // GUARDED_BY(mu)
   // max_staleness = 0: the current round, its number (counting from 0), how many fresh closures it took, and how
   // many of those have not finished (a re-run one counts until it finishes).
-  SyncRound round;                  // GUARDED_BY(mu)
-  int64_t round_number = -1;        // GUARDED_BY(mu)
-  int64_t round_taken = 0;          // GUARDED_BY(mu)
-  int64_t round_unfinished = 0;     // GUARDED_BY(mu)
+  SyncRound round;               // GUARDED_BY(mu)
+  int64_t round_number = -1;     // GUARDED_BY(mu)
+  int64_t round_taken = 0;       // GUARDED_BY(mu)
+  int64_t round_unfinished = 0;  // GUARDED_BY(mu)
 
   // REQUIRES: mu held.
   void finish(Closure& c, std::string result, std::exception_ptr error) {
@@ -115,6 +115,14 @@ struct ClusterCoordinator::Impl {
                         [&](const auto& u) { return u->status.up && u->round_taken != round_number; });
   }
 
+  // How many closures at the head of the queue are of the head's function. REQUIRES: mu held, the queue not empty.
+  int64_t closures_of_head_function() const {
+    const std::string& function = queue.front().function;
+    const auto other =
+        std::find_if(queue.begin(), queue.end(), [&](const Closure& c) { return c.function != function; });
+    return static_cast<int64_t>(other - queue.begin());
+  }
+
   // Takes the closure worker `w` (up) may run next into `out`; false when none may be taken now. REQUIRES: mu held.
   bool take(Worker& w, Closure* out) {
     if (queue.empty()) return false;
@@ -128,9 +136,7 @@ struct ClusterCoordinator::Impl {
         // A round holds closures of one function (a train step's round is never short of a push because an eval
         // step took a slot): those at the head of the queue, all fresh (a round ends only once its re-runs did).
         const int64_t up = workers_up();
-        const auto same = static_cast<int64_t>(std::find_if(queue.begin(), queue.end(), [&](const Closure& c) {
-                                                 return c.function != queue.front().function;
-                                               }) - queue.begin());
+        const int64_t same = closures_of_head_function();
         const bool more_may_come = same == static_cast<int64_t>(queue.size());
         if (same < up && more_may_come && waiters == 0 && !done_polled) return false;
         round = {.id = queue.front().value->step_id, .size = std::min(up, same)};

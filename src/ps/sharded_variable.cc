@@ -136,9 +136,8 @@ void ShardedVariable::push(const Tensor& gradient, const std::string& step_id, c
                                   << ", the variable " << shape_str(shape_));
   on_shards(all_shards(num_shards()), [&](int64_t s) {
     const size_t i = static_cast<size_t>(s);
-    servers_[static_cast<size_t>(shard_server(s))]->push(shard_name(s),
-                                                        gradient.slice(first_[i], first_[i] + rows_[i]), step_id,
-                                                        round);
+    servers_[static_cast<size_t>(shard_server(s))]->push(shard_name(s), gradient.slice(first_[i], first_[i] + rows_[i]),
+                                                         step_id, round);
   });
 }
 

@@ -204,7 +204,8 @@ TEST(BoundedStalenessTest, ARoundNotFullStartsOnceTheChiefWaitsInFetchOrDone) {
 
   RemoteValue third = coordinator.schedule("step");
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
-  while (!coordinator.done() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(milliseconds(1));
+  while (!coordinator.done() && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(milliseconds(1));
   ASSERT_TRUE(third.is_ready()) << "done() polled, but the round of 1 never started";
   EXPECT_EQ(workers.events().back().step.round.size, 1);
   EXPECT_EQ(workers.events().back().step.round.id, third.step_id());

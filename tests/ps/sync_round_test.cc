@@ -67,7 +67,7 @@ TEST(SyncRoundTest, AStepRepeatedInOrAfterItsRoundIsDroppedAndPushesWithoutARoun
   EXPECT_FALSE(ps.client->push("w", Tensor::full({2}, 2.0), "step:1", r));  // a re-run before the round is complete
   EXPECT_EQ(values(ps.client->pull("w")), std::vector<float>(2, 0.0f));
   EXPECT_TRUE(ps.client->push("w", Tensor::full({2}, 4.0), "step:2", r));
-  EXPECT_EQ(values(ps.client->pull("w")), std::vector<float>(2, -3.0f));  // the mean of 2 and 4
+  EXPECT_EQ(values(ps.client->pull("w")), std::vector<float>(2, -3.0f));    // the mean of 2 and 4
   EXPECT_FALSE(ps.client->push("w", Tensor::full({2}, 2.0), "step:2", r));  // a late zombie of the round
   EXPECT_TRUE(ps.client->push("w", Tensor::full({2}, 1.0), "step:3"));      // asynchronous: at once
   EXPECT_EQ(values(ps.client->pull("w")), std::vector<float>(2, -4.0f));
@@ -119,8 +119,9 @@ TEST(SyncRoundTest, ARoundsSizeMustAgreeAndItsPushesNeedAStepId) {
   const std::string m = test::message_of<InvalidArgument>(
       [&] { ps.client->push("w", Tensor::full({2}, 1.0), "step:2", {.id = 9, .size = 3}); });
   EXPECT_NE(m.find("round 9 has size 2 but step 'step:2' says 3"), std::string::npos) << m;
-  EXPECT_NE(test::message_of<InvalidArgument>([&] { ps.client->push("w", Tensor::full({2}, 1.0), "", {.id = 9, .size = 2}); })
-                .find("needs a step id"),
+  EXPECT_NE(test::message_of<InvalidArgument>([&] {
+              ps.client->push("w", Tensor::full({2}, 1.0), "", {.id = 9, .size = 2});
+            }).find("needs a step id"),
             std::string::npos);
   EXPECT_EQ(values(ps.client->pull("w")), std::vector<float>(2, 0.0f));  // neither bad push changed anything
   EXPECT_TRUE(ps.client->push("w", Tensor::full({2}, 3.0), "step:2", {.id = 9, .size = 2}));

@@ -9,10 +9,14 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <condition_variable>
+#include <functional>
 #include <iostream>
 #include <mutex>
 #include <numeric>
+#include <thread>
 
 #include "kernels/kernels.h"
 #include "strata/error.h"
@@ -306,12 +310,13 @@ void expect_weights_near(Model& chief, const std::vector<ShardedVariable>& vars,
 TEST(RemoteTrainerTest, SynchronousRoundsEqualOneModelTrainedOnBothWorkersBatchesTogether) {
   struct Case {
     OptimizerSpec spec;
-    std::shared_ptr<optim::Optimizer> local;
+    std::function<std::unique_ptr<optim::Optimizer>()> local_optimizer;  // the same, for a local model
   };
   const std::vector<Case> cases = {
-      {{.name = "adam", .learning_rate = 0.01}, std::make_shared<optim::Adam>(optim::AdamOptions{.learning_rate = 0.01f})},
+      {{.name = "adam", .learning_rate = 0.01},
+       [] { return std::make_unique<optim::Adam>(optim::AdamOptions{.learning_rate = 0.01f}); }},
       {{.name = "sgd", .learning_rate = 0.2, .momentum = 0.9},
-       std::make_shared<optim::SGD>(optim::SGDOptions{.learning_rate = 0.2f, .momentum = 0.9f})}};
+       [] { return std::make_unique<optim::SGD>(optim::SGDOptions{.learning_rate = 0.2f, .momentum = 0.9f}); }}};
   for (const Case& c : cases) {
     SCOPED_TRACE(c.spec.name);
     PsCluster ps;
@@ -344,7 +349,7 @@ TEST(RemoteTrainerTest, SynchronousRoundsEqualOneModelTrainedOnBothWorkersBatche
     std::vector<data::Element> together;
     for (int r = 0; r < kRounds; ++r) together.push_back(concatenated(first[r], second[r]));
     std::shared_ptr<Sequential> local;
-    const std::vector<double> losses = train_locally(*chief, *c.local, together, &local);
+    const std::vector<double> losses = train_locally(*chief, *c.local_optimizer(), together, &local);
     expect_weights_near(*chief, vars, *local, 1e-5f);
     for (int r = 0; r < kRounds; ++r) {  // round r: closures 2r and 2r + 1 (rounds take closures in order)
       EXPECT_NEAR((outputs[2 * r].loss + outputs[2 * r + 1].loss) / 2, losses[r], 1e-5) << "round " << r;
@@ -353,11 +358,8 @@ TEST(RemoteTrainerTest, SynchronousRoundsEqualOneModelTrainedOnBothWorkersBatche
     std::shared_ptr<Sequential> one_by_one;
     std::vector<data::Element> interleaved;
     for (int r = 0; r < kRounds; ++r) interleaved.insert(interleaved.end(), {first[r], second[r]});
-    auto fresh = c.spec.name == "adam" ? std::shared_ptr<optim::Optimizer>(std::make_shared<optim::Adam>(
-                                             optim::AdamOptions{.learning_rate = 0.01f}))
-                                       : std::make_shared<optim::SGD>(optim::SGDOptions{.learning_rate = 0.2f, .momentum = 0.9f});
     auto reset = classifier(1);  // the chief's initial weights again
-    train_locally(*reset, *fresh, interleaved, &one_by_one);
+    train_locally(*reset, *c.local_optimizer(), interleaved, &one_by_one);
     const std::vector<float> async_kernel = one_by_one->trainable_variables()[0].value().to_vector<float>(),
                              sync_kernel = local->trainable_variables()[0].value().to_vector<float>();
     float largest_gap = 0;

@@ -37,7 +37,7 @@ namespace strata::ps {
 // What a call tells a function about its closure.
 struct StepContext {
   int64_t step_id = 0;  // unique per closure, the same when it is re-run
-  SyncRound round;      // under max_staleness = 0: the closure's round (kept when it is re-run); else undefined
+  SyncRound round{};    // under max_staleness = 0: the closure's round (kept when it is re-run); else undefined
 };
 
 class WorkerServer {

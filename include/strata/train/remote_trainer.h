@@ -133,7 +133,8 @@ class RemoteTrainer {
   // that of the mean loss over the round's batches together.
   StepOutput run_step(const StepContext& step);
   // Registers run_step on `server` as `name` (with the call's StepContext): the function returns
-  // StepOutput::serialize() (its arguments are unused). The server holds a reference to this trainer: keep it alive while the server serves.
+  // StepOutput::serialize() (its arguments are unused). The server holds a reference to this trainer: keep it alive
+  // while the server serves.
   void register_on(WorkerServer& server, const std::string& name = kTrainStep);
 
   int64_t steps_run() const;
