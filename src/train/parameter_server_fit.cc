@@ -140,7 +140,7 @@ History Model::fit_as_worker(ps::ParameterServerStrategy& strategy, const data::
   std::promise<void> ended;
   std::once_flag end_once;
   ps::WorkerServer server;
-  server.register_function(ps::kTrainStep, [&](int64_t step_id, const std::string&) {
+  server.register_function(ps::kTrainStep, [&](const ps::StepContext& step, const std::string&) {
     std::shared_ptr<ps::RemoteTrainer> t;
     {
       std::lock_guard lock(mu);
@@ -150,7 +150,7 @@ History Model::fit_as_worker(ps::ParameterServerStrategy& strategy, const data::
       }
       t = trainer;
     }
-    return t->run_step(step_id).serialize();
+    return t->run_step(step).serialize();  // with its synchronous round under max_staleness = 0
   });
   server.register_function(ps::kEndFit, [&](int64_t, const std::string&) {
     std::call_once(end_once, [&] { ended.set_value(); });

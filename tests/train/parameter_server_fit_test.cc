@@ -1,7 +1,8 @@
 // Model::fit under ParameterServerStrategy, every task of the cluster in this process on 127.0.0.1: 2 ps tasks
 // serving, workers as threads whose fit serves the training step, the chief's fit scheduling the steps. One worker
 // with SGD ends where local fit on the same batches does, epoch logs included; two asynchronous workers lower the
-// loss with every step applied once; and what the strategy cannot do is a clear error.
+// loss with every step applied once; two synchronous ones (max_staleness = 0) end where local fit on both workers'
+// batches together does; and what the strategy cannot do is a clear error.
 #include "strata/ps/parameter_server_strategy.h"
 
 #include <gtest/gtest.h>
@@ -10,6 +11,8 @@
 #include <optional>
 #include <thread>
 
+#include "kernels/kernels.h"
+#include "ps/worker_client.h"
 #include "strata/error.h"
 #include "strata/nn/nn.h"
 #include "strata/optim/losses.h"
@@ -169,6 +172,59 @@ TEST(ParameterServerFitTest, TwoAsynchronousWorkersLowerTheLossAndEveryStepIsApp
   const std::vector<double>& loss = history.history.at("loss");
   ASSERT_EQ(loss.size(), 4u);
   EXPECT_LT(loss.back(), 0.7 * loss.front());
+}
+
+// The batches of `first` and `second`, pairwise one after the other, as one dataset in batches of both together.
+data::Dataset batches_together(const data::Dataset& first, const data::Dataset& second) {
+  std::vector<Tensor> xs, ys;
+  data::Iterator a = first.make_iterator(), b = second.make_iterator();
+  for (auto x = a.next(), y = b.next(); x && y; x = a.next(), y = b.next()) {
+    xs.insert(xs.end(), {(*x)[0], (*y)[0]});
+    ys.insert(ys.end(), {(*x)[1], (*y)[1]});
+  }
+  return data::Dataset::from_tensor_slices({kernels::concat(xs, 0), kernels::concat(ys, 0)}).batch(16);
+}
+
+TEST(ParameterServerFitTest, ZeroStalenessTrainsAsOneModelOnBothWorkersBatchesTogether) {
+  const cluster::ClusterSpec spec = cluster_of(2);
+  History history;
+  std::shared_ptr<Sequential> chief_model;
+  int64_t applied = 0;
+  {
+    Tasks tasks(spec);
+    ParameterServerStrategyOptions options = quick();
+    options.coordinator.max_staleness = 0;
+    ParameterServerStrategy chief(task_of(spec, "chief", 0), options);
+    chief_model = classifier(&chief, 1, optim::Adam(0.01));
+    // Both workers serving before the first round (one still starting would be lost, and the other would run its
+    // closure too: a synchronous round all the same, but not of these batches).
+    for (const std::string& address : spec.jobs.at("worker")) {
+      std::string why;
+      ASSERT_TRUE(detail::WorkerClient(address, std::chrono::seconds(10), std::chrono::milliseconds(100))
+                      .ping(std::chrono::seconds(10), &why))
+          << address << ": " << why;
+    }
+    // 8 steps: 4 rounds, in each of which worker w trains on its next batch of points(100 + w).
+    history = chief_model->fit(points(100), {.epochs = 1, .steps_per_epoch = 8, .verbose = 0});
+    applied = tasks.applied();
+    EXPECT_EQ(tasks.dropped(), 0);
+    for (const WorkerStatus& w : chief.coordinator().worker_status()) {
+      EXPECT_EQ(w.times_lost, 0) << w.address << ": " << w.last_error;
+      EXPECT_EQ(w.closures_run, 4) << w.address;  // one per round
+    }
+  }
+  EXPECT_EQ(applied, 8 * shards_of(*chief_model, FixedShardsPartitioner(2)));
+
+  auto local = classifier(nullptr, 1, optim::Adam(0.01));  // the chief's initial weights
+  const History expected =
+      local->fit(batches_together(points(100), points(101)), {.epochs = 1, .steps_per_epoch = 4, .verbose = 0});
+  const std::vector<Variable> trained = chief_model->trainable_variables(), want = local->trainable_variables();
+  for (size_t i = 0; i < trained.size(); ++i) {
+    SCOPED_TRACE(trained[i].name());
+    test::expect_near(trained[i].value(), want[i].value(), 1e-5f);
+  }
+  EXPECT_NEAR(history.history.at("loss")[0], expected.history.at("loss")[0], 1e-5);
+  EXPECT_NEAR(history.history.at("accuracy")[0], expected.history.at("accuracy")[0], 1e-9);
 }
 
 // Stops a ps task once the chief has seen `at` batches.
