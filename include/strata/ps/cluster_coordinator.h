@@ -30,11 +30,11 @@
 // s = 0 is synchronous training in lockstep rounds (strata/ps/sync_round.h): a round opens when the one before is
 // finished, with one closure for each worker up then, all of one function (fewer when fewer of it are at the head of
 // the queue and another function follows, or the chief waits in join(), done() or fetch(); else a round waits until
-// it is full). Each closure gets the round (its id and
-// size) with its call, keeps it when re-run elsewhere, and passes it with its pushes: the ps applies the mean of the
-// round's gradients once, when every closure of the round has pushed, before the last push returns. So when a round's
-// closures have all returned, the next round pulls the updated values. A round whose closure failed with its own
-// error is never complete on the ps (its pushes are not applied); join() reports the error.
+// it is full). Each closure gets the round (its id and size) with its call (StepContext), keeps it when re-run
+// elsewhere, and passes it with its pushes: the ps applies the mean of the round's gradients once, when every
+// closure of the round has pushed, before the last push returns. So when a round's closures have all returned, the
+// next round pulls the updated values. A round whose closure failed with its own error is never complete on the ps
+// (its pushes are not applied); join() reports the error.
 // Thread-safety: all methods may be called from any thread at once.
 #pragma once
 
