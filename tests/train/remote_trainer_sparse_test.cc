@@ -1,6 +1,7 @@
 // Sparse rows in parameter-server training (strata/train/remote_trainer.h): a model whose first layer is an Embedding
 // pulls and pushes only its batch's rows of the table, counted on the ps, and ends with the same ps values as dense
-// pulls and pushes, with SGD and with Adam (whose slots decay on every row: the ps's sparse update is the dense one's).
+// pulls and pushes, with SGD and with Adam (whose slots decay on every row: the ps's sparse update is the dense one's),
+// in synchronous rounds too.
 // Everything in this process on 127.0.0.1: 2 ps servers, the trainers' steps run directly or through WorkerServers and
 // a ClusterCoordinator.
 #include <gtest/gtest.h>
@@ -231,6 +232,40 @@ TEST(RemoteTrainerSparseTest, TwoWorkersLearnTheCtrDataThroughTheCoordinator) {
   // Every table push went in as rows: at most a batch's ids (32 x 4) and one row per table shard, beside the Dense
   // layer's 33 rows, where a dense step pushes all 200 rows of the table.
   EXPECT_LE(ps.servers[0].rows_pushed() + ps.servers[1].rows_pushed(), kSteps * (32 * kCtrFeatures + 2 + 33));
+}
+
+// The ps values after `rounds` synchronous rounds (max_staleness = 0) of two workers, sparse or dense: each round's
+// steps run one after the other here, the second reading the values before the round as the first did.
+// `shards`: how many shards the variables have.
+std::vector<Tensor> train_in_rounds(bool sparse, const OptimizerSpec& optimizer, int rounds, PsCluster& ps,
+                                    int64_t* shards) {
+  auto chief = ctr_model(1);
+  const std::vector<ShardedVariable> vars = create_model_variables(*chief, kThreeShards, ps.clients, optimizer);
+  *shards = 0;
+  for (const ShardedVariable& v : vars) *shards += v.num_shards();
+  RemoteTrainer first(ctr_model(2), ids_of, 0, kThreeShards, ps.clients, {.sparse_embeddings = sparse});
+  RemoteTrainer second(ctr_model(3), ids_of, 1, kThreeShards, ps.clients, {.sparse_embeddings = sparse});
+  for (int64_t r = 0; r < rounds; ++r) {
+    const SyncRound round{.id = 2 * r, .size = 2};
+    first.run_step(StepContext{.step_id = 2 * r, .round = round});
+    second.run_step(StepContext{.step_id = 2 * r + 1, .round = round});
+  }
+  return pull_all(vars);
+}
+
+TEST(RemoteTrainerSparseTest, SparseStepsInSynchronousRoundsGiveTheDenseStepsPsValues) {
+  PsCluster sparse_ps, dense_ps;
+  const OptimizerSpec adam{.name = "adam", .learning_rate = 0.05};
+  // The first 3 rounds' batches leave table shards 1 and 2 untouched: their zero rows complete the rounds there.
+  constexpr int kRounds = 5;
+  int64_t shards = 0;
+  const std::vector<Tensor> sparse = train_in_rounds(true, adam, kRounds, sparse_ps, &shards),
+                            dense = train_in_rounds(false, adam, kRounds, dense_ps, &shards);
+  expect_same_values(sparse, dense);
+  for (const PsCluster* ps : {&sparse_ps, &dense_ps}) {  // every round complete, and applied, on every shard
+    EXPECT_EQ(ps->servers[0].pushes_applied() + ps->servers[1].pushes_applied(), 2 * kRounds * shards);
+  }
+  EXPECT_NE(sparse[0].to_vector<float>(), ctr_model(1)->trainable_variables()[0].value().to_vector<float>());
 }
 
 }  // namespace
