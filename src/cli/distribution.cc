@@ -92,6 +92,15 @@ StrategySpec resolve_strategy(const StrategySpec& from_job, const StrategyFlags&
                                            << spec.name << ")");
     spec.gradient_compression = flags.gradient_compression;
   }
+  if (flags.max_staleness) {
+    STRATA_CHECK(*flags.max_staleness >= 0, InvalidArgument,
+                 "--max-staleness: must be 0 (synchronous rounds) or more steps, got " << *flags.max_staleness);
+    STRATA_CHECK(spec.name == "parameter_server", InvalidArgument,
+                 "--max-staleness " << *flags.max_staleness
+                                    << ": only parameter_server workers run steps on their own (this job's strategy is "
+                                    << spec.name << ")");
+    spec.max_staleness = flags.max_staleness;
+  }
   if (!flags.cross_device_ops.empty()) {
     check_cross_device_ops(flags.cross_device_ops, "--cross-device-ops");
     STRATA_CHECK(spec.name == "mirrored", InvalidArgument,
@@ -121,6 +130,7 @@ std::unique_ptr<distribute::Strategy> make_job_strategy(const StrategySpec& spec
     ps::ParameterServerStrategyOptions options;
     options.checkpoint_dir = spec.ps_checkpoint_dir;
     options.checkpoint_every_steps = spec.ps_checkpoint_every_steps;
+    options.coordinator.max_staleness = spec.max_staleness;
     return std::make_unique<ps::ParameterServerStrategy>(cluster::resolve_cluster_from_environment(), options);
   }
   return distribute::make_strategy(spec.name, replicas, spec.cross_device_ops);
@@ -132,7 +142,12 @@ std::string strategy_line(const distribute::Strategy& strategy, int64_t global_b
   if (const auto* servers = dynamic_cast<const ps::ParameterServerStrategy*>(&strategy)) {
     out << "strategy: ParameterServerStrategy, " << servers->task().name() << " of " << servers->num_worker_tasks()
         << (servers->num_worker_tasks() == 1 ? " worker" : " workers") << " and " << servers->num_ps()
-        << " ps, asynchronous steps of batch " << global_batch << " each";
+        << " ps, ";
+    const std::optional<int64_t> staleness = servers->options().coordinator.max_staleness;
+    if (!staleness) out << "asynchronous steps";
+    else if (*staleness == 0) out << "synchronous rounds of one step per worker";
+    else out << "steps at most " << *staleness << " ahead of the slowest worker";
+    out << " (batch " << global_batch << " a step)";
     return out.str();
   }
   out << "strategy: " << strategy.name() << ", " << n << (n == 1 ? " replica (" : " replicas (") << threads

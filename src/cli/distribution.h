@@ -37,6 +37,8 @@ struct StrategySpec {
   // parameter_server: where the ps shards are checkpointed ("" none) and how often besides each epoch's end.
   std::string ps_checkpoint_dir;
   int64_t ps_checkpoint_every_steps = 0;
+  // parameter_server: how many steps a worker may run ahead of the slowest (0: synchronous rounds; none: async).
+  std::optional<int64_t> max_staleness;
 };
 
 struct LrScalingSpec {
@@ -58,6 +60,7 @@ struct StrategyFlags {
   std::string cross_device_ops;
   std::optional<double> collective_timeout_seconds;  // when given, > 0
   std::string gradient_compression;                  // when given, none or bf16
+  std::optional<int64_t> max_staleness;              // when given, >= 0 (parameter_server only)
 };
 // The job's strategy with the flags applied. A flag that contradicts the strategy it ends up with (say
 // --replicas 2 with one_device, or --cross-device-ops with central_storage) is an InvalidArgument; the

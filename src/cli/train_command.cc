@@ -384,6 +384,9 @@ void add_strategy_options(CLI::App* command, StrategyFlags& flags) {
   command->add_option("--collective-timeout", flags.collective_timeout_seconds,
                       "multi_worker_mirrored: seconds any collective may wait for the other workers before the job "
                       "fails naming them (default 300)");
+  command->add_option("--max-staleness", flags.max_staleness,
+                      "parameter_server: a worker may start step v only when every worker has finished step v - N "
+                      "(0: synchronous rounds, each round's gradients applied as one mean; default: asynchronous)");
   command->add_option("--gradient-compression", flags.gradient_compression,
                       "multi_worker_mirrored: how gradients travel between the workers: none (float32) or bf16 "
                       "(bfloat16, half the bytes; summed in float32) (default none)");

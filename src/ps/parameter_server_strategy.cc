@@ -178,6 +178,25 @@ std::vector<std::string> ParameterServerStrategy::run_on_every_worker(const std:
   return failed;
 }
 
+std::vector<std::string> ParameterServerStrategy::wait_for_workers(std::chrono::milliseconds timeout) {
+  STRATA_CHECK(is_chief(), InvalidArgument, "ParameterServerStrategy: only the chief waits for the workers");
+  std::vector<std::future<std::string>> pings;
+  for (size_t i = 0; i < worker_addresses_.size(); ++i) {
+    pings.push_back(std::async(std::launch::async, [&, i] {
+      detail::WorkerClient client(worker_addresses_[i], options_.coordinator.keepalive,
+                                  options_.coordinator.probe_max_backoff);
+      std::string why;
+      return client.ping(timeout, &why) ? std::string()
+                                        : "worker:" + std::to_string(i) + " (" + worker_addresses_[i] + "): " + why;
+    }));
+  }
+  std::vector<std::string> down;
+  for (auto& p : pings) {
+    if (std::string why = p.get(); !why.empty()) down.push_back(std::move(why));
+  }
+  return down;
+}
+
 void ParameterServerStrategy::join() {
   STRATA_CHECK(server_ != nullptr, InvalidArgument,
                "ParameterServerStrategy::join serves a ps task's variables; this is " << task_.name());

@@ -79,6 +79,11 @@ History Model::fit_as_coordinator(ps::ParameterServerStrategy& strategy, const d
 
   const std::vector<ps::ShardedVariable> variables = ps::create_model_variables(
       *this, strategy.partitioner(), strategy.servers(), ps::optimizer_spec_of(optimizer()));
+  // Workers still starting would count as lost and miss the first steps (under max_staleness = 0, the first rounds).
+  for (const std::string& why : strategy.wait_for_workers(strategy.options().coordinator.unavailable_timeout)) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "fit: training without %s until it comes up\n", why.c_str());
+  }
   ps::ClusterCoordinator& coordinator = strategy.coordinator();
   const bool checkpoints = !strategy.options().checkpoint_dir.empty();
   const int64_t save_every = checkpoints ? strategy.options().checkpoint_every_steps : 0;

@@ -102,6 +102,21 @@ TEST(ParameterServerCommandTest, TheChiefTrainsThroughTheWorkersAndEveryStepIsAp
   EXPECT_GT(test_accuracy(out), 0.5) << out;
 }
 
+TEST(ParameterServerCommandTest, MaxStalenessZeroRunsSynchronousRoundsOfOneStepPerWorker) {
+  TinyJob t("ps_sync", 512);
+  const auto [rc, out] = launch(t, 2, "--max-staleness 0", "", "", 0);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("[chief:0] strategy: ParameterServerStrategy, chief:0 of 2 workers and 2 ps, synchronous rounds"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("[chief:0] training ended after epoch 2 of 2: 32 steps on 2 workers"), std::string::npos) << out;
+  EXPECT_EQ(ps_counts(out).applied, 32 * 4) << out;
+  // Lockstep: every round has one step on each worker.
+  EXPECT_EQ(steps_served(out, "worker:0"), std::vector<int64_t>{16}) << out;
+  EXPECT_EQ(steps_served(out, "worker:1"), std::vector<int64_t>{16}) << out;
+  EXPECT_GT(test_accuracy(out), 0.5) << out;
+}
+
 TEST(ParameterServerCommandTest, AKilledWorkerIsRunAroundAndRestartedAloneItServesAgain) {
   TinyJob t("ps_kill_worker", 2048);  // 64 steps an epoch
   const fs::path ckpt = t.s.dir / "ckpt";
@@ -154,6 +169,12 @@ TEST(ParameterServerCommandTest, WhatAParameterServerJobCannotDoIsAClearError) {
   std::tie(rc, out) = run("timeout 60 " + train + " --replicas 2");
   EXPECT_NE(rc, 0);
   EXPECT_NE(out.find("each parameter_server worker is one replica"), std::string::npos) << out;
+  std::tie(rc, out) = run("timeout 60 " + train + " --max-staleness -1");
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("--max-staleness: must be 0"), std::string::npos) << out;
+  std::tie(rc, out) = run("timeout 60 " + std::string(STRATA_BINARY) + " train " + t.job + " --max-staleness 1");
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("only parameter_server workers"), std::string::npos) << out;
 }
 
 }  // namespace

@@ -98,6 +98,10 @@ class ParameterServerStrategy final : public distribute::Strategy {
   // bounded by `timeout`; returns "worker:<i> (<address>): <why>" for each worker that did not answer.
   std::vector<std::string> run_on_every_worker(const std::string& function, std::chrono::milliseconds timeout);
 
+  // Chief: waits until every worker task answers a liveness call, at most `timeout` in all; returns
+  // "worker:<i> (<address>): <why>" for each that did not (fit then trains without it until it comes up).
+  std::vector<std::string> wait_for_workers(std::chrono::milliseconds timeout);
+
   // ps task: blocks until stop() (or the process ends) while the server serves. InvalidArgument on another task.
   void join();
   void stop();
