@@ -94,6 +94,8 @@ Tensor slice_axis(const Tensor& x, int axis, int64_t start, int64_t end);
 Tensor gather(const Tensor& params, const Tensor& indices);
 // The gradient of gather: rows of `updates` [indices..., ...] added into a zero [num_rows, ...].
 Tensor scatter_add(const Tensor& indices, const Tensor& updates, int64_t num_rows);
+// The same added into `out` [num_rows, ...] in place (float32, the updates' row shape), allocating nothing.
+void scatter_add_into(Tensor& out, const Tensor& indices, const Tensor& updates);
 // int32/int64 indices [...] -> float32 [..., depth]; an index outside [0, depth) gives a zero row.
 Tensor one_hot(const Tensor& indices, int64_t depth);
 

@@ -9,6 +9,7 @@
 #include <google/protobuf/util/json_util.h>
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cctype>
 #include <cstdio>
@@ -104,6 +105,10 @@ struct Shard {
   std::unordered_set<std::string> applied_steps;
   std::map<int64_t, PendingRound> rounds;  // by round id; a round leaves once applied (not saved: see server.h)
   int64_t version = 0;
+  // The dense gradient an asynchronous sparse push is scattered into, zero between pushes: made once, not per push
+  // (a fresh shard-sized buffer per push, freed on the gRPC threads' many heaps, fragmented them until a ps of a
+  // 64 MB shard held gigabytes).
+  Tensor sparse_gradient;
 
   // Applies `gradient` as one update taking steps `steps`. REQUIRES: mu held.
   void apply(const Tensor& gradient, const std::unordered_set<std::string>& steps) {
@@ -123,6 +128,14 @@ struct Shard {
 };
 
 grpc::Status invalid(const std::string& message) { return {grpc::StatusCode::INVALID_ARGUMENT, message}; }
+
+// Sets rows `rows` (int64, each in range) of `t` [R, ...] back to zero.
+void zero_rows(Tensor& t, const Tensor& rows) {
+  const int64_t width = t.numel() / t.dim(0);
+  float* data = t.data<float>();
+  const int64_t* r = rows.data<int64_t>();
+  for (int64_t i = 0; i < rows.numel(); ++i) std::fill_n(data + r[i] * width, width, 0.0f);
+}
 
 // A request's rows as an int64 index tensor for kernels::gather / scatter_add; INVALID_ARGUMENT naming the first
 // row outside [0, rows), as `what` (e.g. "Pull emb/part_0").
@@ -208,6 +221,7 @@ class Service final : public pb::ParameterServer::Service {
       resp->set_version(shard->version);
       return grpc::Status::OK;
     }
+    Tensor rows;
     if (!req->rows().empty()) {  // sparse: scatter the rows' gradient into a dense one (repeated rows add up)
       Shape want = shape;
       want[0] = req->rows_size();
@@ -215,14 +229,19 @@ class Service final : public pb::ParameterServer::Service {
         return invalid("Push " + req->name() + ": the gradient of " + std::to_string(req->rows_size()) + " rows is " +
                        shape_str(grad.shape()) + ", wants " + shape_str(want));
       }
-      Tensor rows;
       if (grpc::Status bad = row_indices(req->rows(), shape[0], "Push " + req->name(), &rows); !bad.ok()) return bad;
-      grad = kernels::scatter_add(rows, grad, shape[0]);
+      if (in_round) grad = kernels::scatter_add(rows, grad, shape[0]);  // the round's sum keeps it
     } else if (grad.shape() != shape) {
       return invalid("Push " + req->name() + ": the gradient is " + shape_str(grad.shape()) + ", the shard " +
                      shape_str(shape));
     }
-    if (!in_round) {
+    if (!in_round && rows.defined()) {
+      if (!shard->sparse_gradient.defined()) shard->sparse_gradient = Tensor::zeros(shape);
+      kernels::scatter_add_into(shard->sparse_gradient, rows, grad);
+      shard->apply(shard->sparse_gradient, {req->step_id()});
+      zero_rows(shard->sparse_gradient, rows);
+      ++applied_;
+    } else if (!in_round) {
       shard->apply(grad, {req->step_id()});
       ++applied_;
     } else if (grpc::Status bad = add_to_round(*shard, *req, std::move(grad)); !bad.ok()) {

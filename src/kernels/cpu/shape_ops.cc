@@ -153,23 +153,35 @@ Tensor gather(const Tensor& params, const Tensor& indices) {
 }
 
 Tensor scatter_add(const Tensor& indices, const Tensor& updates, int64_t num_rows) {
-  cpu::require_host("scatter_add", {&indices, &updates});
-  require_index_dtype("scatter_add", indices);
-  cpu::require_float("scatter_add", {&updates});
   STRATA_CHECK(num_rows >= 0, InvalidArgument, "scatter_add: num_rows " << num_rows << " is negative");
+  Shape out_shape{num_rows};
+  const size_t index_rank = std::min(indices.shape().size(), updates.shape().size());
+  out_shape.insert(out_shape.end(), updates.shape().begin() + static_cast<std::ptrdiff_t>(index_rank),
+                   updates.shape().end());
+  Tensor out = Tensor::zeros(out_shape);
+  scatter_add_into(out, indices, updates);
+  return out;
+}
+
+void scatter_add_into(Tensor& out, const Tensor& indices, const Tensor& updates) {
+  cpu::require_host("scatter_add", {&indices, &updates, &out});
+  require_index_dtype("scatter_add", indices);
+  cpu::require_float("scatter_add", {&updates, &out});
   const Shape& is = indices.shape();
   const Shape& us = updates.shape();
   STRATA_CHECK(
       us.size() >= is.size() && std::equal(is.begin(), is.end(), us.begin()), ShapeError,
       "scatter_add: updates " << updates.shape_str() << " must start with the indices' shape " << indices.shape_str());
-  Shape out_shape{num_rows};
-  out_shape.insert(out_shape.end(), us.begin() + is.size(), us.end());
+  const Shape row_shape(us.begin() + static_cast<std::ptrdiff_t>(is.size()), us.end());
+  STRATA_CHECK(out.rank() >= 1 && Shape(out.shape().begin() + 1, out.shape().end()) == row_shape, ShapeError,
+               "scatter_add: into " << out.shape_str() << ", whose rows are not the updates' rows "
+                                    << shape_str(row_shape));
+  const int64_t num_rows = out.dim(0);
   const std::vector<int64_t> idx = read_indices(indices);
   check_indices_in_range("scatter_add", idx, num_rows, indices);
-  Tensor out = Tensor::zeros(out_shape);
   const int64_t n = static_cast<int64_t>(idx.size());
-  const int64_t row = shape_numel(Shape(us.begin() + is.size(), us.end()));
-  if (n == 0 || row == 0) return out;
+  const int64_t row = shape_numel(row_shape);
+  if (n == 0 || row == 0) return;
   const float* pu = updates.data<float>();
   float* po = out.data<float>();
   parallel_for(0, row, std::max<int64_t>(16, cpu::kGrain / n), [&](int64_t c0, int64_t c1) {
@@ -179,7 +191,6 @@ Tensor scatter_add(const Tensor& indices, const Tensor& updates, int64_t num_row
       for (int64_t c = c0; c < c1; ++c) dst[c] += src[c];
     }
   });
-  return out;
 }
 
 Tensor one_hot(const Tensor& indices, int64_t depth) {
