@@ -72,6 +72,25 @@ std::string model_variable_name(const std::string& prefix, int64_t index) {
   return prefix + "/var_" + std::to_string(index);
 }
 
+std::string model_state_name(const std::string& prefix, int64_t index) {
+  return prefix + "/state_" + std::to_string(index);
+}
+
+std::vector<Variable> model_states(const Model& model) {
+  std::vector<Variable> out;
+  for (const Variable& v : model.non_trainable_variables()) {
+    if (v.dtype() == DType::kFloat32 && v.shape().size() >= 1 && v.shape()[0] >= 1) out.push_back(v);
+  }
+  return out;
+}
+
+std::vector<Variable> ps_variables_of(const Model& model) {
+  std::vector<Variable> vars = model.trainable_variables();
+  const std::vector<Variable> states = model_states(model);
+  vars.insert(vars.end(), states.begin(), states.end());
+  return vars;
+}
+
 std::vector<ShardedVariable> create_model_variables(const Model& model, const Partitioner& partitioner,
                                                     const std::vector<std::shared_ptr<ParameterServerClient>>& servers,
                                                     const OptimizerSpec& optimizer, const std::string& prefix) {
@@ -82,12 +101,17 @@ std::vector<ShardedVariable> create_model_variables(const Model& model, const Pa
     out.emplace_back(model_variable_name(prefix, static_cast<int64_t>(i)), vars[i].value(), partitioner, servers,
                      optimizer);
   }
+  const std::vector<Variable> states = model_states(model);
+  for (size_t i = 0; i < states.size(); ++i) {
+    out.emplace_back(model_state_name(prefix, static_cast<int64_t>(i)), states[i].value(), partitioner, servers,
+                     kStateUpdate);
+  }
   return out;
 }
 
 void pull_model_variables(Model& model, const std::vector<ShardedVariable>& variables) {
   check_built(model, "pull_model_variables");
-  const std::vector<Variable> vars = model.trainable_variables();
+  const std::vector<Variable> vars = ps_variables_of(model);
   check_matches(vars, variables, model.name());
   pull_into(vars, variables);
 }
@@ -149,6 +173,11 @@ RemoteTrainer::RemoteTrainer(std::shared_ptr<Model> model, const DatasetFn& data
   for (size_t i = 0; i < vars.size(); ++i) {
     variables_.push_back(ShardedVariable::existing(model_variable_name(options.prefix, static_cast<int64_t>(i)),
                                                    vars[i].shape(), partitioner, servers));
+  }
+  const std::vector<Variable> states = model_states(*model_);
+  for (size_t i = 0; i < states.size(); ++i) {
+    states_.push_back(ShardedVariable::existing(model_state_name(options.prefix, static_cast<int64_t>(i)),
+                                                states[i].shape(), partitioner, servers));
   }
   if (options.sparse_embeddings) {
     const std::vector<int64_t> tables = input_embedding_tables(*model_);
@@ -247,10 +276,30 @@ StepOutput RemoteTrainer::run_step(const StepContext& step_context) {
   const std::vector<Variable> vars = model_->trainable_variables();
   const data::Element batch = next_batch();
   const std::vector<int64_t> rows = batch_rows(batch);  // of the sparse table (none: every variable whole)
+  std::future<std::vector<Tensor>> pulled_states = std::async(std::launch::async, [&] { return pull_all(states_); });
   pull_step(vars, rows);
+  const std::vector<Variable> states = model_states(*model_);
+  const std::vector<Tensor> before = pulled_states.get();
+  for (size_t i = 0; i < states.size(); ++i) Variable(states[i]).assign(before[i]);
   model_->reset_metrics();  // the output holds this step's batch alone: the chief sums the steps it gets back
   Model::Gradients step = model_->compute_gradients(batch);
-  push_step(step.gradients, rows, "step:" + std::to_string(step_id), step_context.round);
+  const std::string id = "step:" + std::to_string(step_id);
+  // What the step did to the states (BatchNormalization's moving statistics), sent as `before - after` to an update
+  // of learning rate 1: the ps adds the step's change to whatever the states hold by then (TensorFlow's
+  // assign_sub of a moving average on a ps variable).
+  std::future<void> pushed_states = std::async(std::launch::async, [&] {
+    std::vector<Tensor> change;
+    for (size_t i = 0; i < states.size(); ++i) change.push_back(kernels::sub(before[i], states[i].value()));
+    push_all(states_, change, id, step_context.round);
+  });
+  std::exception_ptr error;
+  try {
+    push_step(step.gradients, rows, id, step_context.round);
+  } catch (...) {
+    error = std::current_exception();
+  }
+  pushed_states.get();  // waits (it refers to locals) and rethrows its own error first
+  if (error) std::rethrow_exception(error);
   ++steps_run_;
   return {step.loss, model_->tracker_states()};
 }

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <functional>
 #include <optional>
 #include <thread>
 
@@ -77,13 +78,16 @@ ParameterServerStrategyOptions quick(std::chrono::milliseconds ps_timeout = std:
 // The ps tasks and the worker threads of a cluster; the workers' fit is ended on every path.
 class Tasks {
  public:
-  explicit Tasks(const cluster::ClusterSpec& spec, std::chrono::milliseconds ps_timeout = std::chrono::seconds(10))
+  using ModelFn = std::function<std::shared_ptr<Sequential>(distribute::Strategy*)>;
+  explicit Tasks(const cluster::ClusterSpec& spec, std::chrono::milliseconds ps_timeout = std::chrono::seconds(10),
+                 ModelFn model_fn = nullptr)
       : spec_(spec) {
     for (int i = 0; i < 2; ++i) ps_.push_back(std::make_unique<ParameterServerStrategy>(task_of(spec, "ps", i), quick()));
     for (int w = 0; w < spec.num_tasks("worker"); ++w) {
-      workers_.emplace_back([this, w, ps_timeout] {
+      workers_.emplace_back([this, w, ps_timeout, model_fn] {
         ParameterServerStrategy strategy(task_of(spec_, "worker", w), quick(ps_timeout));
-        auto model = classifier(&strategy, 50 + w);  // its own weights: the ps's replace them
+        // Its own weights: the ps's replace them.
+        auto model = model_fn ? model_fn(&strategy) : classifier(&strategy, 50 + w);
         try {
           const History h = model->fit(points(100 + w), {.verbose = 0});
           EXPECT_TRUE(h.epochs.empty());  // a worker has no epochs of its own
@@ -149,6 +153,41 @@ TEST(ParameterServerFitTest, OneWorkerWithSgdEndsWhereLocalFitOnTheSameBatchesDo
     for (size_t e = 0; e < 2; ++e) {
       EXPECT_NEAR(history.history.at(key)[e], expected.history.at(key)[e], 1e-5) << key << " epoch " << e;
     }
+  }
+}
+
+TEST(ParameterServerFitTest, MovingStatisticsLiveOnThePsAndEndWhereLocalFitPutsThem) {
+  const cluster::ClusterSpec spec = cluster_of(1);
+  const auto with_batch_norm = [](distribute::Strategy* strategy) {
+    const auto make = [] {
+      manual_seed(7);
+      auto model = std::make_shared<Sequential>(std::vector<nn::LayerRef>{
+          nn::Dense(8), nn::BatchNormalization(), nn::Activation("relu"), nn::Dense(2)});
+      model->compile(losses::SparseCategoricalCrossentropy({.from_logits = true}), optim::SGD(0.1), {"accuracy"});
+      model->build_for({1, 4});
+      return model;
+    };
+    if (strategy == nullptr) return make();
+    auto scope = strategy->scope();
+    return make();
+  };
+  std::shared_ptr<Sequential> chief_model;
+  std::vector<Tensor> trained;
+  {
+    Tasks tasks(spec, std::chrono::seconds(10), with_batch_norm);
+    ParameterServerStrategy chief(task_of(spec, "chief", 0), quick());
+    chief_model = with_batch_norm(&chief);
+    chief_model->fit(points(100), {.epochs = 2, .verbose = 0});
+    for (const Variable& v : chief_model->variables()) trained.push_back(v.value().clone());
+  }
+  auto local = with_batch_norm(nullptr);
+  local->fit(points(100), {.epochs = 2, .verbose = 0});
+  const std::vector<Variable> want = local->variables();
+  ASSERT_EQ(want.size(), trained.size());
+  ASSERT_EQ(local->non_trainable_variables().size(), 2u);  // the moving mean and variance
+  for (size_t i = 0; i < want.size(); ++i) {
+    SCOPED_TRACE(want[i].name());
+    test::expect_near(trained[i], want[i].value(), 1e-5f);
   }
 }
 

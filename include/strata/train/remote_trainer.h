@@ -31,7 +31,8 @@
 // The ps variables are named by position, "<prefix>/var_<i>" for trainable_variables()[i], so the chief's and the
 // workers' copies match whatever names their layers got. A re-run step takes the next batch of the worker it runs on
 // (as in TensorFlow, the batch is not part of the closure). A worker's input restarts at its end (a ps worker has no
-// epochs of its own). Non-trainable variables (BatchNormalization's moving statistics) stay on each worker.
+// epochs of its own). The model's states (BatchNormalization's moving statistics, "<prefix>/state_<i>") live on the
+// ps too: a step pulls them with the variables and pushes what it changed in them (model_states).
 //
 // Sparse rows. An nn::Embedding fed by the model's input (the first layer of a Sequential) reads only the rows of
 // its batch's ids, so a step pulls only those rows of its table (ShardedVariable::lookup: each shard asked for its
@@ -70,16 +71,26 @@ inline constexpr const char* kEndFit = "strata/end_fit";
 
 // The ps name of trainable variable `index` of a model: "<prefix>/var_<index>".
 std::string model_variable_name(const std::string& prefix, int64_t index);
+// The ps name of state `index` of a model (model_states): "<prefix>/state_<index>".
+std::string model_state_name(const std::string& prefix, int64_t index);
+// A model's states: its non-trainable float32 variables of rank >= 1 (BatchNormalization's moving mean and
+// variance), which live on the ps beside the trainable ones. A step sends what it changed in them as `before - after`
+// to an update of learning rate 1 (kStateUpdate), so the ps adds each step's change to what the states hold by then.
+std::vector<Variable> model_states(const Model& model);
+inline const OptimizerSpec kStateUpdate{.name = "sgd", .learning_rate = 1.0};
+// What a model keeps on the ps: its trainable variables, then its states.
+std::vector<Variable> ps_variables_of(const Model& model);
 
 // Creates every trainable variable of `model` (REQUIRES: built) on `servers` as a ShardedVariable holding the model's
-// current values, updated there with `optimizer`; in trainable_variables() order. Creating them again with the same
-// layout and optimizer changes nothing (a restarted chief may call it again).
+// current values, updated there with `optimizer`, in trainable_variables() order; then the model's states (updated
+// with kStateUpdate): ps_variables_of's order. Creating them again with the same layout and optimizer changes nothing
+// (a restarted chief may call it again).
 std::vector<ShardedVariable> create_model_variables(const Model& model, const Partitioner& partitioner,
                                                     const std::vector<std::shared_ptr<ParameterServerClient>>& servers,
                                                     const OptimizerSpec& optimizer, const std::string& prefix = "model");
 
-// Assigns the current ps values of `variables` (one per trainable variable of `model`, in order) to the model's
-// trainable variables, the variables pulled in parallel. InvalidArgument when the counts or shapes differ (naming the
+// Assigns the current ps values of `variables` (create_model_variables': one per variable of ps_variables_of(model),
+// in order) to the model's variables, pulled in parallel. InvalidArgument when the counts or shapes differ (naming the
 // variable): the model is not the one the variables were made from.
 void pull_model_variables(Model& model, const std::vector<ShardedVariable>& variables);
 
@@ -157,6 +168,7 @@ class RemoteTrainer {
   int64_t worker_index_;
   data::Dataset dataset_;
   std::vector<ShardedVariable> variables_;
+  std::vector<ShardedVariable> states_;  // model_states' on the ps
   // The sparse table's index in variables_ (-1: none, every variable moves whole), and the other variables with
   // their indices.
   int64_t sparse_ = -1;
