@@ -474,6 +474,13 @@ void take_worker_share(FitPosition& p, const distribute::WorkerInput& input, con
 }
 }  // namespace
 
+Model::ActiveFit Model::start_fit() {
+  stop_training = false;
+  resume_.reset();
+  fit_state_ = FitState{.active = true};
+  return ActiveFit{fit_state_};
+}
+
 std::vector<std::shared_ptr<Callback>> Model::fit_callbacks(const FitOptions& options, int64_t steps_per_epoch) {
   std::vector<std::shared_ptr<Callback>> callbacks;
   if (options.verbose > 0) {
@@ -503,15 +510,8 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
   const std::vector<std::shared_ptr<Callback>> callbacks =
       fit_callbacks(options, options.steps_per_epoch > 0 ? options.steps_per_epoch : std::max<int64_t>(cardinality, 0));
 
-  stop_training = false;
-  resume_.reset();
+  const ActiveFit active = start_fit();
   History history;
-  fit_state_ = FitState{.active = true};
-  // Whatever way fit leaves, fit_position() stops answering for it.
-  struct EndFit {
-    FitState& state;
-    ~EndFit() { state = FitState{}; }
-  } end_fit{fit_state_};
   run_callbacks(callbacks, [](Callback& cb) { cb.on_train_begin(Logs()); });
   // Across workers each reads its share of the dataset (strata/distribute/input.h); with one, the dataset itself.
   distribute::Strategy& strategy_of_input = input_strategy();

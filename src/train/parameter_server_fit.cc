@@ -64,14 +64,8 @@ History Model::fit_as_coordinator(ps::ParameterServerStrategy& strategy, const d
     steps_per_epoch = cardinality;
   }
   const std::vector<std::shared_ptr<Callback>> callbacks = fit_callbacks(options, steps_per_epoch);
-  stop_training = false;
-  resume_.reset();
+  const ActiveFit active = start_fit();
   History history;
-  fit_state_ = FitState{.active = true};
-  struct EndFit {
-    FitState& state;
-    ~EndFit() { state = FitState{}; }
-  } end_fit{fit_state_};
   each_callback(callbacks, [](Callback& cb) { cb.on_train_begin(Logs()); });
   STRATA_CHECK(!resume_, InvalidArgument,
                "fit: resuming the chief from a checkpoint is not supported under ParameterServerStrategy; its "

@@ -18,22 +18,10 @@
 #include "strata/random.h"
 #include "strata/train/remote_trainer.h"
 #include "test_util.h"
+#include "train/ps_cluster.h"
 
 namespace strata::ps {
 namespace {
-
-struct PsCluster {
-  ParameterServer servers[2];
-  std::vector<std::shared_ptr<ParameterServerClient>> clients;
-  PsCluster() {
-    for (ParameterServer& s : servers) {
-      s.start("127.0.0.1:0");
-      clients.push_back(std::make_shared<ParameterServerClient>("127.0.0.1:" + std::to_string(s.port())));
-    }
-  }
-  int64_t rows_pulled() const { return servers[0].rows_pulled() + servers[1].rows_pulled(); }
-  int64_t rows_pushed() const { return servers[0].rows_pushed() + servers[1].rows_pushed(); }
-};
 
 constexpr int64_t kVocab = 60, kFeatures = 3, kBatch = 8;
 const FixedShardsPartitioner kThreeShards(3);  // the table: rows 0-19, 20-39, 40-59

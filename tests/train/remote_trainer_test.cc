@@ -26,25 +26,12 @@
 #include "strata/ps/cluster_coordinator.h"
 #include "strata/random.h"
 #include "test_util.h"
+#include "train/ps_cluster.h"
 
 namespace strata::ps {
 namespace {
 
 using std::chrono::milliseconds;
-
-// Two ps servers and a client of each.
-struct PsCluster {
-  ParameterServer servers[2];
-  std::vector<std::shared_ptr<ParameterServerClient>> clients;
-  PsCluster() {
-    for (ParameterServer& s : servers) {
-      s.start("127.0.0.1:0");
-      clients.push_back(std::make_shared<ParameterServerClient>("127.0.0.1:" + std::to_string(s.port())));
-    }
-  }
-  int64_t applied() const { return servers[0].pushes_applied() + servers[1].pushes_applied(); }
-  int64_t dropped() const { return servers[0].pushes_dropped() + servers[1].pushes_dropped(); }
-};
 
 // Worker `worker`'s input: 64 points of 4 features, labelled by the side of a plane they fall on (separable),
 // in batches of 8; each worker draws its own points.

@@ -287,6 +287,13 @@ class Model : public nn::Layer {
     bool own_input = false;  // each worker reads its own share (distribute::WorkerInput::own_batches)
     int64_t epochs_done = 0, step_in_epoch = 0;
   } fit_state_;
+  // Marks a fit active (fit_position answers) until the guard goes, whatever way fit leaves; clears stop_training and
+  // any resume request left from before.
+  struct ActiveFit {
+    FitState& state;
+    ~ActiveFit() { state = FitState{}; }
+  };
+  [[nodiscard]] ActiveFit start_fit();
   double input_wait_fraction_ = 0;
 };
 
