@@ -61,7 +61,7 @@ def main():
     args = parser.parse_args()
     args.binary = find_binary("distribute_bench", args.binary)
     args.strata = args.strata or os.path.join(os.path.dirname(os.path.dirname(args.binary)), "strata")
-    if not os.path.exists(os.path.join(args.data, "train-images-idx3-ubyte")):
+    if not any(os.path.exists(os.path.join(args.data, "train-images-idx3-ubyte" + ext)) for ext in ("", ".gz")):
         sys.exit(f"no Fashion-MNIST in {args.data} (the README's first command installs it)")
     children = Children(time.monotonic() + args.time_limit)
     try:

@@ -183,7 +183,8 @@ void run_parameter_server_task(Job& job, const TrainArgs& args) {
   if (servers.task_type() == "ps") {
     std::printf("serving variables on %s", task.address.c_str());
     if (servers.server()->shards_restored() > 0) {
-      std::printf(" (restored %lld shards from %s)", static_cast<long long>(servers.server()->shards_restored()),
+      const int64_t restored = servers.server()->shards_restored();
+      std::printf(" (restored %lld shard%s from %s)", static_cast<long long>(restored), restored == 1 ? "" : "s",
                   servers.ps_checkpoint_dir(task.task_index).c_str());
     }
     std::printf("\n");

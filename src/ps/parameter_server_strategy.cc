@@ -83,8 +83,11 @@ ParameterServerStrategy::ParameterServerStrategy(const cluster::TaskInfo& task, 
   STRATA_CHECK(options_.checkpoint_every_steps >= 0, InvalidArgument,
                "ParameterServerStrategy: checkpoint_every_steps must not be negative");
   STRATA_CHECK(options_.ps_timeout.count() > 0, InvalidArgument, "ParameterServerStrategy: ps_timeout must be positive");
+  // TensorFlow's tutorial partitioner: variables of at least 256 KiB split over up to every ps, smaller ones whole.
   partitioner_ = options_.partitioner ? options_.partitioner
-                                      : std::make_shared<FixedShardsPartitioner>(static_cast<int64_t>(ps_addresses_.size()));
+                                      : std::make_shared<MinSizePartitioner>(MinSizePartitioner::Options{
+                                            .min_shard_bytes = 256 << 10,
+                                            .max_shards = static_cast<int64_t>(ps_addresses_.size())});
   if (task.task_type == "ps") {
     std::string restore;
     if (!options_.checkpoint_dir.empty()) {

@@ -68,6 +68,15 @@ std::vector<int64_t> input_embedding_tables(const Model& model) {
   return {};  // a frozen table: not on the ps
 }
 
+// The servers as ps variable `index` sees them: rotated by `index`, so that its shard i lives on server
+// (index + i) % servers (unsharded variables spread round-robin, as TensorFlow places them).
+std::vector<std::shared_ptr<ParameterServerClient>> placed(const std::vector<std::shared_ptr<ParameterServerClient>>& servers,
+                                                           size_t index) {
+  std::vector<std::shared_ptr<ParameterServerClient>> out = servers;
+  if (!out.empty()) std::rotate(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(index % out.size()), out.end());
+  return out;
+}
+
 std::string model_variable_name(const std::string& prefix, int64_t index) {
   return prefix + "/var_" + std::to_string(index);
 }
@@ -98,13 +107,13 @@ std::vector<ShardedVariable> create_model_variables(const Model& model, const Pa
   std::vector<ShardedVariable> out;
   const std::vector<Variable> vars = model.trainable_variables();
   for (size_t i = 0; i < vars.size(); ++i) {
-    out.emplace_back(model_variable_name(prefix, static_cast<int64_t>(i)), vars[i].value(), partitioner, servers,
-                     optimizer);
+    out.emplace_back(model_variable_name(prefix, static_cast<int64_t>(i)), vars[i].value(), partitioner,
+                     placed(servers, i), optimizer);
   }
   const std::vector<Variable> states = model_states(model);
   for (size_t i = 0; i < states.size(); ++i) {
-    out.emplace_back(model_state_name(prefix, static_cast<int64_t>(i)), states[i].value(), partitioner, servers,
-                     kStateUpdate);
+    out.emplace_back(model_state_name(prefix, static_cast<int64_t>(i)), states[i].value(), partitioner,
+                     placed(servers, vars.size() + i), kStateUpdate);
   }
   return out;
 }
@@ -172,12 +181,12 @@ RemoteTrainer::RemoteTrainer(std::shared_ptr<Model> model, const DatasetFn& data
   const std::vector<Variable> vars = model_->trainable_variables();
   for (size_t i = 0; i < vars.size(); ++i) {
     variables_.push_back(ShardedVariable::existing(model_variable_name(options.prefix, static_cast<int64_t>(i)),
-                                                   vars[i].shape(), partitioner, servers));
+                                                   vars[i].shape(), partitioner, placed(servers, i)));
   }
   const std::vector<Variable> states = model_states(*model_);
   for (size_t i = 0; i < states.size(); ++i) {
     states_.push_back(ShardedVariable::existing(model_state_name(options.prefix, static_cast<int64_t>(i)),
-                                                states[i].shape(), partitioner, servers));
+                                                states[i].shape(), partitioner, placed(servers, vars.size() + i)));
   }
   if (options.sparse_embeddings) {
     const std::vector<int64_t> tables = input_embedding_tables(*model_);

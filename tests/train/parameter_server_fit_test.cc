@@ -119,6 +119,9 @@ class Tasks {
   std::atomic<int> workers_done_{0};
 };
 
+// The strategy's partitioner when none is given, for 2 ps tasks.
+const MinSizePartitioner kDefaultPartitioner({.min_shard_bytes = 256 << 10, .max_shards = 2});
+
 int64_t shards_of(const Model& model, const Partitioner& partitioner) {
   int64_t n = 0;
   for (const Variable& v : model.trainable_variables()) n += partitioner.num_shards(v.shape(), DType::kFloat32);
@@ -139,7 +142,7 @@ TEST(ParameterServerFitTest, OneWorkerWithSgdEndsWhereLocalFitOnTheSameBatchesDo
     applied = tasks.applied();
     EXPECT_EQ(tasks.dropped(), 0);
   }
-  EXPECT_EQ(applied, 16 * shards_of(*chief_model, FixedShardsPartitioner(2)));
+  EXPECT_EQ(applied, 16 * shards_of(*chief_model, kDefaultPartitioner));
 
   auto local = classifier(nullptr, 1);  // the chief's initial weights
   const History expected = local->fit(points(100), {.epochs = 2, .verbose = 0});
@@ -206,7 +209,7 @@ TEST(ParameterServerFitTest, TwoAsynchronousWorkersLowerTheLossAndEveryStepIsApp
     // The chief's model holds the ps's values: evaluated locally it has learned the plane.
     EXPECT_GT(chief_model->evaluate(points(100)).at("accuracy"), 0.8);
   }
-  EXPECT_EQ(applied, 40 * shards_of(*chief_model, FixedShardsPartitioner(2)));
+  EXPECT_EQ(applied, 40 * shards_of(*chief_model, kDefaultPartitioner));
   EXPECT_EQ(dropped, 0);
   const std::vector<double>& loss = history.history.at("loss");
   ASSERT_EQ(loss.size(), 4u);
@@ -252,7 +255,7 @@ TEST(ParameterServerFitTest, ZeroStalenessTrainsAsOneModelOnBothWorkersBatchesTo
       EXPECT_EQ(w.closures_run, 4) << w.address;  // one per round
     }
   }
-  EXPECT_EQ(applied, 8 * shards_of(*chief_model, FixedShardsPartitioner(2)));
+  EXPECT_EQ(applied, 8 * shards_of(*chief_model, kDefaultPartitioner));
 
   auto local = classifier(nullptr, 1, optim::Adam(0.01));  // the chief's initial weights
   const History expected =

@@ -46,7 +46,8 @@
 namespace strata::ps {
 
 struct ParameterServerStrategyOptions {
-  // How each variable is split over the ps tasks; null: FixedShardsPartitioner(number of ps tasks).
+  // How each variable is split over the ps tasks; null: MinSizePartitioner({256 KiB, max_shards = number of ps
+  // tasks}), TensorFlow's tutorial choice (a variable of one shard is placed round-robin, see create_model_variables).
   std::shared_ptr<const Partitioner> partitioner;
   // The chief's coordinator (failure detection, bounds on retries).
   CoordinatorOptions coordinator;

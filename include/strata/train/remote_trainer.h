@@ -83,7 +83,8 @@ std::vector<Variable> ps_variables_of(const Model& model);
 
 // Creates every trainable variable of `model` (REQUIRES: built) on `servers` as a ShardedVariable holding the model's
 // current values, updated there with `optimizer`, in trainable_variables() order; then the model's states (updated
-// with kStateUpdate): ps_variables_of's order. Creating them again with the same layout and optimizer changes nothing
+// with kStateUpdate): ps_variables_of's order. Variable k's shard i lives on servers[(k + i) % servers.size()], so
+// variables of one shard spread round-robin over the servers, as TensorFlow places them. Creating them again with the same layout and optimizer changes nothing
 // (a restarted chief may call it again).
 std::vector<ShardedVariable> create_model_variables(const Model& model, const Partitioner& partitioner,
                                                     const std::vector<std::shared_ptr<ParameterServerClient>>& servers,
