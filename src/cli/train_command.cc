@@ -235,8 +235,9 @@ void run_parameter_server_task(Job& job, const TrainArgs& args) {
   // step re-run after a lost worker has its repeated pushes dropped). A restarted ps counts from its restart.
   for (const auto& client : servers.servers()) {
     const ps::ParameterServerClient::Stats stats = client->stats();
-    std::printf("%s: %lld shards, %lld pushes applied, %lld repeats dropped\n",
+    std::printf("%s: %lld shard%s, %lld pushes applied, %lld repeats dropped\n",
                 servers.describe_ps(client->address()).c_str(), static_cast<long long>(stats.shards),
+                stats.shards == 1 ? "" : "s",
                 static_cast<long long>(stats.pushes_applied), static_cast<long long>(stats.pushes_dropped));
   }
   print_test_line(model->evaluate(test_dataset(job)));

@@ -30,7 +30,7 @@ struct PsCounts {
   int reports = 0;
 };
 PsCounts ps_counts(const std::string& out) {
-  const std::regex line(R"(\[chief:0\] ps:\d \([^)]*\): (\d+) shards, (\d+) pushes applied, (\d+) repeats dropped)");
+  const std::regex line(R"(\[chief:0\] ps:\d \([^)]*\): (\d+) shards?, (\d+) pushes applied, (\d+) repeats dropped)");
   PsCounts c;
   for (std::sregex_iterator it(out.begin(), out.end(), line), end; it != end; ++it) {
     c.shards += std::stoll((*it)[1]);
