@@ -122,15 +122,16 @@ TEST(ParameterServerCommandTest, AKilledWorkerIsRunAroundAndRestartedAloneItServ
   TinyJob t("ps_kill_worker", 2048);  // 64 steps an epoch
   const fs::path ckpt = t.s.dir / "ckpt";
   // Worker 1 dies once the shards were first saved (step 20), mid-epoch, in the middle of its steps.
-  const auto [rc, out] = launch(t, 3, "--epochs 20 --checkpoint-dir " + ckpt.string() + " --checkpoint-every 20",
+  // 40 epochs: the restarted worker must be up (about a second) well before the job ends.
+  const auto [rc, out] = launch(t, 3, "--epochs 40 --checkpoint-dir " + ckpt.string() + " --checkpoint-every 20",
                                 "worker:1", "[ -e " + (ckpt / "ps-0").string() + " ]", 1);
   ASSERT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("worker:1 was killed by signal 9 (SIGKILL); restarting it alone"), std::string::npos) << out;
   EXPECT_EQ(count(out, "[chief:0] strategy:"), 1u) << out;  // the chief went on
-  EXPECT_NE(out.find("[chief:0] training ended after epoch 20 of 20: 1280 steps on 3 workers"), std::string::npos) << out;
+  EXPECT_NE(out.find("[chief:0] training ended after epoch 40 of 40: 2560 steps on 3 workers"), std::string::npos) << out;
   // Every scheduled step applied, none twice: a step cut off with the worker was re-run and its repeats dropped.
   const PsCounts c = ps_counts(out);
-  EXPECT_EQ(c.applied, 1280 * c.shards) << out;
+  EXPECT_EQ(c.applied, 2560 * c.shards) << out;
   // The chief saw the call lost with worker 1 (and re-ran its step elsewhere).
   EXPECT_TRUE(std::regex_search(out, std::regex(R"(\[chief:0\] worker:1 \(\S+\): ran \d+ steps, lost [1-9]\d* calls)")))
       << out;
