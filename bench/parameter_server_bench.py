@@ -14,7 +14,8 @@
      --batch 64N`: each worker computes on 64 images a step, as a ps worker does, N = 1 and 2.
    Every configuration runs --rounds times, alternating; the best run counts (2 cores: single runs vary).
    The machine has 2 cores: with 2 workers the chief and the 2 ps tasks share them with the workers.
-3. The embedding (CTR) model's rows/s with sparse against dense pushes, when build/bench/ctr_bench exists.
+3. The embedding (CTR) model's examples/s with sparse against dense pushes (build/bench/ps_ctr_bench: SGD with 1
+   and 2 workers, Adam with 1).
 Every child runs in its own session and is killed with what it forked on every path.
 """
 import argparse
@@ -91,11 +92,13 @@ def main():
         scale_mw = best[("multi_worker_mirrored", 2)]["images_per_s"] / best[("multi_worker_mirrored", 1)]["images_per_s"]
         print(f"2 workers over 1: parameter_server x{scale_ps:.2f}, multi_worker_mirrored x{scale_mw:.2f}", flush=True)
 
-        ctr = os.path.join(os.path.dirname(args.binary), "ctr_bench")
-        if os.path.exists(ctr):
-            print("== the embedding (CTR) model: sparse against dense pushes", flush=True)
-            print(subprocess.run([ctr], capture_output=True, text=True, check=True, timeout=args.time_limit).stdout,
+        ctr = find_binary("ps_ctr_bench")
+        for optimizer, workers in (("sgd", 1), ("sgd", 2), ("adam", 1)):
+            print(f"== the embedding (CTR) model: sparse against dense pushes ({optimizer}, {workers} worker(s))",
                   flush=True)
+            print(subprocess.run([ctr, "--optimizer", optimizer, "--workers", str(workers), "--seconds", "3",
+                                  "--repeats", "3"], capture_output=True, text=True, check=True,
+                                 timeout=args.time_limit).stdout, flush=True)
     finally:
         children.kill_all()
 
