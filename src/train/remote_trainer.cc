@@ -285,7 +285,9 @@ StepOutput RemoteTrainer::run_step(const StepContext& step_context) {
   const std::vector<Variable> vars = model_->trainable_variables();
   const data::Element batch = next_batch();
   const std::vector<int64_t> rows = batch_rows(batch);  // of the sparse table (none: every variable whole)
-  std::future<std::vector<Tensor>> pulled_states = std::async(std::launch::async, [&] { return pull_all(states_); });
+  // A model without states (most) starts no thread for them.
+  const std::launch policy = states_.empty() ? std::launch::deferred : std::launch::async;
+  std::future<std::vector<Tensor>> pulled_states = std::async(policy, [&] { return pull_all(states_); });
   pull_step(vars, rows);
   const std::vector<Variable> states = model_states(*model_);
   const std::vector<Tensor> before = pulled_states.get();
@@ -296,7 +298,7 @@ StepOutput RemoteTrainer::run_step(const StepContext& step_context) {
   // What the step did to the states (BatchNormalization's moving statistics), sent as `before - after` to an update
   // of learning rate 1: the ps adds the step's change to whatever the states hold by then (TensorFlow's
   // assign_sub of a moving average on a ps variable).
-  std::future<void> pushed_states = std::async(std::launch::async, [&] {
+  std::future<void> pushed_states = std::async(policy, [&] {
     std::vector<Tensor> change;
     for (size_t i = 0; i < states.size(); ++i) change.push_back(kernels::sub(before[i], states[i].value()));
     push_all(states_, change, id, step_context.round);
