@@ -24,12 +24,15 @@ Tensor glorot_uniform(const Shape& shape, Generator& gen);
 Tensor glorot_normal(const Shape& shape, Generator& gen);
 Tensor he_uniform(const Shape& shape, Generator& gen);
 Tensor he_normal(const Shape& shape, Generator& gen);
+// A matrix with orthonormal rows or columns (whichever are fewer), times `gain`; a shape of rank > 2 is
+// seen as [every axis but the last, last], as Keras's Orthogonal does. The recurrent kernels' default.
+Tensor orthogonal(const Shape& shape, Generator& gen, float gain = 1.0f);
 
 // {fan_in, fan_out} of a weight shape, as Keras computes them.
 std::pair<double, double> compute_fans(const Shape& shape);
 
 // An initializer chosen by its Keras name ("zeros", "ones", "random_uniform", "random_normal",
-// "truncated_normal", "glorot_uniform", "glorot_normal", "he_uniform", "he_normal"); an unknown name
+// "truncated_normal", "glorot_uniform", "glorot_normal", "he_uniform", "he_normal", "orthogonal"); an unknown name
 // is an InvalidArgument listing the known ones.
 using Initializer = std::function<Tensor(const Shape&, Generator&)>;
 Initializer by_name(const std::string& name);

@@ -1,7 +1,11 @@
 // Keras-compatible initializers.
 #include "strata/init.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
+
+#include "strata/error.h"
 
 namespace strata::init {
 
@@ -58,6 +62,41 @@ Tensor he_normal(const Shape& shape, Generator& gen) {
                           static_cast<float>(std::sqrt(2.0 / compute_fans(shape).first)) / kTruncatedStddev);
 }
 
+Tensor orthogonal(const Shape& shape, Generator& gen, float gain) {
+  STRATA_CHECK(shape.size() >= 2, InvalidArgument,
+               "the orthogonal initializer needs a shape of rank >= 2, got " << shape_str(shape));
+  // Keras: a [rows, cols] view (rows = every axis but the last); Q of the QR decomposition of a normal
+  // [max, min] matrix, with R's diagonal made positive (what Gram-Schmidt gives), transposed when rows < cols.
+  const int64_t cols = shape.back(), rows = shape_numel(shape) / std::max<int64_t>(cols, 1);
+  const int64_t tall = std::max(rows, cols), narrow = std::min(rows, cols);
+  Tensor draws = normal({tall, narrow}, gen, 0.0f, 1.0f);
+  const float* d = draws.data<float>();
+  std::vector<double> q(d, d + tall * narrow);  // row-major [tall, narrow]; columns become orthonormal
+  for (int64_t j = 0; j < narrow; ++j) {
+    for (int pass = 0; pass < 2; ++pass) {  // twice: modified Gram-Schmidt stays orthogonal in floats
+      for (int64_t k = 0; k < j; ++k) {
+        double dot = 0;
+        for (int64_t i = 0; i < tall; ++i) dot += q[i * narrow + j] * q[i * narrow + k];
+        for (int64_t i = 0; i < tall; ++i) q[i * narrow + j] -= dot * q[i * narrow + k];
+      }
+    }
+    double norm = 0;
+    for (int64_t i = 0; i < tall; ++i) norm += q[i * narrow + j] * q[i * narrow + j];
+    norm = std::sqrt(norm);
+    STRATA_CHECK(norm > 0, InvalidArgument, "the orthogonal initializer drew a singular matrix");
+    for (int64_t i = 0; i < tall; ++i) q[i * narrow + j] /= norm;
+  }
+  Tensor t = Tensor::empty(shape);
+  float* out = t.data<float>();
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const double v = rows >= cols ? q[r * narrow + c] : q[c * narrow + r];
+      out[r * cols + c] = static_cast<float>(gain * v);
+    }
+  }
+  return t;
+}
+
 Initializer by_name(const std::string& name) {
   if (name == "zeros") return [](const Shape& s, Generator&) { return zeros(s); };
   if (name == "ones") return [](const Shape& s, Generator&) { return ones(s); };
@@ -68,9 +107,10 @@ Initializer by_name(const std::string& name) {
   if (name == "glorot_normal") return glorot_normal;
   if (name == "he_uniform") return he_uniform;
   if (name == "he_normal") return he_normal;
+  if (name == "orthogonal") return [](const Shape& s, Generator& g) { return orthogonal(s, g); };
   STRATA_THROW(InvalidArgument, "unknown initializer '" << name
                                 << "'; known: zeros, ones, random_uniform, random_normal, truncated_normal, "
-                                   "glorot_uniform, glorot_normal, he_uniform, he_normal");
+                                   "glorot_uniform, glorot_normal, he_uniform, he_normal, orthogonal");
 }
 
 }  // namespace strata::init
