@@ -14,3 +14,4 @@
 #include "strata/nn/layer_options.h"
 #include "strata/nn/merge_layers.h"
 #include "strata/nn/normalization.h"
+#include "strata/nn/recurrent.h"
