@@ -78,6 +78,24 @@ nn::Size2 size2(Section& s, const std::string& key, nn::Size2 fallback) {
   return v.size() == 1 ? nn::Size2(static_cast<int>(v[0])) : nn::Size2(static_cast<int>(v[0]), static_cast<int>(v[1]));
 }
 
+// The keys LSTM and GRU share (Keras's names and defaults). Keras's return_state has no place in a
+// layer list (a layer passes one output on), so it is an unknown key here.
+template <class RecurrentOptions>
+void read_recurrent_keys(Section& s, RecurrentOptions& o) {
+  o.activation = s.named("activation", "tanh", [](const std::string& v) { return nn::ActivationSpec(v); });
+  o.recurrent_activation =
+      s.named("recurrent_activation", "sigmoid", [](const std::string& v) { return nn::ActivationSpec(v); });
+  o.use_bias = s.flag("use_bias", true);
+  o.kernel_initializer =
+      s.named("kernel_initializer", "glorot_uniform", [](const std::string& v) { return nn::InitializerSpec(v); });
+  o.recurrent_initializer =
+      s.named("recurrent_initializer", "orthogonal", [](const std::string& v) { return nn::InitializerSpec(v); });
+  o.kernel_regularizer = s.named("kernel_regularizer", "", regularizer_spec);
+  o.recurrent_regularizer = s.named("recurrent_regularizer", "", regularizer_spec);
+  o.return_sequences = s.flag("return_sequences", false);
+  o.go_backwards = s.flag("go_backwards", false);
+}
+
 // Reads the layer's keys from `s` and returns what makes the layer; the caller checks the keys (finish)
 // before calling it, so a layer constructor never sees a value the job file got wrong. Null: unknown type.
 using LayerFactory = std::function<std::shared_ptr<nn::Layer>()>;
@@ -147,6 +165,20 @@ LayerFactory make_layer(const std::string& type, Section& s) {
     const nn::ActivationSpec fn =
         s.named("activation", "linear", [](const std::string& v) { return nn::ActivationSpec(v); });
     layer = [=] { return std::make_shared<nn::Activation>(fn, name); };
+  } else if (type == "lstm") {
+    nn::LSTMOptions o;
+    const int64_t units = s.positive("units", 0);
+    read_recurrent_keys(s, o);
+    o.unit_forget_bias = s.flag("unit_forget_bias", true);
+    o.name = name;
+    layer = [=] { return std::make_shared<nn::LSTM>(units, o); };
+  } else if (type == "gru") {
+    nn::GRUOptions o;
+    const int64_t units = s.positive("units", 0);
+    read_recurrent_keys(s, o);
+    o.reset_after = s.flag("reset_after", true);
+    o.name = name;
+    layer = [=] { return std::make_shared<nn::GRU>(units, o); };
   } else if (type == "embedding") {
     nn::EmbeddingOptions o;
     o.name = name;
