@@ -109,6 +109,29 @@ TEST(InitTest, FansAndScalesFollowKeras) {
   EXPECT_EQ(init::by_name("ones")({2}, g).to_vector<float>(), (std::vector<float>{1, 1}));
 }
 
+// Keras's Orthogonal: the fewer of rows and columns are orthonormal (times gain); rank > 2 is [prod(all but last), last].
+TEST(InitializerTest, OrthogonalHasOrthonormalRowsOrColumns) {
+  Generator g(5);
+  auto gram_is_identity = [](const Tensor& w, int64_t rows, int64_t cols, bool of_rows, double gain) {
+    const auto v = w.to_vector<double>();
+    const int64_t n = of_rows ? rows : cols, len = of_rows ? cols : rows;
+    for (int64_t a = 0; a < n; ++a) {
+      for (int64_t b = 0; b < n; ++b) {
+        double dot = 0;
+        for (int64_t k = 0; k < len; ++k) {
+          dot += of_rows ? v[a * cols + k] * v[b * cols + k] : v[k * cols + a] * v[k * cols + b];
+        }
+        ASSERT_NEAR(dot, a == b ? gain * gain : 0.0, 1e-5) << a << "," << b;
+      }
+    }
+  };
+  gram_is_identity(init::orthogonal({8, 32}, g), 8, 32, true, 1.0);          // wide: rows
+  gram_is_identity(init::orthogonal({32, 8}, g), 32, 8, false, 1.0);         // tall: columns
+  gram_is_identity(init::orthogonal({2, 3, 4, 5}, g, 2.0f), 24, 5, false, 2.0);
+  gram_is_identity(init::by_name("orthogonal")({6, 6}, g), 6, 6, true, 1.0);
+  EXPECT_THROW(init::orthogonal({7}, g), InvalidArgument);
+}
+
 TEST(ThreadingTest, SettingIsPerThreadAndScoped) {
   set_num_threads(1);
   EXPECT_EQ(num_threads(), 1);
