@@ -92,7 +92,8 @@ TEST(RecurrentJobTest, StrataTrainsARowByRowLSTMOnTinyData) {
                                                           "  - lstm: {units: 16, return_sequences: true}\n"
                                                           "  - gru: {units: 16}\n"
                                                           "  - dense: {units: 10}\n"));
-  auto [rc, out] = run(std::string(STRATA_BINARY) + " train " + job + " --threads 1");
+  const fs::path ckpt = s.dir / "ckpt";
+  auto [rc, out] = run(std::string(STRATA_BINARY) + " train " + job + " --threads 1 --checkpoint-dir " + ckpt.string());
   ASSERT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("lstm (LSTM)"), std::string::npos) << out;
   EXPECT_NE(out.find("gru (GRU)"), std::string::npos) << out;
@@ -105,6 +106,10 @@ TEST(RecurrentJobTest, StrataTrainsARowByRowLSTMOnTinyData) {
   ASSERT_TRUE(std::regex_match(result, m, std::regex(R"(test loss ([0-9.]+) - test accuracy ([0-9.]+))"))) << out;
   // Class k lights rows 2k and 2k+1: read row by row, the recurrent model learns it (chance is 0.1).
   EXPECT_GT(std::stod(m[2]), 0.8) << out;
+  // The weights saved by name (lstm/kernel, lstm/recurrent_kernel, ...) load back to the same result.
+  auto [rc2, evaluated] = run(std::string(STRATA_BINARY) + " evaluate " + job + " --checkpoint " + ckpt.string());
+  ASSERT_EQ(rc2, 0) << evaluated;
+  EXPECT_EQ(last_line(evaluated), result);
 }
 
 }  // namespace
