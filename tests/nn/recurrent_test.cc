@@ -96,6 +96,11 @@ TEST(RecurrentTest, OutputAndStateShapes) {
   nn::RecurrentResult second = halves.call_with_states(slice_axis(Variable(x), 1, 4, 7), false, first.states);
   expect_near(second.output.value(), slice_axis(full, 1, 4, 7).value(), 1e-6f);
 
+  // Functional graphs see the shapes too.
+  const nn::SymbolicTensor sequence = nn::GRU(4, {.return_sequences = true})(nn::Input({7, 3}));
+  EXPECT_EQ(sequence.shape(), (Shape{-1, 7, 4}));
+  EXPECT_EQ(nn::LSTM(2)(sequence).shape(), (Shape{-1, 2}));
+
   EXPECT_THAT(message_of<ShapeError>([] { nn::LSTM(3)(Tensor::ones({2, 3})); }),
               HasSubstr("expects input [batch, time, features]"));
   EXPECT_THAT(message_of<ShapeError>([&] { last(Tensor::ones({2, 7, 4})); }), HasSubstr("[batch, time, 3]"));
