@@ -22,8 +22,8 @@ namespace {
 // REQUIRES: a built layer with `features` inputs per step.
 void check_sequence_input(const Layer& layer, const Shape& s, int64_t features) {
   STRATA_CHECK(s.size() == 3 && s[1] > 0 && (features < 0 || s[2] == features), ShapeError,
-               label(layer) << " expects input [batch, time, " << (features < 0 ? std::string("features")
-                                                                                 : std::to_string(features))
+               label(layer) << " expects input [batch, time, "
+                            << (features < 0 ? std::string("features") : std::to_string(features))
                             << "] with time > 0, got " << shape_str(with_free_batch(s)));
 }
 
@@ -48,8 +48,8 @@ Variable sequence_output(const std::vector<Variable>& hs, bool return_sequences)
   return return_sequences ? stack(hs, 1) : hs.back();
 }
 
-void check_initial_state(const Layer& layer, const std::vector<Variable>& initial_state, size_t count,
-                         int64_t batch, int64_t units) {
+void check_initial_state(const Layer& layer, const std::vector<Variable>& initial_state, size_t count, int64_t batch,
+                         int64_t units) {
   STRATA_CHECK(initial_state.empty() || initial_state.size() == count, InvalidArgument,
                label(layer) << " takes " << count << " initial states, got " << initial_state.size());
   for (const Variable& s : initial_state) {
@@ -79,8 +79,8 @@ LSTM::LSTM(int64_t units, LSTMOptions options) : LayerBase(options.name), units_
 void LSTM::build_impl(const Shape& input_shape) {
   check_sequence_input(*this, input_shape, -1);
   const int64_t features = input_shape[2], u = units_;
-  kernel_ = add_weight("kernel", {features, 4 * u}, options_.kernel_initializer.fn(), true,
-                       options_.kernel_regularizer.fn());
+  kernel_ =
+      add_weight("kernel", {features, 4 * u}, options_.kernel_initializer.fn(), true, options_.kernel_regularizer.fn());
   recurrent_kernel_ = add_weight("recurrent_kernel", {u, 4 * u}, options_.recurrent_initializer.fn(), true,
                                  options_.recurrent_regularizer.fn());
   if (options_.use_bias) {
@@ -137,8 +137,8 @@ GRU::GRU(int64_t units, GRUOptions options) : LayerBase(options.name), units_(un
 void GRU::build_impl(const Shape& input_shape) {
   check_sequence_input(*this, input_shape, -1);
   const int64_t features = input_shape[2], u = units_;
-  kernel_ = add_weight("kernel", {features, 3 * u}, options_.kernel_initializer.fn(), true,
-                       options_.kernel_regularizer.fn());
+  kernel_ =
+      add_weight("kernel", {features, 3 * u}, options_.kernel_initializer.fn(), true, options_.kernel_regularizer.fn());
   recurrent_kernel_ = add_weight("recurrent_kernel", {u, 3 * u}, options_.recurrent_initializer.fn(), true,
                                  options_.recurrent_regularizer.fn());
   if (options_.use_bias) {

@@ -16,7 +16,8 @@ namespace strata::cli {
 namespace {
 
 std::string job_with_model(const fs::path& dir, const std::string& model) {
-  return "data:\n  format: idx\n  directory: " + dir.string() + "\n  shuffle: 512\n  scale: 0.00392156862745098\nmodel:\n" + model +
+  return "data:\n  format: idx\n  directory: " + dir.string() +
+         "\n  shuffle: 512\n  scale: 0.00392156862745098\nmodel:\n" + model +
          "loss: {name: sparse_categorical_crossentropy, from_logits: true}\n"
          "optimizer: {name: adam, learning_rate: 0.01}\nmetrics: [accuracy]\nepochs: 4\nbatch_size: 32\n";
 }
@@ -24,11 +25,12 @@ std::string job_with_model(const fs::path& dir, const std::string& model) {
 TEST(RecurrentJobTest, LSTMAndGRUKeysBuildTheLayersTheySay) {
   Scratch s("recurrent_keys");
   const Job job = load_job(write_job(
-      s.dir, job_with_model(s.dir,
-                            "  - reshape: {target_shape: [28, 28]}\n"
-                            "  - lstm: {units: 8, return_sequences: true, unit_forget_bias: false, go_backwards: true}\n"
-                            "  - GRU: {units: 6, reset_after: false, recurrent_activation: relu, use_bias: false}\n"
-                            "  - dense: {units: 10}\n")));
+      s.dir,
+      job_with_model(s.dir,
+                     "  - reshape: {target_shape: [28, 28]}\n"
+                     "  - lstm: {units: 8, return_sequences: true, unit_forget_bias: false, go_backwards: true}\n"
+                     "  - GRU: {units: 6, reset_after: false, recurrent_activation: relu, use_bias: false}\n"
+                     "  - dense: {units: 10}\n")));
   auto model = build_model(job);
   EXPECT_EQ((*model)(Tensor::zeros({3, 28, 28, 1})).shape(), (Shape{3, 10}));
   ASSERT_EQ(model->layers().size(), 4u);

@@ -4,12 +4,12 @@
 // (tests/nn/recurrent_reference.json, written by tests/nn/make_recurrent_reference.py).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 
 #include "nn/layer_grad_check.h"
 #include "strata/gradient_tape.h"
@@ -46,9 +46,10 @@ TEST(RecurrentTest, LSTMWeightsHaveKerasLayoutNamesAndInitializers) {
   // orthogonal recurrent kernel [6, 24]: orthonormal rows.
   const Tensor r = lstm.recurrent_kernel().value();
   const Tensor gram = matmul(Variable(r), Variable(r), false, true).value();
-  expect_near(gram, Tensor::from_vector(std::vector<float>{1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0,
-                                                           0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1},
-                                        {6, 6}),
+  expect_near(gram,
+              Tensor::from_vector(std::vector<float>{1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0,
+                                                     0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 1},
+                                  {6, 6}),
               1e-5f);
 
   nn::GRU gru(5);
@@ -101,7 +102,9 @@ TEST(RecurrentTest, OutputAndStateShapes) {
   EXPECT_EQ(sequence.shape(), (Shape{-1, 7, 4}));
   EXPECT_EQ(nn::LSTM(2)(sequence).shape(), (Shape{-1, 2}));
 
-  EXPECT_THAT(message_of<ShapeError>([] { nn::LSTM(3)(Tensor::ones({2, 3})); }),
+  EXPECT_THAT(message_of<ShapeError>([] {
+                nn::LSTM(3)(Tensor::ones({2, 3}));
+              }),
               HasSubstr("expects input [batch, time, features]"));
   EXPECT_THAT(message_of<ShapeError>([&] { last(Tensor::ones({2, 7, 4})); }), HasSubstr("[batch, time, 3]"));
   EXPECT_THAT(message_of<InvalidArgument>([&] { seq.call_with_states(x, false, {first.states[0]}); }),
@@ -160,7 +163,8 @@ TEST(RecurrentTest, GoBackwardsReadsTheReversedSequence) {
   nn::GRU forward(3, {.return_sequences = true}), backward(3, {.return_sequences = true, .go_backwards = true});
   forward(x);
   backward(x);
-  for (size_t i = 0; i < forward.variables().size(); ++i) backward.variables()[i].assign(forward.variables()[i].value());
+  for (size_t i = 0; i < forward.variables().size(); ++i)
+    backward.variables()[i].assign(forward.variables()[i].value());
   expect_near(backward(x).value(), forward(reversed).value(), 1e-6f);
 }
 
@@ -211,9 +215,8 @@ void compare_with_pytorch(L& layer, const nlohmann::json& ref, const std::vector
   Variable input(x.clone(), /*trainable=*/true, "x");
   GradientTape tape;
   nn::RecurrentResult result = layer.call_with_states(input);
-  const std::vector<Tensor> grads =
-      tape.gradient(result.output, {input, layer.kernel(), layer.recurrent_kernel(), layer.bias()},
-                    tensor_of(ref.at("r")));
+  const std::vector<Tensor> grads = tape.gradient(
+      result.output, {input, layer.kernel(), layer.recurrent_kernel(), layer.bias()}, tensor_of(ref.at("r")));
   std::vector<std::pair<std::string, float>> errors = {
       {"sequence", max_abs_diff(result.output.value(), tensor_of(ref.at("sequence")))},
       {"grad_x", max_abs_diff(grads[0], tensor_of(ref.at("grad_x")))},
@@ -225,8 +228,8 @@ void compare_with_pytorch(L& layer, const nlohmann::json& ref, const std::vector
   }
   for (const auto& [what, error] : errors) {
     EXPECT_LE(error, 1e-5f) << layer.class_name() << " " << what;
-    std::cout << layer.class_name() << " vs PyTorch " << ref.value("torch", "") << ": max |error| of " << what
-              << " = " << error << "\n";
+    std::cout << layer.class_name() << " vs PyTorch " << ref.value("torch", "") << ": max |error| of " << what << " = "
+              << error << "\n";
   }
 }
 
