@@ -41,18 +41,27 @@ void to_bytes(const Tensor& t, pb::TensorBytes* out) {
   out->set_data(t.raw_data(), t.nbytes());
 }
 
-// The float32 tensor of `t`, or an error text when its bytes do not fit its shape.
-std::string from_bytes(const pb::TensorBytes& t, Tensor* out) {
+// The float32 tensor of shape `t.shape()` over `data` (t.data() unless given), or an error text when the bytes do
+// not fit the shape. With `owner` (it keeps `data` alive) or `borrow` (the caller keeps it alive while the tensor is
+// used), the tensor is `data`'s bytes themselves when they are float-aligned, not a copy.
+std::string from_bytes(const pb::TensorBytes& t, Tensor* out, const std::string* data = nullptr,
+                       std::shared_ptr<const void> owner = nullptr, bool borrow = false) {
+  if (!data) data = &t.data();
   const Shape shape = shape_of(t);
   for (int64_t d : shape) {
     if (d < 0) return "a negative dimension in " + shape_str(shape);
   }
-  if (static_cast<uint64_t>(shape_numel(shape)) * sizeof(float) != t.data().size()) {
+  if (static_cast<uint64_t>(shape_numel(shape)) * sizeof(float) != data->size()) {
     return "shape " + shape_str(shape) + " needs " + std::to_string(shape_numel(shape) * 4) + " bytes of float32, got " +
-           std::to_string(t.data().size());
+           std::to_string(data->size());
+  }
+  void* bytes = const_cast<char*>(data->data());
+  if ((owner || borrow) && reinterpret_cast<uintptr_t>(bytes) % alignof(float) == 0) {
+    *out = Tensor::wrap_host(bytes, shape, DType::kFloat32, std::move(owner));
+    return "";
   }
   *out = Tensor::empty(shape);
-  std::memcpy(out->raw_data(), t.data().data(), t.data().size());
+  std::memcpy(out->raw_data(), data->data(), data->size());
   return "";
 }
 
@@ -229,7 +238,9 @@ class Service final : public pb::ParameterServer::Service {
     Shard* shard = find(req->name());
     if (!shard) return not_found("Push", req->name());
     Tensor grad;
-    if (const std::string bad = from_bytes(req->gradient(), &grad); !bad.empty()) {
+    // Borrows the request's bytes when aligned (no copy): the request outlives this handler's use of `grad`, and
+    // a round that keeps the gradient keeps a copy.
+    if (const std::string bad = from_bytes(req->gradient(), &grad, nullptr, nullptr, /*borrow=*/true); !bad.empty()) {
       return invalid("Push " + req->name() + ": " + bad);
     }
     const bool in_round = req->round_size() > 0;
@@ -381,7 +392,7 @@ class Service final : public pb::ParameterServer::Service {
     PendingRound& round = shard.rounds[req.round()];
     if (round.size == 0) {
       round.size = req.round_size();
-      round.sum = std::move(grad);
+      round.sum = req.rows().empty() ? grad.clone() : std::move(grad);  // a dense grad borrows the request
     } else if (round.size != req.round_size()) {
       return invalid("Push " + req.name() + ": round " + std::to_string(req.round()) + " has size " +
                      std::to_string(round.size) + " but step '" + req.step_id() + "' says " +
@@ -543,9 +554,13 @@ void check_float(const char* what, const Tensor& t) {
   STRATA_CHECK(t.defined() && t.dtype() == DType::kFloat32 && t.device().is_cpu(), InvalidArgument,
                "ps client: " << what << " takes a float32 host tensor");
 }
-Tensor tensor_of(const pb::TensorBytes& bytes, const std::string& address) {
+// Takes the response's bytes over without copying them: the string's buffer moves into the tensor's owner.
+Tensor tensor_of(pb::TensorBytes* bytes, const std::string& address) {
+  auto owner = std::make_shared<std::string>();
+  owner->swap(*bytes->mutable_data());
   Tensor out;
-  const std::string bad = from_bytes(bytes, &out);
+  const std::string* data = owner.get();
+  const std::string bad = from_bytes(*bytes, &out, data, std::move(owner));
   STRATA_CHECK(bad.empty(), DataCorrupt, "ps at " << address << " sent a malformed tensor: " << bad);
   return out;
 }
@@ -570,14 +585,16 @@ bool ParameterServerClient::create(const std::string& name, const Tensor& initia
 Tensor ParameterServerClient::pull(const std::string& name) {
   pb::PullRequest req;
   req.set_name(name);
-  return tensor_of(impl_->call(&pb::ParameterServer::Stub::Pull, "Pull", req).value(), impl_->address);
+  pb::PullResponse resp = impl_->call(&pb::ParameterServer::Stub::Pull, "Pull", req);
+  return tensor_of(resp.mutable_value(), impl_->address);
 }
 
 Tensor ParameterServerClient::pull_rows(const std::string& name, const std::vector<int64_t>& rows) {
   pb::PullRequest req;
   req.set_name(name);
   for (int64_t r : rows) req.add_rows(r);
-  return tensor_of(impl_->call(&pb::ParameterServer::Stub::Pull, "Pull", req).value(), impl_->address);
+  pb::PullResponse resp = impl_->call(&pb::ParameterServer::Stub::Pull, "Pull", req);
+  return tensor_of(resp.mutable_value(), impl_->address);
 }
 
 bool ParameterServerClient::push(const std::string& name, const Tensor& gradient, const std::string& step_id,

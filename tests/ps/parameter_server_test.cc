@@ -211,6 +211,27 @@ TEST(ParameterServerTest, ARestartedServerRestoresItsShardsAndGoesOnAsIfNeverSto
   fs::remove_all(dir);
 }
 
+TEST(ParameterServerTest, APulledTensorOwnsItsBytesAndOutlivesTheRpcClientAndServer) {
+  const Tensor initial = test::random_tensor({257, 33}, 7);  // odd sizes: no accidental alignment of lengths
+  Tensor first, second;
+  {
+    Running ps;
+    ps.client->create("w", initial, {.name = "sgd", .learning_rate = 0.5});
+    first = ps.client->pull("w");
+    const Tensor grad = test::random_tensor({257, 33}, 8);
+    EXPECT_TRUE(ps.client->push("w", grad, "step:1"));  // the server applies from the request's bytes
+    second = ps.client->pull("w");
+    EXPECT_FALSE(first.shares_storage_with(second));
+    Variable local(initial.clone(), true, "w");
+    optim::SGD(optim::SGDOptions{.learning_rate = 0.5f}).apply_gradients({grad}, {local});
+    EXPECT_EQ(values(second), values(local.value()));  // bit for bit
+  }  // client, server and every message gone
+  EXPECT_EQ(values(first), values(initial));
+  second.data<float>()[0] = 42.0f;  // a pulled tensor is the caller's to write
+  EXPECT_EQ(second.to_vector<float>()[0], 42.0f);
+  EXPECT_EQ(values(first), values(initial));
+}
+
 TEST(ParameterServerTest, BadRequestsAreClearErrors) {
   Running ps;
   ps.client->create("w", Tensor::zeros({4, 2}), {.name = "sgd"});
