@@ -28,6 +28,10 @@ namespace strata {
 class Storage {
  public:
   Storage(size_t nbytes, Device device);
+  // Host memory another object owns (e.g. the bytes of a received message), kept alive by `owner` (may be null when
+  // the caller guarantees the memory outlives every tensor on it); never freed here. Aligned only as its owner
+  // allocated it (Tensor::wrap_host checks the dtype's alignment), not to 64 bytes.
+  Storage(void* data, size_t nbytes, std::shared_ptr<const void> owner);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -40,6 +44,8 @@ class Storage {
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   Device device_;
+  bool external_ = false;
+  std::shared_ptr<const void> owner_;
 };
 
 class Tensor {
@@ -55,6 +61,10 @@ class Tensor {
                      Device device = Device::cpu());
   // A rank-0 float32 tensor.
   static Tensor scalar(float value);
+  // A host tensor over `data` (shape_numel(shape) * dtype_size(dtype) bytes) without copying it, for handing over
+  // received bytes (the ps's pulls and pushes); `owner` keeps the memory alive as long as the tensor or a view of it
+  // lives. InvalidArgument when `data` is not aligned to the dtype's size.
+  static Tensor wrap_host(void* data, const Shape& shape, DType dtype, std::shared_ptr<const void> owner);
   // Copies `values` into a new host tensor of `shape` (numel must match).
   template <class T>
   static Tensor from_vector(const std::vector<T>& values, const Shape& shape);

@@ -44,7 +44,12 @@ void require_host(const Tensor& t, const char* op) {
 Storage::Storage(size_t nbytes, Device device)
     : data_(detail::device_alloc(nbytes, device)), nbytes_(nbytes), device_(device) {}
 
-Storage::~Storage() { detail::device_free(data_, device_, nbytes_); }
+Storage::Storage(void* data, size_t nbytes, std::shared_ptr<const void> owner)
+    : data_(data), nbytes_(nbytes), device_(Device::cpu()), external_(true), owner_(std::move(owner)) {}
+
+Storage::~Storage() {
+  if (!external_) detail::device_free(data_, device_, nbytes_);
+}
 
 Tensor::Tensor(std::shared_ptr<Storage> storage, size_t offset_bytes, Shape shape, DType dtype)
     : storage_(std::move(storage)),
@@ -59,6 +64,15 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
     STRATA_CHECK(d >= 0, ShapeError, "Tensor::empty: negative dimension in " << strata::shape_str(shape));
   const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
   return Tensor(std::make_shared<Storage>(bytes, device), 0, shape, dtype);
+}
+
+Tensor Tensor::wrap_host(void* data, const Shape& shape, DType dtype, std::shared_ptr<const void> owner) {
+  for (int64_t d : shape)
+    STRATA_CHECK(d >= 0, ShapeError, "Tensor::wrap_host: negative dimension in " << strata::shape_str(shape));
+  STRATA_CHECK(reinterpret_cast<uintptr_t>(data) % dtype_size(dtype) == 0, InvalidArgument,
+               "Tensor::wrap_host: memory at " << data << " is not aligned to " << dtype_size(dtype) << " bytes");
+  const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+  return Tensor(std::make_shared<Storage>(data, bytes, std::move(owner)), 0, shape, dtype);
 }
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {

@@ -14,6 +14,7 @@
 #include <cctype>
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -40,18 +41,27 @@ void to_bytes(const Tensor& t, pb::TensorBytes* out) {
   out->set_data(t.raw_data(), t.nbytes());
 }
 
-// The float32 tensor of `t`, or an error text when its bytes do not fit its shape.
-std::string from_bytes(const pb::TensorBytes& t, Tensor* out) {
+// The float32 tensor of shape `t.shape()` over `data` (t.data() unless given), or an error text when the bytes do
+// not fit the shape. With `owner` (it keeps `data` alive) or `borrow` (the caller keeps it alive while the tensor is
+// used), the tensor is `data`'s bytes themselves when they are float-aligned, not a copy.
+std::string from_bytes(const pb::TensorBytes& t, Tensor* out, const std::string* data = nullptr,
+                       std::shared_ptr<const void> owner = nullptr, bool borrow = false) {
+  if (!data) data = &t.data();
   const Shape shape = shape_of(t);
   for (int64_t d : shape) {
     if (d < 0) return "a negative dimension in " + shape_str(shape);
   }
-  if (static_cast<uint64_t>(shape_numel(shape)) * sizeof(float) != t.data().size()) {
+  if (static_cast<uint64_t>(shape_numel(shape)) * sizeof(float) != data->size()) {
     return "shape " + shape_str(shape) + " needs " + std::to_string(shape_numel(shape) * 4) + " bytes of float32, got " +
-           std::to_string(t.data().size());
+           std::to_string(data->size());
+  }
+  void* bytes = const_cast<char*>(data->data());
+  if ((owner || borrow) && reinterpret_cast<uintptr_t>(bytes) % alignof(float) == 0) {
+    *out = Tensor::wrap_host(bytes, shape, DType::kFloat32, std::move(owner));
+    return "";
   }
   *out = Tensor::empty(shape);
-  std::memcpy(out->raw_data(), t.data().data(), t.data().size());
+  std::memcpy(out->raw_data(), data->data(), data->size());
   return "";
 }
 
@@ -102,7 +112,11 @@ struct Shard {
   Variable var;
   std::unique_ptr<optim::Optimizer> optimizer;
   std::string optimizer_spec;  // the serialized OptimizerSpec it was created with
+  // The most recent `step_window` step ids applied, oldest first in `step_order` (the same ids as `applied_steps`):
+  // an older id is forgotten, so a repeat of it would be applied again (see server.h).
+  int64_t step_window = ParameterServer::kStepWindow;
   std::unordered_set<std::string> applied_steps;
+  std::deque<std::string> step_order;
   std::map<int64_t, PendingRound> rounds;  // by round id; a round leaves once applied (not saved: see server.h)
   int64_t version = 0;
   // The dense gradient an asynchronous sparse push is scattered into, zero between pushes: made once, not per push
@@ -114,8 +128,15 @@ struct Shard {
   void apply(const Tensor& gradient, const std::unordered_set<std::string>& steps) {
     optimizer->apply_gradients({gradient}, {var});
     ++version;
-    for (const std::string& step : steps) {
-      if (!step.empty()) applied_steps.insert(step);
+    for (const std::string& step : steps) remember(step);
+  }
+  // Remembers `step` as applied, forgetting the oldest ids past the window. REQUIRES: mu held.
+  void remember(const std::string& step) {
+    if (step.empty() || !applied_steps.insert(step).second) return;
+    step_order.push_back(step);
+    while (static_cast<int64_t>(step_order.size()) > step_window) {
+      applied_steps.erase(step_order.front());
+      step_order.pop_front();
     }
   }
   // Whether `step` was applied or waits in `round`'s sum. REQUIRES: mu held.
@@ -154,6 +175,17 @@ grpc::Status row_indices(const google::protobuf::RepeatedField<int64_t>& request
 
 class Service final : public pb::ParameterServer::Service {
  public:
+  explicit Service(int64_t step_window) : step_window_(step_window) {}
+  // Step ids remembered for dropping repeats, over every shard.
+  int64_t steps_remembered() {
+    std::lock_guard lock(mu_);
+    int64_t n = 0;
+    for (auto& [name, shard] : shards_) {
+      std::lock_guard shard_lock(shard->mu);
+      n += static_cast<int64_t>(shard->applied_steps.size());
+    }
+    return n;
+  }
   grpc::Status Create(grpc::ServerContext*, const pb::CreateRequest* req, pb::CreateResponse* resp) override {
     Tensor initial;
     if (const std::string bad = from_bytes(req->initial(), &initial); !bad.empty()) {
@@ -172,6 +204,7 @@ class Service final : public pb::ParameterServer::Service {
       return grpc::Status::OK;
     }
     auto shard = std::make_unique<Shard>();
+    shard->step_window = step_window_;
     shard->optimizer = make_optimizer(req->optimizer());
     if (!shard->optimizer) {
       return invalid("Create " + req->name() + ": unknown optimizer '" + req->optimizer().name() +
@@ -205,7 +238,9 @@ class Service final : public pb::ParameterServer::Service {
     Shard* shard = find(req->name());
     if (!shard) return not_found("Push", req->name());
     Tensor grad;
-    if (const std::string bad = from_bytes(req->gradient(), &grad); !bad.empty()) {
+    // Borrows the request's bytes when aligned (no copy): the request outlives this handler's use of `grad`, and
+    // a round that keeps the gradient keeps a copy.
+    if (const std::string bad = from_bytes(req->gradient(), &grad, nullptr, nullptr, /*borrow=*/true); !bad.empty()) {
       return invalid("Push " + req->name() + ": " + bad);
     }
     const bool in_round = req->round_size() > 0;
@@ -275,7 +310,7 @@ class Service final : public pb::ParameterServer::Service {
       record.set_name(name);
       record.mutable_optimizer()->ParseFromString(shard->optimizer_spec);
       record.set_version(shard->version);
-      for (const std::string& step : shard->applied_steps) record.add_applied_steps(step);
+      for (const std::string& step : shard->step_order) record.add_applied_steps(step);  // oldest first
       std::string json;
       if (!google::protobuf::util::MessageToJsonString(record, &json).ok()) return invalid("Save " + name + ": cannot encode");
       io::NamedTensors tensors = {{"value", shard->var.value()}};
@@ -317,7 +352,8 @@ class Service final : public pb::ParameterServer::Service {
       shard->var = Variable(tensors[0].second, /*trainable=*/true, record.name());
       shard->optimizer_spec = record.optimizer().SerializeAsString();
       shard->version = record.version();
-      shard->applied_steps.insert(record.applied_steps().begin(), record.applied_steps().end());
+      shard->step_window = step_window_;
+      for (const std::string& step : record.applied_steps()) shard->remember(step);  // oldest first, as saved
       io::NamedTensors state;
       for (size_t i = 1; i < tensors.size(); ++i) {
         if (tensors[i].first.rfind("optimizer/", 0) == 0) state.emplace_back(tensors[i].first.substr(10), tensors[i].second);
@@ -356,7 +392,7 @@ class Service final : public pb::ParameterServer::Service {
     PendingRound& round = shard.rounds[req.round()];
     if (round.size == 0) {
       round.size = req.round_size();
-      round.sum = std::move(grad);
+      round.sum = req.rows().empty() ? grad.clone() : std::move(grad);  // a dense grad borrows the request
     } else if (round.size != req.round_size()) {
       return invalid("Push " + req.name() + ": round " + std::to_string(req.round()) + " has size " +
                      std::to_string(round.size) + " but step '" + req.step_id() + "' says " +
@@ -375,6 +411,7 @@ class Service final : public pb::ParameterServer::Service {
     return {grpc::StatusCode::NOT_FOUND, std::string(what) + ": no shard named '" + name + "' on this ps"};
   }
 
+  const int64_t step_window_;
   std::mutex mu_;
   std::map<std::string, std::unique_ptr<Shard>> shards_;  // guarded by mu_; a shard lives as long as the service
   std::vector<std::unique_ptr<Shard>> retired_;           // guarded by mu_: shards a restore replaced
@@ -389,15 +426,19 @@ struct ParameterServer::Impl {
   std::unique_ptr<grpc::Server> server;
   int port = 0;
   int64_t restored = 0;
+  int64_t step_window = ParameterServer::kStepWindow;
 };
 
-ParameterServer::ParameterServer() : impl_(std::make_unique<Impl>()) {}
+ParameterServer::ParameterServer(int64_t step_window) : impl_(std::make_unique<Impl>()) {
+  STRATA_CHECK(step_window >= 1, InvalidArgument, "ps: step_window must be at least 1, got " << step_window);
+  impl_->step_window = step_window;
+}
 ParameterServer::~ParameterServer() { stop(); }
 
 void ParameterServer::start(const std::string& address, const std::string& restore_directory) {
   STRATA_CHECK(!impl_->server, InvalidArgument, "ps: already serving on port " << impl_->port);
   const std::string where = cluster::listen_address(address);
-  auto service = std::make_unique<Service>();
+  auto service = std::make_unique<Service>(impl_->step_window);
   if (!restore_directory.empty()) {  // before listening: no client ever sees the shards it replaces
     pb::RestoreRequest req;
     req.set_directory(restore_directory);
@@ -442,6 +483,9 @@ int64_t ParameterServer::shards_restored() const { return impl_->restored; }
 int64_t ParameterServer::pushes_applied() const { return impl_->service ? impl_->service->applied() : 0; }
 int64_t ParameterServer::pushes_dropped() const { return impl_->service ? impl_->service->dropped() : 0; }
 int64_t ParameterServer::rows_pulled() const { return impl_->service ? impl_->service->rows_pulled() : 0; }
+int64_t ParameterServer::steps_remembered() const {
+  return impl_->service ? impl_->service->steps_remembered() : 0;
+}
 int64_t ParameterServer::rows_pushed() const { return impl_->service ? impl_->service->rows_pushed() : 0; }
 
 // ---- client
@@ -510,9 +554,13 @@ void check_float(const char* what, const Tensor& t) {
   STRATA_CHECK(t.defined() && t.dtype() == DType::kFloat32 && t.device().is_cpu(), InvalidArgument,
                "ps client: " << what << " takes a float32 host tensor");
 }
-Tensor tensor_of(const pb::TensorBytes& bytes, const std::string& address) {
+// Takes the response's bytes over without copying them: the string's buffer moves into the tensor's owner.
+Tensor tensor_of(pb::TensorBytes* bytes, const std::string& address) {
+  auto owner = std::make_shared<std::string>();
+  owner->swap(*bytes->mutable_data());
   Tensor out;
-  const std::string bad = from_bytes(bytes, &out);
+  const std::string* data = owner.get();
+  const std::string bad = from_bytes(*bytes, &out, data, std::move(owner));
   STRATA_CHECK(bad.empty(), DataCorrupt, "ps at " << address << " sent a malformed tensor: " << bad);
   return out;
 }
@@ -537,14 +585,16 @@ bool ParameterServerClient::create(const std::string& name, const Tensor& initia
 Tensor ParameterServerClient::pull(const std::string& name) {
   pb::PullRequest req;
   req.set_name(name);
-  return tensor_of(impl_->call(&pb::ParameterServer::Stub::Pull, "Pull", req).value(), impl_->address);
+  pb::PullResponse resp = impl_->call(&pb::ParameterServer::Stub::Pull, "Pull", req);
+  return tensor_of(resp.mutable_value(), impl_->address);
 }
 
 Tensor ParameterServerClient::pull_rows(const std::string& name, const std::vector<int64_t>& rows) {
   pb::PullRequest req;
   req.set_name(name);
   for (int64_t r : rows) req.add_rows(r);
-  return tensor_of(impl_->call(&pb::ParameterServer::Stub::Pull, "Pull", req).value(), impl_->address);
+  pb::PullResponse resp = impl_->call(&pb::ParameterServer::Stub::Pull, "Pull", req);
+  return tensor_of(resp.mutable_value(), impl_->address);
 }
 
 bool ParameterServerClient::push(const std::string& name, const Tensor& gradient, const std::string& step_id,

@@ -1,9 +1,12 @@
-// Tensor: construction, views vs copies, conversions and the errors bad use gets.
+// Tensor: construction, views vs copies, wrapping memory another object owns, conversions and the errors bad use
+// gets.
 #include "strata/tensor.h"
 
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <memory>
+#include <vector>
 
 #include "core/device_memory.h"
 
@@ -113,6 +116,26 @@ TEST(TensorTest, CudaRoundTripOrUnavailable) {
   EXPECT_EQ(device.to_vector<float>(), (std::vector<float>{1, 2, 3}));
   EXPECT_EQ(Tensor::full({2}, 4.0, DType::kFloat32, Device::cuda(0)).to_vector<float>(), (std::vector<float>{4, 4}));
   EXPECT_EQ(device.clone().to(Device::cpu()).to_vector<float>(), (std::vector<float>{1, 2, 3}));
+}
+
+TEST(TensorTest, WrapHostSharesTheMemoryAndKeepsItsOwnerAlive) {
+  auto owned = std::make_shared<std::vector<float>>(std::vector<float>{1, 2, 3, 4, 5, 6});
+  std::weak_ptr<std::vector<float>> watch = owned;
+  float* data = owned->data();
+  Tensor t = Tensor::wrap_host(data, {2, 3}, DType::kFloat32, std::move(owned));
+  EXPECT_EQ(t.data<float>(), data);  // no copy
+  EXPECT_EQ(t.to_vector<float>(), (std::vector<float>{1, 2, 3, 4, 5, 6}));
+  Tensor view = t.slice(1, 2);
+  t = Tensor();
+  EXPECT_FALSE(watch.expired());  // a view still holds it
+  EXPECT_EQ(view.to_vector<float>(), (std::vector<float>{4, 5, 6}));
+  view = Tensor();
+  EXPECT_TRUE(watch.expired());  // released with the last tensor on it, never freed by the tensor itself
+
+  std::vector<float> buffer(4, 0.0f);
+  char* odd = reinterpret_cast<char*>(buffer.data()) + 1;
+  EXPECT_THROW(Tensor::wrap_host(odd, {2}, DType::kFloat32, nullptr), InvalidArgument);
+  EXPECT_THROW(Tensor::wrap_host(buffer.data(), {-1}, DType::kFloat32, nullptr), ShapeError);
 }
 
 TEST(TensorTest, MixingDevicesIsAClearError) {

@@ -1,5 +1,5 @@
 // The parameter server over gRPC on 127.0.0.1: its updates equal the same optimizer applied locally (bit for bit),
-// a repeated step is applied once, sparse pushes equal dense ones with zero rows, pulls of rows, concurrent pushes,
+// a repeated step is applied once (within the bounded window of remembered step ids), sparse pushes equal dense ones with zero rows, pulls of rows, concurrent pushes,
 // and the errors a client gets (unknown shard, bad shapes and rows, a conflicting create, an unreachable ps).
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -21,7 +21,7 @@ namespace {
 struct Running {
   ParameterServer server;
   std::unique_ptr<ParameterServerClient> client;
-  Running() {
+  explicit Running(int64_t step_window = ParameterServer::kStepWindow) : server(step_window) {
     server.start("127.0.0.1:0");
     client = std::make_unique<ParameterServerClient>("127.0.0.1:" + std::to_string(server.port()));
   }
@@ -65,6 +65,72 @@ TEST(ParameterServerTest, ARepeatedStepIsAppliedOnce) {
   EXPECT_EQ(values(ps.client->pull("w")), std::vector<float>(3, -4.0f));
   EXPECT_EQ(ps.server.pushes_applied(), 4);
   EXPECT_EQ(ps.server.pushes_dropped(), 1);
+}
+
+TEST(ParameterServerTest, TheStepWindowDropsRepeatsInsideItAndForgetsOlderOnes) {
+  Running ps(/*step_window=*/3);
+  ps.client->create("w", Tensor::zeros({2}), {.name = "sgd", .learning_rate = 1.0});
+  ps.client->create("v", Tensor::zeros({2}), {.name = "sgd", .learning_rate = 1.0});
+  const Tensor grad = Tensor::full({2}, 1.0);
+  for (int step = 0; step < 6; ++step) {
+    EXPECT_TRUE(ps.client->push("w", grad, "step:" + std::to_string(step)));
+    EXPECT_EQ(ps.server.steps_remembered(), std::min(step + 1, 3));
+  }
+  for (const char* repeat : {"step:5", "step:4", "step:3"}) EXPECT_FALSE(ps.client->push("w", grad, repeat)) << repeat;
+  EXPECT_TRUE(ps.client->push("w", grad, "step:0"));  // older than the window: forgotten, applied again
+  EXPECT_EQ(values(ps.client->pull("w")), std::vector<float>(2, -7.0f));
+  EXPECT_EQ(ps.server.pushes_dropped(), 3);
+  // Each shard has its own window.
+  EXPECT_TRUE(ps.client->push("v", grad, "step:5"));
+  EXPECT_EQ(ps.server.steps_remembered(), 4);
+  EXPECT_THROW(ParameterServer(0), InvalidArgument);
+}
+
+TEST(ParameterServerTest, RememberedStepsStayBoundedOverManyPushes) {
+  Running ps(/*step_window=*/50);
+  ps.client->create("w", Tensor::zeros({4}), {.name = "sgd", .learning_rate = 0.0});
+  int64_t most = 0;
+  for (int step = 0; step < 1500; ++step) {
+    ASSERT_TRUE(ps.client->push("w", Tensor::zeros({4}), "worker:0/step:" + std::to_string(step)));
+    if (step % 100 == 99) most = std::max(most, ps.server.steps_remembered());
+  }
+  EXPECT_EQ(most, 50);
+  EXPECT_EQ(ps.server.pushes_applied(), 1500);
+  EXPECT_FALSE(ps.client->push("w", Tensor::zeros({4}), "worker:0/step:1450"));  // recent: still dropped
+}
+
+TEST(ParameterServerTest, SaveAndRestoreKeepTheStepWindowsOrder) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("strata_ps_window_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  const Tensor grad = Tensor::full({2}, 1.0);
+  {
+    Running first(/*step_window=*/3);
+    first.client->create("w", Tensor::zeros({2}), {.name = "sgd", .learning_rate = 1.0});
+    // Ids whose hash order differs from their push order would show a lost order.
+    for (const char* step : {"d", "a", "c", "b"}) EXPECT_TRUE(first.client->push("w", grad, step));
+    EXPECT_EQ(first.client->save(dir.string()), 1);  // the window is a, c, b (d forgotten)
+  }
+  {
+    Running second(/*step_window=*/3);
+    EXPECT_EQ(second.client->restore(dir.string()), 1);
+    EXPECT_EQ(second.server.steps_remembered(), 3);
+    EXPECT_TRUE(second.client->push("w", grad, "e"));  // forgets the oldest, a
+    EXPECT_FALSE(second.client->push("w", grad, "c"));
+    EXPECT_FALSE(second.client->push("w", grad, "b"));
+    EXPECT_TRUE(second.client->push("w", grad, "a"));   // forgotten: applied again (and c now forgotten)
+    EXPECT_TRUE(second.client->push("w", grad, "c"));
+    EXPECT_FALSE(second.client->push("w", grad, "e"));
+  }
+  {
+    Running smaller(/*step_window=*/2);  // restoring into a smaller window keeps the newest ids
+    EXPECT_EQ(smaller.client->restore(dir.string()), 1);
+    EXPECT_EQ(smaller.server.steps_remembered(), 2);
+    EXPECT_FALSE(smaller.client->push("w", grad, "b"));
+    EXPECT_FALSE(smaller.client->push("w", grad, "c"));
+    EXPECT_TRUE(smaller.client->push("w", grad, "a"));
+  }
+  fs::remove_all(dir);
 }
 
 TEST(ParameterServerTest, SparsePushesAndRowPullsAreEmbeddingUpdates) {
@@ -143,6 +209,27 @@ TEST(ParameterServerTest, ARestartedServerRestoresItsShardsAndGoesOnAsIfNeverSto
   const std::string m = test::message_of<DataCorrupt>([&] { second.client->restore(dir.string()); });
   EXPECT_NE(m.find(fs::path(victim).filename().string()), std::string::npos) << m;
   fs::remove_all(dir);
+}
+
+TEST(ParameterServerTest, APulledTensorOwnsItsBytesAndOutlivesTheRpcClientAndServer) {
+  const Tensor initial = test::random_tensor({257, 33}, 7);  // odd sizes: no accidental alignment of lengths
+  Tensor first, second;
+  {
+    Running ps;
+    ps.client->create("w", initial, {.name = "sgd", .learning_rate = 0.5});
+    first = ps.client->pull("w");
+    const Tensor grad = test::random_tensor({257, 33}, 8);
+    EXPECT_TRUE(ps.client->push("w", grad, "step:1"));  // the server applies from the request's bytes
+    second = ps.client->pull("w");
+    EXPECT_FALSE(first.shares_storage_with(second));
+    Variable local(initial.clone(), true, "w");
+    optim::SGD(optim::SGDOptions{.learning_rate = 0.5f}).apply_gradients({grad}, {local});
+    EXPECT_EQ(values(second), values(local.value()));  // bit for bit
+  }  // client, server and every message gone
+  EXPECT_EQ(values(first), values(initial));
+  second.data<float>()[0] = 42.0f;  // a pulled tensor is the caller's to write
+  EXPECT_EQ(second.to_vector<float>()[0], 42.0f);
+  EXPECT_EQ(values(first), values(initial));
 }
 
 TEST(ParameterServerTest, BadRequestsAreClearErrors) {

@@ -1,7 +1,8 @@
 // A parameter server (`ps` task) and its client: the gRPC service of src/ps/proto/parameter_server.proto. The
 // server holds variable shards (float32) and applies each gradient pushed to it at once with the shard's own
 // optimizer (SGD with momentum, Adam, Adagrad), its slots kept beside the shard; a push names its step, and a step
-// applied before is dropped, so a step re-run after a lost worker is applied once.
+// applied before is dropped, so a step re-run after a lost worker is applied once (a shard remembers its last
+// ParameterServer::kStepWindow step ids, so memory and checkpoints stay bounded).
 //
 //   ps::ParameterServer server;
 //   server.start("127.0.0.1:0");                      // port 0: the OS picks; server.port() says which
@@ -50,7 +51,14 @@ struct OptimizerSpec {
 
 class ParameterServer {
  public:
-  ParameterServer();
+  // How many step ids a shard remembers by default to drop repeats. A repeat comes from a step re-run after a lost
+  // worker, soon after the original, so a window of the most recent ids suffices and keeps memory and checkpoints
+  // bounded over a long job: a shard keeps its last `step_window` applied ids (in order, also across save/restore)
+  // and forgets older ones, so a repeat of a step more than `step_window` updates old is applied again.
+  static constexpr int64_t kStepWindow = 100000;
+
+  // InvalidArgument when `step_window` < 1.
+  explicit ParameterServer(int64_t step_window = kStepWindow);
   ~ParameterServer();  // stops
   ParameterServer(const ParameterServer&) = delete;
   ParameterServer& operator=(const ParameterServer&) = delete;
@@ -68,6 +76,8 @@ class ParameterServer {
   // repeats, over every shard (for tests and reports).
   int64_t pushes_applied() const;
   int64_t pushes_dropped() const;
+  // Step ids remembered to drop repeats, over every shard (at most step_window per shard).
+  int64_t steps_remembered() const;
   // Rows sent by pulls (a whole pull counts every row of its shard) and rows of gradients applied by pushes (a dense
   // push counts every row), over every shard: what steps move, for tests and reports.
   int64_t rows_pulled() const;
@@ -90,9 +100,10 @@ class ParameterServerClient {
   Tensor pull(const std::string& name);
   // Rows `rows` of the shard (axis 0), in that order: [rows.size(), ...].
   Tensor pull_rows(const std::string& name, const std::vector<int64_t>& rows);
-  // Applies `gradient` (the shard's shape); false when `step_id` was applied before ("" never repeats). With a
-  // `round`, the gradient joins the round's sum (it needs a step id; false when the step is in the round already) and
-  // the round's mean is applied once it is complete; InvalidArgument when the round's size disagrees with its others.
+  // Applies `gradient` (the shard's shape); false when `step_id` was applied before ("" never repeats; a step more
+  // than the ps's step window of updates old is forgotten and applied again). With a `round`, the gradient joins the
+  // round's sum (it needs a step id; false when the step is in the round already) and the round's mean is applied
+  // once it is complete; InvalidArgument when the round's size disagrees with its others.
   bool push(const std::string& name, const Tensor& gradient, const std::string& step_id = "",
             const SyncRound& round = {});
   // Applies the gradient of rows `rows` ([rows.size(), ...]; the other rows' gradient is zero); `round` as push.
