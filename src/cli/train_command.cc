@@ -157,6 +157,7 @@ void run_parameter_server_task(Job& job, const TrainArgs& args) {
                "restarted ps task restores");
   STRATA_CHECK(args.checkpoint_every == 0 || !job.checkpoint_dir.empty(), InvalidArgument,
                "--checkpoint-every needs --checkpoint-dir (or checkpoint_dir in " << job.file << ")");
+  // Resolved now (open_strategy resolves again, keeping these) so that a job file's other strategy is replaced first.
   job.strategy = resolve_strategy(job.strategy, args.strategy);
   job.strategy.ps_checkpoint_dir = job.checkpoint_dir;
   job.strategy.ps_checkpoint_every_steps = args.checkpoint_every;
@@ -177,9 +178,8 @@ void run_parameter_server_task(Job& job, const TrainArgs& args) {
     }
   }
   if (!args.csv_log.empty() && task.task_type == "chief") check_output_file(args.csv_log, "--csv-log");
-  const std::unique_ptr<distribute::Strategy> strategy = make_job_strategy(job.strategy);
+  const std::unique_ptr<distribute::Strategy> strategy = open_strategy(job, args.strategy);
   auto& servers = static_cast<ps::ParameterServerStrategy&>(*strategy);
-  std::printf("%s\n", strategy_line(servers, job.batch_size).c_str());
   if (servers.task_type() == "ps") {
     std::printf("serving variables on %s", task.address.c_str());
     if (servers.server()->shards_restored() > 0) {

@@ -5,6 +5,7 @@
 
 #include <condition_variable>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <mutex>
 
@@ -153,24 +154,14 @@ int64_t ParameterServerStrategy::save_ps_checkpoint() {
   return shards;
 }
 
-std::vector<std::string> ParameterServerStrategy::run_on_every_worker(const std::string& function,
-                                                                     std::chrono::milliseconds timeout) {
-  STRATA_CHECK(is_chief(), InvalidArgument, "ParameterServerStrategy: only the chief calls the workers");
+std::vector<std::string> ParameterServerStrategy::on_every_worker(
+    const std::function<std::string(detail::WorkerClient&)>& call) const {
   std::vector<std::future<std::string>> calls;
   for (size_t i = 0; i < worker_addresses_.size(); ++i) {
     calls.push_back(std::async(std::launch::async, [&, i] {
       detail::WorkerClient client(worker_addresses_[i], options_.coordinator.keepalive,
                                   options_.coordinator.probe_max_backoff);
-      const detail::WorkerClient::Outcome out = client.run(function, /*step_id=*/-1, "", timeout);
-      std::string why;
-      if (out.kind == detail::WorkerClient::Outcome::kLost) why = out.lost_reason;
-      if (out.kind == detail::WorkerClient::Outcome::kFunctionError) {
-        try {
-          std::rethrow_exception(out.error);
-        } catch (const std::exception& e) {
-          why = e.what();
-        }
-      }
+      const std::string why = call(client);
       return why.empty() ? why : "worker:" + std::to_string(i) + " (" + worker_addresses_[i] + "): " + why;
     }));
   }
@@ -181,23 +172,29 @@ std::vector<std::string> ParameterServerStrategy::run_on_every_worker(const std:
   return failed;
 }
 
+std::vector<std::string> ParameterServerStrategy::run_on_every_worker(const std::string& function,
+                                                                     std::chrono::milliseconds timeout) {
+  STRATA_CHECK(is_chief(), InvalidArgument, "ParameterServerStrategy: only the chief calls the workers");
+  return on_every_worker([&](detail::WorkerClient& client) -> std::string {
+    const detail::WorkerClient::Outcome out = client.run(function, /*step_id=*/-1, "", timeout);
+    if (out.kind == detail::WorkerClient::Outcome::kLost) return out.lost_reason;
+    if (out.kind == detail::WorkerClient::Outcome::kFunctionError) {
+      try {
+        std::rethrow_exception(out.error);
+      } catch (const std::exception& e) {
+        return e.what();
+      }
+    }
+    return "";
+  });
+}
+
 std::vector<std::string> ParameterServerStrategy::wait_for_workers(std::chrono::milliseconds timeout) {
   STRATA_CHECK(is_chief(), InvalidArgument, "ParameterServerStrategy: only the chief waits for the workers");
-  std::vector<std::future<std::string>> pings;
-  for (size_t i = 0; i < worker_addresses_.size(); ++i) {
-    pings.push_back(std::async(std::launch::async, [&, i] {
-      detail::WorkerClient client(worker_addresses_[i], options_.coordinator.keepalive,
-                                  options_.coordinator.probe_max_backoff);
-      std::string why;
-      return client.ping(timeout, &why) ? std::string()
-                                        : "worker:" + std::to_string(i) + " (" + worker_addresses_[i] + "): " + why;
-    }));
-  }
-  std::vector<std::string> down;
-  for (auto& p : pings) {
-    if (std::string why = p.get(); !why.empty()) down.push_back(std::move(why));
-  }
-  return down;
+  return on_every_worker([&](detail::WorkerClient& client) {
+    std::string why;
+    return client.ping(timeout, &why) ? std::string() : why;
+  });
 }
 
 void ParameterServerStrategy::join() {

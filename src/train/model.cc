@@ -14,6 +14,7 @@
 #include "strata/ps/parameter_server_strategy.h"
 #include "strata/threading.h"
 #include "strata/train/callbacks.h"
+#include "train/run_callbacks.h"
 
 namespace strata {
 
@@ -127,10 +128,7 @@ Batch unpack(const data::Element& batch, const std::string& model) {
   return {batch[0], batch[1], batch.size() > 2 ? batch[2] : Tensor()};
 }
 
-template <class F>
-void run_callbacks(const std::vector<std::shared_ptr<Callback>>& callbacks, F fn) {
-  for (const auto& cb : callbacks) fn(*cb);
-}
+using detail::run_callbacks;
 }  // namespace
 
 namespace {

@@ -6,21 +6,20 @@
 // driving thread waits for the end of the fit.
 #include <cstdio>
 #include <future>
+#include <memory>
 #include <mutex>
 
 #include "strata/error.h"
 #include "strata/ps/parameter_server_strategy.h"
 #include "strata/train/model.h"
 #include "strata/train/remote_trainer.h"
+#include "train/run_callbacks.h"
 
 namespace strata {
 
 namespace {
 
-template <class F>
-void each_callback(const std::vector<std::shared_ptr<Callback>>& callbacks, F fn) {
-  for (const auto& cb : callbacks) fn(*cb);
-}
+using detail::run_callbacks;
 
 // The output of one scheduled step; an unreachable ps is named by its task.
 ps::StepOutput fetch_step(const ps::ParameterServerStrategy& strategy, const ps::RemoteValue& step, int64_t epoch,
@@ -66,7 +65,7 @@ History Model::fit_as_coordinator(ps::ParameterServerStrategy& strategy, const d
   const std::vector<std::shared_ptr<Callback>> callbacks = fit_callbacks(options, steps_per_epoch);
   const ActiveFit active = start_fit();
   History history;
-  each_callback(callbacks, [](Callback& cb) { cb.on_train_begin(Logs()); });
+  run_callbacks(callbacks, [](Callback& cb) { cb.on_train_begin(Logs()); });
   STRATA_CHECK(!resume_, InvalidArgument,
                "fit: resuming the chief from a checkpoint is not supported under ParameterServerStrategy; its "
                "checkpoint_dir keeps the ps shards, which a restarted ps task restores by itself");
@@ -86,14 +85,14 @@ History Model::fit_as_coordinator(ps::ParameterServerStrategy& strategy, const d
     reset_metrics();
     fit_state_.epochs_done = epoch;
     fit_state_.step_in_epoch = 0;
-    each_callback(callbacks, [&](Callback& cb) { cb.on_epoch_begin(epoch, Logs()); });
+    run_callbacks(callbacks, [&](Callback& cb) { cb.on_epoch_begin(epoch, Logs()); });
     std::vector<ps::RemoteValue> steps;
     steps.reserve(static_cast<size_t>(steps_per_epoch));
     for (int64_t i = 0; i < steps_per_epoch; ++i) steps.push_back(coordinator.schedule(ps::kTrainStep));
     // The epoch's logs are those of the steps back so far, in the order they were scheduled.
     ps::StepOutput sum;
     for (int64_t i = 0; i < steps_per_epoch; ++i) {
-      each_callback(callbacks, [&](Callback& cb) { cb.on_train_batch_begin(i, Logs()); });
+      run_callbacks(callbacks, [&](Callback& cb) { cb.on_train_batch_begin(i, Logs()); });
       const ps::StepOutput out = fetch_step(strategy, steps[static_cast<size_t>(i)], epoch, i);
       sum.metric_states = i == 0 ? out.metric_states : ps::sum_metric_states({sum, out});
       set_tracker_states(sum.metric_states);
@@ -101,7 +100,7 @@ History Model::fit_as_coordinator(ps::ParameterServerStrategy& strategy, const d
       ++steps_done;
       if (save_every > 0 && steps_done % save_every == 0) strategy.save_ps_checkpoint();
       const Logs logs = metric_logs();
-      each_callback(callbacks, [&](Callback& cb) { cb.on_train_batch_end(i, logs); });
+      run_callbacks(callbacks, [&](Callback& cb) { cb.on_train_batch_end(i, logs); });
       if (stop_training) break;
     }
     if (stop_training) coordinator.join();  // the steps scheduled after the one that stopped still run
@@ -117,9 +116,9 @@ History Model::fit_as_coordinator(ps::ParameterServerStrategy& strategy, const d
     history.input_wait_fraction.push_back(0);  // the chief reads no input
     fit_state_.epochs_done = epoch + 1;
     fit_state_.step_in_epoch = 0;
-    each_callback(callbacks, [&](Callback& cb) { cb.on_epoch_end(epoch, logs); });
+    run_callbacks(callbacks, [&](Callback& cb) { cb.on_epoch_end(epoch, logs); });
   }
-  each_callback(callbacks, [](Callback& cb) { cb.on_train_end(Logs()); });
+  run_callbacks(callbacks, [](Callback& cb) { cb.on_train_end(Logs()); });
   end_workers_fit(strategy);
   return history;
 }
@@ -131,25 +130,20 @@ History Model::fit_as_worker(ps::ParameterServerStrategy& strategy, const data::
   STRATA_CHECK(built(), InvalidArgument,
                "fit: a parameter-server worker attaches to the chief's variables by shape: build model '"
                    << name() << "' (build_for) before fit");
-  // The trainer attaches to the chief's variables at the first step: by then the chief has made them.
+  // The trainer attaches to the chief's variables at the first step: by then the chief has made them. (A WorkerServer
+  // runs one function at a time, so the first step makes it alone; after stop() no function runs.)
   const std::shared_ptr<Model> self(this, [](Model*) {});
   const std::vector<std::shared_ptr<ps::ParameterServerClient>>& servers = strategy.servers();
-  std::mutex mu;
-  std::shared_ptr<ps::RemoteTrainer> trainer;
+  std::unique_ptr<ps::RemoteTrainer> trainer;
   std::promise<void> ended;
   std::once_flag end_once;
   ps::WorkerServer server;
   server.register_function(ps::kTrainStep, [&](const ps::StepContext& step, const std::string&) {
-    std::shared_ptr<ps::RemoteTrainer> t;
-    {
-      std::lock_guard lock(mu);
-      if (!trainer) {
-        trainer = std::make_shared<ps::RemoteTrainer>(
-            self, [&dataset](int64_t) { return dataset; }, strategy.task_index(), strategy.partitioner(), servers);
-      }
-      t = trainer;
+    if (!trainer) {
+      trainer = std::make_unique<ps::RemoteTrainer>(
+          self, [&dataset](int64_t) { return dataset; }, strategy.task_index(), strategy.partitioner(), servers);
     }
-    return t->run_step(step).serialize();  // with its synchronous round under max_staleness = 0
+    return trainer->run_step(step).serialize();  // with its synchronous round under max_staleness = 0
   });
   server.register_function(ps::kEndFit, [&](int64_t, const std::string&) {
     std::call_once(end_once, [&] { ended.set_value(); });

@@ -32,6 +32,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -44,6 +45,10 @@
 #include "strata/ps/server.h"
 
 namespace strata::ps {
+
+namespace detail {
+class WorkerClient;
+}
 
 struct ParameterServerStrategyOptions {
   // How each variable is split over the ps tasks; null: MinSizePartitioner({256 KiB, max_shards = number of ps
@@ -110,6 +115,10 @@ class ParameterServerStrategy final : public distribute::Strategy {
   ParameterServer* server() const { return server_.get(); }
 
  private:
+  // Runs `call` against every worker task at once; "worker:<i> (<address>): <why>" for each call that returned a
+  // non-empty why.
+  std::vector<std::string> on_every_worker(const std::function<std::string(detail::WorkerClient&)>& call) const;
+
   cluster::TaskInfo task_;
   ParameterServerStrategyOptions options_;
   std::shared_ptr<const Partitioner> partitioner_;
