@@ -7,6 +7,7 @@
 #include "strata/ps/server.h"
 
 #include <google/protobuf/util/json_util.h>
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
 #include <algorithm>
@@ -23,6 +24,7 @@
 
 #include "kernels/kernels.h"
 #include "ps/proto/parameter_server.grpc.pb.h"
+#include "ps/tensor_coding.h"
 #include "strata/cluster/cluster_resolver.h"
 #include "strata/error.h"
 #include "strata/io/safetensors.h"
@@ -173,7 +175,7 @@ grpc::Status row_indices(const google::protobuf::RepeatedField<int64_t>& request
   return grpc::Status::OK;
 }
 
-class Service final : public pb::ParameterServer::Service {
+class Service final : public pb::ParameterServer::WithRawCallbackMethod_Pull<pb::ParameterServer::Service> {
  public:
   explicit Service(int64_t step_window) : step_window_(step_window) {}
   // Step ids remembered for dropping repeats, over every shard.
@@ -217,21 +219,19 @@ class Service final : public pb::ParameterServer::Service {
     return grpc::Status::OK;
   }
 
-  grpc::Status Pull(grpc::ServerContext*, const pb::PullRequest* req, pb::PullResponse* resp) override {
-    Shard* shard = find(req->name());
-    if (!shard) return not_found("Pull", req->name());
-    std::lock_guard lock(shard->mu);
-    const Tensor& value = shard->var.value();
-    if (req->rows().empty()) {
-      to_bytes(value, resp->mutable_value());
+  // Pull is a raw method: its response is encoded by hand so that the value's bytes are copied once, from the shard
+  // under its lock into the snapshot the response's slice points at (a generated response would copy them twice).
+  grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+                                 grpc::ByteBuffer* response) override {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    pb::PullRequest req;
+    grpc::ByteBuffer bytes(*request);  // shares the slices; Deserialize consumes its argument
+    if (!grpc::SerializationTraits<pb::PullRequest>::Deserialize(&bytes, &req).ok()) {
+      reactor->Finish(invalid("Pull: a malformed request"));
     } else {
-      Tensor rows;
-      if (grpc::Status bad = row_indices(req->rows(), value.dim(0), "Pull " + req->name(), &rows); !bad.ok()) return bad;
-      to_bytes(kernels::gather(value, rows), resp->mutable_value());
+      reactor->Finish(pull(req, response));
     }
-    resp->set_version(shard->version);
-    rows_pulled_ += req->rows().empty() ? value.dim(0) : req->rows_size();
-    return grpc::Status::OK;
+    return reactor;
   }
 
   grpc::Status Push(grpc::ServerContext*, const pb::PushRequest* req, pb::PushResponse* resp) override {
@@ -386,6 +386,30 @@ class Service final : public pb::ParameterServer::Service {
     const auto it = shards_.find(name);
     return it == shards_.end() ? nullptr : it->second.get();
   }
+  // The shard (or its requested rows) with its version as a PullResponse in `response`.
+  grpc::Status pull(const pb::PullRequest& req, grpc::ByteBuffer* response) {
+    Shard* shard = find(req.name());
+    if (!shard) return not_found("Pull", req.name());
+    Tensor snapshot;
+    pb::PullResponse head;
+    {
+      std::lock_guard lock(shard->mu);
+      const Tensor& value = shard->var.value();
+      if (req.rows().empty()) {
+        snapshot = value.clone();
+      } else {
+        Tensor rows;
+        if (grpc::Status bad = row_indices(req.rows(), value.dim(0), "Pull " + req.name(), &rows); !bad.ok()) return bad;
+        snapshot = kernels::gather(value, rows);
+      }
+      head.set_version(shard->version);
+      rows_pulled_ += req.rows().empty() ? value.dim(0) : req.rows_size();
+    }
+    for (int64_t d : snapshot.shape()) head.mutable_value()->add_shape(d);
+    *response = encode_with_tensor_bytes(head, pb::PullResponse::kValueFieldNumber, snapshot);
+    return grpc::Status::OK;
+  }
+
   // Sums the gradient of `req` (a push of a round, not taken before) into its round on `shard`; the push that brings
   // the round to its size applies the round's mean. REQUIRES: shard.mu held.
   grpc::Status add_to_round(Shard& shard, const pb::PushRequest& req, Tensor grad) {
@@ -494,20 +518,19 @@ struct ParameterServerClient::Impl {
   std::string address;
   std::chrono::milliseconds timeout;
   std::unique_ptr<pb::ParameterServer::Stub> stub;
+  std::unique_ptr<grpc::GenericStub> raw;  // the same channel, for requests encoded by hand (tensor_coding.h)
 
-  // Runs one call with the deadline; a failed status is an exception naming the address.
-  template <class Request, class Response>
-  Response call(grpc::Status (pb::ParameterServer::Stub::*method)(grpc::ClientContext*, const Request&, Response*),
-                const char* what, const Request& request, bool retry = true) {
+  // Makes one call (`attempt(context)`) with the deadline; a failed status is an exception naming the address.
+  template <class Attempt>
+  void run(const char* what, bool retry, Attempt attempt) {
     const auto deadline = std::chrono::system_clock::now() + timeout;
     std::chrono::milliseconds backoff(20);
-    Response response;
     grpc::Status status;
     for (;;) {
       grpc::ClientContext context;
       context.set_deadline(deadline);
       context.set_wait_for_ready(true);  // a ps still starting is waited for, within the deadline
-      status = (stub.get()->*method)(&context, request, &response);
+      status = attempt(context);
       // A call cut off by a ps that died or shut down (UNAVAILABLE, or CANCELLED by its server, at once rather than
       // at the deadline) is made again, within the deadline, when making it twice does no harm: the ps may be
       // restarting from its checkpoint.
@@ -518,7 +541,7 @@ struct ParameterServerClient::Impl {
       std::this_thread::sleep_for(backoff);
       backoff = std::min<std::chrono::milliseconds>(backoff * 2, std::chrono::seconds(1));
     }
-    if (status.ok()) return response;
+    if (status.ok()) return;
     switch (status.error_code()) {
       case grpc::StatusCode::UNAVAILABLE:
       case grpc::StatusCode::CANCELLED:
@@ -531,6 +554,40 @@ struct ParameterServerClient::Impl {
         STRATA_THROW(InvalidArgument, "ps at " << address << ": " << status.error_message());
     }
   }
+
+  template <class Request, class Response>
+  Response call(grpc::Status (pb::ParameterServer::Stub::*method)(grpc::ClientContext*, const Request&, Response*),
+                const char* what, const Request& request, bool retry = true) {
+    Response response;
+    run(what, retry, [&](grpc::ClientContext& context) { return (stub.get()->*method)(&context, request, &response); });
+    return response;
+  }
+
+  // `call` for a request encoded by hand, to method `what` of the ParameterServer service.
+  template <class Response>
+  Response call_raw(const char* what, const grpc::ByteBuffer& request, bool retry) {
+    const std::string method = std::string("/") + pb::ParameterServer::service_full_name() + "/" + what;
+    Response response;
+    run(what, retry, [&](grpc::ClientContext& context) {
+      grpc::CompletionQueue queue;
+      auto rpc = raw->PrepareUnaryCall(&context, method, request, &queue);
+      rpc->StartCall();
+      grpc::ByteBuffer reply;
+      grpc::Status status;
+      rpc->Finish(&reply, &status, nullptr);
+      void* tag = nullptr;
+      bool ok = false;
+      queue.Next(&tag, &ok);
+      queue.Shutdown();
+      while (queue.Next(&tag, &ok)) {
+      }
+      if (status.ok() && !grpc::SerializationTraits<Response>::Deserialize(&reply, &response).ok()) {
+        return grpc::Status(grpc::StatusCode::DATA_LOSS, std::string(what) + ": a malformed response");
+      }
+      return status;
+    });
+    return response;
+  }
 };
 
 ParameterServerClient::ParameterServerClient(const std::string& address, std::chrono::milliseconds timeout)
@@ -541,8 +598,9 @@ ParameterServerClient::ParameterServerClient(const std::string& address, std::ch
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
   args.SetMaxSendMessageSize(-1);
-  impl_->stub = pb::ParameterServer::NewStub(
-      grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args));
+  auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  impl_->stub = pb::ParameterServer::NewStub(channel);
+  impl_->raw = std::make_unique<grpc::GenericStub>(channel);
 }
 
 ParameterServerClient::~ParameterServerClient() = default;
@@ -600,13 +658,7 @@ Tensor ParameterServerClient::pull_rows(const std::string& name, const std::vect
 bool ParameterServerClient::push(const std::string& name, const Tensor& gradient, const std::string& step_id,
                                  const SyncRound& round) {
   check_float("push", gradient);
-  pb::PushRequest req;
-  req.set_name(name);
-  to_bytes(gradient, req.mutable_gradient());
-  req.set_step_id(step_id);
-  req.set_round(round.id);
-  req.set_round_size(round.size);
-  return impl_->call(&pb::ParameterServer::Stub::Push, "Push", req, /*retry=*/!step_id.empty()).applied();
+  return push_request(name, nullptr, gradient, step_id, round);
 }
 
 ParameterServerClient::Stats ParameterServerClient::stats() {
@@ -629,14 +681,22 @@ int64_t ParameterServerClient::restore(const std::string& directory) {
 bool ParameterServerClient::push_rows(const std::string& name, const std::vector<int64_t>& rows, const Tensor& gradient,
                                       const std::string& step_id, const SyncRound& round) {
   check_float("push_rows", gradient);
-  pb::PushRequest req;
-  req.set_name(name);
-  to_bytes(gradient, req.mutable_gradient());
-  for (int64_t r : rows) req.add_rows(r);
-  req.set_step_id(step_id);
-  req.set_round(round.id);
-  req.set_round_size(round.size);
-  return impl_->call(&pb::ParameterServer::Stub::Push, "Push", req, /*retry=*/!step_id.empty()).applied();
+  return push_request(name, &rows, gradient, step_id, round);
+}
+
+bool ParameterServerClient::push_request(const std::string& name, const std::vector<int64_t>* rows,
+                                         const Tensor& gradient, const std::string& step_id, const SyncRound& round) {
+  // The gradient's bytes go out from its own memory (tensor_coding.h): the request holds only its shape.
+  pb::PushRequest head;
+  head.set_name(name);
+  for (int64_t d : gradient.shape()) head.mutable_gradient()->add_shape(d);
+  if (rows) head.mutable_rows()->Add(rows->begin(), rows->end());
+  head.set_step_id(step_id);
+  head.set_round(round.id);
+  head.set_round_size(round.size);
+  const grpc::ByteBuffer request =
+      encode_with_tensor_bytes(head, pb::PushRequest::kGradientFieldNumber, gradient);
+  return impl_->call_raw<pb::PushResponse>("Push", request, /*retry=*/!step_id.empty()).applied();
 }
 
 }  // namespace strata::ps

@@ -181,7 +181,9 @@ TEST(MultiWorkerCommandTest, AKilledWorkerIsNamedByTheOtherWithinTheHeartbeatTim
   EXPECT_EQ(o.rc, 1) << o.log;
   EXPECT_GE(o.seconds, 0) << o.log;
   EXPECT_LT(o.seconds, 12.0) << o.log;
-  EXPECT_NE(o.log.find("rank 1"), std::string::npos) << o.log;
+  // Two detectors race, and either names the dead worker: Gloo's broken connection ("rank 1") when the survivor
+  // is inside a collective, the coordination service's heartbeat ("worker:1") when it waits elsewhere (the store).
+  EXPECT_TRUE(o.log.find("rank 1") != std::string::npos || o.log.find("worker:1") != std::string::npos) << o.log;
 }
 
 TEST(MultiWorkerCommandTest, AStoppedWorkerIsDeclaredLostAndNamedWithinTheHeartbeatTimeout) {

@@ -125,6 +125,10 @@ class ParameterServerClient {
   const std::string& address() const;
 
  private:
+  // push (rows null) and push_rows.
+  bool push_request(const std::string& name, const std::vector<int64_t>* rows, const Tensor& gradient,
+                    const std::string& step_id, const SyncRound& round);
+
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
