@@ -71,8 +71,10 @@ Schedule gpipe(int stages, int micro_batches);
 Schedule one_f_one_b(int stages, int micro_batches);
 // Interleaved 1F1B (Megatron-LM): `chunks` model chunks per stage.
 Schedule interleaved_1f1b(int stages, int micro_batches, int chunks);
-// ZB-H1 (Qi et al. 2024): 1F1B's order with the backward split into input and weight gradients, the weight
-// gradients deferred to fill the drain's bubble; the same peak activation memory as 1F1B.
+// ZB-H1 (Qi et al. 2024): 1F1B's order with the backward split into input and weight gradients, stage s running its
+// weight gradients s micro-batches late to fill the drain's bubble. The peak over stages is 1F1B's, min(stages, M)
+// micro-batches, now reached on every stage: stage s keeps up to s of them only for their pending weight gradient
+// (the paper's (p - i + 1) M_B + (i - 1) M_W on worker i; a weight gradient needs less memory than a backward).
 Schedule zb_h1(int stages, int micro_batches);
 // By name: "gpipe", "1f1b", "interleaved" (chunks 2 unless given), "zb-h1"; InvalidArgument listing the names.
 Schedule make_schedule(const std::string& name, int stages, int micro_batches, int chunks = 0);
