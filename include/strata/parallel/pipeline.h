@@ -1,0 +1,107 @@
+// Pipeline parallelism: a model's layers cut into consecutive virtual stages, each stage (a thread or a process)
+// running its part of a schedule (strata/parallel/schedule.h) over the micro-batches of every global batch.
+//
+//   auto pieces = parallel::split_by_parameters(model.layers(), 4);      // 4 virtual stages
+//   parallel::ThreadPipeline pipe(pieces, parallel::one_f_one_b(4, 8), loss, optimizer, {.example_shape = {784}});
+//   float loss = pipe.train_step(x, y);                                  // one optimizer step on the batch
+//
+// A step splits the global batch of B examples into M micro-batches (the first B % M get one more example),
+// runs the schedule, and applies each stage's summed micro-batch gradients with the stage's own optimizer. The
+// loss of micro-batch m is scaled by b_m / B, so the gradients are the unsplit model's on the whole batch: after K
+// steps the weights are the unsplit model's to float rounding, whatever the schedule, M or the stages. Layers
+// whose result depends on the batch they see (BatchNormalization in training) see micro-batches, as in GPipe.
+//
+// Activations and their gradients travel through a Communicator's send/recv (rank = stage), so the same
+// PipelineStage runs with stages as threads of one process (comm/local.h) or as processes (Gloo).
+//
+// Thread-safety: a PipelineStage is used by one thread at a time; each stage's layers must be touched only by its
+// stage while a step runs. ThreadPipeline::train_step is called from one thread.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <vector>
+
+#include "strata/comm/communicator.h"
+#include "strata/nn/layer.h"
+#include "strata/optim/losses.h"
+#include "strata/optim/optimizer.h"
+#include "strata/parallel/schedule.h"
+#include "strata/tensor.h"
+
+namespace strata::parallel {
+
+// Consecutive layers of the model that one virtual stage runs.
+using StageLayers = std::vector<std::shared_ptr<nn::Layer>>;
+
+// Cuts `layers` into `pieces` consecutive, non-empty ranges whose trainable parameter counts are as even as the
+// layer boundaries allow (the largest piece as small as possible). InvalidArgument for pieces < 1 or more pieces
+// than layers.
+std::vector<StageLayers> split_by_parameters(const std::vector<std::shared_ptr<nn::Layer>>& layers, int pieces);
+// Cuts `layers` at the given indices: bounds {2, 5} over 7 layers gives [0, 2), [2, 5), [5, 7).
+std::vector<StageLayers> split_at(const std::vector<std::shared_ptr<nn::Layer>>& layers, const std::vector<int>& bounds);
+
+struct PipelineOptions {
+  Shape example_shape;  // one example's input shape (no batch axis), e.g. {28, 28, 1}
+  // Each wait for another stage's tensor; a stage that is gone fails the step instead of hanging it.
+  std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+};
+
+// What one stage measured in its last step.
+struct StageTiming {
+  double step_seconds = 0;     // from the step's start to its last action's end
+  double compute_seconds = 0;  // in forward and backward actions (the rest is waiting for other stages)
+  int peak_activations = 0;    // the most micro-batches whose forward state (tape, input, output) was kept at once
+};
+
+// One stage of a pipeline: the virtual stages `schedule.stage_of(v) == stage` of `virtual_stages` (the whole
+// model's, each process or thread holds all of them, built, with the same weights where it matters: only its own
+// are used and updated). `loss` is used by the stage holding the last virtual stage, `optimizer` (cloned) for this
+// stage's weights. `comm` has schedule.stages ranks and this stage is rank `stage`.
+class PipelineStage {
+ public:
+  PipelineStage(const std::vector<StageLayers>& virtual_stages, int stage, Schedule schedule,
+                std::shared_ptr<losses::Loss> loss, const optim::Optimizer& optimizer,
+                std::shared_ptr<comm::Communicator> comm, PipelineOptions options);
+  ~PipelineStage();
+  PipelineStage(const PipelineStage&) = delete;
+  PipelineStage& operator=(const PipelineStage&) = delete;
+
+  // One training step on the global batch: x [B, example_shape...] (read by stage 0 only) and y [B, ...] (read by
+  // the stage holding the loss); every stage is given the same B. Returns the batch's mean loss on the stage
+  // holding the loss, NaN on the others. InvalidArgument when B < micro_batches.
+  float train_step(const Tensor& x, const Tensor& y);
+
+  int stage() const;
+  bool holds_loss() const;
+  // This stage's trainable weights, chunk by chunk.
+  std::vector<Variable> trainable_variables() const;
+  const StageTiming& last_timing() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// The stages of `schedule` as threads of this process, connected by a local communicator group.
+class ThreadPipeline {
+ public:
+  ThreadPipeline(const std::vector<StageLayers>& virtual_stages, Schedule schedule, std::shared_ptr<losses::Loss> loss,
+                 const optim::Optimizer& optimizer, PipelineOptions options);
+  ~ThreadPipeline();
+  ThreadPipeline(const ThreadPipeline&) = delete;
+  ThreadPipeline& operator=(const ThreadPipeline&) = delete;
+
+  // One step on every stage at once; the batch's mean loss. A stage's error is rethrown here.
+  float train_step(const Tensor& x, const Tensor& y);
+  // Per stage, what it measured in the last step.
+  std::vector<StageTiming> last_timings() const;
+  // The idle share of the last step: 1 - sum(compute) / (stages * the longest step).
+  double last_bubble_fraction() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace strata::parallel

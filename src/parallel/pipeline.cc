@@ -1,0 +1,445 @@
+// The pipeline executor (strata/parallel/pipeline.h): a stage runs its list of a checked schedule literally,
+// keeping per (virtual stage, micro-batch) the tape, the input and the output of its forward until its backward.
+// Thread-safety: a PipelineStage is one thread's; ThreadPipeline runs one thread per stage for each step and joins
+// them before it returns.
+#include "strata/parallel/pipeline.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <exception>
+#include <map>
+#include <limits>
+#include <thread>
+
+#include "kernels/kernels.h"
+#include "strata/comm/local.h"
+#include "strata/error.h"
+#include "strata/gradient_tape.h"
+#include "strata/ops.h"
+#include "strata/threading.h"
+
+namespace strata::parallel {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int64_t trainable_count(const nn::Layer& layer) {
+  int64_t n = 0;
+  for (const Variable& v : layer.trainable_variables()) n += v.value().numel();
+  return n;
+}
+
+// Tags of the point-to-point messages: the activation of v for micro-batch m travels from v to v + 1 under
+// tag(v, m, false), the gradient of that activation back under tag(v, m, true).
+int message_tag(int virtual_stage, int micro_batch, int micro_batches, bool gradient) {
+  return (virtual_stage * micro_batches + micro_batch) * 2 + (gradient ? 1 : 0);
+}
+
+}  // namespace
+
+std::vector<StageLayers> split_at(const std::vector<std::shared_ptr<nn::Layer>>& layers, const std::vector<int>& bounds) {
+  std::vector<StageLayers> pieces;
+  int begin = 0;
+  for (size_t i = 0; i <= bounds.size(); ++i) {
+    const int end = i < bounds.size() ? bounds[i] : static_cast<int>(layers.size());
+    STRATA_CHECK(end > begin && end <= static_cast<int>(layers.size()), InvalidArgument,
+                 "pipeline: stage bounds must rise strictly inside (0, " << layers.size() << "); bound " << i
+                                                                          << " is " << end);
+    pieces.emplace_back(layers.begin() + begin, layers.begin() + end);
+    begin = end;
+  }
+  return pieces;
+}
+
+std::vector<StageLayers> split_by_parameters(const std::vector<std::shared_ptr<nn::Layer>>& layers, int pieces) {
+  const int n = static_cast<int>(layers.size());
+  STRATA_CHECK(pieces >= 1 && pieces <= n, InvalidArgument,
+               "pipeline: cannot cut " << n << " layers into " << pieces << " stages");
+  std::vector<int64_t> prefix(n + 1, 0);
+  for (int i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + trainable_count(*layers[i]);
+  // best[k][i]: the smallest possible largest piece when the first i layers form k pieces; cut[k][i] its last cut.
+  const int64_t inf = std::numeric_limits<int64_t>::max();
+  std::vector<std::vector<int64_t>> best(pieces + 1, std::vector<int64_t>(n + 1, inf));
+  std::vector<std::vector<int>> cut(pieces + 1, std::vector<int>(n + 1, 0));
+  best[0][0] = 0;
+  for (int k = 1; k <= pieces; ++k) {
+    for (int i = k; i <= n; ++i) {
+      for (int j = k - 1; j < i; ++j) {
+        if (best[k - 1][j] == inf) continue;
+        const int64_t largest = std::max(best[k - 1][j], prefix[i] - prefix[j]);
+        if (largest < best[k][i]) {
+          best[k][i] = largest;
+          cut[k][i] = j;
+        }
+      }
+    }
+  }
+  std::vector<int> bounds(pieces - 1);
+  for (int k = pieces, i = n; k > 1; --k) {
+    i = cut[k][i];
+    bounds[k - 2] = i;
+  }
+  return split_at(layers, bounds);
+}
+
+// ---- one stage
+
+struct PipelineStage::Impl {
+  // What a forward leaves for its backward.
+  struct InFlight {
+    std::unique_ptr<GradientTape> tape;
+    Variable input;   // watched when the virtual stage receives it (v > 0)
+    Variable output;  // the activation, or the scaled loss on the last virtual stage
+  };
+  using Key = std::pair<int, int>;  // (virtual stage, micro-batch)
+
+  Schedule schedule;
+  int stage = 0;
+  std::map<int, StageLayers> chunks;  // this stage's virtual stages
+  std::map<int, Shape> input_shapes;  // every virtual stage v > 0: v's input for one example (no batch axis)
+  std::shared_ptr<losses::Loss> loss;
+  std::shared_ptr<optim::Optimizer> optimizer;
+  std::shared_ptr<comm::Communicator> comm;
+  PipelineOptions options;
+  std::vector<Variable> weights;
+  std::map<int, std::vector<size_t>> weights_of;  // per own virtual stage, indices into `weights`
+  StageTiming timing;
+
+  // Per step.
+  std::map<Key, InFlight> in_flight;
+  std::map<Key, Tensor> inputs;           // v's input activations, received, not used yet
+  std::map<Key, Tensor> output_grads;     // gradients of v's output, received, not used yet
+  std::map<Key, Tensor> activations_out;  // v's output, to send to v + 1
+  std::map<Key, Tensor> input_grads_out;  // the gradient of v's input, to send to v - 1
+  std::vector<Tensor> grads;              // summed over micro-batches, per weight
+  std::vector<std::shared_ptr<comm::Work>> sends;
+  double step_loss = 0;
+  int peak_activations = 0;
+
+  int last_virtual_stage() const { return schedule.virtual_stages() - 1; }
+  bool holds(int v) const { return v >= 0 && v <= last_virtual_stage() && schedule.stage_of(v) == stage; }
+
+  static Shape batched(const Shape& example, int64_t rows) {
+    Shape s = {rows};
+    s.insert(s.end(), example.begin(), example.end());
+    return s;
+  }
+
+  static Tensor take(std::map<Key, Tensor>& from, int v, int m) {
+    auto it = from.find({v, m});
+    if (it == from.end()) return Tensor();
+    Tensor t = std::move(it->second);
+    from.erase(it);
+    return t;
+  }
+
+  void accumulate(size_t weight, const Tensor& g) {
+    if (!g.defined()) return;
+    if (!grads[weight].defined()) {
+      grads[weight] = g.clone();
+    } else {
+      kernels::axpy_(grads[weight], 1.0f, g);
+    }
+  }
+
+  void forward(int v, int m, const Tensor& x_micro, const Tensor& y_micro, int64_t batch) {
+    InFlight f;
+    f.tape = std::make_unique<GradientTape>(GradientTapeOptions{.persistent = true});
+    if (v == 0) {
+      f.input = Variable(x_micro, /*trainable=*/false);
+    } else {
+      const Tensor in = take(inputs, v, m);
+      STRATA_CHECK(in.defined(), Error, "pipeline stage " << stage << ": no input for F v" << v << " m" << m);
+      f.input = Variable(in, /*trainable=*/false);
+      f.tape->watch(f.input);
+    }
+    Variable out = f.input;
+    for (const auto& layer : chunks.at(v)) out = (*layer)(out, /*training=*/true);
+    if (v == last_virtual_stage()) {
+      const double share = static_cast<double>(y_micro.dim(0)) / static_cast<double>(batch);
+      out = (*loss)(Variable(y_micro, /*trainable=*/false), out) * static_cast<float>(share);
+      step_loss += static_cast<double>(out.value().item<float>());
+    } else if (holds(v + 1)) {  // the next virtual stage is here too (a one-stage pipeline): no message
+      inputs[{v + 1, m}] = out.value();
+    } else {
+      activations_out[{v, m}] = out.value();
+    }
+    f.output = out;
+    in_flight[{v, m}] = std::move(f);
+    peak_activations = std::max(peak_activations, static_cast<int>(in_flight.size()));
+  }
+
+  // kBackward (input and weights), kBackwardInput (input only) or kBackwardWeight (weights only).
+  void backward(ActionKind kind, int v, int m) {
+    auto it = in_flight.find({v, m});
+    STRATA_CHECK(it != in_flight.end(), Error,
+                 "pipeline stage " << stage << ": backward of v" << v << " m" << m << " before its forward");
+    InFlight& f = it->second;
+    const bool last_action = kind != ActionKind::kBackwardInput;
+    Tensor seed;
+    if (v == last_virtual_stage()) {
+      seed = Tensor::ones(f.output.shape());
+    } else {
+      auto g = output_grads.find({v, m});
+      STRATA_CHECK(g != output_grads.end(), Error,
+                   "pipeline stage " << stage << ": no output gradient for the backward of v" << v << " m" << m);
+      seed = g->second;
+      if (last_action) output_grads.erase(g);
+    }
+    const bool wants_input = kind != ActionKind::kBackwardWeight && v > 0;
+    const bool wants_weights = kind != ActionKind::kBackwardInput;
+    std::vector<Variable> sources;
+    if (wants_input) sources.push_back(f.input);
+    const std::vector<size_t>& own = weights_of[v];
+    if (wants_weights) {
+      for (size_t w : own) sources.push_back(weights[w]);
+    }
+    if (!sources.empty()) {
+      const std::vector<Tensor> g = f.tape->gradient(f.output, sources, seed, UnconnectedGradients::kZero);
+      size_t next = 0;
+      if (wants_input) {
+        Tensor input_grad = g[next++];
+        if (holds(v - 1)) {
+          output_grads[{v - 1, m}] = std::move(input_grad);
+        } else {
+          input_grads_out[{v, m}] = std::move(input_grad);
+        }
+      }
+      if (wants_weights) {
+        for (size_t w : own) accumulate(w, g[next++]);
+      }
+    }
+    if (last_action) in_flight.erase(it);  // the activations live until the last backward action of (v, m)
+  }
+
+  // SA v m: v's output to v + 1; SG v m: the gradient of v's input to v - 1.
+  void send(int v, int m, bool gradient) {
+    Tensor t = take(gradient ? input_grads_out : activations_out, v, m);
+    STRATA_CHECK(t.defined(), Error,
+                 "pipeline stage " << stage << ": nothing to send for " << (gradient ? "SG" : "SA") << " v" << v
+                                   << " m" << m);
+    const int edge = gradient ? v - 1 : v;  // a message is tagged by the lower virtual stage of its edge
+    sends.push_back(comm->send({t}, schedule.stage_of(gradient ? v - 1 : v + 1),
+                               {.tag = message_tag(edge, m, schedule.micro_batches, gradient),
+                                .timeout = options.timeout}));
+  }
+
+  // RA v m: v's input from v - 1; RG v m: the gradient of v's output (v + 1's input) from v + 1.
+  void recv(int v, int m, bool gradient, int64_t rows) {
+    const int edge = gradient ? v : v - 1;
+    Tensor t = Tensor::empty(batched(input_shapes.at(edge + 1), rows));
+    comm->recv({t}, schedule.stage_of(gradient ? v + 1 : v - 1),
+               {.tag = message_tag(edge, m, schedule.micro_batches, gradient), .timeout = options.timeout})
+        ->wait();
+    (gradient ? output_grads : inputs)[{v, m}] = std::move(t);
+  }
+
+  void clear_step() {
+    in_flight.clear();
+    inputs.clear();
+    output_grads.clear();
+    activations_out.clear();
+    input_grads_out.clear();
+    sends.clear();
+    grads.clear();
+  }
+
+  void run_step(const Tensor& x, const Tensor& y);
+};
+
+PipelineStage::PipelineStage(const std::vector<StageLayers>& virtual_stages, int stage, Schedule schedule,
+                             std::shared_ptr<losses::Loss> loss, const optim::Optimizer& optimizer,
+                             std::shared_ptr<comm::Communicator> comm, PipelineOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  check(schedule);
+  STRATA_CHECK(static_cast<int>(virtual_stages.size()) == schedule.virtual_stages(), InvalidArgument,
+               "pipeline: schedule '" << schedule.name << "' runs " << schedule.virtual_stages()
+                                      << " virtual stages, the model is cut into " << virtual_stages.size());
+  STRATA_CHECK(stage >= 0 && stage < schedule.stages, InvalidArgument,
+               "pipeline: stage " << stage << " of " << schedule.stages);
+  STRATA_CHECK(comm && comm->size() == schedule.stages && comm->rank() == stage, InvalidArgument,
+               "pipeline: stage " << stage << " needs rank " << stage << " of a communicator of " << schedule.stages
+                                  << " ranks");
+  STRATA_CHECK(loss, InvalidArgument, "pipeline: no loss");
+  Impl& s = *impl_;
+  s.schedule = std::move(schedule);
+  s.stage = stage;
+  s.loss = std::move(loss);
+  s.optimizer = optimizer.clone();
+  s.comm = std::move(comm);
+  s.options = std::move(options);
+  // Every virtual stage's input shape, from one example through the whole model (no weight changes).
+  {
+    NoGradGuard no_grad;
+    Variable x(Tensor::zeros(Impl::batched(s.options.example_shape, 1)), /*trainable=*/false);
+    for (int v = 0; v < static_cast<int>(virtual_stages.size()); ++v) {
+      STRATA_CHECK(!virtual_stages[v].empty(), InvalidArgument, "pipeline: virtual stage " << v << " has no layers");
+      if (v > 0) s.input_shapes[v] = Shape(x.shape().begin() + 1, x.shape().end());
+      for (const auto& layer : virtual_stages[v]) x = (*layer)(x, /*training=*/false);
+    }
+  }
+  for (int v = 0; v < static_cast<int>(virtual_stages.size()); ++v) {
+    if (s.schedule.stage_of(v) != stage) continue;
+    s.chunks[v] = virtual_stages[v];
+    for (const auto& layer : virtual_stages[v]) {
+      // A penalty's gradient would be this stage's alone and its value missing from the loss the last stage
+      // reports; until the stages exchange it, say so rather than train something else.
+      STRATA_CHECK(!layer->regularization_loss().defined(), InvalidArgument,
+                   "pipeline: layer '" << layer->name() << "' has a weight regularizer, which pipeline stages do not "
+                                       "apply yet");
+      for (const Variable& w : layer->trainable_variables()) {
+        s.weights_of[v].push_back(s.weights.size());
+        s.weights.push_back(w);
+      }
+    }
+  }
+}
+
+PipelineStage::~PipelineStage() = default;
+
+int PipelineStage::stage() const { return impl_->stage; }
+bool PipelineStage::holds_loss() const { return impl_->holds(impl_->last_virtual_stage()); }
+std::vector<Variable> PipelineStage::trainable_variables() const { return impl_->weights; }
+const StageTiming& PipelineStage::last_timing() const { return impl_->timing; }
+
+void PipelineStage::Impl::run_step(const Tensor& x, const Tensor& y) {
+  const int micro_batches = schedule.micro_batches;
+  const int64_t batch = y.dim(0);
+  STRATA_CHECK(batch >= micro_batches, InvalidArgument,
+               "pipeline: a batch of " << batch << " examples cannot make " << micro_batches << " micro-batches");
+  STRATA_CHECK(stage != 0 || (x.defined() && x.dim(0) == batch), InvalidArgument,
+               "pipeline: stage 0 needs the batch's inputs, " << batch << " of them");
+  const auto rows = [&](int m) { return batch / micro_batches + (m < batch % micro_batches ? 1 : 0); };
+  const auto first_row = [&](int m) {
+    return static_cast<int64_t>(m) * (batch / micro_batches) + std::min<int64_t>(m, batch % micro_batches);
+  };
+  grads.assign(weights.size(), Tensor());
+  step_loss = 0;
+  peak_activations = 0;
+  const auto start = Clock::now();
+  double compute = 0;
+  for (const Action& a : schedule.actions[stage]) {
+    const int v = a.virtual_stage, m = a.micro_batch;
+    const auto t0 = Clock::now();
+    switch (a.kind) {
+      case ActionKind::kForward: {
+        const int64_t begin = first_row(m), end = begin + rows(m);
+        forward(v, m, v == 0 ? x.slice(begin, end) : Tensor(), y.slice(begin, end), batch);
+        compute += std::chrono::duration<double>(Clock::now() - t0).count();
+        break;
+      }
+      case ActionKind::kBackward:
+      case ActionKind::kBackwardInput:
+      case ActionKind::kBackwardWeight:
+        backward(a.kind, v, m);
+        compute += std::chrono::duration<double>(Clock::now() - t0).count();
+        break;
+      case ActionKind::kSendActivation:
+        send(v, m, /*gradient=*/false);
+        break;
+      case ActionKind::kSendGradient:
+        send(v, m, /*gradient=*/true);
+        break;
+      case ActionKind::kRecvActivation:
+        recv(v, m, /*gradient=*/false, rows(m));
+        break;
+      case ActionKind::kRecvGradient:
+        recv(v, m, /*gradient=*/true, rows(m));
+        break;
+    }
+  }
+  for (const auto& w : sends) w->wait();
+  std::vector<Tensor> summed;
+  std::vector<Variable> vars;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    if (!grads[i].defined()) continue;
+    summed.push_back(grads[i]);
+    vars.push_back(weights[i]);
+  }
+  if (!vars.empty()) optimizer->apply_gradients(summed, vars);
+  timing.step_seconds = std::chrono::duration<double>(Clock::now() - start).count();
+  timing.compute_seconds = compute;
+  timing.peak_activations = peak_activations;
+}
+
+float PipelineStage::train_step(const Tensor& x, const Tensor& y) {
+  Impl& s = *impl_;
+  try {
+    s.run_step(x, y);
+  } catch (const std::exception& e) {
+    // The other stages would wait for this one's messages until their timeout: end their waits now.
+    s.comm->abort("pipeline stage " + std::to_string(s.stage) + " failed: " + e.what());
+    s.clear_step();
+    throw;
+  }
+  s.clear_step();
+  return holds_loss() ? static_cast<float>(s.step_loss) : std::nanf("");
+}
+
+// ---- stages as threads
+
+struct ThreadPipeline::Impl {
+  std::vector<std::unique_ptr<PipelineStage>> stages;
+  int threads_per_stage = 1;
+};
+
+ThreadPipeline::ThreadPipeline(const std::vector<StageLayers>& virtual_stages, Schedule schedule,
+                               std::shared_ptr<losses::Loss> loss, const optim::Optimizer& optimizer,
+                               PipelineOptions options)
+    : impl_(std::make_unique<Impl>()) {
+  check(schedule);
+  const int n = schedule.stages;
+  auto group = comm::make_local_group(n);
+  impl_->threads_per_stage = std::max(1, hardware_threads() / n);
+  for (int i = 0; i < n; ++i) {
+    impl_->stages.push_back(
+        std::make_unique<PipelineStage>(virtual_stages, i, schedule, loss, optimizer, group[i], options));
+  }
+}
+
+ThreadPipeline::~ThreadPipeline() = default;
+
+float ThreadPipeline::train_step(const Tensor& x, const Tensor& y) {
+  const int n = static_cast<int>(impl_->stages.size());
+  std::vector<std::exception_ptr> errors(n);
+  std::vector<float> losses(n, std::nanf(""));
+  std::atomic<int> failures{0};
+  int first_failure = -1;  // the stage whose error came first: the others' are the abort it caused
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] {
+      ScopedNumThreads cores(impl_->threads_per_stage);
+      try {
+        losses[i] = impl_->stages[i]->train_step(x, y);
+      } catch (...) {
+        errors[i] = std::current_exception();
+        if (failures.fetch_add(1) == 0) first_failure = i;
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  if (first_failure >= 0) std::rethrow_exception(errors[first_failure]);
+  for (int i = 0; i < n; ++i) {
+    if (impl_->stages[i]->holds_loss()) return losses[i];
+  }
+  return std::nanf("");
+}
+
+std::vector<StageTiming> ThreadPipeline::last_timings() const {
+  std::vector<StageTiming> out;
+  for (const auto& s : impl_->stages) out.push_back(s->last_timing());
+  return out;
+}
+
+double ThreadPipeline::last_bubble_fraction() const {
+  double longest = 0, compute = 0;
+  for (const auto& s : impl_->stages) {
+    longest = std::max(longest, s->last_timing().step_seconds);
+    compute += s->last_timing().compute_seconds;
+  }
+  return longest > 0 ? 1.0 - compute / (longest * static_cast<double>(impl_->stages.size())) : 0.0;
+}
+
+}  // namespace strata::parallel

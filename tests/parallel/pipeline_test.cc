@@ -1,0 +1,186 @@
+// Pipeline stages as threads: after K steps every schedule, stage count and micro-batch count gives the weights of
+// the unsplit model trained on the same batches; 1F1B keeps fewer activations alive than GPipe; a failing stage
+// ends the step on every stage at once with its own error; the model is cut by parameter count.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cmath>
+
+#include "strata/gradient_tape.h"
+#include "strata/nn/nn.h"
+#include "strata/optim/losses.h"
+#include "strata/optim/optimizers.h"
+#include "strata/parallel/pipeline.h"
+#include "test_util.h"
+
+namespace strata::parallel {
+namespace {
+
+using ::testing::HasSubstr;
+
+constexpr int64_t kFeatures = 12;
+constexpr int64_t kClasses = 5;
+constexpr int64_t kBatch = 24;
+
+// Four Dense layers, built, with weights drawn from `seed`.
+std::vector<std::shared_ptr<nn::Layer>> make_mlp(uint64_t seed) {
+  std::vector<std::shared_ptr<nn::Layer>> layers = {
+      std::make_shared<nn::Dense>(16, nn::ActivationSpec("relu")), std::make_shared<nn::Dense>(24, nn::ActivationSpec("tanh")),
+      std::make_shared<nn::Dense>(16, nn::ActivationSpec("relu")), std::make_shared<nn::Dense>(kClasses)};
+  Variable x(test::random_tensor({1, kFeatures}, seed), false);
+  for (auto& layer : layers) x = (*layer)(x);
+  uint64_t s = seed;
+  for (auto& layer : layers) {
+    for (Variable w : layer->trainable_variables()) w.assign(test::random_tensor(w.shape(), ++s, -0.5f, 0.5f));
+  }
+  return layers;
+}
+
+Tensor labels(int64_t n, uint64_t seed) {
+  std::vector<int64_t> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = static_cast<int64_t>((i * 7 + seed * 3) % kClasses);
+  return Tensor::from_vector(v, {n});
+}
+
+std::shared_ptr<losses::Loss> loss() {
+  return std::make_shared<losses::SparseCategoricalCrossentropy>(
+      losses::SparseCategoricalCrossentropyOptions{.from_logits = true});
+}
+
+// K steps of the unsplit model; returns every weight's value.
+std::vector<Tensor> train_unsplit(const optim::Optimizer& optimizer_proto, int steps) {
+  auto layers = make_mlp(7);
+  auto optimizer = optimizer_proto.clone();
+  std::vector<Variable> vars;
+  for (auto& layer : layers) {
+    for (const Variable& w : layer->trainable_variables()) vars.push_back(w);
+  }
+  for (int k = 0; k < steps; ++k) {
+    GradientTape tape;
+    Variable out(test::random_tensor({kBatch, kFeatures}, 100 + k), false);
+    for (auto& layer : layers) out = (*layer)(out, true);
+    Variable l = (*loss())(Variable(labels(kBatch, k), false), out);
+    optimizer->apply_gradients(tape.gradient(l, vars), vars);
+  }
+  std::vector<Tensor> values;
+  for (const Variable& v : vars) values.push_back(v.value().clone());
+  return values;
+}
+
+std::vector<Tensor> train_pipelined(const Schedule& schedule, const optim::Optimizer& optimizer, int steps) {
+  auto layers = make_mlp(7);
+  ThreadPipeline pipe(split_by_parameters(layers, schedule.virtual_stages()), schedule, loss(), optimizer,
+                      {.example_shape = {kFeatures}});
+  for (int k = 0; k < steps; ++k) {
+    const float l = pipe.train_step(test::random_tensor({kBatch, kFeatures}, 100 + k), labels(kBatch, k));
+    EXPECT_TRUE(std::isfinite(l));
+  }
+  std::vector<Tensor> values;
+  for (auto& layer : layers) {
+    for (const Variable& w : layer->trainable_variables()) values.push_back(w.value().clone());
+  }
+  return values;
+}
+
+void expect_same_weights(const std::vector<Tensor>& got, const std::vector<Tensor>& want, const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const auto g = got[i].to_vector<float>(), w = want[i].to_vector<float>();
+    ASSERT_EQ(g.size(), w.size()) << what;
+    for (size_t j = 0; j < g.size(); ++j) {
+      ASSERT_NEAR(g[j], w[j], 1e-5 * std::max(1.0f, std::abs(w[j]))) << what << ": weight " << i << " element " << j;
+    }
+  }
+}
+
+TEST(PipelineTest, EverySchedulePinsTheUnsplitModelsWeights) {
+  const optim::SGD sgd({.learning_rate = 0.1f, .momentum = 0.9f});
+  const std::vector<Tensor> want = train_unsplit(sgd, 3);
+  for (int m : {1, 2, 4, 8}) {
+    for (int stages : {2, 4}) {
+      for (const char* name : {"gpipe", "1f1b", "zb-h1"}) {
+        const Schedule s = make_schedule(name, stages, m);
+        expect_same_weights(train_pipelined(s, sgd, 3), want,
+                            std::string(name) + " S=" + std::to_string(stages) + " M=" + std::to_string(m));
+      }
+    }
+    if (m % 2 == 0) {  // 2 stages of 2 chunks each: the MLP's 4 layers as 4 virtual stages
+      expect_same_weights(train_pipelined(interleaved_1f1b(2, m, 2), sgd, 3), want,
+                          "interleaved S=2 M=" + std::to_string(m));
+    }
+  }
+}
+
+TEST(PipelineTest, AdamOnStagesMatchesAdamOnTheWholeModel) {
+  const optim::Adam adam({.learning_rate = 0.01f});
+  expect_same_weights(train_pipelined(one_f_one_b(4, 4), adam, 3), train_unsplit(adam, 3), "adam 1f1b S=4 M=4");
+}
+
+TEST(PipelineTest, OneFOneBKeepsAtMostStagesMicroBatchesAliveWhereGPipeKeepsAll) {
+  const int stages = 4, m = 8;
+  for (const char* name : {"gpipe", "1f1b"}) {
+    auto layers = make_mlp(7);
+    const Schedule s = make_schedule(name, stages, m);
+    ThreadPipeline pipe(split_by_parameters(layers, stages), s, loss(), optim::SGD({.learning_rate = 0.1f}),
+                        {.example_shape = {kFeatures}});
+    pipe.train_step(test::random_tensor({kBatch, kFeatures}, 1), labels(kBatch, 1));
+    const auto timings = pipe.last_timings();
+    for (int i = 0; i < stages; ++i) {
+      const int expected = std::string(name) == "gpipe" ? m : std::min(stages - i, m);
+      EXPECT_EQ(timings[i].peak_activations, expected) << name << " stage " << i;
+    }
+    EXPECT_GE(pipe.last_bubble_fraction(), 0.0);
+    EXPECT_LT(pipe.last_bubble_fraction(), 1.0);
+  }
+}
+
+TEST(PipelineTest, AFailingStageEndsTheStepEverywhereWithItsOwnError) {
+  auto layers = make_mlp(7);
+  ThreadPipeline pipe(split_by_parameters(layers, 4), one_f_one_b(4, 4), loss(), optim::SGD({.learning_rate = 0.1f}),
+                      {.example_shape = {kFeatures}});
+  // Labels out of range fail the loss on the last stage, while the others wait for its gradients.
+  std::vector<int64_t> bad(kBatch, kClasses + 3);
+  const auto start = std::chrono::steady_clock::now();
+  const std::string message = test::message_of<Error>(
+      [&] { pipe.train_step(test::random_tensor({kBatch, kFeatures}, 1), Tensor::from_vector(bad, {kBatch})); });
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
+  // The loss's own complaint about the labels, not a neighbour's report of the abort it caused.
+  EXPECT_THAT(message, HasSubstr("label"));
+  EXPECT_THAT(message, Not(HasSubstr("abort")));
+}
+
+TEST(PipelineTest, BadShapesAndCountsAreClearErrors) {
+  auto layers = make_mlp(7);
+  EXPECT_THAT(test::message_of<InvalidArgument>([&] { split_by_parameters(layers, 5); }),
+              HasSubstr("cannot cut 4 layers into 5 stages"));
+  EXPECT_THAT(test::message_of<InvalidArgument>([&] {
+                ThreadPipeline(split_by_parameters(layers, 2), one_f_one_b(4, 4), loss(),
+                               optim::SGD({.learning_rate = 0.1f}), {.example_shape = {kFeatures}});
+              }),
+              HasSubstr("runs 4 virtual stages, the model is cut into 2"));
+  ThreadPipeline pipe(split_by_parameters(layers, 2), gpipe(2, 8), loss(), optim::SGD({.learning_rate = 0.1f}),
+                      {.example_shape = {kFeatures}});
+  EXPECT_THAT(test::message_of<InvalidArgument>(
+                  [&] { pipe.train_step(test::random_tensor({4, kFeatures}, 1), labels(4, 1)); }),
+              HasSubstr("a batch of 4 examples cannot make 8 micro-batches"));
+}
+
+TEST(PipelineTest, SplitByParametersBalancesTheLargestStage) {
+  // Parameter counts 12*16+16=208, 16*24+24=408, 24*16+16=400, 16*5+5=85.
+  auto layers = make_mlp(7);
+  const auto two = split_by_parameters(layers, 2);
+  ASSERT_EQ(two.size(), 2u);
+  EXPECT_EQ(two[0].size(), 2u);  // 616 | 485: the best cut
+  const auto three = split_by_parameters(layers, 3);
+  EXPECT_EQ(three[0].size(), 1u);  // 208 | 408 | 485 beats 616 | 400 | 85 and 208 | 808 | 85
+  EXPECT_EQ(three[1].size(), 1u);
+  const auto at = split_at(layers, {1, 3});
+  EXPECT_EQ(at[0].size(), 1u);
+  EXPECT_EQ(at[1].size(), 2u);
+  EXPECT_EQ(at[2].size(), 1u);
+  EXPECT_THAT(test::message_of<InvalidArgument>([&] { split_at(layers, {2, 2}); }), HasSubstr("rise strictly"));
+}
+
+}  // namespace
+}  // namespace strata::parallel
