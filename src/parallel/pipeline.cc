@@ -5,7 +5,6 @@
 #include "strata/parallel/pipeline.h"
 
 #include <algorithm>
-#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <exception>
@@ -117,6 +116,7 @@ struct PipelineStage::Impl {
   std::vector<std::shared_ptr<comm::Work>> sends;
   double step_loss = 0;
   int peak_activations = 0;
+  Clock::time_point failed_at;  // of the last failed step, taken before this stage aborted the others
 
   int last_virtual_stage() const { return schedule.virtual_stages() - 1; }
   bool holds(int v) const { return v >= 0 && v <= last_virtual_stage() && schedule.stage_of(v) == stage; }
@@ -369,6 +369,7 @@ float PipelineStage::train_step(const Tensor& x, const Tensor& y) {
   try {
     s.run_step(x, y);
   } catch (const std::exception& e) {
+    s.failed_at = Clock::now();
     // The other stages would wait for this one's messages until their timeout: end their waits now.
     s.comm->abort("pipeline stage " + std::to_string(s.stage) + " failed: " + e.what());
     s.clear_step();
@@ -405,8 +406,6 @@ float ThreadPipeline::train_step(const Tensor& x, const Tensor& y) {
   const int n = static_cast<int>(impl_->stages.size());
   std::vector<std::exception_ptr> errors(n);
   std::vector<float> losses(n, std::nanf(""));
-  std::atomic<int> failures{0};
-  int first_failure = -1;  // the stage whose error came first: the others' are the abort it caused
   std::vector<std::thread> threads;
   for (int i = 0; i < n; ++i) {
     threads.emplace_back([&, i] {
@@ -415,12 +414,16 @@ float ThreadPipeline::train_step(const Tensor& x, const Tensor& y) {
         losses[i] = impl_->stages[i]->train_step(x, y);
       } catch (...) {
         errors[i] = std::current_exception();
-        if (failures.fetch_add(1) == 0) first_failure = i;
       }
     });
   }
   for (auto& t : threads) t.join();
-  if (first_failure >= 0) std::rethrow_exception(errors[first_failure]);
+  // The stage that failed first has the cause; the others failed on the abort it sent them.
+  int first = -1;
+  for (int i = 0; i < n; ++i) {
+    if (errors[i] && (first < 0 || impl_->stages[i]->impl_->failed_at < impl_->stages[first]->impl_->failed_at)) first = i;
+  }
+  if (first >= 0) std::rethrow_exception(errors[first]);
   for (int i = 0; i < n; ++i) {
     if (impl_->stages[i]->holds_loss()) return losses[i];
   }

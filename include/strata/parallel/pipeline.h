@@ -79,6 +79,7 @@ class PipelineStage {
   const StageTiming& last_timing() const;
 
  private:
+  friend class ThreadPipeline;  // reads when a stage failed, to report the failure that aborted the others
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
