@@ -158,6 +158,7 @@ struct PipelineStage::Impl {
     Variable out = f.input;
     for (const auto& layer : chunks.at(v)) out = (*layer)(out, /*training=*/true);
     if (v == last_virtual_stage()) {
+      if (options.on_predictions) options.on_predictions(y_micro, out.value());
       const double share = static_cast<double>(y_micro.dim(0)) / static_cast<double>(batch);
       out = (*loss)(Variable(y_micro, /*trainable=*/false), out) * static_cast<float>(share);
       step_loss += static_cast<double>(out.value().item<float>());

@@ -184,3 +184,26 @@ TEST(PipelineTest, SplitByParametersBalancesTheLargestStage) {
 
 }  // namespace
 }  // namespace strata::parallel
+
+namespace strata::parallel {
+namespace {
+
+TEST(PipelineTest, TheLossStageShowsEachMicroBatchsPredictions) {
+  auto layers = make_mlp(7);
+  int calls = 0;
+  int64_t rows = 0;
+  PipelineOptions options{.example_shape = {kFeatures}};
+  options.on_predictions = [&](const Tensor& y_true, const Tensor& y_pred) {
+    ++calls;
+    rows += y_true.dim(0);
+    EXPECT_EQ(y_pred.shape(), (Shape{y_true.dim(0), kClasses}));
+  };
+  ThreadPipeline pipe(split_by_parameters(layers, 2), one_f_one_b(2, 5), loss(), optim::SGD({.learning_rate = 0.1f}),
+                      options);
+  pipe.train_step(test::random_tensor({kBatch, kFeatures}, 1), labels(kBatch, 1));
+  EXPECT_EQ(calls, 5);
+  EXPECT_EQ(rows, kBatch);  // 24 over 5: 5, 5, 5, 5, 4
+}
+
+}  // namespace
+}  // namespace strata::parallel

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -45,6 +46,9 @@ struct PipelineOptions {
   Shape example_shape;  // one example's input shape (no batch axis), e.g. {28, 28, 1}
   // Each wait for another stage's tensor; a stage that is gone fails the step instead of hanging it.
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+  // Called on the stage holding the loss, from its thread, after each micro-batch's forward with that micro-batch's
+  // targets and the model's outputs (for metrics); the tensors are not changed afterwards.
+  std::function<void(const Tensor& y_true, const Tensor& y_pred)> on_predictions;
 };
 
 // What one stage measured in its last step.
