@@ -117,6 +117,11 @@ struct PipelineStage::Impl {
   double step_loss = 0;
   int peak_activations = 0;
   Clock::time_point failed_at;  // of the last failed step, taken before this stage aborted the others
+  // Whether the step ends with this stage's optimizer applying its gradients; else (a ThreadPipeline's stage) they
+  // wait in `pending` for the pipeline's one optimizer.
+  bool applies_gradients = true;
+  std::vector<Tensor> pending_grads;
+  std::vector<Variable> pending_vars;
 
   int last_virtual_stage() const { return schedule.virtual_stages() - 1; }
   bool holds(int v) const { return v >= 0 && v <= last_virtual_stage() && schedule.stage_of(v) == stage; }
@@ -359,7 +364,12 @@ void PipelineStage::Impl::run_step(const Tensor& x, const Tensor& y) {
     summed.push_back(grads[i]);
     vars.push_back(weights[i]);
   }
-  if (!vars.empty()) optimizer->apply_gradients(summed, vars);
+  if (applies_gradients) {
+    if (!vars.empty()) optimizer->apply_gradients(summed, vars);
+  } else {
+    pending_grads = std::move(summed);
+    pending_vars = std::move(vars);
+  }
   timing.step_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   timing.compute_seconds = compute;
   timing.peak_activations = peak_activations;
@@ -384,22 +394,31 @@ float PipelineStage::train_step(const Tensor& x, const Tensor& y) {
 
 struct ThreadPipeline::Impl {
   std::vector<std::unique_ptr<PipelineStage>> stages;
+  std::shared_ptr<optim::Optimizer> optimizer;
   int threads_per_stage = 1;
 };
 
 ThreadPipeline::ThreadPipeline(const std::vector<StageLayers>& virtual_stages, Schedule schedule,
-                               std::shared_ptr<losses::Loss> loss, const optim::Optimizer& optimizer,
+                               std::shared_ptr<losses::Loss> loss, std::shared_ptr<optim::Optimizer> optimizer,
                                PipelineOptions options)
     : impl_(std::make_unique<Impl>()) {
   check(schedule);
+  STRATA_CHECK(optimizer, InvalidArgument, "pipeline: no optimizer");
   const int n = schedule.stages;
   auto group = comm::make_local_group(n);
+  impl_->optimizer = std::move(optimizer);
   impl_->threads_per_stage = std::max(1, hardware_threads() / n);
   for (int i = 0; i < n; ++i) {
     impl_->stages.push_back(
-        std::make_unique<PipelineStage>(virtual_stages, i, schedule, loss, optimizer, group[i], options));
+        std::make_unique<PipelineStage>(virtual_stages, i, schedule, loss, *impl_->optimizer, group[i], options));
+    impl_->stages.back()->impl_->applies_gradients = false;
   }
 }
+
+ThreadPipeline::ThreadPipeline(const std::vector<StageLayers>& virtual_stages, Schedule schedule,
+                               std::shared_ptr<losses::Loss> loss, const optim::Optimizer& optimizer,
+                               PipelineOptions options)
+    : ThreadPipeline(virtual_stages, std::move(schedule), std::move(loss), optimizer.clone(), std::move(options)) {}
 
 ThreadPipeline::~ThreadPipeline() = default;
 
@@ -425,6 +444,16 @@ float ThreadPipeline::train_step(const Tensor& x, const Tensor& y) {
     if (errors[i] && (first < 0 || impl_->stages[i]->impl_->failed_at < impl_->stages[first]->impl_->failed_at)) first = i;
   }
   if (first >= 0) std::rethrow_exception(errors[first]);
+  std::vector<Tensor> grads;
+  std::vector<Variable> vars;
+  for (const auto& stage : impl_->stages) {
+    PipelineStage::Impl& s = *stage->impl_;
+    grads.insert(grads.end(), s.pending_grads.begin(), s.pending_grads.end());
+    vars.insert(vars.end(), s.pending_vars.begin(), s.pending_vars.end());
+    s.pending_grads.clear();
+    s.pending_vars.clear();
+  }
+  if (!vars.empty()) impl_->optimizer->apply_gradients(grads, vars);
   for (int i = 0; i < n; ++i) {
     if (impl_->stages[i]->holds_loss()) return losses[i];
   }

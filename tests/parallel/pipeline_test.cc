@@ -205,5 +205,18 @@ TEST(PipelineTest, TheLossStageShowsEachMicroBatchsPredictions) {
   EXPECT_EQ(rows, kBatch);  // 24 over 5: 5, 5, 5, 5, 4
 }
 
+TEST(PipelineTest, OneOptimizerStepsOncePerStepForEveryStage) {
+  auto layers = make_mlp(7);
+  auto adam = std::make_shared<optim::Adam>(optim::AdamOptions{.learning_rate = 0.01f});
+  ThreadPipeline pipe(split_by_parameters(layers, 4), zb_h1(4, 4), loss(), adam, {.example_shape = {kFeatures}});
+  for (int k = 0; k < 3; ++k) pipe.train_step(test::random_tensor({kBatch, kFeatures}, 100 + k), labels(kBatch, k));
+  EXPECT_EQ(adam->iterations(), 3);  // not 3 per stage: the learning-rate schedule and Adam's bias see 3 steps
+  std::vector<Tensor> got;
+  for (auto& layer : layers) {
+    for (const Variable& w : layer->trainable_variables()) got.push_back(w.value().clone());
+  }
+  expect_same_weights(got, train_unsplit(optim::Adam({.learning_rate = 0.01f}), 3), "one adam, zb-h1 S=4 M=4");
+}
+
 }  // namespace
 }  // namespace strata::parallel

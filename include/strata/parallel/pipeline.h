@@ -83,14 +83,20 @@ class PipelineStage {
   const StageTiming& last_timing() const;
 
  private:
-  friend class ThreadPipeline;  // reads when a stage failed, to report the failure that aborted the others
+  friend class ThreadPipeline;  // applies its stages' gradients with one optimizer; reports the first failure
   struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 
-// The stages of `schedule` as threads of this process, connected by a local communicator group.
+// The stages of `schedule` as threads of this process, connected by a local communicator group. One optimizer
+// serves every stage: after the stages have run the step, it applies all their summed gradients in one call, so its
+// step count, slots and learning-rate schedule are those of the unsplit model (and a checkpoint of it holds them).
 class ThreadPipeline {
  public:
+  // Trains with `optimizer` itself (e.g. a Model's compiled optimizer).
+  ThreadPipeline(const std::vector<StageLayers>& virtual_stages, Schedule schedule, std::shared_ptr<losses::Loss> loss,
+                 std::shared_ptr<optim::Optimizer> optimizer, PipelineOptions options);
+  // Trains with a copy of `optimizer`.
   ThreadPipeline(const std::vector<StageLayers>& virtual_stages, Schedule schedule, std::shared_ptr<losses::Loss> loss,
                  const optim::Optimizer& optimizer, PipelineOptions options);
   ~ThreadPipeline();
