@@ -11,6 +11,7 @@
 #include "strata/error.h"
 #include "strata/gradient_tape.h"
 #include "strata/ops.h"
+#include "strata/parallel/pipeline_strategy.h"
 #include "strata/ps/parameter_server_strategy.h"
 #include "strata/threading.h"
 #include "strata/train/callbacks.h"
@@ -429,6 +430,10 @@ distribute::Strategy& Model::input_strategy() const {
 void Model::distributed_steps(distribute::Strategy& strategy, const distribute::StepGroup& steps, bool training) {
   const auto step = [&](const data::Element& b) { training ? train_step(b) : test_step(b); };
   job_states_.clear();  // the group's last training step may bring the job's states with its gradients
+  if (auto* pipeline = dynamic_cast<parallel::PipelineStrategy*>(&strategy); pipeline && training) {
+    for (const auto& b : steps.batches) pipelined_train_step(*pipeline, b[0]);
+    return;
+  }
   if (&strategy == &distribute::default_strategy()) {  // one replica, plain variables: no replica machinery
     for (const auto& b : steps.batches) step(b[0]);
     return;

@@ -34,6 +34,11 @@
 #include "strata/optim/optimizers.h"
 #include "strata/train/callbacks.h"
 
+namespace strata::parallel {
+class PipelineStrategy;
+class ThreadPipeline;
+}  // namespace strata::parallel
+
 namespace strata::ps {
 class ParameterServerStrategy;
 }
@@ -265,6 +270,10 @@ class Model : public nn::Layer {
   History fit_as_coordinator(ps::ParameterServerStrategy& strategy, const data::Dataset& dataset,
                              const FitOptions& options);
   History fit_as_worker(ps::ParameterServerStrategy& strategy, const data::Dataset& dataset);
+  // A training step under a PipelineStrategy (src/train/pipeline_fit.cc): the batch through the strategy's stages,
+  // the loss and metrics fed to the trackers. The pipeline is made at the first step and kept while the strategy,
+  // loss and optimizer stay the same.
+  void pipelined_train_step(parallel::PipelineStrategy& strategy, const data::Element& batch);
 
   std::shared_ptr<nn::Graph> graph_;
   std::shared_ptr<losses::Loss> loss_;
@@ -276,6 +285,14 @@ class Model : public nn::Layer {
   // Across workers, the job's tracker states as the last training step of the group summed them with its gradients
   // (every state of every tracker, in order); empty when they did not ride, and metric_logs sums them itself.
   std::vector<double> job_states_;
+  // The stages pipelined_train_step runs, and what they were made for.
+  std::shared_ptr<parallel::ThreadPipeline> pipeline_;
+  struct PipelineKey {
+    uint64_t strategy = 0;
+    const void* loss = nullptr;
+    const void* optimizer = nullptr;
+    bool operator==(const PipelineKey&) const = default;
+  } pipeline_key_;
 
   std::optional<FitPosition> resume_;   // set by a callback during on_train_begin
   FitPosition restored_position_;        // what the last restore_checkpoint read

@@ -1,0 +1,67 @@
+// PipelineStrategy: Model::fit trains a Sequential model as a pipeline of stages (threads of this process), with
+// micro-batches run in the order of a schedule (strata/parallel/schedule.h); evaluate and predict run the whole
+// model on the calling thread, as under OneDeviceStrategy.
+//
+//   parallel::PipelineStrategy strategy({.stages = 2, .micro_batches = 4, .schedule = "1f1b"});
+//   auto scope = strategy.scope();
+//   Sequential model({...});
+//   model.compile(...);
+//   model.fit(train, {.epochs = 5});   // each global batch: 4 micro-batches through 2 stages
+//
+// The layers are cut into stages * chunks consecutive virtual stages, at `bounds` when given, else balanced by
+// trainable parameter count. The weights after each step are the unsplit model's (see strata/parallel/pipeline.h).
+//
+// Thread-safety: as every strategy, driven by one thread.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "strata/distribute/strategy.h"
+#include "strata/parallel/pipeline.h"
+#include "strata/parallel/schedule.h"
+
+namespace strata::parallel {
+
+struct PipelineStrategyOptions {
+  int stages = 2;
+  int micro_batches = 4;
+  std::string schedule = "1f1b";  // gpipe, 1f1b, interleaved, zb-h1
+  int chunks = 0;                 // interleaved: model chunks per stage (0: 2); 1 for the others
+  // Where virtual stages 1, 2, ... start, as indices into the model's layers (stages * chunks - 1 of them); empty:
+  // balanced by parameter count.
+  std::vector<int> bounds;
+};
+
+class PipelineStrategy final : public distribute::Strategy {
+ public:
+  // InvalidArgument for a schedule that cannot run with these counts (the message says why).
+  explicit PipelineStrategy(PipelineStrategyOptions options = {});
+  std::string name() const override { return "PipelineStrategy"; }
+  Variable create_variable(const Tensor& initial_value, const VariableOptions& options) override;
+
+  const PipelineStrategyOptions& options() const { return options_; }
+  const Schedule& schedule() const { return schedule_; }
+  // `layers` cut into the schedule's virtual stages (InvalidArgument when they cannot be).
+  std::vector<StageLayers> split(const std::vector<std::shared_ptr<nn::Layer>>& layers) const;
+  // "PipelineStrategy, 2 stages, 4 micro-batches, schedule 1f1b, simulated bubble 20.0%".
+  std::string describe() const;
+
+  // What the training steps run under this strategy measured (Model::fit records each step).
+  struct Measured {
+    int64_t steps = 0;
+    double bubble_fraction_sum = 0;       // of ThreadPipeline::last_bubble_fraction, over the steps
+    std::vector<int> peak_activations;    // per stage, the most over the steps
+    double mean_bubble_fraction() const { return steps ? bubble_fraction_sum / static_cast<double>(steps) : 0; }
+  };
+  void record_step(double bubble_fraction, const std::vector<StageTiming>& timings);
+  const Measured& measured() const { return measured_; }
+
+ private:
+  PipelineStrategyOptions options_;
+  Schedule schedule_;
+  Measured measured_;
+};
+
+}  // namespace strata::parallel
