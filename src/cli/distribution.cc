@@ -14,6 +14,7 @@
 #include "strata/distribute/multi_worker.h"
 #include "strata/distribute/strategies.h"
 #include "strata/error.h"
+#include "strata/parallel/pipeline_strategy.h"
 #include "strata/ps/parameter_server_strategy.h"
 #include "strata/threading.h"
 
@@ -38,8 +39,9 @@ std::string format_rate(double lr) {
 }  // namespace
 
 void check_strategy_name(const std::string& name, const std::string& where) {
-  check_choice(name, {"one_device", "mirrored", "central_storage", "multi_worker_mirrored", "parameter_server"}, where,
-               "strategy");
+  check_choice(name,
+               {"one_device", "mirrored", "central_storage", "multi_worker_mirrored", "parameter_server", "pipeline"},
+               where, "strategy");
 }
 
 void check_cross_device_ops(const std::string& name, const std::string& where) {
@@ -48,6 +50,10 @@ void check_cross_device_ops(const std::string& name, const std::string& where) {
 
 void check_lr_scaling(const std::string& rule, const std::string& where) {
   check_choice(rule, {"none", "linear"}, where, "lr_scaling rule");
+}
+
+void check_pipeline_schedule(const std::string& name, const std::string& where) {
+  check_choice(name, {"gpipe", "1f1b", "interleaved", "zb-h1"}, where, "pipeline schedule");
 }
 
 StrategySpec resolve_strategy(const StrategySpec& from_job, const StrategyFlags& flags) {
@@ -71,6 +77,8 @@ StrategySpec resolve_strategy(const StrategySpec& from_job, const StrategyFlags&
     STRATA_CHECK(spec.name != "parameter_server" || replicas == 1, InvalidArgument,
                  "--replicas " << replicas << ": each parameter_server worker is one replica (add workers with "
                                               "`strata launch --workers N`)");
+    STRATA_CHECK(spec.name != "pipeline" || replicas == 1, InvalidArgument,
+                 "--replicas " << replicas << ": a pipeline is one replica cut into stages (use --stages)");
     spec.replicas = replicas;
   }
   if (flags.collective_timeout_seconds) {
@@ -100,6 +108,26 @@ StrategySpec resolve_strategy(const StrategySpec& from_job, const StrategyFlags&
                                     << ": only parameter_server workers run steps on their own (this job's strategy is "
                                     << spec.name << ")");
     spec.max_staleness = flags.max_staleness;
+  }
+  const auto pipeline_flag = [&](const char* flag, const std::optional<int>& value, int& into) {
+    if (!value) return;
+    STRATA_CHECK(*value >= 1, InvalidArgument, flag << ": must be a positive integer, got " << *value);
+    STRATA_CHECK(spec.name == "pipeline", InvalidArgument,
+                 flag << " " << *value << ": only the pipeline strategy cuts the model into stages (this job's "
+                                          "strategy is "
+                      << spec.name << ")");
+    into = *value;
+  };
+  pipeline_flag("--stages", flags.stages, spec.pipeline_stages);
+  pipeline_flag("--micro-batches", flags.micro_batches, spec.pipeline_micro_batches);
+  pipeline_flag("--chunks", flags.chunks, spec.pipeline_chunks);
+  if (!flags.schedule.empty()) {
+    check_pipeline_schedule(flags.schedule, "--schedule");
+    STRATA_CHECK(spec.name == "pipeline", InvalidArgument,
+                 "--schedule " << flags.schedule << ": only the pipeline strategy runs a schedule (this job's "
+                                                    "strategy is "
+                               << spec.name << ")");
+    spec.pipeline_schedule = flags.schedule;
   }
   if (!flags.cross_device_ops.empty()) {
     check_cross_device_ops(flags.cross_device_ops, "--cross-device-ops");
@@ -133,6 +161,13 @@ std::unique_ptr<distribute::Strategy> make_job_strategy(const StrategySpec& spec
     options.coordinator.max_staleness = spec.max_staleness;
     return std::make_unique<ps::ParameterServerStrategy>(cluster::resolve_cluster_from_environment(), options);
   }
+  if (spec.name == "pipeline") {
+    return std::make_unique<parallel::PipelineStrategy>(
+        parallel::PipelineStrategyOptions{.stages = spec.pipeline_stages,
+                                          .micro_batches = spec.pipeline_micro_batches,
+                                          .schedule = spec.pipeline_schedule,
+                                          .chunks = spec.pipeline_chunks});
+  }
   return distribute::make_strategy(spec.name, replicas, spec.cross_device_ops);
 }
 
@@ -148,6 +183,12 @@ std::string strategy_line(const distribute::Strategy& strategy, int64_t global_b
     else if (*staleness == 0) out << "synchronous rounds of one step per worker";
     else out << "steps at most " << *staleness << " ahead of the slowest worker";
     out << " (batch " << global_batch << " a step)";
+    return out.str();
+  }
+  if (const auto* pipeline = dynamic_cast<const parallel::PipelineStrategy*>(&strategy)) {
+    const int m = pipeline->schedule().micro_batches;
+    out << "strategy: " << pipeline->describe() << ", global batch " << global_batch << " (" << global_batch / m
+        << (global_batch % m == 0 ? "" : " or more") << " per micro-batch)";
     return out.str();
   }
   out << "strategy: " << strategy.name() << ", " << n << (n == 1 ? " replica (" : " replicas (") << threads

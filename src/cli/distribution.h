@@ -3,7 +3,9 @@
 // file and the `--strategy` / `--replicas` / `--cross-device-ops` flags that override them.
 //
 //   strategy: mirrored          # one_device (the default) | mirrored | central_storage | multi_worker_mirrored |
-//                               #   parameter_server (under `strata launch --chief --workers N --ps M`)
+//                               #   parameter_server (under `strata launch --chief --workers N --ps M`) | pipeline
+//   stages: 2                   # pipeline: stages (threads), micro_batches: 4, schedule: 1f1b (gpipe, 1f1b,
+//                               #   interleaved, zb-h1), chunks: 2 (interleaved: model chunks per stage)
 //   replicas: 2                 # mirrored / central_storage: CPU replicas (default: one per core)
 //   cross_device_ops: ring      # mirrored: reduction_to_one_device (default) | ring | tree
 //   batch_size: 128             # the GLOBAL batch, split across the replicas (as in TF)
@@ -29,7 +31,8 @@
 namespace strata::cli {
 
 struct StrategySpec {
-  std::string name = "one_device";  // one_device, mirrored, central_storage, multi_worker_mirrored, parameter_server
+  std::string name = "one_device";  // one_device, mirrored, central_storage, multi_worker_mirrored, parameter_server,
+                                    // pipeline
   int replicas = 0;                 // 0: one_device 1; mirrored / central_storage one per core (num_threads())
   std::string cross_device_ops = distribute::kDefaultCrossDeviceOps;
   double collective_timeout_seconds = 0;  // multi_worker_mirrored: bound on every collective (0: its default)
@@ -39,6 +42,12 @@ struct StrategySpec {
   int64_t ps_checkpoint_every_steps = 0;
   // parameter_server: how many steps a worker may run ahead of the slowest (0: synchronous rounds; none: async).
   std::optional<int64_t> max_staleness;
+  // pipeline: stages (threads), micro-batches per global batch, the schedule, and model chunks per stage
+  // (interleaved; 0: 2).
+  int pipeline_stages = 2;
+  int pipeline_micro_batches = 4;
+  std::string pipeline_schedule = "1f1b";
+  int pipeline_chunks = 0;
 };
 
 struct LrScalingSpec {
@@ -52,6 +61,7 @@ struct LrScalingSpec {
 void check_strategy_name(const std::string& name, const std::string& where);
 void check_cross_device_ops(const std::string& name, const std::string& where);
 void check_lr_scaling(const std::string& rule, const std::string& where);
+void check_pipeline_schedule(const std::string& name, const std::string& where);
 
 // The command-line overrides; empty / unset leave the job's value.
 struct StrategyFlags {
@@ -61,6 +71,8 @@ struct StrategyFlags {
   std::optional<double> collective_timeout_seconds;  // when given, > 0
   std::string gradient_compression;                  // when given, none or bf16
   std::optional<int64_t> max_staleness;              // when given, >= 0 (parameter_server only)
+  std::optional<int> stages, micro_batches, chunks;  // when given, >= 1 (pipeline only)
+  std::string schedule;                              // pipeline only
 };
 // The job's strategy with the flags applied. A flag that contradicts the strategy it ends up with (say
 // --replicas 2 with one_device, or --cross-device-ops with central_storage) is an InvalidArgument; the

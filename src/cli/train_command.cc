@@ -21,6 +21,7 @@
 #include "strata/distribute/strategies.h"
 #include "strata/cluster/cluster_resolver.h"
 #include "strata/io/checkpoint.h"
+#include "strata/parallel/pipeline_strategy.h"
 #include "strata/ps/parameter_server_strategy.h"
 #include "strata/random.h"
 #include "strata/threading.h"
@@ -332,6 +333,16 @@ void run_train(const TrainArgs& args) {
                 static_cast<long long>(history.epochs.back() + 1), static_cast<long long>(job.epochs),
                 static_cast<long long>(model->step()));
   }
+  if (const auto* pipeline = dynamic_cast<const parallel::PipelineStrategy*>(strategy.get());
+      pipeline && pipeline->measured().steps > 0) {
+    std::string peaks;
+    for (int p : pipeline->measured().peak_activations) peaks += (peaks.empty() ? "" : " ") + std::to_string(p);
+    std::printf("pipeline: stages %s; idle %.1f%% of the stages' time over %lld steps (the schedule's simulated "
+                "bubble %.1f%%); micro-batches alive at most, per stage: %s\n",
+                pipeline->layout().c_str(), 100.0 * pipeline->measured().mean_bubble_fraction(),
+                static_cast<long long>(pipeline->measured().steps),
+                100.0 * parallel::simulate(pipeline->schedule()).bubble_fraction, peaks.c_str());
+  }
   print_test_line(model->evaluate(test_dataset(job)));
 }
 
@@ -374,8 +385,8 @@ const CLI::Validator kVerbosity(
 // --strategy, --replicas and --cross-device-ops on `command`.
 void add_strategy_options(CLI::App* command, StrategyFlags& flags) {
   command->add_option("--strategy", flags.strategy,
-                      "distribution strategy: one_device, mirrored, central_storage, multi_worker_mirrored or "
-                      "parameter_server (overrides the job's `strategy:`; default one_device)");
+                      "distribution strategy: one_device, mirrored, central_storage, multi_worker_mirrored, "
+                      "parameter_server or pipeline (overrides the job's `strategy:`; default one_device)");
   command->add_option("--replicas", flags.replicas,
                       "CPU replicas for mirrored / central_storage, each a thread with its share of the cores "
                       "(overrides `replicas:`; default one per core); for multi_worker_mirrored, per worker (default 1)")
@@ -389,6 +400,19 @@ void add_strategy_options(CLI::App* command, StrategyFlags& flags) {
   command->add_option("--max-staleness", flags.max_staleness,
                       "parameter_server: a worker may start step v only when every worker has finished step v - N "
                       "(0: synchronous rounds, each round's gradients applied as one mean; default: asynchronous)");
+  command->add_option("--stages", flags.stages,
+                      "pipeline: stages the model's layers are cut into, each a thread with its share of the cores "
+                      "(overrides `stages:`; default 2)")
+      ->check(kPositiveInteger);
+  command->add_option("--micro-batches", flags.micro_batches,
+                      "pipeline: micro-batches each global batch is split into (overrides `micro_batches:`; default 4)")
+      ->check(kPositiveInteger);
+  command->add_option("--schedule", flags.schedule,
+                      "pipeline: the order of the micro-batches' forward and backward passes: gpipe, 1f1b, "
+                      "interleaved or zb-h1 (overrides `schedule:`; default 1f1b)");
+  command->add_option("--chunks", flags.chunks,
+                      "pipeline, interleaved schedule: model chunks per stage (overrides `chunks:`; default 2)")
+      ->check(kPositiveInteger);
   command->add_option("--gradient-compression", flags.gradient_compression,
                       "multi_worker_mirrored: how gradients travel between the workers: none (float32) or bf16 "
                       "(bfloat16, half the bytes; summed in float32) (default none)");

@@ -52,22 +52,26 @@ std::vector<StageLayers> split_at(const std::vector<std::shared_ptr<nn::Layer>>&
   return pieces;
 }
 
-std::vector<StageLayers> split_by_parameters(const std::vector<std::shared_ptr<nn::Layer>>& layers, int pieces) {
-  const int n = static_cast<int>(layers.size());
+namespace {
+
+// Where to cut `costs` (one per layer) into `pieces` consecutive non-empty ranges so that the costliest range costs
+// least: the start of ranges 1 .. pieces-1.
+std::vector<int> balanced_bounds(const std::vector<double>& costs, int pieces) {
+  const int n = static_cast<int>(costs.size());
   STRATA_CHECK(pieces >= 1 && pieces <= n, InvalidArgument,
                "pipeline: cannot cut " << n << " layers into " << pieces << " stages");
-  std::vector<int64_t> prefix(n + 1, 0);
-  for (int i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + trainable_count(*layers[i]);
+  std::vector<double> prefix(n + 1, 0);
+  for (int i = 0; i < n; ++i) prefix[i + 1] = prefix[i] + costs[i];
   // best[k][i]: the smallest possible largest piece when the first i layers form k pieces; cut[k][i] its last cut.
-  const int64_t inf = std::numeric_limits<int64_t>::max();
-  std::vector<std::vector<int64_t>> best(pieces + 1, std::vector<int64_t>(n + 1, inf));
+  const double inf = std::numeric_limits<double>::infinity();
+  std::vector<std::vector<double>> best(pieces + 1, std::vector<double>(n + 1, inf));
   std::vector<std::vector<int>> cut(pieces + 1, std::vector<int>(n + 1, 0));
   best[0][0] = 0;
   for (int k = 1; k <= pieces; ++k) {
     for (int i = k; i <= n; ++i) {
       for (int j = k - 1; j < i; ++j) {
         if (best[k - 1][j] == inf) continue;
-        const int64_t largest = std::max(best[k - 1][j], prefix[i] - prefix[j]);
+        const double largest = std::max(best[k - 1][j], prefix[i] - prefix[j]);
         if (largest < best[k][i]) {
           best[k][i] = largest;
           cut[k][i] = j;
@@ -80,7 +84,37 @@ std::vector<StageLayers> split_by_parameters(const std::vector<std::shared_ptr<n
     i = cut[k][i];
     bounds[k - 2] = i;
   }
-  return split_at(layers, bounds);
+  return bounds;
+}
+
+}  // namespace
+
+std::vector<StageLayers> split_by_parameters(const std::vector<std::shared_ptr<nn::Layer>>& layers, int pieces) {
+  std::vector<double> costs;
+  for (const auto& layer : layers) costs.push_back(static_cast<double>(trainable_count(*layer)));
+  return split_at(layers, balanced_bounds(costs, pieces));
+}
+
+std::vector<StageLayers> split_by_time(const std::vector<std::shared_ptr<nn::Layer>>& layers, int pieces,
+                                       const Tensor& sample, int repeats) {
+  STRATA_CHECK(repeats >= 1, InvalidArgument, "pipeline: split_by_time needs at least one repeat");
+  std::vector<double> costs(layers.size(), std::numeric_limits<double>::infinity());
+  for (int r = 0; r < repeats; ++r) {
+    Tensor x = sample;
+    for (size_t i = 0; i < layers.size(); ++i) {
+      const auto start = Clock::now();
+      GradientTape tape;
+      Variable in(x, /*trainable=*/false);
+      tape.watch(in);
+      Variable out = (*layers[i])(in, /*training=*/false);  // no state changes (BatchNormalization's statistics)
+      std::vector<Variable> sources = layers[i]->trainable_variables();
+      sources.push_back(in);
+      tape.gradient(out, sources, Tensor::ones(out.shape()), UnconnectedGradients::kZero);
+      costs[i] = std::min(costs[i], std::chrono::duration<double>(Clock::now() - start).count());
+      x = out.value();
+    }
+  }
+  return split_at(layers, balanced_bounds(costs, pieces));
 }
 
 // ---- one stage

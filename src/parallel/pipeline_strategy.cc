@@ -13,6 +13,8 @@ PipelineStrategy::PipelineStrategy(PipelineStrategyOptions options)
     : Strategy({"/cpu:0"}), options_(std::move(options)),
       schedule_(make_schedule(options_.schedule, options_.stages, options_.micro_batches, options_.chunks)) {
   check(schedule_);
+  STRATA_CHECK(options_.balance == "time" || options_.balance == "parameters", InvalidArgument,
+               "PipelineStrategy: balance '" << options_.balance << "' is not time or parameters");
   STRATA_CHECK(options_.bounds.empty() || static_cast<int>(options_.bounds.size()) == schedule_.virtual_stages() - 1,
                InvalidArgument,
                "PipelineStrategy: " << schedule_.virtual_stages() << " virtual stages need "
@@ -23,9 +25,23 @@ Variable PipelineStrategy::create_variable(const Tensor& initial_value, const Va
   return make_distributed_variable({initial_value}, options, id());
 }
 
-std::vector<StageLayers> PipelineStrategy::split(const std::vector<std::shared_ptr<nn::Layer>>& layers) const {
-  return options_.bounds.empty() ? split_by_parameters(layers, schedule_.virtual_stages())
-                                 : split_at(layers, options_.bounds);
+std::vector<StageLayers> PipelineStrategy::split(const std::vector<std::shared_ptr<nn::Layer>>& layers,
+                                                 const Tensor& micro_batch) {
+  std::vector<StageLayers> pieces;
+  if (!options_.bounds.empty()) {
+    pieces = split_at(layers, options_.bounds);
+  } else if (options_.balance == "parameters") {
+    pieces = split_by_parameters(layers, schedule_.virtual_stages());
+  } else {
+    pieces = split_by_time(layers, schedule_.virtual_stages(), micro_batch);
+  }
+  layout_.clear();
+  for (const StageLayers& piece : pieces) {
+    layout_ += layout_.empty() ? "[" : " [";
+    for (size_t i = 0; i < piece.size(); ++i) layout_ += (i ? " " : "") + piece[i]->name();
+    layout_ += "]";
+  }
+  return pieces;
 }
 
 void PipelineStrategy::record_step(double bubble_fraction, const std::vector<StageTiming>& timings) {

@@ -3,6 +3,8 @@
 // loss stage's predictions.
 // Thread-safety: fit's driving thread; the metrics are updated from the loss stage's thread while the driving thread
 // waits for the step.
+#include <algorithm>
+
 #include "strata/error.h"
 #include "strata/parallel/pipeline.h"
 #include "strata/parallel/pipeline_strategy.h"
@@ -26,7 +28,8 @@ void Model::pipelined_train_step(parallel::PipelineStrategy& strategy, const dat
     options.on_predictions = [this](const Tensor& y_true, const Tensor& y_pred) {
       for (const auto& m : metrics_) m->update_state(y_true, y_pred, Tensor());
     };
-    pipeline_ = std::make_shared<parallel::ThreadPipeline>(strategy.split(layers()), strategy.schedule(), loss_,
+    const Tensor micro_batch = x.slice(0, std::max<int64_t>(1, x.dim(0) / strategy.schedule().micro_batches));
+    pipeline_ = std::make_shared<parallel::ThreadPipeline>(strategy.split(layers(), micro_batch), strategy.schedule(), loss_,
                                                            optimizer_, std::move(options));
     pipeline_key_ = key;
   }

@@ -74,6 +74,17 @@ inline std::string tiny_job(const fs::path& data_dir) {
          "optimizer: {name: adam, learning_rate: 0.01}\nmetrics: [accuracy]\nepochs: 2\nbatch_size: 32\n";
 }
 
+// A tiny Fashion-MNIST-shaped job in its own scratch directory: `train_examples` training and 64 test images.
+struct TinyJob {
+  Scratch s;
+  std::string job;
+  explicit TinyJob(const std::string& name, int train_examples = 512) : s(name) {
+    write_tiny_idx(s.dir, "train", train_examples, 1);
+    write_tiny_idx(s.dir, "t10k", 64, 2);
+    job = write_job(s.dir, tiny_job(s.dir));
+  }
+};
+
 // Runs a shell command; returns its exit status and output (stdout + stderr).
 inline std::pair<int, std::string> run(const std::string& command) {
   std::string output;

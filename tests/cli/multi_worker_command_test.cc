@@ -24,16 +24,6 @@ std::string read_file(const fs::path& path) {
   return s.str();
 }
 
-struct TinyJob {
-  Scratch s;
-  std::string job;
-  explicit TinyJob(const std::string& name) : s(name) {
-    write_tiny_idx(s.dir, "train", 512, 1);
-    write_tiny_idx(s.dir, "t10k", 64, 2);
-    job = write_job(s.dir, tiny_job(s.dir));
-  }
-};
-
 TEST(MultiWorkerCommandTest, LaunchedWorkersTrainTogetherAndOnlyTheChiefWrites) {
   TinyJob t("mw_launch");
   const fs::path ckpt = t.s.dir / "ckpt";

@@ -14,16 +14,6 @@
 namespace strata::cli {
 namespace {
 
-struct TinyJob {
-  Scratch s;
-  std::string job;
-  TinyJob(const std::string& name, int train_examples) : s(name) {
-    write_tiny_idx(s.dir, "train", train_examples, 1);
-    write_tiny_idx(s.dir, "t10k", 64, 2);
-    job = write_job(s.dir, tiny_job(s.dir));
-  }
-};
-
 // The pushes applied and the repeats dropped over every ps, from the chief's report.
 struct PsCounts {
   int64_t applied = 0, dropped = 0, shards = 0;

@@ -39,6 +39,10 @@ using StageLayers = std::vector<std::shared_ptr<nn::Layer>>;
 // layer boundaries allow (the largest piece as small as possible). InvalidArgument for pieces < 1 or more pieces
 // than layers.
 std::vector<StageLayers> split_by_parameters(const std::vector<std::shared_ptr<nn::Layer>>& layers, int pieces);
+// Cuts `layers` where their measured time is most even: each layer's forward and backward on `sample` (a
+// micro-batch of inputs), the fastest of `repeats` runs, in inference mode (no layer changes its state).
+std::vector<StageLayers> split_by_time(const std::vector<std::shared_ptr<nn::Layer>>& layers, int pieces,
+                                       const Tensor& sample, int repeats = 3);
 // Cuts `layers` at the given indices: bounds {2, 5} over 7 layers gives [0, 2), [2, 5), [5, 7).
 std::vector<StageLayers> split_at(const std::vector<std::shared_ptr<nn::Layer>>& layers, const std::vector<int>& bounds);
 

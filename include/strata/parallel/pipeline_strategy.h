@@ -9,7 +9,7 @@
 //   model.fit(train, {.epochs = 5});   // each global batch: 4 micro-batches through 2 stages
 //
 // The layers are cut into stages * chunks consecutive virtual stages, at `bounds` when given, else balanced by
-// trainable parameter count. The weights after each step are the unsplit model's (see strata/parallel/pipeline.h).
+// their measured time (or parameter count). The weights after each step are the unsplit model's (see strata/parallel/pipeline.h).
 //
 // Thread-safety: as every strategy, driven by one thread.
 #pragma once
@@ -30,8 +30,11 @@ struct PipelineStrategyOptions {
   std::string schedule = "1f1b";  // gpipe, 1f1b, interleaved, zb-h1
   int chunks = 0;                 // interleaved: model chunks per stage (0: 2); 1 for the others
   // Where virtual stages 1, 2, ... start, as indices into the model's layers (stages * chunks - 1 of them); empty:
-  // balanced by parameter count.
+  // balanced as `balance` says.
   std::vector<int> bounds;
+  // "time": each layer's forward and backward timed on the first micro-batch (split_by_time); "parameters": by
+  // trainable parameter count (split_by_parameters).
+  std::string balance = "time";
 };
 
 class PipelineStrategy final : public distribute::Strategy {
@@ -43,8 +46,12 @@ class PipelineStrategy final : public distribute::Strategy {
 
   const PipelineStrategyOptions& options() const { return options_; }
   const Schedule& schedule() const { return schedule_; }
-  // `layers` cut into the schedule's virtual stages (InvalidArgument when they cannot be).
-  std::vector<StageLayers> split(const std::vector<std::shared_ptr<nn::Layer>>& layers) const;
+  // `layers` cut into the schedule's virtual stages (InvalidArgument when they cannot be); `micro_batch` is a
+  // micro-batch of inputs, for balance "time".
+  // Remembers the cut for layout().
+  std::vector<StageLayers> split(const std::vector<std::shared_ptr<nn::Layer>>& layers, const Tensor& micro_batch);
+  // The last split's layers by name, a virtual stage per bracket: "[conv2d max_pooling2d] [flatten dense dense_1]".
+  const std::string& layout() const { return layout_; }
   // "PipelineStrategy, 2 stages, 4 micro-batches, schedule 1f1b, simulated bubble 20.0%".
   std::string describe() const;
 
@@ -62,6 +69,7 @@ class PipelineStrategy final : public distribute::Strategy {
   PipelineStrategyOptions options_;
   Schedule schedule_;
   Measured measured_;
+  std::string layout_;
 };
 
 }  // namespace strata::parallel
