@@ -220,3 +220,22 @@ TEST(PipelineTest, OneOptimizerStepsOncePerStepForEveryStage) {
 
 }  // namespace
 }  // namespace strata::parallel
+
+namespace strata::parallel {
+namespace {
+
+TEST(PipelineTest, SplitByTimeCutsWhereTheTimeIsNotWhereTheParametersAre) {
+  // Two Dense(256) over 64 positions (66k parameters, 4.2M multiply-adds an example each), then Flatten and a
+  // Dense(16) over 16384 features (262k parameters, 0.26M multiply-adds). By time the cut falls after the first
+  // layer (4.5 against 8.4 for any later cut); by parameters it falls later (262k against 328k).
+  std::vector<std::shared_ptr<nn::Layer>> layers = {std::make_shared<nn::Dense>(256), std::make_shared<nn::Dense>(256),
+                                                    std::make_shared<nn::Flatten>(), std::make_shared<nn::Dense>(16)};
+  const Tensor sample = test::random_tensor({8, 64, 256}, 3);
+  Variable x(sample, false);
+  for (auto& layer : layers) x = (*layer)(x);
+  EXPECT_EQ(split_by_time(layers, 2, sample)[0].size(), 1u);
+  EXPECT_GE(split_by_parameters(layers, 2)[0].size(), 2u);
+}
+
+}  // namespace
+}  // namespace strata::parallel
