@@ -91,7 +91,13 @@ std::vector<int> balanced_bounds(const std::vector<double>& costs, int pieces) {
 
 std::vector<StageLayers> split_by_parameters(const std::vector<std::shared_ptr<nn::Layer>>& layers, int pieces) {
   std::vector<double> costs;
-  for (const auto& layer : layers) costs.push_back(static_cast<double>(trainable_count(*layer)));
+  for (const auto& layer : layers) {
+    // An unbuilt layer has no weights yet: its count would be 0 and the cut lopsided.
+    STRATA_CHECK(layer->built(), InvalidArgument,
+                 "pipeline: layer '" << layer->name() << "' is not built, so its parameters cannot be counted; "
+                                        "build the model (call it once) before cutting it");
+    costs.push_back(static_cast<double>(trainable_count(*layer)));
+  }
   return split_at(layers, balanced_bounds(costs, pieces));
 }
 
@@ -125,6 +131,10 @@ struct PipelineStage::Impl {
     std::unique_ptr<GradientTape> tape;
     Variable input;   // watched when the virtual stage receives it (v > 0)
     Variable output;  // the activation, or the scaled loss on the last virtual stage
+    // Each layer's output, and (after a kBackwardInput) the gradient reaching it: a kBackwardWeight then runs each
+    // layer's weight gradient from there, without redoing the backward through the layers after it.
+    std::vector<Variable> layer_outputs;
+    std::vector<Tensor> layer_output_grads;
   };
   using Key = std::pair<int, int>;  // (virtual stage, micro-batch)
 
@@ -138,6 +148,7 @@ struct PipelineStage::Impl {
   PipelineOptions options;
   std::vector<Variable> weights;
   std::map<int, std::vector<size_t>> weights_of;  // per own virtual stage, indices into `weights`
+  std::map<int, std::vector<std::vector<size_t>>> layer_weights_of;  // the same, per layer of the virtual stage
   StageTiming timing;
 
   // Per step.
@@ -195,7 +206,10 @@ struct PipelineStage::Impl {
       f.tape->watch(f.input);
     }
     Variable out = f.input;
-    for (const auto& layer : chunks.at(v)) out = (*layer)(out, /*training=*/true);
+    for (const auto& layer : chunks.at(v)) {
+      out = (*layer)(out, /*training=*/true);
+      f.layer_outputs.push_back(out);
+    }
     if (v == last_virtual_stage()) {
       if (options.on_predictions) options.on_predictions(y_micro, out.value());
       const double share = static_cast<double>(y_micro.dim(0)) / static_cast<double>(batch);
@@ -228,30 +242,54 @@ struct PipelineStage::Impl {
       seed = g->second;
       if (last_action) output_grads.erase(g);
     }
-    const bool wants_input = kind != ActionKind::kBackwardWeight && v > 0;
-    const bool wants_weights = kind != ActionKind::kBackwardInput;
-    std::vector<Variable> sources;
-    if (wants_input) sources.push_back(f.input);
-    const std::vector<size_t>& own = weights_of[v];
-    if (wants_weights) {
-      for (size_t w : own) sources.push_back(weights[w]);
-    }
-    if (!sources.empty()) {
-      const std::vector<Tensor> g = f.tape->gradient(f.output, sources, seed, UnconnectedGradients::kZero);
-      size_t next = 0;
-      if (wants_input) {
-        Tensor input_grad = g[next++];
-        if (holds(v - 1)) {
-          output_grads[{v - 1, m}] = std::move(input_grad);
-        } else {
-          input_grads_out[{v, m}] = std::move(input_grad);
-        }
+    switch (kind) {
+      case ActionKind::kBackward: {  // one pass for the input's gradient and every weight's
+        std::vector<Variable> sources;
+        if (v > 0) sources.push_back(f.input);
+        for (size_t w : weights_of[v]) sources.push_back(weights[w]);
+        if (sources.empty()) break;
+        const std::vector<Tensor> g = f.tape->gradient(f.output, sources, seed, UnconnectedGradients::kZero);
+        size_t next = 0;
+        if (v > 0) pass_input_grad(v, m, g[next++]);
+        for (size_t w : weights_of[v]) accumulate(w, g[next++]);
+        break;
       }
-      if (wants_weights) {
-        for (size_t w : own) accumulate(w, g[next++]);
+      case ActionKind::kBackwardInput: {  // the input's gradient, keeping the gradient at every layer's output
+        std::vector<Variable> sources = f.layer_outputs;
+        if (v > 0) sources.push_back(f.input);
+        std::vector<Tensor> g = f.tape->gradient(f.output, sources, seed, UnconnectedGradients::kZero);
+        if (v > 0) {
+          pass_input_grad(v, m, g.back());
+          g.pop_back();
+        }
+        f.layer_output_grads = std::move(g);
+        break;
+      }
+      default: {  // kBackwardWeight: each layer's weights from the gradient at its output
+        STRATA_CHECK(f.layer_output_grads.size() == f.layer_outputs.size(), Error,
+                     "pipeline stage " << stage << ": BW v" << v << " m" << m << " before its BI");
+        const auto& per_layer = layer_weights_of[v];
+        for (size_t l = 0; l < per_layer.size(); ++l) {
+          if (per_layer[l].empty() || !f.layer_output_grads[l].defined()) continue;
+          std::vector<Variable> sources;
+          for (size_t w : per_layer[l]) sources.push_back(weights[w]);
+          const std::vector<Tensor> g = f.tape->gradient(f.layer_outputs[l], sources, f.layer_output_grads[l],
+                                                         UnconnectedGradients::kZero);
+          for (size_t i = 0; i < per_layer[l].size(); ++i) accumulate(per_layer[l][i], g[i]);
+        }
+        break;
       }
     }
     if (last_action) in_flight.erase(it);  // the activations live until the last backward action of (v, m)
+  }
+
+  // The gradient of v's input goes to v - 1: here when v - 1 is on this stage, else to be sent (SG v m).
+  void pass_input_grad(int v, int m, Tensor grad) {
+    if (holds(v - 1)) {
+      output_grads[{v - 1, m}] = std::move(grad);
+    } else {
+      input_grads_out[{v, m}] = std::move(grad);
+    }
   }
 
   // SA v m: v's output to v + 1; SG v m: the gradient of v's input to v - 1.
@@ -324,6 +362,7 @@ PipelineStage::PipelineStage(const std::vector<StageLayers>& virtual_stages, int
     if (s.schedule.stage_of(v) != stage) continue;
     s.chunks[v] = virtual_stages[v];
     for (const auto& layer : virtual_stages[v]) {
+      s.layer_weights_of[v].emplace_back();
       // A penalty's gradient would be this stage's alone and its value missing from the loss the last stage
       // reports; until the stages exchange it, say so rather than train something else.
       STRATA_CHECK(!layer->regularization_loss().defined(), InvalidArgument,
@@ -331,6 +370,7 @@ PipelineStage::PipelineStage(const std::vector<StageLayers>& virtual_stages, int
                                        "apply yet");
       for (const Variable& w : layer->trainable_variables()) {
         s.weights_of[v].push_back(s.weights.size());
+        s.layer_weights_of[v].back().push_back(s.weights.size());
         s.weights.push_back(w);
       }
     }

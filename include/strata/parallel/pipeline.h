@@ -36,8 +36,8 @@ namespace strata::parallel {
 using StageLayers = std::vector<std::shared_ptr<nn::Layer>>;
 
 // Cuts `layers` into `pieces` consecutive, non-empty ranges whose trainable parameter counts are as even as the
-// layer boundaries allow (the largest piece as small as possible). InvalidArgument for pieces < 1 or more pieces
-// than layers.
+// layer boundaries allow (the largest piece as small as possible). InvalidArgument for pieces < 1, more pieces
+// than layers, or a layer not built yet (it has no weights to count).
 std::vector<StageLayers> split_by_parameters(const std::vector<std::shared_ptr<nn::Layer>>& layers, int pieces);
 // Cuts `layers` where their measured time is most even: each layer's forward and backward on `sample` (a
 // micro-batch of inputs), the fastest of `repeats` runs, in inference mode (no layer changes its state).
