@@ -33,6 +33,7 @@
 #include "strata/optim/losses.h"
 #include "strata/optim/optimizers.h"
 #include "strata/parallel/pipeline.h"
+#include "parallel/parallel_test_util.h"
 #include "test_util.h"
 
 extern char** environ;
@@ -53,33 +54,11 @@ constexpr int kSteps = 3;
 constexpr const char* kChildSpec = "STRATA_PIPELINE_GLOO_CHILD";
 constexpr int kDiedStatus = 3;  // the exit status of a child told to die
 
-// Four Dense layers, built, with weights drawn from `seed` (as in pipeline_test.cc).
-std::vector<std::shared_ptr<nn::Layer>> make_mlp(uint64_t seed) {
-  std::vector<std::shared_ptr<nn::Layer>> layers = {std::make_shared<nn::Dense>(16, nn::ActivationSpec("relu")),
-                                                    std::make_shared<nn::Dense>(24, nn::ActivationSpec("tanh")),
-                                                    std::make_shared<nn::Dense>(16, nn::ActivationSpec("relu")),
-                                                    std::make_shared<nn::Dense>(kClasses)};
-  Variable x(test::random_tensor({1, kFeatures}, seed), false);
-  for (auto& layer : layers) x = (*layer)(x);
-  uint64_t s = seed;
-  for (auto& layer : layers) {
-    for (Variable w : layer->trainable_variables()) w.assign(test::random_tensor(w.shape(), ++s, -0.5f, 0.5f));
-  }
-  return layers;
-}
-
+std::vector<std::shared_ptr<nn::Layer>> make_mlp(uint64_t seed) { return test_util::make_mlp(kFeatures, kClasses, seed); }
 Tensor batch_inputs(int step) { return test::random_tensor({kBatch, kFeatures}, 100 + step); }
-
-Tensor labels(int64_t n, uint64_t seed) {
-  std::vector<int64_t> v(n);
-  for (int64_t i = 0; i < n; ++i) v[i] = static_cast<int64_t>((i * 7 + seed * 3) % kClasses);
-  return Tensor::from_vector(v, {n});
-}
-
-std::shared_ptr<losses::Loss> loss() {
-  return std::make_shared<losses::SparseCategoricalCrossentropy>(
-      losses::SparseCategoricalCrossentropyOptions{.from_logits = true});
-}
+Tensor labels(int64_t n, uint64_t seed) { return test_util::labels(n, seed, kClasses); }
+std::shared_ptr<losses::Loss> loss() { return test_util::logits_loss(); }
+using test_util::expect_same_weights;
 
 const optim::SGD& sgd() {
   static const optim::SGD optimizer({.learning_rate = 0.1f, .momentum = 0.9f});
@@ -88,33 +67,7 @@ const optim::SGD& sgd() {
 
 // K steps of the unsplit model; every weight's value, in the model's order.
 std::vector<Tensor> train_unsplit() {
-  auto layers = make_mlp(7);
-  auto optimizer = sgd().clone();
-  std::vector<Variable> vars;
-  for (auto& layer : layers) {
-    for (const Variable& w : layer->trainable_variables()) vars.push_back(w);
-  }
-  for (int k = 0; k < kSteps; ++k) {
-    GradientTape tape;
-    Variable out(batch_inputs(k), false);
-    for (auto& layer : layers) out = (*layer)(out, true);
-    Variable l = (*loss())(Variable(labels(kBatch, k), false), out);
-    optimizer->apply_gradients(tape.gradient(l, vars), vars);
-  }
-  std::vector<Tensor> values;
-  for (const Variable& v : vars) values.push_back(v.value().clone());
-  return values;
-}
-
-void expect_same_weights(const std::vector<Tensor>& got, const std::vector<Tensor>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_EQ(got[i].shape(), want[i].shape()) << what << ": weight " << i;
-    const auto g = got[i].to_vector<float>(), w = want[i].to_vector<float>();
-    for (size_t j = 0; j < g.size(); ++j) {
-      ASSERT_NEAR(g[j], w[j], 1e-5 * std::max(1.0f, std::abs(w[j]))) << what << ": weight " << i << " element " << j;
-    }
-  }
+  return test_util::train_unsplit(make_mlp(7), sgd(), kSteps, batch_inputs, [](int k) { return labels(kBatch, k); });
 }
 
 // One rank's stage of the MLP (its own copy of the model) over `comm`.

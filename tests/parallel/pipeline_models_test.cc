@@ -13,6 +13,7 @@
 #include "strata/optim/losses.h"
 #include "strata/optim/optimizers.h"
 #include "strata/parallel/pipeline.h"
+#include "parallel/parallel_test_util.h"
 #include "test_util.h"
 
 namespace strata::parallel {
@@ -32,18 +33,9 @@ struct ModelSpec {
   float learning_rate;  // SGD's: large enough that every weight moves well beyond the tolerance in K steps
 };
 
-// Builds `layers` on one example of `example_shape`, then gives every weight a value drawn from `seed`.
-Layers built_with_random_weights(Layers layers, const Shape& example_shape, uint64_t seed) {
-  Shape one = {1};
-  one.insert(one.end(), example_shape.begin(), example_shape.end());
-  Variable x(test::random_tensor(one, seed), false);
-  for (auto& layer : layers) x = (*layer)(x);
-  uint64_t s = seed;
-  for (auto& layer : layers) {
-    for (Variable w : layer->trainable_variables()) w.assign(test::random_tensor(w.shape(), ++s, -0.5f, 0.5f));
-  }
-  return layers;
-}
+using test_util::built_with_random_weights;
+using test_util::expect_same_weights;
+using test_util::weight_values;
 
 // 8x8x1 images: Conv2D 3x3 (4 filters, relu) -> MaxPooling2D 2x2 -> Flatten -> Dense 16 tanh -> Dense 5.
 ModelSpec cnn() {
@@ -79,41 +71,14 @@ Tensor inputs(const ModelSpec& spec, int step) {
   return test::random_tensor(shape, 100 + step);
 }
 
-Tensor labels(int64_t n, uint64_t seed) {
-  std::vector<int64_t> v(n);
-  for (int64_t i = 0; i < n; ++i) v[i] = static_cast<int64_t>((i * 7 + seed * 3) % kClasses);
-  return Tensor::from_vector(v, {n});
-}
-
-std::shared_ptr<losses::Loss> loss() {
-  return std::make_shared<losses::SparseCategoricalCrossentropy>(
-      losses::SparseCategoricalCrossentropyOptions{.from_logits = true});
-}
-
-std::vector<Tensor> weights_of(const Layers& layers) {
-  std::vector<Tensor> values;
-  for (auto& layer : layers) {
-    for (const Variable& w : layer->trainable_variables()) values.push_back(w.value().clone());
-  }
-  return values;
-}
+Tensor labels(int64_t n, uint64_t seed) { return test_util::labels(n, seed, kClasses); }
+std::shared_ptr<losses::Loss> loss() { return test_util::logits_loss(); }
 
 // K steps of the whole model on one thread; every weight's value.
-std::vector<Tensor> train_unsplit(const ModelSpec& spec, const optim::Optimizer& optimizer_proto) {
-  Layers layers = spec.make();
-  auto optimizer = optimizer_proto.clone();
-  std::vector<Variable> vars;
-  for (auto& layer : layers) {
-    for (const Variable& w : layer->trainable_variables()) vars.push_back(w);
-  }
-  for (int k = 0; k < kSteps; ++k) {
-    GradientTape tape;
-    Variable out(inputs(spec, k), false);
-    for (auto& layer : layers) out = (*layer)(out, true);
-    Variable l = (*loss())(Variable(labels(spec.batch, k), false), out);
-    optimizer->apply_gradients(tape.gradient(l, vars), vars);
-  }
-  return weights_of(layers);
+std::vector<Tensor> train_unsplit(const ModelSpec& spec, const optim::Optimizer& optimizer) {
+  return test_util::train_unsplit(
+      spec.make(), optimizer, kSteps, [&](int k) { return inputs(spec, k); },
+      [&](int k) { return labels(spec.batch, k); });
 }
 
 // K steps of the model cut at `bounds` into the schedule's virtual stages, stages as threads.
@@ -127,23 +92,12 @@ std::vector<Tensor> train_pipelined(const ModelSpec& spec, const std::vector<int
     const float l = pipe.train_step(inputs(spec, k), labels(spec.batch, k));
     EXPECT_TRUE(std::isfinite(l)) << spec.name << " " << schedule.name << " step " << k;
   }
-  return weights_of(layers);
-}
-
-void expect_same_weights(const std::vector<Tensor>& got, const std::vector<Tensor>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i) {
-    ASSERT_EQ(got[i].shape(), want[i].shape()) << what << ": weight " << i;
-    const auto g = got[i].to_vector<float>(), w = want[i].to_vector<float>();
-    for (size_t j = 0; j < g.size(); ++j) {
-      ASSERT_NEAR(g[j], w[j], 1e-5 * std::max(1.0f, std::abs(w[j]))) << what << ": weight " << i << " element " << j;
-    }
-  }
+  return weight_values(layers);
 }
 
 // Guards against a vacuous pass: training moved every weight tensor well beyond the tolerance (50x).
 void expect_trained(const ModelSpec& spec, const std::vector<Tensor>& trained) {
-  const std::vector<Tensor> initial = weights_of(spec.make());
+  const std::vector<Tensor> initial = weight_values(spec.make());
   ASSERT_EQ(initial.size(), trained.size());
   for (size_t i = 0; i < trained.size(); ++i) {
     const auto a = initial[i].to_vector<float>(), b = trained[i].to_vector<float>();

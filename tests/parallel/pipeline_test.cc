@@ -12,6 +12,7 @@
 #include "strata/optim/losses.h"
 #include "strata/optim/optimizers.h"
 #include "strata/parallel/pipeline.h"
+#include "parallel/parallel_test_util.h"
 #include "test_util.h"
 
 namespace strata::parallel {
@@ -23,49 +24,15 @@ constexpr int64_t kFeatures = 12;
 constexpr int64_t kClasses = 5;
 constexpr int64_t kBatch = 24;
 
-// Four Dense layers, built, with weights drawn from `seed`.
-std::vector<std::shared_ptr<nn::Layer>> make_mlp(uint64_t seed) {
-  std::vector<std::shared_ptr<nn::Layer>> layers = {
-      std::make_shared<nn::Dense>(16, nn::ActivationSpec("relu")), std::make_shared<nn::Dense>(24, nn::ActivationSpec("tanh")),
-      std::make_shared<nn::Dense>(16, nn::ActivationSpec("relu")), std::make_shared<nn::Dense>(kClasses)};
-  Variable x(test::random_tensor({1, kFeatures}, seed), false);
-  for (auto& layer : layers) x = (*layer)(x);
-  uint64_t s = seed;
-  for (auto& layer : layers) {
-    for (Variable w : layer->trainable_variables()) w.assign(test::random_tensor(w.shape(), ++s, -0.5f, 0.5f));
-  }
-  return layers;
-}
-
-Tensor labels(int64_t n, uint64_t seed) {
-  std::vector<int64_t> v(n);
-  for (int64_t i = 0; i < n; ++i) v[i] = static_cast<int64_t>((i * 7 + seed * 3) % kClasses);
-  return Tensor::from_vector(v, {n});
-}
-
-std::shared_ptr<losses::Loss> loss() {
-  return std::make_shared<losses::SparseCategoricalCrossentropy>(
-      losses::SparseCategoricalCrossentropyOptions{.from_logits = true});
-}
+std::vector<std::shared_ptr<nn::Layer>> make_mlp(uint64_t seed) { return test_util::make_mlp(kFeatures, kClasses, seed); }
+Tensor labels(int64_t n, uint64_t seed) { return test_util::labels(n, seed, kClasses); }
+std::shared_ptr<losses::Loss> loss() { return test_util::logits_loss(); }
+Tensor inputs(int step) { return test::random_tensor({kBatch, kFeatures}, 100 + step); }
+using test_util::expect_same_weights;
 
 // K steps of the unsplit model; returns every weight's value.
-std::vector<Tensor> train_unsplit(const optim::Optimizer& optimizer_proto, int steps) {
-  auto layers = make_mlp(7);
-  auto optimizer = optimizer_proto.clone();
-  std::vector<Variable> vars;
-  for (auto& layer : layers) {
-    for (const Variable& w : layer->trainable_variables()) vars.push_back(w);
-  }
-  for (int k = 0; k < steps; ++k) {
-    GradientTape tape;
-    Variable out(test::random_tensor({kBatch, kFeatures}, 100 + k), false);
-    for (auto& layer : layers) out = (*layer)(out, true);
-    Variable l = (*loss())(Variable(labels(kBatch, k), false), out);
-    optimizer->apply_gradients(tape.gradient(l, vars), vars);
-  }
-  std::vector<Tensor> values;
-  for (const Variable& v : vars) values.push_back(v.value().clone());
-  return values;
+std::vector<Tensor> train_unsplit(const optim::Optimizer& optimizer, int steps) {
+  return test_util::train_unsplit(make_mlp(7), optimizer, steps, inputs, [](int k) { return labels(kBatch, k); });
 }
 
 std::vector<Tensor> train_pipelined(const Schedule& schedule, const optim::Optimizer& optimizer, int steps) {
@@ -73,25 +40,10 @@ std::vector<Tensor> train_pipelined(const Schedule& schedule, const optim::Optim
   ThreadPipeline pipe(split_by_parameters(layers, schedule.virtual_stages()), schedule, loss(), optimizer,
                       {.example_shape = {kFeatures}});
   for (int k = 0; k < steps; ++k) {
-    const float l = pipe.train_step(test::random_tensor({kBatch, kFeatures}, 100 + k), labels(kBatch, k));
+    const float l = pipe.train_step(inputs(k), labels(kBatch, k));
     EXPECT_TRUE(std::isfinite(l));
   }
-  std::vector<Tensor> values;
-  for (auto& layer : layers) {
-    for (const Variable& w : layer->trainable_variables()) values.push_back(w.value().clone());
-  }
-  return values;
-}
-
-void expect_same_weights(const std::vector<Tensor>& got, const std::vector<Tensor>& want, const std::string& what) {
-  ASSERT_EQ(got.size(), want.size()) << what;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const auto g = got[i].to_vector<float>(), w = want[i].to_vector<float>();
-    ASSERT_EQ(g.size(), w.size()) << what;
-    for (size_t j = 0; j < g.size(); ++j) {
-      ASSERT_NEAR(g[j], w[j], 1e-5 * std::max(1.0f, std::abs(w[j]))) << what << ": weight " << i << " element " << j;
-    }
-  }
+  return test_util::weight_values(layers);
 }
 
 TEST(PipelineTest, EverySchedulePinsTheUnsplitModelsWeights) {
@@ -211,11 +163,8 @@ TEST(PipelineTest, OneOptimizerStepsOncePerStepForEveryStage) {
   ThreadPipeline pipe(split_by_parameters(layers, 4), zb_h1(4, 4), loss(), adam, {.example_shape = {kFeatures}});
   for (int k = 0; k < 3; ++k) pipe.train_step(test::random_tensor({kBatch, kFeatures}, 100 + k), labels(kBatch, k));
   EXPECT_EQ(adam->iterations(), 3);  // not 3 per stage: the learning-rate schedule and Adam's bias see 3 steps
-  std::vector<Tensor> got;
-  for (auto& layer : layers) {
-    for (const Variable& w : layer->trainable_variables()) got.push_back(w.value().clone());
-  }
-  expect_same_weights(got, train_unsplit(optim::Adam({.learning_rate = 0.01f}), 3), "one adam, zb-h1 S=4 M=4");
+  expect_same_weights(test_util::weight_values(layers), train_unsplit(optim::Adam({.learning_rate = 0.01f}), 3),
+                      "one adam, zb-h1 S=4 M=4");
 }
 
 }  // namespace

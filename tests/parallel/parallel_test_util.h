@@ -1,0 +1,100 @@
+// What the model-parallel tests share: models with fixed random weights, labels, the loss, the unsplit model's
+// training for reference, and the comparison of weights to 1e-5 relative.
+// Thread-safety: plain functions; each call builds its own layers.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "strata/gradient_tape.h"
+#include "strata/nn/nn.h"
+#include "strata/optim/losses.h"
+#include "strata/optim/optimizer.h"
+#include "test_util.h"
+
+namespace strata::parallel::test_util {
+
+using Layers = std::vector<std::shared_ptr<nn::Layer>>;
+
+// Builds `layers` on one example of `example_shape`, then gives every weight a value in [-0.5, 0.5] drawn from
+// `seed`: the same weights every time.
+inline Layers built_with_random_weights(Layers layers, const Shape& example_shape, uint64_t seed) {
+  Shape one = {1};
+  one.insert(one.end(), example_shape.begin(), example_shape.end());
+  Variable x(test::random_tensor(one, seed), false);
+  for (auto& layer : layers) x = (*layer)(x);
+  uint64_t s = seed;
+  for (auto& layer : layers) {
+    for (Variable w : layer->trainable_variables()) w.assign(test::random_tensor(w.shape(), ++s, -0.5f, 0.5f));
+  }
+  return layers;
+}
+
+// Four Dense layers (16 relu, 24 tanh, 16 relu, `classes`) over `features` inputs, weights from `seed`.
+inline Layers make_mlp(int64_t features, int64_t classes, uint64_t seed) {
+  return built_with_random_weights({std::make_shared<nn::Dense>(16, nn::ActivationSpec("relu")),
+                                    std::make_shared<nn::Dense>(24, nn::ActivationSpec("tanh")),
+                                    std::make_shared<nn::Dense>(16, nn::ActivationSpec("relu")),
+                                    std::make_shared<nn::Dense>(classes)},
+                                   {features}, seed);
+}
+
+// n labels in [0, classes), varied by `seed`.
+inline Tensor labels(int64_t n, uint64_t seed, int64_t classes) {
+  std::vector<int64_t> v(n);
+  for (int64_t i = 0; i < n; ++i) v[i] = static_cast<int64_t>((i * 7 + seed * 3) % classes);
+  return Tensor::from_vector(v, {n});
+}
+
+inline std::shared_ptr<losses::Loss> logits_loss() {
+  return std::make_shared<losses::SparseCategoricalCrossentropy>(
+      losses::SparseCategoricalCrossentropyOptions{.from_logits = true});
+}
+
+// Every weight's value, layer by layer.
+inline std::vector<Tensor> weight_values(const Layers& layers) {
+  std::vector<Tensor> values;
+  for (auto& layer : layers) {
+    for (const Variable& w : layer->trainable_variables()) values.push_back(w.value().clone());
+  }
+  return values;
+}
+
+// `steps` steps of the whole model on this thread, step k on (inputs(k), labels(k)); every weight's value after.
+inline std::vector<Tensor> train_unsplit(const Layers& layers, const optim::Optimizer& optimizer_proto, int steps,
+                                         const std::function<Tensor(int)>& inputs,
+                                         const std::function<Tensor(int)>& labels_of_step) {
+  auto optimizer = optimizer_proto.clone();
+  std::vector<Variable> vars;
+  for (auto& layer : layers) {
+    for (const Variable& w : layer->trainable_variables()) vars.push_back(w);
+  }
+  for (int k = 0; k < steps; ++k) {
+    GradientTape tape;
+    Variable out(inputs(k), false);
+    for (auto& layer : layers) out = (*layer)(out, true);
+    Variable l = (*logits_loss())(Variable(labels_of_step(k), false), out);
+    optimizer->apply_gradients(tape.gradient(l, vars), vars);
+  }
+  return weight_values(layers);
+}
+
+inline void expect_same_weights(const std::vector<Tensor>& got, const std::vector<Tensor>& want,
+                                const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (size_t i = 0; i < got.size(); ++i) {
+    ASSERT_EQ(got[i].shape(), want[i].shape()) << what << ": weight " << i;
+    const auto g = got[i].to_vector<float>(), w = want[i].to_vector<float>();
+    for (size_t j = 0; j < g.size(); ++j) {
+      ASSERT_NEAR(g[j], w[j], 1e-5 * std::max(1.0f, std::abs(w[j]))) << what << ": weight " << i << " element " << j;
+    }
+  }
+}
+
+}  // namespace strata::parallel::test_util
