@@ -7,23 +7,34 @@
 //     backward, as the header states;
 // (c) sizes that do not divide over the group, a rank outside the group and a missing communicator are clear
 //     InvalidArguments;
-// (d) the Megatron pair trains the same over Gloo communicators (2 ranks as threads, an in-memory store).
+// (d) the Megatron pair trains the same over Gloo communicators, 2 ranks as threads (an in-memory store), and
+// (e) as 2 processes (this binary re-run for the hidden test TensorParallelGlooChild.TrainsOneRank, a file store in a
+//     temp dir; each child saves its weights as safetensors; children die with the test, PR_SET_PDEATHSIG, and are
+//     killed and reaped on every path by test::HelperProcess).
 #include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
-#include <atomic>
 #include <chrono>
 #include <cmath>
+#include <cstdlib>
+#include <fstream>
 #include <functional>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "comm/comm_test_util.h"
 #include "kernels/kernels.h"
 #include "strata/comm/gloo.h"
 #include "strata/comm/local.h"
 #include "strata/comm/store.h"
 #include "strata/gradient_tape.h"
+#include "strata/io/safetensors.h"
 #include "strata/nn/nn.h"
 #include "strata/ops.h"
 #include "strata/optim/optimizers.h"
@@ -299,53 +310,75 @@ std::vector<Tensor> values_of(const std::vector<Variable>& vars) {
   return out;
 }
 
+// The unsplit model pre -> core -> post, built, with random weights (the core's from full_core), and its starting
+// weights outside the core (every rank's copy starts from them).
+struct Unsplit {
+  Layers pre, core, post;
+  std::vector<Tensor> pre0, post0;
+};
+
+Unsplit make_unsplit(const Case& c) {
+  Unsplit u{.pre = c.make_pre(), .core = full_core(c), .post = c.make_post(), .pre0 = {}, .post0 = {}};
+  run(u.post, run(u.core, run(u.pre, Variable(input_for(c, c.train_input, 3)))));
+  randomize(weights_of(u.pre), 21);
+  randomize(weights_of(u.post), 31);
+  u.pre0 = values_of(weights_of(u.pre));
+  u.post0 = values_of(weights_of(u.post));
+  return u;
+}
+
+// One rank's split model trained K steps from the unsplit model's starting weights (which it only reads).
+Trained train_split_rank(const Case& c, const Unsplit& u, const CommPtr& comm) {
+  const Layers split = c.make_split_core(u.core, comm);
+  Layers pre = c.make_pre(), post = c.make_post();
+  run(post, run(split, run(pre, Variable(input_for(c, c.train_input, 3)))));  // builds (every rank alike)
+  const std::vector<Variable> pre_vars = weights_of(pre), post_vars = weights_of(post);
+  for (size_t i = 0; i < pre_vars.size(); ++i) Variable(pre_vars[i]).assign(u.pre0[i]);
+  for (size_t i = 0; i < post_vars.size(); ++i) Variable(post_vars[i]).assign(u.post0[i]);
+  Layers model = pre;
+  model.insert(model.end(), split.begin(), split.end());
+  model.insert(model.end(), post.begin(), post.end());
+  train(c, model, weights_of(model));
+  return {values_of(pre_vars), values_of(weights_of(split)), values_of(post_vars)};
+}
+
+// The unsplit model trained K steps (after the ranks, which read its starting weights).
+Trained train_unsplit(const Case& c, Unsplit& u) {
+  Layers model = u.pre;
+  model.insert(model.end(), u.core.begin(), u.core.end());
+  model.insert(model.end(), u.post.begin(), u.post.end());
+  const std::vector<Tensor> core0 = values_of(weights_of(u.core));
+  train(c, model, weights_of(model));
+  Trained out{values_of(weights_of(u.pre)), values_of(weights_of(u.core)), values_of(weights_of(u.post))};
+  // Not a vacuous comparison: training moved every weight of the split layers.
+  for (size_t i = 0; i < core0.size(); ++i) {
+    EXPECT_NE(core0[i].to_vector<float>(), out.core[i].to_vector<float>())
+        << "weight " << i << " of the split layers did not move";
+  }
+  return out;
+}
+
+// Every rank's replicated layers are the unsplit ones, and the ranks' split weights join into the unsplit core's.
+void expect_same_training(const Case& c, const std::vector<Trained>& got, const Trained& want) {
+  std::vector<std::vector<Tensor>> cores;
+  for (size_t r = 0; r < got.size(); ++r) {
+    const std::string rank = "rank " + std::to_string(r);
+    expect_all_close(got[r].pre, want.pre, rank + " layers before the split");
+    expect_all_close(got[r].post, want.post, rank + " layers after the split");
+    cores.push_back(got[r].core);
+  }
+  expect_all_close(join(cores, c.join_axes, "weights"), want.core, "split layers");
+}
+
 // The split model on every rank trains to the unsplit model's weights; make_comm(rank) gives rank's communicator.
 void check_training(const Case& c, int world, const std::function<CommPtr(int)>& make_comm) {
   SCOPED_TRACE(c.name + " trained on " + std::to_string(world) + " ranks");
-  // The unsplit model, built, with random weights (the core's from full_core).
-  const Layers core = full_core(c);
-  Layers pre = c.make_pre(), post = c.make_post();
-  run(post, run(core, run(pre, Variable(input_for(c, c.train_input, 3)))));
-  randomize(weights_of(pre), 21);
-  randomize(weights_of(post), 31);
-  // Each rank's copy starts from these weights, so take them before training.
-  const std::vector<Tensor> pre0 = values_of(weights_of(pre)), post0 = values_of(weights_of(post));
-
+  Unsplit unsplit = make_unsplit(c);
   std::vector<Trained> got(world);
   on_ranks(world, make_comm, [&](int r, const std::shared_ptr<CountingCommunicator>& comm) {
-    const Layers split = c.make_split_core(core, comm);
-    Layers my_pre = c.make_pre(), my_post = c.make_post();
-    run(my_post, run(split, run(my_pre, Variable(input_for(c, c.train_input, 3)))));  // builds (every rank alike)
-    const std::vector<Variable> pre_vars = weights_of(my_pre), post_vars = weights_of(my_post);
-    for (size_t i = 0; i < pre_vars.size(); ++i) Variable(pre_vars[i]).assign(pre0[i]);
-    for (size_t i = 0; i < post_vars.size(); ++i) Variable(post_vars[i]).assign(post0[i]);
-    Layers model = my_pre;
-    model.insert(model.end(), split.begin(), split.end());
-    model.insert(model.end(), my_post.begin(), my_post.end());
-    train(c, model, weights_of(model));
-    got[r] = {values_of(pre_vars), values_of(weights_of(split)), values_of(post_vars)};
+    got[r] = train_split_rank(c, unsplit, comm);
   });
-
-  Layers model = pre;
-  model.insert(model.end(), core.begin(), core.end());
-  model.insert(model.end(), post.begin(), post.end());
-  const std::vector<Tensor> core0 = values_of(weights_of(core));
-  train(c, model, weights_of(model));
-  // Not a vacuous comparison: training moved every weight of the split layers.
-  const std::vector<Tensor> core_trained = values_of(weights_of(core));
-  for (size_t i = 0; i < core0.size(); ++i) {
-    const auto before = core0[i].to_vector<float>(), after = core_trained[i].to_vector<float>();
-    EXPECT_NE(before, after) << "weight " << i << " of the split layers did not move";
-  }
-
-  std::vector<std::vector<Tensor>> cores;
-  for (int r = 0; r < world; ++r) {
-    const std::string rank = "rank " + std::to_string(r);
-    expect_all_close(got[r].pre, values_of(weights_of(pre)), rank + " layers before the split");
-    expect_all_close(got[r].post, values_of(weights_of(post)), rank + " layers after the split");
-    cores.push_back(got[r].core);
-  }
-  expect_all_close(join(cores, c.join_axes, "weights"), values_of(weights_of(core)), "split layers");
+  expect_same_training(c, got, train_unsplit(c, unsplit));
 }
 
 // ---------------------------------------------------------------- the cases
@@ -635,6 +668,94 @@ TEST(TensorParallelGlooTest, MegatronPairTrainsToTheUnsplitWeightsOverGlooAsThre
   check_training(pair_case(), 2, [store](int r) {
     return comm::make_gloo_communicator(store, r, 2, {.timeout = 20s, .prefix = "tensor-parallel"});
   });
+}
+
+// ---------------------------------------------------------------- (e) Gloo, ranks as processes
+
+// The child's spec: "<parent pid> <rank> <dir>".
+constexpr const char* kChildVariable = "STRATA_TENSOR_PARALLEL_CHILD";
+
+std::string weights_file(const std::string& dir, int rank) {
+  return dir + "/rank" + std::to_string(rank) + ".safetensors";
+}
+std::string error_file(const std::string& dir, int rank) { return dir + "/error" + std::to_string(rank) + ".txt"; }
+
+// The hidden child: trains one rank of the Megatron pair model over Gloo (a file store in the parent's temp dir) and
+// saves its weights ("pre/i", "core/i", "post/i"); exit status 0, or 1 with the error in its error file. Does nothing
+// unless this binary was re-run by the test below.
+TEST(TensorParallelGlooChild, TrainsOneRank) {
+  const char* spec = std::getenv(kChildVariable);
+  if (spec == nullptr) GTEST_SKIP() << "a helper process of TensorParallelGlooTest.MegatronPair...AsTwoProcesses";
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);  // never outlive the test
+  std::istringstream in(spec);
+  pid_t parent = 0;
+  int rank = 0;
+  std::string dir;
+  in >> parent >> rank >> dir;
+  if (::getppid() != parent) ::_exit(5);  // the parent died before the line above
+  ::alarm(60);                            // a last resort should the parent fail to kill it
+  int status = 0;
+  try {
+    auto store = comm::make_file_store(dir + "/store", 20s);
+    auto comm = comm::make_gloo_communicator(store, rank, 2, {.timeout = 20s, .prefix = "tensor-parallel"});
+    const Case c = pair_case();
+    const Trained trained = train_split_rank(c, make_unsplit(c), comm);
+    io::NamedTensors named;
+    for (const auto& [part, weights] : {std::pair{"pre", &trained.pre}, std::pair{"core", &trained.core},
+                                        std::pair{"post", &trained.post}}) {
+      for (size_t i = 0; i < weights->size(); ++i) {
+        named.emplace_back(std::string(part) + "/" + std::to_string(i), (*weights)[i]);
+      }
+    }
+    io::save_safetensors(weights_file(dir, rank), named);
+  } catch (const std::exception& e) {
+    std::ofstream(error_file(dir, rank)) << e.what();
+    status = 1;
+  }
+  std::fflush(nullptr);
+  ::_exit(status);  // no gtest epilogue: the status is the child's verdict
+}
+
+// The exit status of child `pid` once it has exited (128 + signal when killed), or -1 after `deadline`; leaves it
+// unreaped (test::HelperProcess reaps it).
+int wait_for_exit(pid_t pid, std::chrono::seconds deadline) {
+  const auto give_up = std::chrono::steady_clock::now() + deadline;
+  while (std::chrono::steady_clock::now() < give_up) {
+    siginfo_t info{};
+    if (::waitid(P_PID, pid, &info, WEXITED | WNOHANG | WNOWAIT) == 0 && info.si_pid == pid) {
+      return info.si_code == CLD_EXITED ? info.si_status : 128 + info.si_status;
+    }
+    std::this_thread::sleep_for(10ms);
+  }
+  return -1;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+TEST(TensorParallelGlooTest, MegatronPairTrainsToTheUnsplitWeightsAsTwoProcesses) {
+  test::TempDir dir("strata_tensor_parallel");
+  std::vector<std::unique_ptr<test::HelperProcess>> children;
+  for (int r = 0; r < 2; ++r) {
+    children.push_back(std::make_unique<test::HelperProcess>(
+        "TensorParallelGlooChild.TrainsOneRank",
+        std::string(kChildVariable) + "=" + std::to_string(::getpid()) + " " + std::to_string(r) + " " + dir.path()));
+  }
+  std::vector<Trained> got(2);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(wait_for_exit(children[r]->pid(), 60s), 0) << "rank " << r << ": " << slurp(error_file(dir.path(), r));
+    for (const auto& [name, tensor] : io::load_safetensors(weights_file(dir.path(), r))) {
+      const std::string part = name.substr(0, name.find('/'));
+      (part == "pre" ? got[r].pre : part == "core" ? got[r].core : got[r].post).push_back(tensor);
+    }
+  }
+  const Case c = pair_case();
+  Unsplit unsplit = make_unsplit(c);
+  expect_same_training(c, got, train_unsplit(c, unsplit));
 }
 
 }  // namespace
