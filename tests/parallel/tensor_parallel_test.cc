@@ -650,6 +650,17 @@ TEST(TensorParallelTest, ARankOutsideTheGroupOrNoCommunicatorIsInvalid) {
   EXPECT_EQ(range.end, 9);
 }
 
+TEST(TensorParallelTest, CollectivesTakeFloat32) {
+  const auto group = comm::make_local_group(1);
+  const Variable ids(Tensor::from_vector(std::vector<int64_t>{1, 2}, {2}));
+  EXPECT_NE(test::message_of<InvalidArgument>([&] { reduce_from_tensor_parallel(ids, *group[0]); })
+                .find("reduce_from_tensor_parallel takes float32 tensors, got int64"),
+            std::string::npos);
+  EXPECT_NE(test::message_of<InvalidArgument>([&] { gather_from_tensor_parallel(ids, *group[0]); })
+                .find("gather_from_tensor_parallel takes float32 tensors"),
+            std::string::npos);
+}
+
 TEST(TensorParallelTest, EmbeddingIdsOutsideTheVocabularyAreInvalidOnEveryRank) {
   on_local_ranks(2, [](int, const std::shared_ptr<CountingCommunicator>& comm) {
     RowParallelEmbedding embedding(8, 2, comm);

@@ -50,7 +50,8 @@
 
 namespace strata::parallel {
 
-// ---- differentiable collectives (Megatron's f and g); each rank calls them with its own end of the group
+// ---- differentiable collectives (Megatron's f and g); each rank calls them with its own end of the group, on float32
+// host tensors (InvalidArgument otherwise). A group of one rank communicates nothing.
 
 // Forward: x unchanged. Backward: the gradient summed over the ranks (all-reduce). Put on the input of a layer whose
 // ranks each use the whole input to compute a part of the output.
