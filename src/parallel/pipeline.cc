@@ -17,6 +17,7 @@
 #include "strata/error.h"
 #include "strata/gradient_tape.h"
 #include "strata/ops.h"
+#include "strata/random.h"
 #include "strata/threading.h"
 
 namespace strata::parallel {
@@ -135,6 +136,12 @@ struct PipelineStage::Impl {
     // layer's weight gradient from there, without redoing the backward through the layers after it.
     std::vector<Variable> layer_outputs;
     std::vector<Tensor> layer_output_grads;
+    // For a stage that recomputes: what the rerun needs (the graph above is then made just before the backward).
+    Tensor y_micro;
+    float loss_share = 1;
+    Generator::State rng;
+    bool tape_rerun = false;  // the forward has run once already (predictions shown, loss counted)
+    int64_t kept_bytes = 0;   // the activations this entry holds
   };
   using Key = std::pair<int, int>;  // (virtual stage, micro-batch)
 
@@ -161,6 +168,8 @@ struct PipelineStage::Impl {
   std::vector<std::shared_ptr<comm::Work>> sends;
   double step_loss = 0;
   int peak_activations = 0;
+  int64_t kept_bytes = 0, peak_kept_bytes = 0;
+  bool recomputes = false;  // options.recompute_stages names this stage
   Clock::time_point failed_at;  // of the last failed step, taken before this stage aborted the others
   // Whether the step ends with this stage's optimizer applying its gradients; else (a ThreadPipeline's stage) they
   // wait in `pending` for the pipeline's one optimizer.
@@ -196,33 +205,72 @@ struct PipelineStage::Impl {
 
   void forward(int v, int m, const Tensor& x_micro, const Tensor& y_micro, int64_t batch) {
     InFlight f;
-    f.tape = std::make_unique<GradientTape>(GradientTapeOptions{.persistent = true});
     if (v == 0) {
       f.input = Variable(x_micro, /*trainable=*/false);
     } else {
       const Tensor in = take(inputs, v, m);
       STRATA_CHECK(in.defined(), Error, "pipeline stage " << stage << ": no input for F v" << v << " m" << m);
       f.input = Variable(in, /*trainable=*/false);
-      f.tape->watch(f.input);
+    }
+    f.y_micro = y_micro;
+    f.loss_share = static_cast<float>(static_cast<double>(y_micro.dim(0)) / static_cast<double>(batch));
+    f.rng = default_generator().state();
+    Tensor out;
+    if (recomputes) {  // the values only; the graph is made again before the backward
+      NoGradGuard no_graph;
+      out = run_layers(f, v, /*keep_graph=*/false);
+      f.kept_bytes = static_cast<int64_t>(f.input.value().nbytes());
+    } else {
+      out = run_layers(f, v, /*keep_graph=*/true);
+      f.kept_bytes = static_cast<int64_t>(f.input.value().nbytes());
+      for (const Variable& o : f.layer_outputs) f.kept_bytes += static_cast<int64_t>(o.value().nbytes());
+    }
+    if (v == last_virtual_stage()) {
+      step_loss += static_cast<double>(out.item<float>());
+    } else if (holds(v + 1)) {  // the next virtual stage is here too (a one-stage pipeline): no message
+      inputs[{v + 1, m}] = out;
+    } else {
+      activations_out[{v, m}] = out;
+    }
+    kept_bytes += f.kept_bytes;
+    peak_kept_bytes = std::max(peak_kept_bytes, kept_bytes);
+    in_flight[{v, m}] = std::move(f);
+    peak_activations = std::max(peak_activations, static_cast<int>(in_flight.size()));
+  }
+
+  // v's layers on f.input (then the scaled loss on the last virtual stage): the output's value. With `keep_graph`,
+  // recorded on a new tape, with each layer's output and the output kept in `f`.
+  Tensor run_layers(InFlight& f, int v, bool keep_graph) {
+    if (keep_graph) {
+      f.tape = std::make_unique<GradientTape>(GradientTapeOptions{.persistent = true});
+      if (v > 0) f.tape->watch(f.input);
     }
     Variable out = f.input;
     for (const auto& layer : chunks.at(v)) {
       out = (*layer)(out, /*training=*/true);
-      f.layer_outputs.push_back(out);
+      if (keep_graph) f.layer_outputs.push_back(out);
     }
     if (v == last_virtual_stage()) {
-      if (options.on_predictions) options.on_predictions(y_micro, out.value());
-      const double share = static_cast<double>(y_micro.dim(0)) / static_cast<double>(batch);
-      out = (*loss)(Variable(y_micro, /*trainable=*/false), out) * static_cast<float>(share);
-      step_loss += static_cast<double>(out.value().item<float>());
-    } else if (holds(v + 1)) {  // the next virtual stage is here too (a one-stage pipeline): no message
-      inputs[{v + 1, m}] = out.value();
-    } else {
-      activations_out[{v, m}] = out.value();
+      if (options.on_predictions && !f.tape_rerun) options.on_predictions(f.y_micro, out.value());
+      out = (*loss)(Variable(f.y_micro, /*trainable=*/false), out) * f.loss_share;
     }
-    f.output = out;
-    in_flight[{v, m}] = std::move(f);
-    peak_activations = std::max(peak_activations, static_cast<int>(in_flight.size()));
+    if (keep_graph) f.output = out;
+    return out.value();
+  }
+
+  // A recomputing stage's forward again, recorded, before the first backward action of (v, m): the same random
+  // numbers as the first time, and the layers' state (e.g. moving statistics) left as the first forward left it.
+  void rerun_forward(InFlight& f, int v) {
+    std::vector<std::pair<Variable, Tensor>> state;
+    for (const auto& layer : chunks.at(v)) {
+      for (Variable s : layer->non_trainable_variables()) state.emplace_back(s, s.value().clone());
+    }
+    const Generator::State now = default_generator().state();
+    default_generator().set_state(f.rng);
+    f.tape_rerun = true;
+    run_layers(f, v, /*keep_graph=*/true);
+    default_generator().set_state(now);
+    for (auto& [s, value] : state) s.assign(value);
   }
 
   // kBackward (input and weights), kBackwardInput (input only) or kBackwardWeight (weights only).
@@ -231,6 +279,7 @@ struct PipelineStage::Impl {
     STRATA_CHECK(it != in_flight.end(), Error,
                  "pipeline stage " << stage << ": backward of v" << v << " m" << m << " before its forward");
     InFlight& f = it->second;
+    if (!f.tape) rerun_forward(f, v);
     const bool last_action = kind != ActionKind::kBackwardInput;
     Tensor seed;
     if (v == last_virtual_stage()) {
@@ -280,7 +329,10 @@ struct PipelineStage::Impl {
         break;
       }
     }
-    if (last_action) in_flight.erase(it);  // the activations live until the last backward action of (v, m)
+    if (last_action) {  // the activations live until the last backward action of (v, m)
+      kept_bytes -= f.kept_bytes;
+      in_flight.erase(it);
+    }
   }
 
   // The gradient of v's input goes to v - 1: here when v - 1 is on this stage, else to be sent (SG v m).
@@ -348,6 +400,8 @@ PipelineStage::PipelineStage(const std::vector<StageLayers>& virtual_stages, int
   s.optimizer = optimizer.clone();
   s.comm = std::move(comm);
   s.options = std::move(options);
+  s.recomputes = std::find(s.options.recompute_stages.begin(), s.options.recompute_stages.end(), stage) !=
+                 s.options.recompute_stages.end();
   // Every virtual stage's input shape, from one example through the whole model (no weight changes).
   {
     NoGradGuard no_grad;
@@ -398,6 +452,7 @@ void PipelineStage::Impl::run_step(const Tensor& x, const Tensor& y) {
   grads.assign(weights.size(), Tensor());
   step_loss = 0;
   peak_activations = 0;
+  kept_bytes = peak_kept_bytes = 0;
   const auto start = Clock::now();
   double compute = 0;
   for (const Action& a : schedule.actions[stage]) {
@@ -447,6 +502,7 @@ void PipelineStage::Impl::run_step(const Tensor& x, const Tensor& y) {
   timing.step_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   timing.compute_seconds = compute;
   timing.peak_activations = peak_activations;
+  timing.peak_activation_bytes = peak_kept_bytes;
 }
 
 float PipelineStage::train_step(const Tensor& x, const Tensor& y) {
@@ -470,6 +526,9 @@ struct ThreadPipeline::Impl {
   std::vector<std::unique_ptr<PipelineStage>> stages;
   std::shared_ptr<optim::Optimizer> optimizer;
   int threads_per_stage = 1;
+  // Each stage thread's random numbers (e.g. Dropout's), carried from step to step: a fresh thread's default
+  // generator would start over every step.
+  std::vector<Generator> generators;
 };
 
 ThreadPipeline::ThreadPipeline(const std::vector<StageLayers>& virtual_stages, Schedule schedule,
@@ -486,6 +545,7 @@ ThreadPipeline::ThreadPipeline(const std::vector<StageLayers>& virtual_stages, S
     impl_->stages.push_back(
         std::make_unique<PipelineStage>(virtual_stages, i, schedule, loss, *impl_->optimizer, group[i], options));
     impl_->stages.back()->impl_->applies_gradients = false;
+    impl_->generators.push_back(default_generator().split(default_generator().state().stream + 1 + i));
   }
 }
 
@@ -504,11 +564,13 @@ float ThreadPipeline::train_step(const Tensor& x, const Tensor& y) {
   for (int i = 0; i < n; ++i) {
     threads.emplace_back([&, i] {
       ScopedNumThreads cores(impl_->threads_per_stage);
+      default_generator() = impl_->generators[i];
       try {
         losses[i] = impl_->stages[i]->train_step(x, y);
       } catch (...) {
         errors[i] = std::current_exception();
       }
+      impl_->generators[i] = default_generator();
     });
   }
   for (auto& t : threads) t.join();

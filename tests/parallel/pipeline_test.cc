@@ -12,6 +12,7 @@
 #include "strata/optim/losses.h"
 #include "strata/optim/optimizers.h"
 #include "strata/parallel/pipeline.h"
+#include "strata/random.h"
 #include "parallel/parallel_test_util.h"
 #include "test_util.h"
 
@@ -184,6 +185,90 @@ TEST(PipelineTest, SplitByTimeCutsWhereTheTimeIsNotWhereTheParametersAre) {
   for (auto& layer : layers) x = (*layer)(x);
   EXPECT_EQ(split_by_time(layers, 2, sample)[0].size(), 1u);
   EXPECT_GE(split_by_parameters(layers, 2)[0].size(), 2u);
+}
+
+}  // namespace
+}  // namespace strata::parallel
+
+namespace strata::parallel {
+namespace {
+
+// The MLP with Dropout and BatchNormalization between its layers: random numbers and layer state in the stages.
+test_util::Layers make_noisy_mlp() {
+  return test_util::built_with_random_weights(
+      {std::make_shared<nn::Dense>(16, nn::ActivationSpec("relu")), std::make_shared<nn::Dropout>(0.3f),
+       std::make_shared<nn::Dense>(24, nn::ActivationSpec("tanh")), std::make_shared<nn::BatchNormalization>(),
+       std::make_shared<nn::Dense>(16, nn::ActivationSpec("relu")), std::make_shared<nn::Dropout>(0.2f),
+       std::make_shared<nn::Dense>(kClasses)},
+      {kFeatures}, 7);
+}
+
+std::vector<Tensor> all_variables(const test_util::Layers& layers) {
+  std::vector<Tensor> out;
+  for (const auto& layer : layers) {
+    for (const Variable& v : layer->variables()) out.push_back(v.value().clone());
+  }
+  return out;
+}
+
+struct NoisyRun {
+  std::vector<Tensor> variables;  // weights and moving statistics
+  std::vector<StageTiming> timings;
+};
+
+NoisyRun train_noisy(const Schedule& schedule, std::vector<int> recompute) {
+  manual_seed(5);
+  auto layers = make_noisy_mlp();
+  PipelineOptions options{.example_shape = {kFeatures}};
+  options.recompute_stages = std::move(recompute);
+  ThreadPipeline pipe(split_at(layers, {2, 4}), schedule, loss(), optim::SGD({.learning_rate = 0.1f, .momentum = 0.9f}),
+                      options);
+  NoisyRun r;
+  for (int k = 0; k < 3; ++k) pipe.train_step(inputs(k), labels(kBatch, k));
+  r.variables = all_variables(layers);
+  r.timings = pipe.last_timings();
+  return r;
+}
+
+TEST(PipelineTest, RecomputedActivationsGiveTheSameTrainingWithLessKept) {
+  for (const char* name : {"gpipe", "1f1b", "zb-h1"}) {
+    const Schedule s = make_schedule(name, 3, 4);
+    const NoisyRun kept = train_noisy(s, {});
+    const NoisyRun recomputed = train_noisy(s, {0, 1, 2});
+    // The same Dropout masks and one update of the moving statistics per micro-batch: the same numbers exactly.
+    ASSERT_EQ(kept.variables.size(), recomputed.variables.size());
+    for (size_t i = 0; i < kept.variables.size(); ++i) {
+      EXPECT_EQ(kept.variables[i].to_vector<float>(), recomputed.variables[i].to_vector<float>()) << name << " " << i;
+    }
+    for (int stage = 0; stage < 3; ++stage) {
+      EXPECT_EQ(recomputed.timings[stage].peak_activations, kept.timings[stage].peak_activations) << name;
+      EXPECT_LT(recomputed.timings[stage].peak_activation_bytes, kept.timings[stage].peak_activation_bytes) << name;
+    }
+  }
+  // And the masks differ from step to step and stage to stage: training with Dropout is not training without it.
+  const NoisyRun a = train_noisy(one_f_one_b(3, 4), {});
+  manual_seed(6);
+  auto layers = make_noisy_mlp();
+  ThreadPipeline pipe(split_at(layers, {2, 4}), one_f_one_b(3, 4), loss(),
+                      optim::SGD({.learning_rate = 0.1f, .momentum = 0.9f}), {.example_shape = {kFeatures}});
+  for (int k = 0; k < 3; ++k) pipe.train_step(inputs(k), labels(kBatch, k));
+  EXPECT_NE(all_variables(layers)[0].to_vector<float>(), a.variables[0].to_vector<float>());
+}
+
+TEST(PipelineTest, EachStageThreadCarriesItsRandomNumbersAcrossSteps) {
+  // One Dropout layer per stage: a stage's masks change from step to step (a fresh thread's generator would repeat
+  // them), and its numbers differ from the other stage's.
+  auto layers = test_util::built_with_random_weights(
+      {std::make_shared<nn::Dropout>(0.5f), std::make_shared<nn::Dense>(kClasses)}, {kFeatures}, 3);
+  std::vector<Tensor> seen;
+  PipelineOptions options{.example_shape = {kFeatures}};
+  options.on_predictions = [&](const Tensor&, const Tensor& y_pred) { seen.push_back(y_pred.clone()); };
+  ThreadPipeline pipe(split_at(layers, {1}), gpipe(2, 1), loss(), optim::SGD({.learning_rate = 0.0f}), options);
+  const Tensor x = inputs(0);
+  pipe.train_step(x, labels(kBatch, 0));
+  pipe.train_step(x, labels(kBatch, 0));
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_NE(seen[0].to_vector<float>(), seen[1].to_vector<float>());  // learning rate 0: only the masks changed
 }
 
 }  // namespace

@@ -53,6 +53,11 @@ struct PipelineOptions {
   // Called on the stage holding the loss, from its thread, after each micro-batch's forward with that micro-batch's
   // targets and the model's outputs (for metrics); the tensors are not changed afterwards.
   std::function<void(const Tensor& y_true, const Tensor& y_pred)> on_predictions;
+  // Stages that recompute their activations: between a micro-batch's forward and its backward they keep only the
+  // stage's input, and run the forward again (recorded) just before the backward. Less memory, one more forward.
+  // The rerun draws the same random numbers (the thread's default generator is put back) and leaves layer state
+  // (BatchNormalization's moving statistics) as the first forward left it.
+  std::vector<int> recompute_stages;
 };
 
 // What one stage measured in its last step.
@@ -60,6 +65,9 @@ struct StageTiming {
   double step_seconds = 0;     // from the step's start to its last action's end
   double compute_seconds = 0;  // in forward and backward actions (the rest is waiting for other stages)
   int peak_activations = 0;    // the most micro-batches whose forward state (tape, input, output) was kept at once
+  // The most bytes of activations kept at once: each kept micro-batch's stage input and layer outputs (its input only
+  // on a stage that recomputes).
+  int64_t peak_activation_bytes = 0;
 };
 
 // One stage of a pipeline: the virtual stages `schedule.stage_of(v) == stage` of `virtual_stages` (the whole
@@ -95,6 +103,8 @@ class PipelineStage {
 // The stages of `schedule` as threads of this process, connected by a local communicator group. One optimizer
 // serves every stage: after the stages have run the step, it applies all their summed gradients in one call, so its
 // step count, slots and learning-rate schedule are those of the unsplit model (and a checkpoint of it holds them).
+// Each stage thread draws random numbers (Dropout's) from its own generator, split from the constructing thread's
+// default generator and carried from step to step.
 class ThreadPipeline {
  public:
   // Trains with `optimizer` itself (e.g. a Model's compiled optimizer).
