@@ -129,6 +129,13 @@ StrategySpec resolve_strategy(const StrategySpec& from_job, const StrategyFlags&
                                << spec.name << ")");
     spec.pipeline_schedule = flags.schedule;
   }
+  if (flags.recompute) {
+    STRATA_CHECK(spec.name == "pipeline", InvalidArgument,
+                 "--recompute: only the pipeline strategy keeps activations between stages' passes (this job's "
+                 "strategy is "
+                     << spec.name << ")");
+    spec.pipeline_recompute = true;
+  }
   if (!flags.cross_device_ops.empty()) {
     check_cross_device_ops(flags.cross_device_ops, "--cross-device-ops");
     STRATA_CHECK(spec.name == "mirrored", InvalidArgument,
@@ -166,7 +173,8 @@ std::unique_ptr<distribute::Strategy> make_job_strategy(const StrategySpec& spec
         parallel::PipelineStrategyOptions{.stages = spec.pipeline_stages,
                                           .micro_batches = spec.pipeline_micro_batches,
                                           .schedule = spec.pipeline_schedule,
-                                          .chunks = spec.pipeline_chunks});
+                                          .chunks = spec.pipeline_chunks,
+                                          .recompute = spec.pipeline_recompute});
   }
   return distribute::make_strategy(spec.name, replicas, spec.cross_device_ops);
 }

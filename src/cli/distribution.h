@@ -5,7 +5,8 @@
 //   strategy: mirrored          # one_device (the default) | mirrored | central_storage | multi_worker_mirrored |
 //                               #   parameter_server (under `strata launch --chief --workers N --ps M`) | pipeline
 //   stages: 2                   # pipeline: stages (threads), micro_batches: 4, schedule: 1f1b (gpipe, 1f1b,
-//                               #   interleaved, zb-h1), chunks: 2 (interleaved: model chunks per stage)
+//                               #   interleaved, zb-h1), chunks: 2 (interleaved: model chunks per stage),
+//                               #   recompute: true (activations recomputed before the backward)
 //   replicas: 2                 # mirrored / central_storage: CPU replicas (default: one per core)
 //   cross_device_ops: ring      # mirrored: reduction_to_one_device (default) | ring | tree
 //   batch_size: 128             # the GLOBAL batch, split across the replicas (as in TF)
@@ -48,6 +49,7 @@ struct StrategySpec {
   int pipeline_micro_batches = 4;
   std::string pipeline_schedule = "1f1b";
   int pipeline_chunks = 0;
+  bool pipeline_recompute = false;  // stages recompute activations instead of keeping them
 };
 
 struct LrScalingSpec {
@@ -73,6 +75,7 @@ struct StrategyFlags {
   std::optional<int64_t> max_staleness;              // when given, >= 0 (parameter_server only)
   std::optional<int> stages, micro_batches, chunks;  // when given, >= 1 (pipeline only)
   std::string schedule;                              // pipeline only
+  bool recompute = false;                            // pipeline only
 };
 // The job's strategy with the flags applied. A flag that contradicts the strategy it ends up with (say
 // --replicas 2 with one_device, or --cross-device-ops with central_storage) is an InvalidArgument; the

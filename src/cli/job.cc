@@ -228,7 +228,7 @@ Job load_job(const std::string& path) {
   STRATA_CHECK(job.strategy.name != "one_device" || job.strategy.replicas <= 1, InvalidArgument,
                top.where(top.get("replicas")) << "replicas: " << job.strategy.replicas
                                               << " needs strategy: mirrored or central_storage (one_device has one)");
-  for (const char* key : {"stages", "micro_batches", "schedule", "chunks"}) {
+  for (const char* key : {"stages", "micro_batches", "schedule", "chunks", "recompute"}) {
     STRATA_CHECK(!top.has(key) || job.strategy.name == "pipeline", InvalidArgument,
                  top.where(top.get(key)) << key << ": only strategy: pipeline cuts the model into stages (this job's "
                                                    "strategy is "
@@ -240,6 +240,7 @@ Job load_job(const std::string& path) {
   job.strategy.pipeline_schedule = top.string("schedule", job.strategy.pipeline_schedule);
   check_pipeline_schedule(job.strategy.pipeline_schedule, top.where(top.get("schedule")) + "schedule");
   if (top.has("chunks")) job.strategy.pipeline_chunks = static_cast<int>(top.positive("chunks", 2));
+  job.strategy.pipeline_recompute = top.flag("recompute", false);
   job.strategy.cross_device_ops = top.string("cross_device_ops", distribute::kDefaultCrossDeviceOps);
   check_cross_device_ops(job.strategy.cross_device_ops, top.where(top.get("cross_device_ops")) + "cross_device_ops");
   STRATA_CHECK(!top.has("cross_device_ops") || job.strategy.name == "mirrored", InvalidArgument,

@@ -410,6 +410,9 @@ void add_strategy_options(CLI::App* command, StrategyFlags& flags) {
   command->add_option("--schedule", flags.schedule,
                       "pipeline: the order of the micro-batches' forward and backward passes: gpipe, 1f1b, "
                       "interleaved or zb-h1 (overrides `schedule:`; default 1f1b)");
+  command->add_flag("--recompute", flags.recompute,
+                    "pipeline: stages keep only their input between a micro-batch's forward and backward and run the "
+                    "forward again before the backward (less memory, one more forward)");
   command->add_option("--chunks", flags.chunks,
                       "pipeline, interleaved schedule: model chunks per stage (overrides `chunks:`; default 2)")
       ->check(kPositiveInteger);

@@ -59,6 +59,7 @@ std::string PipelineStrategy::describe() const {
   std::string out = "PipelineStrategy, " + std::to_string(schedule_.stages) + " stages, " +
                     std::to_string(schedule_.micro_batches) + " micro-batches, schedule " + schedule_.name;
   if (schedule_.chunks > 1) out += " (" + std::to_string(schedule_.chunks) + " chunks per stage)";
+  if (options_.recompute) out += ", activations recomputed";
   return out + ", simulated bubble " + bound;
 }
 

@@ -25,6 +25,9 @@ void Model::pipelined_train_step(parallel::PipelineStrategy& strategy, const dat
                  "fit under PipelineStrategy: model '" << name() << "' is a " << class_name()
                                                         << "; stages are cut from a Sequential model's layers");
     parallel::PipelineOptions options{.example_shape = Shape(x.shape().begin() + 1, x.shape().end())};
+    if (strategy.options().recompute) {
+      for (int s = 0; s < strategy.schedule().stages; ++s) options.recompute_stages.push_back(s);
+    }
     options.on_predictions = [this](const Tensor& y_true, const Tensor& y_pred) {
       for (const auto& m : metrics_) m->update_state(y_true, y_pred, Tensor());
     };

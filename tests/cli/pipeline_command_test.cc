@@ -35,9 +35,10 @@ TEST(PipelineCommandTest, StagesTrainToTheUnsplitJobsResult) {
   auto [rc0, unsplit] = run("timeout -k 5 120 " STRATA_BINARY " train " + job);
   ASSERT_EQ(rc0, 0) << unsplit;
   auto [rc, out] = run("timeout -k 5 120 " STRATA_BINARY " train " + job +
-                       " --strategy pipeline --stages 2 --micro-batches 4 --schedule zb-h1");
+                       " --strategy pipeline --stages 2 --micro-batches 4 --schedule zb-h1 --recompute");
   ASSERT_EQ(rc, 0) << out;
-  EXPECT_THAT(out, HasSubstr("strategy: PipelineStrategy, 2 stages, 4 micro-batches, schedule zb-h1, simulated bubble"));
+  EXPECT_THAT(out, HasSubstr("strategy: PipelineStrategy, 2 stages, 4 micro-batches, schedule zb-h1, activations "
+                             "recomputed, simulated bubble"));
   EXPECT_THAT(out, HasSubstr("global batch 32 (8 per micro-batch)"));
   EXPECT_TRUE(std::regex_search(out, std::regex(R"(pipeline: stages \[[a-z_0-9 ]+\] \[[a-z_0-9 ]+\]; idle [0-9.]+% )")))
       << out;
@@ -65,6 +66,9 @@ TEST(PipelineCommandTest, SettingsThatDoNotFitAreClearErrors) {
   auto [rc1, out1] = run(STRATA_BINARY " train " + job + " --stages 2");
   EXPECT_NE(rc1, 0);
   EXPECT_THAT(out1, HasSubstr("--stages 2: only the pipeline strategy cuts the model into stages"));
+  auto [rc5, out5] = run(STRATA_BINARY " train " + job + " --recompute");
+  EXPECT_NE(rc5, 0);
+  EXPECT_THAT(out5, HasSubstr("--recompute: only the pipeline strategy"));
   auto [rc2, out2] = run(STRATA_BINARY " train " + job + " --strategy pipeline --schedule fifo");
   EXPECT_NE(rc2, 0);
   EXPECT_THAT(out2, HasSubstr("--schedule: unknown pipeline schedule 'fifo'; choose one of gpipe, 1f1b, interleaved, zb-h1"));

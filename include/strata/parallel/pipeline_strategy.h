@@ -35,6 +35,8 @@ struct PipelineStrategyOptions {
   // "time": each layer's forward and backward timed on the first micro-batch (split_by_time); "parameters": by
   // trainable parameter count (split_by_parameters).
   std::string balance = "time";
+  // Every stage recomputes its activations before the backward instead of keeping them (PipelineOptions).
+  bool recompute = false;
 };
 
 class PipelineStrategy final : public distribute::Strategy {
