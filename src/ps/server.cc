@@ -175,7 +175,9 @@ grpc::Status row_indices(const google::protobuf::RepeatedField<int64_t>& request
   return grpc::Status::OK;
 }
 
-class Service final : public pb::ParameterServer::WithRawCallbackMethod_Pull<pb::ParameterServer::Service> {
+class Service final
+    : public pb::ParameterServer::WithRawCallbackMethod_Push<
+          pb::ParameterServer::WithRawCallbackMethod_Pull<pb::ParameterServer::Service>> {
  public:
   explicit Service(int64_t step_window) : step_window_(step_window) {}
   // Step ids remembered for dropping repeats, over every shard.
@@ -234,7 +236,28 @@ class Service final : public pb::ParameterServer::WithRawCallbackMethod_Pull<pb:
     return reactor;
   }
 
-  grpc::Status Push(grpc::ServerContext*, const pb::PushRequest* req, pb::PushResponse* resp) override {
+  // Push is a raw callback method too, so that both calls of a step's push + pull run on gRPC's callback executor
+  // (a sync method would hand each push to the sync server's threads).
+  grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
+                                 grpc::ByteBuffer* response) override {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    pb::PushRequest req;
+    pb::PushResponse resp;
+    grpc::ByteBuffer bytes(*request);  // shares the slices; Deserialize consumes its argument
+    grpc::Status status = grpc::SerializationTraits<pb::PushRequest>::Deserialize(&bytes, &req);
+    if (!status.ok()) {
+      status = invalid("Push: a malformed request");
+    } else {
+      status = push(req, &resp);
+    }
+    bool own_buffer = false;
+    if (status.ok()) status = grpc::SerializationTraits<pb::PushResponse>::Serialize(resp, response, &own_buffer);
+    reactor->Finish(status);
+    return reactor;
+  }
+
+  grpc::Status push(const pb::PushRequest& request, pb::PushResponse* resp) {
+    const pb::PushRequest* req = &request;
     Shard* shard = find(req->name());
     if (!shard) return not_found("Push", req->name());
     Tensor grad;
