@@ -8,8 +8,8 @@
 #include <chrono>
 #include <cmath>
 #include <exception>
-#include <map>
 #include <limits>
+#include <map>
 #include <thread>
 
 #include "kernels/kernels.h"
@@ -39,14 +39,15 @@ int message_tag(int virtual_stage, int micro_batch, int micro_batches, bool grad
 
 }  // namespace
 
-std::vector<StageLayers> split_at(const std::vector<std::shared_ptr<nn::Layer>>& layers, const std::vector<int>& bounds) {
+std::vector<StageLayers> split_at(const std::vector<std::shared_ptr<nn::Layer>>& layers,
+                                  const std::vector<int>& bounds) {
   std::vector<StageLayers> pieces;
   int begin = 0;
   for (size_t i = 0; i <= bounds.size(); ++i) {
     const int end = i < bounds.size() ? bounds[i] : static_cast<int>(layers.size());
-    STRATA_CHECK(end > begin && end <= static_cast<int>(layers.size()), InvalidArgument,
-                 "pipeline: stage bounds must rise strictly inside (0, " << layers.size() << "); bound " << i
-                                                                          << " is " << end);
+    STRATA_CHECK(
+        end > begin && end <= static_cast<int>(layers.size()), InvalidArgument,
+        "pipeline: stage bounds must rise strictly inside (0, " << layers.size() << "); bound " << i << " is " << end);
     pieces.emplace_back(layers.begin() + begin, layers.begin() + end);
     begin = end;
   }
@@ -95,7 +96,8 @@ std::vector<StageLayers> split_by_parameters(const std::vector<std::shared_ptr<n
   for (const auto& layer : layers) {
     // An unbuilt layer has no weights yet: its count would be 0 and the cut lopsided.
     STRATA_CHECK(layer->built(), InvalidArgument,
-                 "pipeline: layer '" << layer->name() << "' is not built, so its parameters cannot be counted; "
+                 "pipeline: layer '" << layer->name()
+                                     << "' is not built, so its parameters cannot be counted; "
                                         "build the model (call it once) before cutting it");
     costs.push_back(static_cast<double>(trainable_count(*layer)));
   }
@@ -154,7 +156,7 @@ struct PipelineStage::Impl {
   std::shared_ptr<comm::Communicator> comm;
   PipelineOptions options;
   std::vector<Variable> weights;
-  std::map<int, std::vector<size_t>> weights_of;  // per own virtual stage, indices into `weights`
+  std::map<int, std::vector<size_t>> weights_of;                     // per own virtual stage, indices into `weights`
   std::map<int, std::vector<std::vector<size_t>>> layer_weights_of;  // the same, per layer of the virtual stage
   StageTiming timing;
 
@@ -169,7 +171,7 @@ struct PipelineStage::Impl {
   double step_loss = 0;
   int peak_activations = 0;
   int64_t kept_bytes = 0, peak_kept_bytes = 0;
-  bool recomputes = false;  // options.recompute_stages names this stage
+  bool recomputes = false;      // options.recompute_stages names this stage
   Clock::time_point failed_at;  // of the last failed step, taken before this stage aborted the others
   // Whether the step ends with this stage's optimizer applying its gradients; else (a ThreadPipeline's stage) they
   // wait in `pending` for the pipeline's one optimizer.
@@ -322,8 +324,8 @@ struct PipelineStage::Impl {
           if (per_layer[l].empty() || !f.layer_output_grads[l].defined()) continue;
           std::vector<Variable> sources;
           for (size_t w : per_layer[l]) sources.push_back(weights[w]);
-          const std::vector<Tensor> g = f.tape->gradient(f.layer_outputs[l], sources, f.layer_output_grads[l],
-                                                         UnconnectedGradients::kZero);
+          const std::vector<Tensor> g =
+              f.tape->gradient(f.layer_outputs[l], sources, f.layer_output_grads[l], UnconnectedGradients::kZero);
           for (size_t i = 0; i < per_layer[l].size(); ++i) accumulate(per_layer[l][i], g[i]);
         }
         break;
@@ -347,13 +349,13 @@ struct PipelineStage::Impl {
   // SA v m: v's output to v + 1; SG v m: the gradient of v's input to v - 1.
   void send(int v, int m, bool gradient) {
     Tensor t = take(gradient ? input_grads_out : activations_out, v, m);
-    STRATA_CHECK(t.defined(), Error,
-                 "pipeline stage " << stage << ": nothing to send for " << (gradient ? "SG" : "SA") << " v" << v
-                                   << " m" << m);
+    STRATA_CHECK(
+        t.defined(), Error,
+        "pipeline stage " << stage << ": nothing to send for " << (gradient ? "SG" : "SA") << " v" << v << " m" << m);
     const int edge = gradient ? v - 1 : v;  // a message is tagged by the lower virtual stage of its edge
-    sends.push_back(comm->send({t}, schedule.stage_of(gradient ? v - 1 : v + 1),
-                               {.tag = message_tag(edge, m, schedule.micro_batches, gradient),
-                                .timeout = options.timeout}));
+    sends.push_back(
+        comm->send({t}, schedule.stage_of(gradient ? v - 1 : v + 1),
+                   {.tag = message_tag(edge, m, schedule.micro_batches, gradient), .timeout = options.timeout}));
   }
 
   // RA v m: v's input from v - 1; RG v m: the gradient of v's output (v + 1's input) from v + 1.
@@ -420,8 +422,9 @@ PipelineStage::PipelineStage(const std::vector<StageLayers>& virtual_stages, int
       // A penalty's gradient would be this stage's alone and its value missing from the loss the last stage
       // reports; until the stages exchange it, say so rather than train something else.
       STRATA_CHECK(!layer->regularization_loss().defined(), InvalidArgument,
-                   "pipeline: layer '" << layer->name() << "' has a weight regularizer, which pipeline stages do not "
-                                       "apply yet");
+                   "pipeline: layer '" << layer->name()
+                                       << "' has a weight regularizer, which pipeline stages do not "
+                                          "apply yet");
       for (const Variable& w : layer->trainable_variables()) {
         s.weights_of[v].push_back(s.weights.size());
         s.layer_weights_of[v].back().push_back(s.weights.size());
@@ -577,7 +580,8 @@ float ThreadPipeline::train_step(const Tensor& x, const Tensor& y) {
   // The stage that failed first has the cause; the others failed on the abort it sent them.
   int first = -1;
   for (int i = 0; i < n; ++i) {
-    if (errors[i] && (first < 0 || impl_->stages[i]->impl_->failed_at < impl_->stages[first]->impl_->failed_at)) first = i;
+    if (errors[i] && (first < 0 || impl_->stages[i]->impl_->failed_at < impl_->stages[first]->impl_->failed_at))
+      first = i;
   }
   if (first >= 0) std::rethrow_exception(errors[first]);
   std::vector<Tensor> grads;

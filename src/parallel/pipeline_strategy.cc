@@ -10,7 +10,8 @@
 namespace strata::parallel {
 
 PipelineStrategy::PipelineStrategy(PipelineStrategyOptions options)
-    : Strategy({"/cpu:0"}), options_(std::move(options)),
+    : Strategy({"/cpu:0"}),
+      options_(std::move(options)),
       schedule_(make_schedule(options_.schedule, options_.stages, options_.micro_batches, options_.chunks)) {
   check(schedule_);
   STRATA_CHECK(options_.balance == "time" || options_.balance == "parameters", InvalidArgument,

@@ -1,6 +1,8 @@
 // The differentiable collectives of tensor parallelism (Megatron's f and g: copy_to / reduce_from, and the gather /
 // scatter pair along an axis) and the shard arithmetic the split layers share.
 // Thread-safety: each call runs on its rank's thread with that rank's communicator; nothing is shared between calls.
+#include "strata/parallel/tensor_parallel.h"
+
 #include <string>
 #include <utility>
 #include <vector>
@@ -9,7 +11,6 @@
 #include "kernels/kernels.h"
 #include "parallel/tensor_parallel_ops.h"
 #include "strata/error.h"
-#include "strata/parallel/tensor_parallel.h"
 
 namespace strata::parallel {
 
@@ -106,7 +107,9 @@ init::Initializer slice_of_whole(init::Initializer whole, Shape whole_shape, int
 
 }  // namespace detail
 
-Variable copy_to_tensor_parallel(const Variable& x, comm::Communicator& comm) { return detail::copy_to(x, borrow(comm)); }
+Variable copy_to_tensor_parallel(const Variable& x, comm::Communicator& comm) {
+  return detail::copy_to(x, borrow(comm));
+}
 
 Variable reduce_from_tensor_parallel(const Variable& x, comm::Communicator& comm) {
   return detail::reduce_from(x, borrow(comm));
@@ -127,9 +130,9 @@ ShardRange shard_range(int64_t total, int rank, int world_size, const std::strin
                "tensor parallelism needs a group of at least 1 rank, got world size " << world_size);
   STRATA_CHECK(rank >= 0 && rank < world_size, InvalidArgument,
                "tensor parallelism: rank " << rank << " is outside [0, " << world_size << ")");
-  STRATA_CHECK(total > 0 && total % world_size == 0, InvalidArgument,
-               "tensor parallelism: " << what << " " << total << " is not a positive multiple of the world size "
-                                      << world_size);
+  STRATA_CHECK(
+      total > 0 && total % world_size == 0, InvalidArgument,
+      "tensor parallelism: " << what << " " << total << " is not a positive multiple of the world size " << world_size);
   const int64_t each = total / world_size;
   return {rank * each, (rank + 1) * each};
 }

@@ -28,9 +28,7 @@ std::pair<int, int> rank_and_size(const std::shared_ptr<comm::Communicator>& com
 }
 
 // [..., features] -> [rows, features] (a view for rank 2).
-Variable as_matrix(const Variable& x) {
-  return x.shape().size() == 2 ? x : reshape(x, {-1, x.shape().back()});
-}
+Variable as_matrix(const Variable& x) { return x.shape().size() == 2 ? x : reshape(x, {-1, x.shape().back()}); }
 
 // [rows, n] back to the leading dimensions of `like` with last dimension n.
 Variable like_leading(const Variable& y, const Shape& like) {
@@ -48,9 +46,9 @@ void check_dense_input(const nn::Layer& layer, const Shape& s, int64_t in) {
 void check_full_dense(const nn::Layer& layer, const nn::Dense& full, int64_t units, bool use_bias) {
   STRATA_CHECK(full.built(), InvalidArgument, label(layer) << ": load_shard_of needs a built Dense");
   STRATA_CHECK(full.units() == units && full.bias().defined() == use_bias, InvalidArgument,
-               label(layer) << ": load_shard_of wants a Dense of " << units << " units " << (use_bias ? "with" : "without")
-                            << " bias, got " << full.units() << " units " << (full.bias().defined() ? "with" : "without")
-                            << " bias");
+               label(layer) << ": load_shard_of wants a Dense of " << units << " units "
+                            << (use_bias ? "with" : "without") << " bias, got " << full.units() << " units "
+                            << (full.bias().defined() ? "with" : "without") << " bias");
 }
 
 }  // namespace
@@ -132,9 +130,9 @@ void RowParallelDense::load_shard_of(const nn::Dense& full) {
   const int64_t in = full.kernel().shape()[0];
   const ShardRange rows = shard_range(in, rank_, world_size_, "RowParallelDense input features");
   build({{1, options_.input_is_parallel ? rows.size() : in}});
-  STRATA_CHECK(kernel_.shape()[0] == rows.size(), InvalidArgument,
-               label(*this) << " was built for " << kernel_.shape()[0] * world_size_
-                            << " input features, the Dense has " << in);
+  STRATA_CHECK(
+      kernel_.shape()[0] == rows.size(), InvalidArgument,
+      label(*this) << " was built for " << kernel_.shape()[0] * world_size_ << " input features, the Dense has " << in);
   kernel_.assign(shard_of(full.kernel().value(), 0, rank_, world_size_));
   if (bias_.defined()) bias_.assign(full.bias().value());
 }
@@ -152,8 +150,8 @@ ChannelParallelConv2D::ChannelParallelConv2D(int64_t filters, nn::Size2 kernel_s
   std::tie(rank_, world_size_) = rank_and_size(comm_, "ChannelParallelConv2D");
   shard_range(filters_, rank_, world_size_, "ChannelParallelConv2D filters");
   const auto& o = options_;
-  STRATA_CHECK(kernel_size.h > 0 && kernel_size.w > 0 && o.strides.h > 0 && o.strides.w > 0 &&
-                   o.dilation_rate.h > 0 && o.dilation_rate.w > 0,
+  STRATA_CHECK(kernel_size.h > 0 && kernel_size.w > 0 && o.strides.h > 0 && o.strides.w > 0 && o.dilation_rate.h > 0 &&
+                   o.dilation_rate.w > 0,
                InvalidArgument, "ChannelParallelConv2D kernel_size, strides and dilation_rate must be positive");
   STRATA_CHECK(o.strides == nn::Size2(1) || o.dilation_rate == nn::Size2(1), InvalidArgument,
                "ChannelParallelConv2D: strides above 1 cannot be combined with dilation_rate above 1 (as in Keras)");

@@ -25,8 +25,8 @@ grpc::ByteBuffer encode_with_tensor_bytes(const google::protobuf::MessageLite& h
     grpc::Slice only(prefix);
     return grpc::ByteBuffer(&only, 1);
   }
-  const uint64_t inner = io::CodedOutputStream::VarintSize32(tag(kTensorBytesDataField)) +
-                         io::CodedOutputStream::VarintSize64(n) + n;
+  const uint64_t inner =
+      io::CodedOutputStream::VarintSize32(tag(kTensorBytesDataField)) + io::CodedOutputStream::VarintSize64(n) + n;
   {
     io::StringOutputStream sink(&prefix);
     io::CodedOutputStream out(&sink);
@@ -36,9 +36,9 @@ grpc::ByteBuffer encode_with_tensor_bytes(const google::protobuf::MessageLite& h
     out.WriteVarint64(n);
   }
   auto* keep = new Tensor(t);  // released by the slice when gRPC drops its last reference
-  grpc::Slice slices[2] = {
-      grpc::Slice(prefix),
-      grpc::Slice(const_cast<void*>(keep->raw_data()), n, [](void* p) { delete static_cast<Tensor*>(p); }, keep)};
+  grpc::Slice slices[2] = {grpc::Slice(prefix), grpc::Slice(
+                                                    const_cast<void*>(keep->raw_data()), n,
+                                                    [](void* p) { delete static_cast<Tensor*>(p); }, keep)};
   return grpc::ByteBuffer(slices, 2);
 }
 

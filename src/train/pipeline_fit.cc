@@ -15,15 +15,16 @@ namespace strata {
 void Model::pipelined_train_step(parallel::PipelineStrategy& strategy, const data::Element& batch) {
   STRATA_CHECK(batch.size() == 2, InvalidArgument,
                "fit under PipelineStrategy: model '" << name() << "' trains on elements (x, y); got one of "
-                                                      << batch.size() << " component(s) (sample weights are not "
-                                                                         "pipelined yet)");
+                                                     << batch.size()
+                                                     << " component(s) (sample weights are not "
+                                                        "pipelined yet)");
   const Tensor& x = batch[0];
   const Tensor& y = batch[1];
   const PipelineKey key{strategy.id(), loss_.get(), optimizer_.get()};
   if (!pipeline_ || !(pipeline_key_ == key)) {
     STRATA_CHECK(dynamic_cast<const Sequential*>(this) != nullptr, InvalidArgument,
                  "fit under PipelineStrategy: model '" << name() << "' is a " << class_name()
-                                                        << "; stages are cut from a Sequential model's layers");
+                                                       << "; stages are cut from a Sequential model's layers");
     parallel::PipelineOptions options{.example_shape = Shape(x.shape().begin() + 1, x.shape().end())};
     if (strategy.options().recompute) {
       for (int s = 0; s < strategy.schedule().stages; ++s) options.recompute_stages.push_back(s);
@@ -32,8 +33,8 @@ void Model::pipelined_train_step(parallel::PipelineStrategy& strategy, const dat
       for (const auto& m : metrics_) m->update_state(y_true, y_pred, Tensor());
     };
     const Tensor micro_batch = x.slice(0, std::max<int64_t>(1, x.dim(0) / strategy.schedule().micro_batches));
-    pipeline_ = std::make_shared<parallel::ThreadPipeline>(strategy.split(layers(), micro_batch), strategy.schedule(), loss_,
-                                                           optimizer_, std::move(options));
+    pipeline_ = std::make_shared<parallel::ThreadPipeline>(strategy.split(layers(), micro_batch), strategy.schedule(),
+                                                           loss_, optimizer_, std::move(options));
     pipeline_key_ = key;
   }
   const double loss = pipeline_->train_step(x, y);

@@ -71,7 +71,8 @@ TEST(PipelineCommandTest, SettingsThatDoNotFitAreClearErrors) {
   EXPECT_THAT(out5, HasSubstr("--recompute: only the pipeline strategy"));
   auto [rc2, out2] = run(STRATA_BINARY " train " + job + " --strategy pipeline --schedule fifo");
   EXPECT_NE(rc2, 0);
-  EXPECT_THAT(out2, HasSubstr("--schedule: unknown pipeline schedule 'fifo'; choose one of gpipe, 1f1b, interleaved, zb-h1"));
+  EXPECT_THAT(out2,
+              HasSubstr("--schedule: unknown pipeline schedule 'fifo'; choose one of gpipe, 1f1b, interleaved, zb-h1"));
   auto [rc3, out3] = run(STRATA_BINARY " train " + job + " --strategy pipeline --stages 5");
   EXPECT_NE(rc3, 0);
   EXPECT_THAT(out3, HasSubstr("cannot cut 4 layers into 5 stages"));

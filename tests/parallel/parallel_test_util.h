@@ -38,11 +38,11 @@ inline Layers built_with_random_weights(Layers layers, const Shape& example_shap
 
 // Four Dense layers (16 relu, 24 tanh, 16 relu, `classes`) over `features` inputs, weights from `seed`.
 inline Layers make_mlp(int64_t features, int64_t classes, uint64_t seed) {
-  return built_with_random_weights({std::make_shared<nn::Dense>(16, nn::ActivationSpec("relu")),
-                                    std::make_shared<nn::Dense>(24, nn::ActivationSpec("tanh")),
-                                    std::make_shared<nn::Dense>(16, nn::ActivationSpec("relu")),
-                                    std::make_shared<nn::Dense>(classes)},
-                                   {features}, seed);
+  return built_with_random_weights(
+      {std::make_shared<nn::Dense>(16, nn::ActivationSpec("relu")),
+       std::make_shared<nn::Dense>(24, nn::ActivationSpec("tanh")),
+       std::make_shared<nn::Dense>(16, nn::ActivationSpec("relu")), std::make_shared<nn::Dense>(classes)},
+      {features}, seed);
 }
 
 // n labels in [0, classes), varied by `seed`.

@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "comm/comm_test_util.h"
+#include "parallel/parallel_test_util.h"
 #include "strata/comm/gloo.h"
 #include "strata/comm/store.h"
 #include "strata/gradient_tape.h"
@@ -33,7 +34,6 @@
 #include "strata/optim/losses.h"
 #include "strata/optim/optimizers.h"
 #include "strata/parallel/pipeline.h"
-#include "parallel/parallel_test_util.h"
 #include "test_util.h"
 
 extern char** environ;
@@ -54,7 +54,9 @@ constexpr int kSteps = 3;
 constexpr const char* kChildSpec = "STRATA_PIPELINE_GLOO_CHILD";
 constexpr int kDiedStatus = 3;  // the exit status of a child told to die
 
-std::vector<std::shared_ptr<nn::Layer>> make_mlp(uint64_t seed) { return test_util::make_mlp(kFeatures, kClasses, seed); }
+std::vector<std::shared_ptr<nn::Layer>> make_mlp(uint64_t seed) {
+  return test_util::make_mlp(kFeatures, kClasses, seed);
+}
 Tensor batch_inputs(int step) { return test::random_tensor({kBatch, kFeatures}, 100 + step); }
 Tensor labels(int64_t n, uint64_t seed) { return test_util::labels(n, seed, kClasses); }
 std::shared_ptr<losses::Loss> loss() { return test_util::logits_loss(); }

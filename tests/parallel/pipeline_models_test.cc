@@ -8,12 +8,12 @@
 #include <functional>
 #include <string>
 
+#include "parallel/parallel_test_util.h"
 #include "strata/gradient_tape.h"
 #include "strata/nn/nn.h"
 #include "strata/optim/losses.h"
 #include "strata/optim/optimizers.h"
 #include "strata/parallel/pipeline.h"
-#include "parallel/parallel_test_util.h"
 #include "test_util.h"
 
 namespace strata::parallel {

@@ -1,19 +1,20 @@
 // Pipeline stages as threads: after K steps every schedule, stage count and micro-batch count gives the weights of
 // the unsplit model trained on the same batches; 1F1B keeps fewer activations alive than GPipe; a failing stage
 // ends the step on every stage at once with its own error; the model is cut by parameter count.
+#include "strata/parallel/pipeline.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <chrono>
 #include <cmath>
 
+#include "parallel/parallel_test_util.h"
 #include "strata/gradient_tape.h"
 #include "strata/nn/nn.h"
 #include "strata/optim/losses.h"
 #include "strata/optim/optimizers.h"
-#include "strata/parallel/pipeline.h"
 #include "strata/random.h"
-#include "parallel/parallel_test_util.h"
 #include "test_util.h"
 
 namespace strata::parallel {
@@ -25,7 +26,9 @@ constexpr int64_t kFeatures = 12;
 constexpr int64_t kClasses = 5;
 constexpr int64_t kBatch = 24;
 
-std::vector<std::shared_ptr<nn::Layer>> make_mlp(uint64_t seed) { return test_util::make_mlp(kFeatures, kClasses, seed); }
+std::vector<std::shared_ptr<nn::Layer>> make_mlp(uint64_t seed) {
+  return test_util::make_mlp(kFeatures, kClasses, seed);
+}
 Tensor labels(int64_t n, uint64_t seed) { return test_util::labels(n, seed, kClasses); }
 std::shared_ptr<losses::Loss> loss() { return test_util::logits_loss(); }
 Tensor inputs(int step) { return test::random_tensor({kBatch, kFeatures}, 100 + step); }
@@ -95,8 +98,9 @@ TEST(PipelineTest, AFailingStageEndsTheStepEverywhereWithItsOwnError) {
   // Labels out of range fail the loss on the last stage, while the others wait for its gradients.
   std::vector<int64_t> bad(kBatch, kClasses + 3);
   const auto start = std::chrono::steady_clock::now();
-  const std::string message = test::message_of<Error>(
-      [&] { pipe.train_step(test::random_tensor({kBatch, kFeatures}, 1), Tensor::from_vector(bad, {kBatch})); });
+  const std::string message = test::message_of<Error>([&] {
+    pipe.train_step(test::random_tensor({kBatch, kFeatures}, 1), Tensor::from_vector(bad, {kBatch}));
+  });
   EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(20));
   // The loss's own complaint about the labels, not a neighbour's report of the abort it caused.
   EXPECT_THAT(message, HasSubstr("label"));
@@ -114,8 +118,9 @@ TEST(PipelineTest, BadShapesAndCountsAreClearErrors) {
               HasSubstr("runs 4 virtual stages, the model is cut into 2"));
   ThreadPipeline pipe(split_by_parameters(layers, 2), gpipe(2, 8), loss(), optim::SGD({.learning_rate = 0.1f}),
                       {.example_shape = {kFeatures}});
-  EXPECT_THAT(test::message_of<InvalidArgument>(
-                  [&] { pipe.train_step(test::random_tensor({4, kFeatures}, 1), labels(4, 1)); }),
+  EXPECT_THAT(test::message_of<InvalidArgument>([&] {
+                pipe.train_step(test::random_tensor({4, kFeatures}, 1), labels(4, 1));
+              }),
               HasSubstr("a batch of 4 examples cannot make 8 micro-batches"));
 }
 

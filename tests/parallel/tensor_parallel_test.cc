@@ -11,6 +11,8 @@
 // (e) as 2 processes (this binary re-run for the hidden test TensorParallelGlooChild.TrainsOneRank, a file store in a
 //     temp dir; each child saves its weights as safetensors; children die with the test, PR_SET_PDEATHSIG, and are
 //     killed and reaped on every path by test::HelperProcess).
+#include "strata/parallel/tensor_parallel.h"
+
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -38,7 +40,6 @@
 #include "strata/nn/nn.h"
 #include "strata/ops.h"
 #include "strata/optim/optimizers.h"
-#include "strata/parallel/tensor_parallel.h"
 #include "test_util.h"
 
 namespace strata::parallel {
@@ -131,7 +132,8 @@ void on_ranks(int world, const std::function<CommPtr(int)>& make_comm,
 
 void on_local_ranks(int world, const std::function<void(int, const std::shared_ptr<CountingCommunicator>&)>& fn) {
   const auto group = comm::make_local_group(world, {.timeout = 20s});
-  on_ranks(world, [&](int r) { return group[r]; }, fn);
+  on_ranks(
+      world, [&](int r) { return group[r]; }, fn);
 }
 
 // ---------------------------------------------------------------- models
@@ -164,7 +166,7 @@ std::shared_ptr<L> layer_as(const Layers& layers, size_t i) {
 // the ranks' weights join into the unsplit ones, the collectives a rank issues, and the model trained around it.
 struct Case {
   std::string name;
-  Shape core_input;  // a batch's shape
+  Shape core_input;        // a batch's shape
   int64_t vocabulary = 0;  // > 0: the input is ids in [0, vocabulary), without a gradient
   std::function<Layers()> make_core;
   std::function<Layers(const Layers& full_core, CommPtr comm)> make_split_core;
@@ -393,7 +395,8 @@ Case column_case() {
           .make_core = [] { return Layers{std::make_shared<nn::Dense>(12, nn::ActivationSpec("relu"))}; },
           .make_split_core =
               [](const Layers& full, CommPtr comm) {
-                auto layer = std::make_shared<ColumnParallelDense>(12, comm, ColumnParallelDenseOptions{.activation = "relu"});
+                auto layer =
+                    std::make_shared<ColumnParallelDense>(12, comm, ColumnParallelDenseOptions{.activation = "relu"});
                 layer->load_shard_of(*layer_as<nn::Dense>(full, 0));
                 return Layers{layer};
               },
@@ -425,28 +428,28 @@ Case row_case() {
 }
 
 Case pair_case() {
-  return {.name = "Megatron pair (column- then row-split Dense)",
-          .core_input = {kBatch, 6},
-          .make_core =
-              [] {
-                return Layers{std::make_shared<nn::Dense>(16, nn::ActivationSpec("relu")),
-                              std::make_shared<nn::Dense>(6)};
-              },
-          .make_split_core =
-              [](const Layers& full, CommPtr comm) {
-                auto up = std::make_shared<ColumnParallelDense>(
-                    16, comm, ColumnParallelDenseOptions{.activation = "relu", .gather_output = false});
-                auto down = std::make_shared<RowParallelDense>(6, comm, RowParallelDenseOptions{.input_is_parallel = true});
-                up->load_shard_of(*layer_as<nn::Dense>(full, 0));
-                down->load_shard_of(*layer_as<nn::Dense>(full, 1));
-                return Layers{up, down};
-              },
-          .join_axes = {1, 0, 0, kReplicated},
-          .forward = {.all_reduces = 1, .all_gathers = 0},
-          .backward = {.all_reduces = 1, .all_gathers = 0},
-          .train_input = {kBatch, 5},
-          .make_pre = [] { return dense_pre(6); },
-          .make_post = dense_post};
+  return {
+      .name = "Megatron pair (column- then row-split Dense)",
+      .core_input = {kBatch, 6},
+      .make_core =
+          [] {
+            return Layers{std::make_shared<nn::Dense>(16, nn::ActivationSpec("relu")), std::make_shared<nn::Dense>(6)};
+          },
+      .make_split_core =
+          [](const Layers& full, CommPtr comm) {
+            auto up = std::make_shared<ColumnParallelDense>(
+                16, comm, ColumnParallelDenseOptions{.activation = "relu", .gather_output = false});
+            auto down = std::make_shared<RowParallelDense>(6, comm, RowParallelDenseOptions{.input_is_parallel = true});
+            up->load_shard_of(*layer_as<nn::Dense>(full, 0));
+            down->load_shard_of(*layer_as<nn::Dense>(full, 1));
+            return Layers{up, down};
+          },
+      .join_axes = {1, 0, 0, kReplicated},
+      .forward = {.all_reduces = 1, .all_gathers = 0},
+      .backward = {.all_reduces = 1, .all_gathers = 0},
+      .train_input = {kBatch, 5},
+      .make_pre = [] { return dense_pre(6); },
+      .make_post = dense_post};
 }
 
 Case conv_case() {
@@ -455,8 +458,8 @@ Case conv_case() {
           .make_core = [] { return Layers{std::make_shared<nn::Conv2D>(8, 3, nn::ActivationSpec("relu"))}; },
           .make_split_core =
               [](const Layers& full, CommPtr comm) {
-                auto layer = std::make_shared<ChannelParallelConv2D>(8, 3, comm,
-                                                                     ChannelParallelConv2DOptions{.activation = "relu"});
+                auto layer = std::make_shared<ChannelParallelConv2D>(
+                    8, 3, comm, ChannelParallelConv2DOptions{.activation = "relu"});
                 layer->load_shard_of(*layer_as<nn::Conv2D>(full, 0));
                 return Layers{layer};
               },
@@ -595,9 +598,10 @@ TEST(TensorParallelTest, CollectiveOpsForwardAndBackward) {
     Variable g = gather_from_tensor_parallel(x, *comm, -1);
     std::vector<float> w(12);
     for (int i = 0; i < 12; ++i) w[i] = static_cast<float>(i);
-    const std::vector<float> dx = tape_gather.gradient(sum(g * Variable(Tensor::from_vector(w, {2, 6}))), {x})[0]
-                                      .to_vector<float>();
-    const std::vector<float> want = r == 0 ? std::vector<float>{0, 1, 2, 6, 7, 8} : std::vector<float>{3, 4, 5, 9, 10, 11};
+    const std::vector<float> dx =
+        tape_gather.gradient(sum(g * Variable(Tensor::from_vector(w, {2, 6}))), {x})[0].to_vector<float>();
+    const std::vector<float> want =
+        r == 0 ? std::vector<float>{0, 1, 2, 6, 7, 8} : std::vector<float>{3, 4, 5, 9, 10, 11};
     EXPECT_EQ(dx, want);
     // scatter's backward: the ranks' gradients side by side (rank 0's 1s, rank 1's 2s).
     GradientTape tape_scatter;
@@ -613,23 +617,30 @@ TEST(TensorParallelTest, SizesThatDoNotDivideOverTheGroupAreInvalid) {
   const auto group = comm::make_local_group(4);
   const CommPtr comm = group[1];
   const auto message = [](auto make) { return test::message_of<InvalidArgument>(make); };
-  EXPECT_NE(message([&] { ColumnParallelDense(10, comm); }).find("units 10 is not a positive multiple of the world size 4"),
+  EXPECT_NE(
+      message([&] { ColumnParallelDense(10, comm); }).find("units 10 is not a positive multiple of the world size 4"),
+      std::string::npos);
+  EXPECT_NE(message([&] {
+              ChannelParallelConv2D(6, 3, comm);
+            }).find("filters 6 is not a positive multiple of the world size 4"),
             std::string::npos);
-  EXPECT_NE(message([&] { ChannelParallelConv2D(6, 3, comm); })
-                .find("filters 6 is not a positive multiple of the world size 4"),
-            std::string::npos);
-  EXPECT_NE(message([&] { RowParallelEmbedding(10, 3, comm); })
-                .find("input_dim 10 is not a positive multiple of the world size 4"),
+  EXPECT_NE(message([&] {
+              RowParallelEmbedding(10, 3, comm);
+            }).find("input_dim 10 is not a positive multiple of the world size 4"),
             std::string::npos);
   // The row split's input size is known when it is built (or loaded).
   RowParallelDense row(4, comm, {.input_is_parallel = false});
-  EXPECT_NE(message([&] { row.build({{2, 6}}); }).find("input features 6 is not a positive multiple of the world size 4"),
+  EXPECT_NE(message([&] {
+              row.build({{2, 6}});
+            }).find("input features 6 is not a positive multiple of the world size 4"),
             std::string::npos);
   nn::Dense full(4);
   full(Variable(Tensor::zeros({1, 6})));
-  EXPECT_NE(message([&] { RowParallelDense(4, comm).load_shard_of(full); }).find("input features 6"), std::string::npos);
-  EXPECT_NE(message([&] { shard_of(Tensor::zeros({6, 2}), 0, 0, 4); })
-                .find("axis 0 of [6, 2] 6 is not a positive multiple of the world size 4"),
+  EXPECT_NE(message([&] { RowParallelDense(4, comm).load_shard_of(full); }).find("input features 6"),
+            std::string::npos);
+  EXPECT_NE(message([&] {
+              shard_of(Tensor::zeros({6, 2}), 0, 0, 4);
+            }).find("axis 0 of [6, 2] 6 is not a positive multiple of the world size 4"),
             std::string::npos);
   // A Dense whose units differ from the split's.
   EXPECT_NE(message([&] { ColumnParallelDense(8, comm).load_shard_of(full); }).find("wants a Dense of 8 units"),
@@ -653,19 +664,22 @@ TEST(TensorParallelTest, ARankOutsideTheGroupOrNoCommunicatorIsInvalid) {
 TEST(TensorParallelTest, CollectivesTakeFloat32) {
   const auto group = comm::make_local_group(1);
   const Variable ids(Tensor::from_vector(std::vector<int64_t>{1, 2}, {2}));
-  EXPECT_NE(test::message_of<InvalidArgument>([&] { reduce_from_tensor_parallel(ids, *group[0]); })
-                .find("reduce_from_tensor_parallel takes float32 tensors, got int64"),
+  EXPECT_NE(test::message_of<InvalidArgument>([&] {
+              reduce_from_tensor_parallel(ids, *group[0]);
+            }).find("reduce_from_tensor_parallel takes float32 tensors, got int64"),
             std::string::npos);
-  EXPECT_NE(test::message_of<InvalidArgument>([&] { gather_from_tensor_parallel(ids, *group[0]); })
-                .find("gather_from_tensor_parallel takes float32 tensors"),
+  EXPECT_NE(test::message_of<InvalidArgument>([&] {
+              gather_from_tensor_parallel(ids, *group[0]);
+            }).find("gather_from_tensor_parallel takes float32 tensors"),
             std::string::npos);
 }
 
 TEST(TensorParallelTest, EmbeddingIdsOutsideTheVocabularyAreInvalidOnEveryRank) {
   on_local_ranks(2, [](int, const std::shared_ptr<CountingCommunicator>& comm) {
     RowParallelEmbedding embedding(8, 2, comm);
-    const std::string message = test::message_of<InvalidArgument>(
-        [&] { embedding(Variable(Tensor::from_vector(std::vector<int64_t>{1, 8}, {2}))); });
+    const std::string message = test::message_of<InvalidArgument>([&] {
+      embedding(Variable(Tensor::from_vector(std::vector<int64_t>{1, 8}, {2})));
+    });
     EXPECT_NE(message.find("index 8 (element 1 of input [2]) is outside [0, input_dim = 8)"), std::string::npos)
         << message;
     EXPECT_EQ(comm->counts(), Counts{});  // refused before any collective, so no rank waits for another
@@ -712,8 +726,8 @@ TEST(TensorParallelGlooChild, TrainsOneRank) {
     const Case c = pair_case();
     const Trained trained = train_split_rank(c, make_unsplit(c), comm);
     io::NamedTensors named;
-    for (const auto& [part, weights] : {std::pair{"pre", &trained.pre}, std::pair{"core", &trained.core},
-                                        std::pair{"post", &trained.post}}) {
+    for (const auto& [part, weights] :
+         {std::pair{"pre", &trained.pre}, std::pair{"core", &trained.core}, std::pair{"post", &trained.post}}) {
       for (size_t i = 0; i < weights->size(); ++i) {
         named.emplace_back(std::string(part) + "/" + std::to_string(i), (*weights)[i]);
       }

@@ -65,8 +65,8 @@ FitRun fit_with(distribute::Strategy& strategy) {
 TEST(PipelineFitTest, FitOnStagesIsTheUnsplitFit) {
   distribute::OneDeviceStrategy one_device;
   const FitRun want = fit_with(one_device);
-  for (const auto& [schedule, stages, micro_batches] :
-       std::vector<std::tuple<std::string, int, int>>{{"1f1b", 2, 4}, {"gpipe", 4, 3}, {"zb-h1", 3, 8}, {"interleaved", 2, 4}}) {
+  for (const auto& [schedule, stages, micro_batches] : std::vector<std::tuple<std::string, int, int>>{
+           {"1f1b", 2, 4}, {"gpipe", 4, 3}, {"zb-h1", 3, 8}, {"interleaved", 2, 4}}) {
     parallel::PipelineStrategy strategy({.stages = stages, .micro_batches = micro_batches, .schedule = schedule});
     const FitRun got = fit_with(strategy);
     const std::string what = schedule + " S=" + std::to_string(stages) + " M=" + std::to_string(micro_batches);
@@ -94,8 +94,9 @@ TEST(PipelineFitTest, WhatAPipelineCannotTakeIsAClearError) {
   EXPECT_THAT(test::message_of<InvalidArgument>(
                   [] { parallel::PipelineStrategy({.stages = 2, .micro_batches = 2, .schedule = "fifo"}); }),
               HasSubstr("gpipe"));
-  EXPECT_THAT(test::message_of<InvalidArgument>(
-                  [] { parallel::PipelineStrategy({.stages = 2, .micro_batches = 2, .bounds = {1, 2}}); }),
+  EXPECT_THAT(test::message_of<InvalidArgument>([] {
+                parallel::PipelineStrategy({.stages = 2, .micro_batches = 2, .bounds = {1, 2}});
+              }),
               HasSubstr("2 virtual stages need 1 bounds, got 2"));
 
   parallel::PipelineStrategy strategy({.stages = 2, .micro_batches = 2});

@@ -44,7 +44,8 @@ std::vector<StageLayers> split_by_parameters(const std::vector<std::shared_ptr<n
 std::vector<StageLayers> split_by_time(const std::vector<std::shared_ptr<nn::Layer>>& layers, int pieces,
                                        const Tensor& sample, int repeats = 3);
 // Cuts `layers` at the given indices: bounds {2, 5} over 7 layers gives [0, 2), [2, 5), [5, 7).
-std::vector<StageLayers> split_at(const std::vector<std::shared_ptr<nn::Layer>>& layers, const std::vector<int>& bounds);
+std::vector<StageLayers> split_at(const std::vector<std::shared_ptr<nn::Layer>>& layers,
+                                  const std::vector<int>& bounds);
 
 struct PipelineOptions {
   Shape example_shape;  // one example's input shape (no batch axis), e.g. {28, 28, 1}

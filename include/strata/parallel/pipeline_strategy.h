@@ -9,7 +9,8 @@
 //   model.fit(train, {.epochs = 5});   // each global batch: 4 micro-batches through 2 stages
 //
 // The layers are cut into stages * chunks consecutive virtual stages, at `bounds` when given, else balanced by
-// their measured time (or parameter count). The weights after each step are the unsplit model's (see strata/parallel/pipeline.h).
+// their measured time (or parameter count). The weights after each step are the unsplit model's (see
+// strata/parallel/pipeline.h).
 //
 // Thread-safety: as every strategy, driven by one thread.
 #pragma once
@@ -60,8 +61,8 @@ class PipelineStrategy final : public distribute::Strategy {
   // What the training steps run under this strategy measured (Model::fit records each step).
   struct Measured {
     int64_t steps = 0;
-    double bubble_fraction_sum = 0;       // of ThreadPipeline::last_bubble_fraction, over the steps
-    std::vector<int> peak_activations;    // per stage, the most over the steps
+    double bubble_fraction_sum = 0;     // of ThreadPipeline::last_bubble_fraction, over the steps
+    std::vector<int> peak_activations;  // per stage, the most over the steps
     double mean_bubble_fraction() const { return steps ? bubble_fraction_sum / static_cast<double>(steps) : 0; }
   };
   void record_step(double bubble_fraction, const std::vector<StageTiming>& timings);

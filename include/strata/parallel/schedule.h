@@ -100,8 +100,8 @@ struct ActionCosts {
 };
 
 struct Simulation {
-  double makespan = 0;        // when the last stage finishes
-  double bubble_fraction = 0; // idle share of stages * makespan: 1 - sum(busy) / (stages * makespan)
+  double makespan = 0;         // when the last stage finishes
+  double bubble_fraction = 0;  // idle share of stages * makespan: 1 - sum(busy) / (stages * makespan)
   // Per stage: the most micro-batches whose activations are alive at once; (v, m)'s activations are alive from its
   // forward until its backward (until kBackwardWeight when split). Counted per virtual stage and summed over the
   // stage's chunks.
