@@ -106,6 +106,10 @@ Variable batch_norm_inference(const Variable& x, const Variable& gamma, const Va
                               const Tensor& variance, float epsilon);
 // Zeroes each element with probability `rate` and scales the rest by 1/(1-rate).
 Variable dropout(const Variable& x, float rate, Generator& gen);
+// One step of an LSTM with sigmoid gates and tanh (Keras's default cell), fused: z [B, 4u] the gates' pre-activations
+// in Keras's order (i, f, c, o), c_prev [B, u] (undefined: zeros). Returns [B, 2u]: h, then the new c (slice them
+// with slice_axis); differentiable in z and c_prev.
+Variable lstm_cell(const Variable& z, const Variable& c_prev);
 
 // A Variable with the same value whose gradient is not propagated (tf.stop_gradient).
 Variable stop_gradient(const Variable& x);

@@ -1,4 +1,4 @@
-// Differentiable neural-network ops: convolution, pooling, batch normalisation and dropout.
+// Differentiable neural-network ops: convolution, pooling, batch normalisation, dropout and the fused LSTM cell.
 #include "autograd/node.h"
 #include "kernels/kernels.h"
 #include "strata/ops.h"
@@ -114,6 +114,20 @@ Variable dropout(const Variable& x, float rate, Generator& gen) {
   k::DropoutResult r = k::dropout(x.value(), rate, gen);
   const Tensor mask = r.mask;
   return make_result(r.y, "dropout", {x}, [mask](const Tensor& dy, const Needs&) -> Grads { return {k::mul(dy, mask)}; });
+}
+
+Variable lstm_cell(const Variable& z, const Variable& c_prev) {
+  const Tensor c_prev_value = c_prev.defined() ? c_prev.value() : Tensor();
+  k::LstmCellResult r = k::lstm_cell(z.value(), c_prev_value);
+  std::vector<Variable> inputs = {z};
+  if (c_prev.defined()) inputs.push_back(c_prev);
+  return make_result(r.packed, "lstm_cell", inputs,
+                     [gates = r.gates, packed = r.packed, c_prev_value](const Tensor& dy, const Needs& needs) -> Grads {
+                       k::LstmCellGrads g = k::lstm_cell_backward(gates, packed, c_prev_value, dy);
+                       Grads grads = {needs[0] ? g.dz : Tensor()};
+                       if (c_prev_value.defined()) grads.push_back(needs[1] ? g.dc_prev : Tensor());
+                       return grads;
+                     });
 }
 
 }  // namespace strata

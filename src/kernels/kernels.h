@@ -151,6 +151,22 @@ struct BatchNormGrads {
 BatchNormGrads batch_norm_backward(const Tensor& x, const Tensor& dy, const Tensor& mean, const Tensor& variance,
                                    const Tensor& gamma, float epsilon);
 
+// ---------------------------------------------------------------- LSTM cell (lstm_cell.cc)
+// One step of an LSTM with sigmoid gates and tanh (Keras's default cell): z [B, 4u] holds the gates' pre-activations
+// in Keras's order (i, f, c, o); c_prev [B, u] (undefined: zeros). c = f * c_prev + i * tanh(z_c), h = o * tanh(c).
+struct LstmCellResult {
+  Tensor gates;   // [B, 4u]: i, f, g = tanh(z_c), o after their activations (what the backward needs)
+  Tensor packed;  // [B, 2u]: h, then c
+};
+LstmCellResult lstm_cell(const Tensor& z, const Tensor& c_prev);
+struct LstmCellGrads {
+  Tensor dz;       // [B, 4u]
+  Tensor dc_prev;  // [B, u]; undefined when c_prev is
+};
+// d_packed [B, 2u]: the gradients of h and c. `packed` and `gates` from lstm_cell.
+LstmCellGrads lstm_cell_backward(const Tensor& gates, const Tensor& packed, const Tensor& c_prev,
+                                 const Tensor& d_packed);
+
 // ---------------------------------------------------------------- dropout (dropout.cc)
 struct DropoutResult {
   Tensor y;

@@ -1,5 +1,6 @@
 // LSTM and GRU (see strata/nn/recurrent.h): a loop over time of differentiable ops, so the tape
-// records every step and backpropagation through time needs no code of its own.
+// records every step and backpropagation through time needs no code of its own. An LSTM with Keras's default
+// activations (tanh, sigmoid gates) runs each step's cell as one fused op (lstm_cell), others as composed ops.
 //
 // The input projections of all steps are one product: the input goes time-major, [time * batch,
 // features] @ kernel (+ bias), and each step takes its rows; only the recurrent product is per step.
@@ -104,6 +105,7 @@ RecurrentResult LSTM::run_sequence(const Variable& input, const std::vector<Vari
   const Variable projected = project_inputs(input, kernel_, bias_);
   const ActivationSpec& act = options_.activation;
   const ActivationSpec& rec = options_.recurrent_activation;
+  const bool fused = act.name() == "tanh" && rec.name() == "sigmoid";
   // Zero initial states are left undefined, so the first step skips the products with them.
   Variable h = initial_state.empty() ? Variable() : initial_state[0];
   Variable c = initial_state.empty() ? Variable() : initial_state[1];
@@ -112,10 +114,16 @@ RecurrentResult LSTM::run_sequence(const Variable& input, const std::vector<Vari
   for (int64_t t : time_order(steps, options_.go_backwards)) {
     Variable z = step_rows(projected, t, batch);
     if (h.defined()) z = z + matmul(h, recurrent_kernel_);
-    const Variable i = rec(gate(z, 0, u)), f = rec(gate(z, 1, u)), candidate = act(gate(z, 2, u)),
-                   o = rec(gate(z, 3, u));
-    c = c.defined() ? f * c + i * candidate : i * candidate;
-    h = o * act(c);
+    if (fused) {  // Keras's default cell in one op: one pass forward and one backward per step
+      const Variable packed = lstm_cell(z, c);
+      h = slice_axis(packed, 1, 0, u);
+      c = slice_axis(packed, 1, u, 2 * u);
+    } else {
+      const Variable i = rec(gate(z, 0, u)), f = rec(gate(z, 1, u)), candidate = act(gate(z, 2, u)),
+                     o = rec(gate(z, 3, u));
+      c = c.defined() ? f * c + i * candidate : i * candidate;
+      h = o * act(c);
+    }
     hs.push_back(h);
   }
   return {sequence_output(hs, options_.return_sequences), {h, c}};
@@ -160,6 +168,7 @@ RecurrentResult GRU::run_sequence(const Variable& input, const std::vector<Varia
   const Variable projected = project_inputs(input, kernel_, input_bias);
   const ActivationSpec& act = options_.activation;
   const ActivationSpec& rec = options_.recurrent_activation;
+  const bool fused = act.name() == "tanh" && rec.name() == "sigmoid";
   // Reset-before needs the recurrent kernel's z, r columns and its h columns apart.
   const Variable recurrent_zr = reset_after ? Variable() : slice_axis(recurrent_kernel_, 1, 0, 2 * u);
   const Variable recurrent_h = reset_after ? Variable() : slice_axis(recurrent_kernel_, 1, 2 * u, 3 * u);

@@ -175,6 +175,34 @@ TEST(RecurrentTest, LSTMGradientsMatchFiniteDifferences) {
   }
   nn::LSTM backwards(2, {.return_sequences = true, .go_backwards = true});
   testing::check_layer_gradients(backwards, {random_tensor({2, 3, 2}, 7)});
+  // Other activations than Keras's defaults take the composed ops instead of the fused cell.
+  nn::LSTM composed(3, {.activation = nn::ActivationSpec("elu"), .bias_initializer = "random_uniform",
+                        .return_sequences = true});
+  testing::check_layer_gradients(composed, {random_tensor({2, 4, 3}, 9)});
+}
+
+TEST(RecurrentTest, TheFusedCellIsTheComposedCell) {
+  // lstm_cell against the same step written with sigmoid, tanh and products: values and both inputs' gradients.
+  const int64_t u = 5;
+  for (bool with_c : {true, false}) {
+    Variable z(random_tensor({3, 4 * u}, 11, -3.0f, 3.0f), true, "z");
+    Variable c_prev(random_tensor({3, u}, 12, -2.0f, 2.0f), true, "c_prev");
+    const Tensor seed = random_tensor({3, 2 * u}, 13);
+    GradientTape fused_tape;
+    const Variable packed = lstm_cell(z, with_c ? c_prev : Variable());
+    std::vector<Variable> sources = {z};
+    if (with_c) sources.push_back(c_prev);
+    const std::vector<Tensor> fused = fused_tape.gradient(packed, sources, seed);
+
+    GradientTape tape;
+    auto gate = [&](int g) { return slice_axis(z, 1, g * u, (g + 1) * u); };
+    const Variable i = sigmoid(gate(0)), f = sigmoid(gate(1)), g = tanh(gate(2)), o = sigmoid(gate(3));
+    const Variable c = with_c ? f * c_prev + i * g : i * g;
+    const Variable composed = concat({o * tanh(c), c}, 1);
+    const std::vector<Tensor> want = tape.gradient(composed, sources, seed);
+    expect_near(packed.value(), composed.value(), 1e-6f);
+    for (size_t k = 0; k < sources.size(); ++k) expect_near(fused[k], want[k], 1e-6f);
+  }
 }
 
 TEST(RecurrentTest, GRUGradientsMatchFiniteDifferences) {

@@ -1,9 +1,10 @@
-// Helpers shared by the CPU elementwise, reduction, softmax, matmul and shape kernels: input checks,
-// the parallel grain, and a broadcasting plan that walks an output in contiguous segments.
+// Helpers shared by the CPU elementwise, reduction, softmax, matmul, shape and LSTM kernels: input checks,
+// the parallel grain, a stable sigmoid, and a broadcasting plan that walks an output in contiguous segments.
 // Thread-safety: pure functions on values; a plan may be read by many threads at once.
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <initializer_list>
 #include <vector>
@@ -16,6 +17,13 @@ namespace strata::kernels::cpu {
 
 // Elements per parallel_for chunk for memory-bound loops.
 inline constexpr int64_t kGrain = 16384;
+
+// 1 / (1 + exp(-x)) without overflow: exp is only taken of -|x|.
+inline float stable_sigmoid(float x) {
+  const float z = std::exp(-std::fabs(x));
+  const float r = 1.0f / (1.0f + z);
+  return x >= 0.0f ? r : z * r;
+}
 
 // REQUIRES: nothing. Throws InvalidArgument unless every tensor is defined and all are on one device,
 // and Unavailable unless that device is the host (this file's kernels run on the CPU only).

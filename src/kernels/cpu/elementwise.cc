@@ -138,12 +138,7 @@ Tensor map3(const Tensor& x, const Tensor& y, const Tensor& z, F f) {
 inline float nan_max(float a, float b) { return (a > b || a != a) ? a : b; }
 inline float nan_min(float a, float b) { return (a < b || a != a) ? a : b; }
 
-// 1 / (1 + exp(-x)) without overflow: exp is only taken of -|x|.
-inline float stable_sigmoid(float x) {
-  const float z = std::exp(-std::fabs(x));
-  const float r = 1.0f / (1.0f + z);
-  return x >= 0.0f ? r : z * r;
-}
+using cpu::stable_sigmoid;
 
 constexpr float kInvSqrt2 = 0.70710678118654752440f;
 constexpr float kInvSqrt2Pi = 0.39894228040143267794f;
