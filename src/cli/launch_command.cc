@@ -13,8 +13,10 @@
 // A cluster with a chief and ps tasks (--chief --ps M) is a parameter-server job: the chief coordinates and the
 // workers and ps tasks serve it. There a failed worker or ps task is restarted alone, on its own address, while
 // the others go on (each such restart counts against R; STRATA_LAUNCH_RESTART is the task's own count); a failed
-// chief stops the cluster as above. The job is done when the chief exits 0: the other tasks are then stopped. SIGINT and SIGTERM sent to the launcher go to every task; the launcher
-// then waits for them as above and exits with 128 + that signal (a second one kills the tasks at once).
+// chief stops the cluster as above. The job is done when the chief exits 0: the workers, whose fit the chief ended,
+// get until --stop-timeout to exit by themselves (after their last words), then the other tasks are stopped.
+// SIGINT and SIGTERM sent to the launcher go to every task; the launcher then waits for them as above and exits
+// with 128 + that signal (a second one kills the tasks at once).
 //
 // No process is left behind: each task leads its own process group, which the launcher signals as a whole
 // and waits out on every path (success, failure, restart, its own SIGINT/SIGTERM, an error while starting);
@@ -371,6 +373,7 @@ class Cluster {
     bool stopping = false;  // the tasks were told to stop (failure, our signal, or the end of the job)
     bool killed = false;
     Clock::time_point deadline{};
+    std::optional<Clock::time_point> workers_grace;  // the chief is done: until then the workers may end by themselves
     const auto stop_all = [&](int sig) {
       for (Task& t : tasks_) {
         if (t.running || t.group_alive()) ::kill(-t.pid, sig);
@@ -423,7 +426,14 @@ class Cluster {
       reap();
 
       // 2. What to do about it.
-      if (!stopping) {
+      if (!stopping && restarts_alone() && chief_done()) {
+        // The job is done. The chief has ended every worker's fit, so workers exit by themselves once they have said
+        // what they served; ps tasks never do. The workers get until the stop timeout, then everything left stops.
+        if (!workers_grace) workers_grace = Clock::now() + stop_timeout();
+        const bool workers_left =
+            std::any_of(tasks_.begin(), tasks_.end(), [](const Task& t) { return t.running && t.type == "worker"; });
+        if (!workers_left || Clock::now() >= *workers_grace) stop_all(SIGTERM);
+      } else if (!stopping) {
         for (Task& t : tasks_) {
           if (!t.running && failed(t.status)) {
             if (restarts_alone() && t.type != "chief" && restarts_ < args_.max_restarts) {
@@ -439,10 +449,10 @@ class Cluster {
         if (outcome.task_failed) {
           say("stopping the other tasks");
           stop_all(SIGTERM);
-        } else if (restarts_alone() ? chief_done()
-                                    : std::none_of(tasks_.begin(), tasks_.end(),
-                                                   [](const Task& t) { return t.running && t.type != "ps"; })) {
-          stop_all(SIGTERM);  // the job is done: stop the servers (ps, and workers under a chief) and any child left
+        } else if (!restarts_alone() && std::none_of(tasks_.begin(), tasks_.end(), [](const Task& t) {
+                     return t.running && t.type != "ps";
+                   })) {
+          stop_all(SIGTERM);  // the job is done: stop the servers (ps) and any child left
         }
       }
       if (stopping && !killed && Clock::now() >= deadline) {
