@@ -8,6 +8,7 @@
 #include <limits>
 #include <random>
 
+#include "kernels/cpu/cpu_util.h"
 #include "kernels/kernels.h"
 #include "strata/threading.h"
 #include "test_util.h"
@@ -275,6 +276,32 @@ TEST(ActivationTest, LeakyReluEluClipAndTheirGradients) {
               HasSubstr("clip_backward"));
   EXPECT_THROW(elu_backward(x, e, Tensor::zeros({2}), 1.0f), ShapeError);
   EXPECT_THROW(leaky_relu_backward(x, Tensor::zeros({2}), 0.1f), ShapeError);
+}
+
+}  // namespace
+}  // namespace strata::kernels
+
+namespace strata::kernels {
+namespace {
+
+TEST(FastTanhTest, WithinTwoTenMillionthsOfTanhEverywhere) {
+  // Every float step of 1/4096 over [-12, 12], and around the switch at 0.25 and near 0 more finely.
+  double worst = 0;
+  auto check = [&](float x) {
+    const double want = std::tanh(static_cast<double>(x));
+    const double got = cpu::fast_tanh(x);
+    const double err = std::abs(got - want) / std::max(std::abs(want), 1e-30);
+    worst = std::max(worst, err);
+  };
+  for (int i = -12 * 4096; i <= 12 * 4096; ++i) check(static_cast<float>(i) / 4096.0f);
+  for (int i = -1000; i <= 1000; ++i) {
+    check(0.25f + static_cast<float>(i) * 1e-6f);
+    check(static_cast<float>(i) * 1e-7f);
+  }
+  EXPECT_LT(worst, 2e-7);
+  EXPECT_EQ(cpu::fast_tanh(100.0f), 1.0f);
+  EXPECT_EQ(cpu::fast_tanh(-100.0f), -1.0f);
+  EXPECT_EQ(cpu::fast_tanh(0.0f), 0.0f);
 }
 
 }  // namespace

@@ -41,7 +41,7 @@ LstmCellResult lstm_cell(const Tensor& z, const Tensor& c_prev) {
       for (int64_t j = 0; j < u; ++j) {
         const float i = cpu::stable_sigmoid(zr[j]);
         const float f = cpu::stable_sigmoid(zr[u + j]);
-        const float g = std::tanh(zr[2 * u + j]);
+        const float g = cpu::fast_tanh(zr[2 * u + j]);
         const float o = cpu::stable_sigmoid(zr[3 * u + j]);
         const float c = (pc ? f * pc[row * u + j] : 0.0f) + i * g;
         gr[j] = i;
@@ -49,7 +49,7 @@ LstmCellResult lstm_cell(const Tensor& z, const Tensor& c_prev) {
         gr[2 * u + j] = g;
         gr[3 * u + j] = o;
         cr[j] = c;
-        hr[j] = o * std::tanh(c);
+        hr[j] = o * cpu::fast_tanh(c);
       }
     }
   });
@@ -78,7 +78,7 @@ LstmCellGrads lstm_cell_backward(const Tensor& gates, const Tensor& packed, cons
       float* dzr = dz + row * 4 * u;
       for (int64_t j = 0; j < u; ++j) {
         const float i = gr[j], f = gr[u + j], gg = gr[2 * u + j], o = gr[3 * u + j];
-        const float tc = std::tanh(cr[j]);
+        const float tc = cpu::fast_tanh(cr[j]);
         const float dc = dc_out[j] + dh[j] * o * (1.0f - tc * tc);
         const float cp = pc ? pc[row * u + j] : 0.0f;
         dzr[j] = dc * gg * i * (1.0f - i);
