@@ -54,8 +54,8 @@ std::string from_bytes(const pb::TensorBytes& t, Tensor* out, const std::string*
     if (d < 0) return "a negative dimension in " + shape_str(shape);
   }
   if (static_cast<uint64_t>(shape_numel(shape)) * sizeof(float) != data->size()) {
-    return "shape " + shape_str(shape) + " needs " + std::to_string(shape_numel(shape) * 4) + " bytes of float32, got " +
-           std::to_string(data->size());
+    return "shape " + shape_str(shape) + " needs " + std::to_string(shape_numel(shape) * 4) +
+           " bytes of float32, got " + std::to_string(data->size());
   }
   void* bytes = const_cast<char*>(data->data());
   if ((owner || borrow) && reinterpret_cast<uintptr_t>(bytes) % alignof(float) == 0) {
@@ -69,7 +69,9 @@ std::string from_bytes(const pb::TensorBytes& t, Tensor* out, const std::string*
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const pb::OptimizerSpec& s) {
   const auto lr = static_cast<float>(s.learning_rate());
-  if (s.name() == "sgd") return std::make_unique<optim::SGD>(optim::SGDOptions{.learning_rate = lr, .momentum = static_cast<float>(s.momentum())});
+  if (s.name() == "sgd")
+    return std::make_unique<optim::SGD>(
+        optim::SGDOptions{.learning_rate = lr, .momentum = static_cast<float>(s.momentum())});
   if (s.name() == "adam") {
     return std::make_unique<optim::Adam>(optim::AdamOptions{.learning_rate = lr,
                                                             .beta_1 = static_cast<float>(s.beta_1()),
@@ -175,9 +177,8 @@ grpc::Status row_indices(const google::protobuf::RepeatedField<int64_t>& request
   return grpc::Status::OK;
 }
 
-class Service final
-    : public pb::ParameterServer::WithRawCallbackMethod_Push<
-          pb::ParameterServer::WithRawCallbackMethod_Pull<pb::ParameterServer::Service>> {
+class Service final : public pb::ParameterServer::WithRawCallbackMethod_Push<
+                          pb::ParameterServer::WithRawCallbackMethod_Pull<pb::ParameterServer::Service>> {
  public:
   explicit Service(int64_t step_window) : step_window_(step_window) {}
   // Step ids remembered for dropping repeats, over every shard.
@@ -221,91 +222,76 @@ class Service final
     return grpc::Status::OK;
   }
 
-  // Pull is a raw method: its response is encoded by hand so that the value's bytes are copied once, from the shard
-  // under its lock into the snapshot the response's slice points at (a generated response would copy them twice).
+  // Pull and Push are raw callback methods. Pull's response is encoded by hand so that the value's bytes are copied
+  // once, from the shard under its lock into the snapshot the response's slice points at (a generated response would
+  // copy them twice); Push is raw too so that both calls of a step run on gRPC's callback executor (a sync method
+  // would hand each push to the sync server's threads).
   grpc::ServerUnaryReactor* Pull(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
                                  grpc::ByteBuffer* response) override {
-    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    pb::PullRequest req;
-    grpc::ByteBuffer bytes(*request);  // shares the slices; Deserialize consumes its argument
-    if (!grpc::SerializationTraits<pb::PullRequest>::Deserialize(&bytes, &req).ok()) {
-      reactor->Finish(invalid("Pull: a malformed request"));
-    } else {
-      reactor->Finish(pull(req, response));
-    }
-    return reactor;
+    return serve_raw<pb::PullRequest>(context, *request, "Pull",
+                                      [&](const pb::PullRequest& req) { return pull(req, response); });
   }
 
-  // Push is a raw callback method too, so that both calls of a step's push + pull run on gRPC's callback executor
-  // (a sync method would hand each push to the sync server's threads).
   grpc::ServerUnaryReactor* Push(grpc::CallbackServerContext* context, const grpc::ByteBuffer* request,
                                  grpc::ByteBuffer* response) override {
-    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-    pb::PushRequest req;
-    pb::PushResponse resp;
-    grpc::ByteBuffer bytes(*request);  // shares the slices; Deserialize consumes its argument
-    grpc::Status status = grpc::SerializationTraits<pb::PushRequest>::Deserialize(&bytes, &req);
-    if (!status.ok()) {
-      status = invalid("Push: a malformed request");
-    } else {
-      status = push(req, &resp);
-    }
-    bool own_buffer = false;
-    if (status.ok()) status = grpc::SerializationTraits<pb::PushResponse>::Serialize(resp, response, &own_buffer);
-    reactor->Finish(status);
-    return reactor;
+    return serve_raw<pb::PushRequest>(context, *request, "Push", [&](const pb::PushRequest& req) {
+      pb::PushResponse resp;
+      grpc::Status status = push(req, &resp);
+      bool own_buffer = false;
+      if (status.ok()) status = grpc::SerializationTraits<pb::PushResponse>::Serialize(resp, response, &own_buffer);
+      return status;
+    });
   }
 
-  grpc::Status push(const pb::PushRequest& request, pb::PushResponse* resp) {
-    const pb::PushRequest* req = &request;
-    Shard* shard = find(req->name());
-    if (!shard) return not_found("Push", req->name());
+  grpc::Status push(const pb::PushRequest& req, pb::PushResponse* resp) {
+    Shard* shard = find(req.name());
+    if (!shard) return not_found("Push", req.name());
     Tensor grad;
     // Borrows the request's bytes when aligned (no copy): the request outlives this handler's use of `grad`, and
     // a round that keeps the gradient keeps a copy.
-    if (const std::string bad = from_bytes(req->gradient(), &grad, nullptr, nullptr, /*borrow=*/true); !bad.empty()) {
-      return invalid("Push " + req->name() + ": " + bad);
+    if (const std::string bad = from_bytes(req.gradient(), &grad, nullptr, nullptr, /*borrow=*/true); !bad.empty()) {
+      return invalid("Push " + req.name() + ": " + bad);
     }
-    const bool in_round = req->round_size() > 0;
-    if (req->round_size() < 0 || (in_round && req->step_id().empty())) {
-      return invalid("Push " + req->name() + ": a push of round " + std::to_string(req->round()) +
-                     " needs a step id and a positive round size (got " + std::to_string(req->round_size()) + ")");
+    const bool in_round = req.round_size() > 0;
+    if (req.round_size() < 0 || (in_round && req.step_id().empty())) {
+      return invalid("Push " + req.name() + ": a push of round " + std::to_string(req.round()) +
+                     " needs a step id and a positive round size (got " + std::to_string(req.round_size()) + ")");
     }
     std::lock_guard lock(shard->mu);
     const Shape& shape = shard->var.shape();
-    if (shard->taken(req->step_id(), req->round())) {
+    if (shard->taken(req.step_id(), req.round())) {
       ++dropped_;
       resp->set_applied(false);
       resp->set_version(shard->version);
       return grpc::Status::OK;
     }
     Tensor rows;
-    if (!req->rows().empty()) {  // sparse: scatter the rows' gradient into a dense one (repeated rows add up)
+    if (!req.rows().empty()) {  // sparse: scatter the rows' gradient into a dense one (repeated rows add up)
       Shape want = shape;
-      want[0] = req->rows_size();
+      want[0] = req.rows_size();
       if (grad.shape() != want) {
-        return invalid("Push " + req->name() + ": the gradient of " + std::to_string(req->rows_size()) + " rows is " +
+        return invalid("Push " + req.name() + ": the gradient of " + std::to_string(req.rows_size()) + " rows is " +
                        shape_str(grad.shape()) + ", wants " + shape_str(want));
       }
-      if (grpc::Status bad = row_indices(req->rows(), shape[0], "Push " + req->name(), &rows); !bad.ok()) return bad;
+      if (grpc::Status bad = row_indices(req.rows(), shape[0], "Push " + req.name(), &rows); !bad.ok()) return bad;
       if (in_round) grad = kernels::scatter_add(rows, grad, shape[0]);  // the round's sum keeps it
     } else if (grad.shape() != shape) {
-      return invalid("Push " + req->name() + ": the gradient is " + shape_str(grad.shape()) + ", the shard " +
+      return invalid("Push " + req.name() + ": the gradient is " + shape_str(grad.shape()) + ", the shard " +
                      shape_str(shape));
     }
     if (!in_round && rows.defined()) {
       if (!shard->sparse_gradient.defined()) shard->sparse_gradient = Tensor::zeros(shape);
       kernels::scatter_add_into(shard->sparse_gradient, rows, grad);
-      shard->apply(shard->sparse_gradient, {req->step_id()});
+      shard->apply(shard->sparse_gradient, {req.step_id()});
       zero_rows(shard->sparse_gradient, rows);
       ++applied_;
     } else if (!in_round) {
-      shard->apply(grad, {req->step_id()});
+      shard->apply(grad, {req.step_id()});
       ++applied_;
-    } else if (grpc::Status bad = add_to_round(*shard, *req, std::move(grad)); !bad.ok()) {
+    } else if (grpc::Status bad = add_to_round(*shard, req, std::move(grad)); !bad.ok()) {
       return bad;
     }
-    rows_pushed_ += req->rows().empty() ? shape[0] : req->rows_size();
+    rows_pushed_ += req.rows().empty() ? shape[0] : req.rows_size();
     resp->set_applied(true);
     resp->set_version(shard->version);
     return grpc::Status::OK;
@@ -335,7 +321,8 @@ class Service final
       record.set_version(shard->version);
       for (const std::string& step : shard->step_order) record.add_applied_steps(step);  // oldest first
       std::string json;
-      if (!google::protobuf::util::MessageToJsonString(record, &json).ok()) return invalid("Save " + name + ": cannot encode");
+      if (!google::protobuf::util::MessageToJsonString(record, &json).ok())
+        return invalid("Save " + name + ": cannot encode");
       io::NamedTensors tensors = {{"value", shard->var.value()}};
       for (auto& [slot, t] : shard->optimizer->state({shard->var})) tensors.emplace_back("optimizer/" + slot, t);
       try {
@@ -379,7 +366,8 @@ class Service final
       for (const std::string& step : record.applied_steps()) shard->remember(step);  // oldest first, as saved
       io::NamedTensors state;
       for (size_t i = 1; i < tensors.size(); ++i) {
-        if (tensors[i].first.rfind("optimizer/", 0) == 0) state.emplace_back(tensors[i].first.substr(10), tensors[i].second);
+        if (tensors[i].first.rfind("optimizer/", 0) == 0)
+          state.emplace_back(tensors[i].first.substr(10), tensors[i].second);
       }
       try {
         shard->optimizer->load_state(state, {shard->var});
@@ -409,6 +397,21 @@ class Service final
     const auto it = shards_.find(name);
     return it == shards_.end() ? nullptr : it->second.get();
   }
+  // A raw unary call: the request parsed as `Request` (INVALID_ARGUMENT when it is not one), then handle(request)'s
+  // status.
+  template <class Request, class Handle>
+  static grpc::ServerUnaryReactor* serve_raw(grpc::CallbackServerContext* context, const grpc::ByteBuffer& request,
+                                             const char* what, Handle handle) {
+    grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
+    Request req;
+    grpc::ByteBuffer bytes(request);  // shares the slices; Deserialize consumes its argument
+    if (!grpc::SerializationTraits<Request>::Deserialize(&bytes, &req).ok()) {
+      reactor->Finish(invalid(std::string(what) + ": a malformed request"));
+    } else {
+      reactor->Finish(handle(req));
+    }
+    return reactor;
+  }
   // The shard (or its requested rows) with its version as a PullResponse in `response`.
   grpc::Status pull(const pb::PullRequest& req, grpc::ByteBuffer* response) {
     Shard* shard = find(req.name());
@@ -422,7 +425,8 @@ class Service final
         snapshot = value.clone();
       } else {
         Tensor rows;
-        if (grpc::Status bad = row_indices(req.rows(), value.dim(0), "Pull " + req.name(), &rows); !bad.ok()) return bad;
+        if (grpc::Status bad = row_indices(req.rows(), value.dim(0), "Pull " + req.name(), &rows); !bad.ok())
+          return bad;
         snapshot = kernels::gather(value, rows);
       }
       head.set_version(shard->version);
@@ -499,7 +503,7 @@ void ParameterServer::start(const std::string& address, const std::string& resto
   int port = 0;
   builder.AddListeningPort(where, grpc::InsecureServerCredentials(), &port);
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // a port in use is an error, not a shared port
-  builder.SetMaxReceiveMessageSize(-1);                      // shards and gradients of any size
+  builder.SetMaxReceiveMessageSize(-1);                     // shards and gradients of any size
   builder.SetMaxSendMessageSize(-1);
   builder.RegisterService(service.get());
   auto server = builder.BuildAndStart();
@@ -530,9 +534,7 @@ int64_t ParameterServer::shards_restored() const { return impl_->restored; }
 int64_t ParameterServer::pushes_applied() const { return impl_->service ? impl_->service->applied() : 0; }
 int64_t ParameterServer::pushes_dropped() const { return impl_->service ? impl_->service->dropped() : 0; }
 int64_t ParameterServer::rows_pulled() const { return impl_->service ? impl_->service->rows_pulled() : 0; }
-int64_t ParameterServer::steps_remembered() const {
-  return impl_->service ? impl_->service->steps_remembered() : 0;
-}
+int64_t ParameterServer::steps_remembered() const { return impl_->service ? impl_->service->steps_remembered() : 0; }
 int64_t ParameterServer::rows_pushed() const { return impl_->service ? impl_->service->rows_pushed() : 0; }
 
 // ---- client
@@ -557,8 +559,8 @@ struct ParameterServerClient::Impl {
       // A call cut off by a ps that died or shut down (UNAVAILABLE, or CANCELLED by its server, at once rather than
       // at the deadline) is made again, within the deadline, when making it twice does no harm: the ps may be
       // restarting from its checkpoint.
-      const bool cut_off = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
-                           status.error_code() == grpc::StatusCode::CANCELLED;
+      const bool cut_off =
+          status.error_code() == grpc::StatusCode::UNAVAILABLE || status.error_code() == grpc::StatusCode::CANCELLED;
       if (!cut_off || !retry) break;
       if (std::chrono::system_clock::now() + backoff >= deadline) break;
       std::this_thread::sleep_for(backoff);
@@ -717,8 +719,7 @@ bool ParameterServerClient::push_request(const std::string& name, const std::vec
   head.set_step_id(step_id);
   head.set_round(round.id);
   head.set_round_size(round.size);
-  const grpc::ByteBuffer request =
-      encode_with_tensor_bytes(head, pb::PushRequest::kGradientFieldNumber, gradient);
+  const grpc::ByteBuffer request = encode_with_tensor_bytes(head, pb::PushRequest::kGradientFieldNumber, gradient);
   return impl_->call_raw<pb::PushResponse>("Push", request, /*retry=*/!step_id.empty()).applied();
 }
 
