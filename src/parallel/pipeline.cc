@@ -152,12 +152,12 @@ struct PipelineStage::Impl {
   std::map<int, StageLayers> chunks;  // this stage's virtual stages
   std::map<int, Shape> input_shapes;  // every virtual stage v > 0: v's input for one example (no batch axis)
   std::shared_ptr<losses::Loss> loss;
-  std::shared_ptr<optim::Optimizer> optimizer;
+  std::shared_ptr<optim::Optimizer> optimizer;  // null: the gradients wait in `pending_*`
   std::shared_ptr<comm::Communicator> comm;
   PipelineOptions options;
   std::vector<Variable> weights;
-  std::map<int, std::vector<size_t>> weights_of;                     // per own virtual stage, indices into `weights`
-  std::map<int, std::vector<std::vector<size_t>>> layer_weights_of;  // the same, per layer of the virtual stage
+  // Per own virtual stage, per layer: indices into `weights`.
+  std::map<int, std::vector<std::vector<size_t>>> layer_weights_of;
   StageTiming timing;
 
   // Per step.
@@ -173,9 +173,7 @@ struct PipelineStage::Impl {
   int64_t kept_bytes = 0, peak_kept_bytes = 0;
   bool recomputes = false;      // options.recompute_stages names this stage
   Clock::time_point failed_at;  // of the last failed step, taken before this stage aborted the others
-  // Whether the step ends with this stage's optimizer applying its gradients; else (a ThreadPipeline's stage) they
-  // wait in `pending` for the pipeline's one optimizer.
-  bool applies_gradients = true;
+  // Without an optimizer (a ThreadPipeline's stage), the step's summed gradients wait here for the pipeline's one.
   std::vector<Tensor> pending_grads;
   std::vector<Variable> pending_vars;
 
@@ -295,14 +293,16 @@ struct PipelineStage::Impl {
     }
     switch (kind) {
       case ActionKind::kBackward: {  // one pass for the input's gradient and every weight's
+        std::vector<size_t> own;
+        for (const auto& layer : layer_weights_of[v]) own.insert(own.end(), layer.begin(), layer.end());
         std::vector<Variable> sources;
         if (v > 0) sources.push_back(f.input);
-        for (size_t w : weights_of[v]) sources.push_back(weights[w]);
+        for (size_t w : own) sources.push_back(weights[w]);
         if (sources.empty()) break;
         const std::vector<Tensor> g = f.tape->gradient(f.output, sources, seed, UnconnectedGradients::kZero);
         size_t next = 0;
         if (v > 0) pass_input_grad(v, m, g[next++]);
-        for (size_t w : weights_of[v]) accumulate(w, g[next++]);
+        for (size_t w : own) accumulate(w, g[next++]);
         break;
       }
       case ActionKind::kBackwardInput: {  // the input's gradient, keeping the gradient at every layer's output
@@ -426,7 +426,6 @@ PipelineStage::PipelineStage(const std::vector<StageLayers>& virtual_stages, int
                                        << "' has a weight regularizer, which pipeline stages do not "
                                           "apply yet");
       for (const Variable& w : layer->trainable_variables()) {
-        s.weights_of[v].push_back(s.weights.size());
         s.layer_weights_of[v].back().push_back(s.weights.size());
         s.weights.push_back(w);
       }
@@ -496,7 +495,7 @@ void PipelineStage::Impl::run_step(const Tensor& x, const Tensor& y) {
     summed.push_back(grads[i]);
     vars.push_back(weights[i]);
   }
-  if (applies_gradients) {
+  if (optimizer) {
     if (!vars.empty()) optimizer->apply_gradients(summed, vars);
   } else {
     pending_grads = std::move(summed);
@@ -543,11 +542,11 @@ ThreadPipeline::ThreadPipeline(const std::vector<StageLayers>& virtual_stages, S
   const int n = schedule.stages;
   auto group = comm::make_local_group(n);
   impl_->optimizer = std::move(optimizer);
-  impl_->threads_per_stage = std::max(1, hardware_threads() / n);
+  impl_->threads_per_stage = std::max(1, num_threads() / n);  // the constructing thread's cores, shared out
   for (int i = 0; i < n; ++i) {
     impl_->stages.push_back(
         std::make_unique<PipelineStage>(virtual_stages, i, schedule, loss, *impl_->optimizer, group[i], options));
-    impl_->stages.back()->impl_->applies_gradients = false;
+    impl_->stages.back()->impl_->optimizer.reset();
     impl_->generators.push_back(default_generator().split(default_generator().state().stream + 1 + i));
   }
 }

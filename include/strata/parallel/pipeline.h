@@ -104,6 +104,7 @@ class PipelineStage {
 // The stages of `schedule` as threads of this process, connected by a local communicator group. One optimizer
 // serves every stage: after the stages have run the step, it applies all their summed gradients in one call, so its
 // step count, slots and learning-rate schedule are those of the unsplit model (and a checkpoint of it holds them).
+// Each stage thread's kernels use the constructing thread's num_threads() / stages threads (at least one).
 // Each stage thread draws random numbers (Dropout's) from its own generator, split from the constructing thread's
 // default generator and carried from step to step.
 class ThreadPipeline {
