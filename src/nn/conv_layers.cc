@@ -65,15 +65,9 @@ Variable Conv2D::call(const Variable& input, bool) {
   const int64_t channels = kernel_.shape()[2];
   STRATA_CHECK(s[3] == channels, ShapeError,
                label(*this) << " expects input [batch, height, width, " << channels << "], got " << shape_str(s));
-  const auto& o = options_;
-  const Conv2DOptions conv = {.stride_h = o.strides.h,
-                              .stride_w = o.strides.w,
-                              .padding = o.padding.value(),
-                              .dilation_h = o.dilation_rate.h,
-                              .dilation_w = o.dilation_rate.w,
-                              .fused_relu = o.activation.name() == "relu"};
+  const Conv2DOptions conv = detail::conv2d_options(options_);
   Variable y = conv2d(input, kernel_, bias_, conv);
-  return conv.fused_relu ? y : o.activation(y);
+  return conv.fused_relu ? y : options_.activation(y);
 }
 
 // ---------------------------------------------------------------- pooling

@@ -35,7 +35,7 @@ void Dense::build_impl(const Shape& input_shape) {
   }
 }
 
-namespace {
+namespace detail {
 // relu(x w + b) (relu and b optional) as one recorded op: one product and one pass forward, and backward
 // one pass for relu's mask and the bias gradient beside the products. Against matmul, a broadcast add and
 // relu as three ops this saved ~10 us (3%) of a 784-128-10 MLP step at batch 64 (models_bench --steps);
@@ -59,7 +59,7 @@ Variable dense_op(const Variable& x, const Variable& w, const Variable& b, bool 
         return grads;
       });
 }
-}  // namespace
+}  // namespace detail
 
 Variable Dense::call(const Variable& input, bool) {
   const Shape& s = input.shape();
@@ -73,7 +73,7 @@ Variable Dense::call(const Variable& input, bool) {
   const Variable x2 = s.size() == 2 ? input : reshape(input, {-1, in});
   Variable y;
   if (fused) {
-    y = dense_op(x2, kernel_, bias_, relu);
+    y = detail::dense_op(x2, kernel_, bias_, relu);
   } else {
     y = matmul(x2, kernel_);
     if (bias_.defined()) y = y + bias_;

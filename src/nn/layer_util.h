@@ -1,4 +1,5 @@
-// Helpers the concrete layers share: naming a layer in messages and checking input shapes.
+// Helpers the concrete layers share (and the tensor-parallel layers of src/parallel): naming a layer in messages,
+// checking input shapes, the fused dense op, and the conv2d op's options from a layer's Keras-style options.
 // Thread-safety: pure functions.
 #pragma once
 
@@ -6,6 +7,7 @@
 
 #include "strata/error.h"
 #include "strata/nn/layer.h"
+#include "strata/ops.h"
 
 namespace strata::nn::detail {
 
@@ -16,6 +18,22 @@ inline std::string label(const Layer& layer) { return layer.class_name() + " '" 
 inline Shape with_free_batch(Shape s) {
   if (!s.empty()) s[0] = -1;
   return s;
+}
+
+// relu(x w + b) (relu and b optional) as one recorded op, float32 on the host: x [M, K], w [K, N], b [N]
+// (core_layers.cc).
+Variable dense_op(const Variable& x, const Variable& w, const Variable& b, bool relu);
+
+// The conv2d op's options for a layer's options (strides, padding, dilation_rate, activation): a relu activation is
+// fused into the convolution.
+template <class LayerOptions>
+Conv2DOptions conv2d_options(const LayerOptions& o) {
+  return {.stride_h = o.strides.h,
+          .stride_w = o.strides.w,
+          .padding = o.padding.value(),
+          .dilation_h = o.dilation_rate.h,
+          .dilation_w = o.dilation_rate.w,
+          .fused_relu = o.activation.name() == "relu"};
 }
 
 }  // namespace strata::nn::detail

@@ -77,12 +77,13 @@ void ColumnParallelDense::build_impl(const Shape& input_shape) {
 Variable ColumnParallelDense::call(const Variable& input, bool) {
   const Shape s = input.shape();
   check_dense_input(*this, s, kernel_.shape()[0]);
-  // Every rank reads the whole input: its gradient is the sum of the ranks' parts.
-  Variable y = matmul(as_matrix(detail::copy_to(input, comm_)), kernel_);
-  if (bias_.defined()) y = y + bias_;
+  // Every rank reads the whole input: its gradient is the sum of the ranks' parts. A relu commutes with the gather: it
+  // is fused into each rank's product (Dense's fused op).
+  const bool relu = options_.activation.name() == "relu";
+  Variable y = nn::detail::dense_op(as_matrix(detail::copy_to(input, comm_)), kernel_, bias_, relu);
   y = like_leading(y, s);
   if (options_.gather_output) y = detail::gather_from(y, comm_, -1);
-  return options_.activation(y);
+  return relu ? y : options_.activation(y);
 }
 
 void ColumnParallelDense::load_shard_of(const nn::Dense& full) {
@@ -174,17 +175,11 @@ Variable ChannelParallelConv2D::call(const Variable& input, bool) {
   const int64_t channels = kernel_.shape()[2];
   STRATA_CHECK(s.size() == 4 && s[3] == channels, ShapeError,
                label(*this) << " expects input [batch, height, width, " << channels << "], got " << shape_str(s));
-  const auto& o = options_;
-  const Conv2DOptions conv = {.stride_h = o.strides.h,
-                              .stride_w = o.strides.w,
-                              .padding = o.padding.value(),
-                              .dilation_h = o.dilation_rate.h,
-                              .dilation_w = o.dilation_rate.w,
-                              // relu commutes with the gather: fuse it into each rank's convolution
-                              .fused_relu = o.activation.name() == "relu"};
+  // A relu commutes with the gather: it is fused into each rank's convolution.
+  const Conv2DOptions conv = nn::detail::conv2d_options(options_);
   Variable y = conv2d(detail::copy_to(input, comm_), kernel_, bias_, conv);
-  if (o.gather_output) y = detail::gather_from(y, comm_, -1);
-  return conv.fused_relu ? y : o.activation(y);
+  if (options_.gather_output) y = detail::gather_from(y, comm_, -1);
+  return conv.fused_relu ? y : options_.activation(y);
 }
 
 void ChannelParallelConv2D::load_shard_of(const nn::Conv2D& full) {
