@@ -37,6 +37,64 @@ int message_tag(int virtual_stage, int micro_batch, int micro_batches, bool grad
   return (virtual_stage * micro_batches + micro_batch) * 2 + (gradient ? 1 : 0);
 }
 
+// One optimizer step: the weights that take it, their gradients, and the step's loss.
+struct StepUpdate {
+  std::vector<Tensor> grads;
+  std::vector<Variable> vars;
+  double loss = 0;
+};
+
+// The step of `weights` from `grads` (one per weight, undefined where a weight has none) of a batch of `rows`
+// examples whose mean loss is `loss`; with `replicas`, the rows-weighted mean over every replica's (see
+// PipelineOptions::replicas) — one float32 collective holding each replica's gradients times its rows, which
+// weights have one, its rows times its loss, and its rows. A weight takes the step if some replica has its gradient.
+StepUpdate step_update(comm::Communicator* replicas, const std::vector<Variable>& weights,
+                       const std::vector<Tensor>& grads, int64_t rows, double loss, std::chrono::milliseconds timeout) {
+  StepUpdate out;
+  out.loss = loss;
+  if (!replicas) {
+    for (size_t i = 0; i < weights.size(); ++i) {
+      if (!grads[i].defined()) continue;
+      out.grads.push_back(grads[i]);
+      out.vars.push_back(weights[i]);
+    }
+    return out;
+  }
+  int64_t numel = 0;
+  for (const Variable& w : weights) numel += w.value().numel();
+  const auto n = static_cast<int64_t>(weights.size());
+  Tensor flat = Tensor::zeros({numel + n + 2});
+  float* at = flat.data<float>();
+  float* flags = at + numel;
+  float* tail = flags + n;
+  const auto weight = static_cast<float>(rows);
+  for (size_t i = 0; i < weights.size(); ++i) {
+    const int64_t size = weights[i].value().numel();
+    if (grads[i].defined()) {
+      const float* src = grads[i].data<float>();
+      for (int64_t k = 0; k < size; ++k) at[k] = src[k] * weight;
+      flags[i] = 1;
+    }
+    at += size;
+  }
+  tail[0] = rows > 0 && std::isfinite(loss) ? static_cast<float>(loss) * weight : 0.0f;
+  tail[1] = weight;
+  replicas->all_reduce({flat}, comm::AllReduceOptions{.op = comm::ReduceOp::kSum, .timeout = timeout})->wait();
+  const float total = tail[1];
+  out.loss = total > 0 ? tail[0] / total : std::nan("");
+  if (total <= 0) return out;  // no replica had an example: no step
+  int64_t offset = 0;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    const int64_t size = weights[i].value().numel();
+    if (flags[i] > 0) {
+      out.grads.push_back(kernels::affine(flat.slice(offset, offset + size).reshape(weights[i].shape()), 1 / total, 0));
+      out.vars.push_back(weights[i]);
+    }
+    offset += size;
+  }
+  return out;
+}
+
 }  // namespace
 
 std::vector<StageLayers> split_at(const std::vector<std::shared_ptr<nn::Layer>>& layers,
@@ -176,6 +234,19 @@ struct PipelineStage::Impl {
   // Without an optimizer (a ThreadPipeline's stage), the step's summed gradients wait here for the pipeline's one.
   std::vector<Tensor> pending_grads;
   std::vector<Variable> pending_vars;
+
+  // After the schedule: the step's gradients applied with the stage's optimizer (reduced over the replicas first,
+  // when there are any), or left in `pending_*` for a ThreadPipeline's.
+  void finish_step(int64_t batch) {
+    if (!optimizer) {
+      pending_grads = grads;  // one per weight, undefined where the step gave none
+      pending_vars = weights;
+      return;
+    }
+    StepUpdate update = step_update(options.replicas, weights, grads, batch, step_loss, options.timeout);
+    step_loss = update.loss;
+    if (!update.vars.empty()) optimizer->apply_gradients(update.grads, update.vars);
+  }
 
   int last_virtual_stage() const { return schedule.virtual_stages() - 1; }
   bool holds(int v) const { return v >= 0 && v <= last_virtual_stage() && schedule.stage_of(v) == stage; }
@@ -443,6 +514,13 @@ const StageTiming& PipelineStage::last_timing() const { return impl_->timing; }
 void PipelineStage::Impl::run_step(const Tensor& x, const Tensor& y) {
   const int micro_batches = schedule.micro_batches;
   const int64_t batch = y.dim(0);
+  grads.assign(weights.size(), Tensor());
+  step_loss = 0;
+  if (batch == 0 && options.replicas) {  // this replica's share is empty: it only takes the replicas' step
+    timing = StageTiming{};
+    finish_step(batch);
+    return;
+  }
   STRATA_CHECK(batch >= micro_batches, InvalidArgument,
                "pipeline: a batch of " << batch << " examples cannot make " << micro_batches << " micro-batches");
   STRATA_CHECK(stage != 0 || (x.defined() && x.dim(0) == batch), InvalidArgument,
@@ -451,8 +529,6 @@ void PipelineStage::Impl::run_step(const Tensor& x, const Tensor& y) {
   const auto first_row = [&](int m) {
     return static_cast<int64_t>(m) * (batch / micro_batches) + std::min<int64_t>(m, batch % micro_batches);
   };
-  grads.assign(weights.size(), Tensor());
-  step_loss = 0;
   peak_activations = 0;
   kept_bytes = peak_kept_bytes = 0;
   const auto start = Clock::now();
@@ -488,23 +564,11 @@ void PipelineStage::Impl::run_step(const Tensor& x, const Tensor& y) {
     }
   }
   for (const auto& w : sends) w->wait();
-  std::vector<Tensor> summed;
-  std::vector<Variable> vars;
-  for (size_t i = 0; i < weights.size(); ++i) {
-    if (!grads[i].defined()) continue;
-    summed.push_back(grads[i]);
-    vars.push_back(weights[i]);
-  }
-  if (optimizer) {
-    if (!vars.empty()) optimizer->apply_gradients(summed, vars);
-  } else {
-    pending_grads = std::move(summed);
-    pending_vars = std::move(vars);
-  }
   timing.step_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   timing.compute_seconds = compute;
   timing.peak_activations = peak_activations;
   timing.peak_activation_bytes = peak_kept_bytes;
+  finish_step(batch);
 }
 
 float PipelineStage::train_step(const Tensor& x, const Tensor& y) {
@@ -527,6 +591,8 @@ float PipelineStage::train_step(const Tensor& x, const Tensor& y) {
 struct ThreadPipeline::Impl {
   std::vector<std::unique_ptr<PipelineStage>> stages;
   std::shared_ptr<optim::Optimizer> optimizer;
+  comm::Communicator* replicas = nullptr;  // PipelineOptions::replicas
+  std::chrono::milliseconds timeout{0};
   int threads_per_stage = 1;
   // Each stage thread's random numbers (e.g. Dropout's), carried from step to step: a fresh thread's default
   // generator would start over every step.
@@ -542,6 +608,8 @@ ThreadPipeline::ThreadPipeline(const std::vector<StageLayers>& virtual_stages, S
   const int n = schedule.stages;
   auto group = comm::make_local_group(n);
   impl_->optimizer = std::move(optimizer);
+  impl_->replicas = options.replicas;
+  impl_->timeout = options.timeout;
   impl_->threads_per_stage = std::max(1, num_threads() / n);  // the constructing thread's cores, shared out
   for (int i = 0; i < n; ++i) {
     impl_->stages.push_back(
@@ -585,18 +653,18 @@ float ThreadPipeline::train_step(const Tensor& x, const Tensor& y) {
   if (first >= 0) std::rethrow_exception(errors[first]);
   std::vector<Tensor> grads;
   std::vector<Variable> vars;
+  double loss = std::nan("");
   for (const auto& stage : impl_->stages) {
     PipelineStage::Impl& s = *stage->impl_;
     grads.insert(grads.end(), s.pending_grads.begin(), s.pending_grads.end());
     vars.insert(vars.end(), s.pending_vars.begin(), s.pending_vars.end());
     s.pending_grads.clear();
     s.pending_vars.clear();
+    if (stage->holds_loss()) loss = s.step_loss;
   }
-  if (!vars.empty()) impl_->optimizer->apply_gradients(grads, vars);
-  for (int i = 0; i < n; ++i) {
-    if (impl_->stages[i]->holds_loss()) return losses[i];
-  }
-  return std::nanf("");
+  StepUpdate update = step_update(impl_->replicas, vars, grads, y.dim(0), loss, impl_->timeout);
+  if (!update.vars.empty()) impl_->optimizer->apply_gradients(update.grads, update.vars);
+  return static_cast<float>(update.loss);
 }
 
 std::vector<StageTiming> ThreadPipeline::last_timings() const {

@@ -59,6 +59,14 @@ struct PipelineOptions {
   // The rerun draws the same random numbers (the thread's default generator is put back) and leaves layer state
   // (BatchNormalization's moving statistics) as the first forward left it.
   std::vector<int> recompute_stages;
+  // Data parallelism: the group of this pipeline's replicas, one rank each (threads of a local group, or processes;
+  // not owned: it outlives the pipeline). Every replica runs the whole pipeline on its own share of the global batch,
+  // and before the optimizer step the gradients are summed over the group weighted by each replica's examples, so
+  // every replica takes the same step: that of one pipeline on the replicas' batches together (and the step's loss
+  // is theirs together). A replica whose share is empty takes the step too. A ThreadPipeline reduces all its
+  // stages' gradients in one collective; a PipelineStage with its own optimizer (stages as processes) its own
+  // stage's, so its group joins that stage of every replica.
+  comm::Communicator* replicas = nullptr;
 };
 
 // What one stage measured in its last step.
@@ -86,7 +94,7 @@ class PipelineStage {
 
   // One training step on the global batch: x [B, example_shape...] (read by stage 0 only) and y [B, ...] (read by
   // the stage holding the loss); every stage is given the same B. Returns the batch's mean loss on the stage
-  // holding the loss, NaN on the others. InvalidArgument when B < micro_batches.
+  // holding the loss, NaN on the others. InvalidArgument when 0 < B < micro_batches, or B = 0 without replicas.
   float train_step(const Tensor& x, const Tensor& y);
 
   int stage() const;
@@ -119,7 +127,8 @@ class ThreadPipeline {
   ThreadPipeline(const ThreadPipeline&) = delete;
   ThreadPipeline& operator=(const ThreadPipeline&) = delete;
 
-  // One step on every stage at once; the batch's mean loss. A stage's error is rethrown here.
+  // One step on every stage at once; the batch's mean loss (with replicas, over every replica's batch). A stage's
+  // error is rethrown here.
   float train_step(const Tensor& x, const Tensor& y);
   // Per stage, what it measured in the last step.
   std::vector<StageTiming> last_timings() const;
