@@ -75,19 +75,23 @@ StrategySpec resolve_strategy(const StrategySpec& from_job, const StrategyFlags&
                                << ": one_device has one replica; use --strategy mirrored or "
                                   "central_storage for more");
     STRATA_CHECK(spec.name != "parameter_server" || replicas == 1, InvalidArgument,
-                 "--replicas " << replicas << ": each parameter_server worker is one replica (add workers with "
-                                              "`strata launch --workers N`)");
+                 "--replicas " << replicas
+                               << ": each parameter_server worker is one replica (add workers with "
+                                  "`strata launch --workers N`)");
     STRATA_CHECK(spec.name != "pipeline" || replicas == 1, InvalidArgument,
-                 "--replicas " << replicas << ": a pipeline is one replica cut into stages (use --stages)");
+                 "--replicas " << replicas
+                               << ": a pipeline is one replica cut into stages (use --stages); for replicas of the "
+                                  "pipeline, run it on several workers under `strata launch --workers N`");
     spec.replicas = replicas;
   }
   if (flags.collective_timeout_seconds) {
     const double seconds = *flags.collective_timeout_seconds;
     STRATA_CHECK(std::isfinite(seconds) && seconds > 0, InvalidArgument,
                  "--collective-timeout: must be a positive number of seconds, got " << seconds);
-    STRATA_CHECK(spec.name == "multi_worker_mirrored", InvalidArgument,
-                 "--collective-timeout " << seconds << ": only multi_worker_mirrored runs collectives across "
-                                                        "processes (this job's strategy is "
+    STRATA_CHECK(spec.name == "multi_worker_mirrored" || spec.name == "pipeline", InvalidArgument,
+                 "--collective-timeout " << seconds
+                                         << ": only multi_worker_mirrored and pipeline run collectives "
+                                            "across processes (this job's strategy is "
                                          << spec.name << ")");
     spec.collective_timeout_seconds = seconds;
   }
@@ -113,8 +117,9 @@ StrategySpec resolve_strategy(const StrategySpec& from_job, const StrategyFlags&
     if (!value) return;
     STRATA_CHECK(*value >= 1, InvalidArgument, flag << ": must be a positive integer, got " << *value);
     STRATA_CHECK(spec.name == "pipeline", InvalidArgument,
-                 flag << " " << *value << ": only the pipeline strategy cuts the model into stages (this job's "
-                                          "strategy is "
+                 flag << " " << *value
+                      << ": only the pipeline strategy cuts the model into stages (this job's "
+                         "strategy is "
                       << spec.name << ")");
     into = *value;
   };
@@ -124,8 +129,9 @@ StrategySpec resolve_strategy(const StrategySpec& from_job, const StrategyFlags&
   if (!flags.schedule.empty()) {
     check_pipeline_schedule(flags.schedule, "--schedule");
     STRATA_CHECK(spec.name == "pipeline", InvalidArgument,
-                 "--schedule " << flags.schedule << ": only the pipeline strategy runs a schedule (this job's "
-                                                    "strategy is "
+                 "--schedule " << flags.schedule
+                               << ": only the pipeline strategy runs a schedule (this job's "
+                                  "strategy is "
                                << spec.name << ")");
     spec.pipeline_schedule = flags.schedule;
   }
@@ -152,14 +158,14 @@ std::unique_ptr<distribute::Strategy> make_job_strategy(const StrategySpec& spec
   if (replicas <= 0) {
     replicas = spec.name == "one_device" || spec.name == "multi_worker_mirrored" ? 1 : std::max(1, num_threads());
   }
+  distribute::CommunicationOptions communication;  // across worker processes
+  if (spec.collective_timeout_seconds > 0) {
+    communication.timeout = std::chrono::milliseconds(static_cast<int64_t>(spec.collective_timeout_seconds * 1000));
+  }
+  communication.gradient_compression = spec.gradient_compression;
   if (spec.name == "multi_worker_mirrored") {  // replicas: per worker (one unless --replicas says more)
-    distribute::CommunicationOptions options;
-    if (spec.collective_timeout_seconds > 0) {
-      options.timeout = std::chrono::milliseconds(static_cast<int64_t>(spec.collective_timeout_seconds * 1000));
-    }
-    options.gradient_compression = spec.gradient_compression;
     return std::make_unique<distribute::MultiWorkerMirroredStrategy>(cluster::resolve_cluster_from_environment(),
-                                                                     options, replicas);
+                                                                     communication, replicas);
   }
   if (spec.name == "parameter_server") {
     ps::ParameterServerStrategyOptions options;
@@ -174,7 +180,8 @@ std::unique_ptr<distribute::Strategy> make_job_strategy(const StrategySpec& spec
                                           .micro_batches = spec.pipeline_micro_batches,
                                           .schedule = spec.pipeline_schedule,
                                           .chunks = spec.pipeline_chunks,
-                                          .recompute = spec.pipeline_recompute});
+                                          .recompute = spec.pipeline_recompute},
+        cluster::resolve_cluster_from_environment(), communication);  // under `strata launch`: a replica per worker
   }
   return distribute::make_strategy(spec.name, replicas, spec.cross_device_ops);
 }
@@ -184,19 +191,24 @@ std::string strategy_line(const distribute::Strategy& strategy, int64_t global_b
   std::ostringstream out;
   if (const auto* servers = dynamic_cast<const ps::ParameterServerStrategy*>(&strategy)) {
     out << "strategy: ParameterServerStrategy, " << servers->task().name() << " of " << servers->num_worker_tasks()
-        << (servers->num_worker_tasks() == 1 ? " worker" : " workers") << " and " << servers->num_ps()
-        << " ps, ";
+        << (servers->num_worker_tasks() == 1 ? " worker" : " workers") << " and " << servers->num_ps() << " ps, ";
     const std::optional<int64_t> staleness = servers->options().coordinator.max_staleness;
-    if (!staleness) out << "asynchronous steps";
-    else if (*staleness == 0) out << "synchronous rounds of one step per worker";
-    else out << "steps at most " << *staleness << " ahead of the slowest worker";
+    if (!staleness)
+      out << "asynchronous steps";
+    else if (*staleness == 0)
+      out << "synchronous rounds of one step per worker";
+    else
+      out << "steps at most " << *staleness << " ahead of the slowest worker";
     out << " (batch " << global_batch << " a step)";
     return out.str();
   }
   if (const auto* pipeline = dynamic_cast<const parallel::PipelineStrategy*>(&strategy)) {
-    const int m = pipeline->schedule().micro_batches;
-    out << "strategy: " << pipeline->describe() << ", global batch " << global_batch << " (" << global_batch / m
-        << (global_batch % m == 0 ? "" : " or more") << " per micro-batch)";
+    const int64_t m = pipeline->schedule().micro_batches, workers = pipeline->num_workers();
+    out << "strategy: " << pipeline->describe() << ", global batch " << global_batch << " (";
+    if (workers > 1) {
+      out << global_batch / workers << (global_batch % workers == 0 ? "" : " or more") << " per worker, ";
+    }
+    out << global_batch / (workers * m) << (global_batch % (workers * m) == 0 ? "" : " or more") << " per micro-batch)";
     return out.str();
   }
   out << "strategy: " << strategy.name() << ", " << n << (n == 1 ? " replica (" : " replicas (") << threads
@@ -268,9 +280,8 @@ int64_t available_memory_bytes() {
 std::string batch_memory_warning(int64_t needed, int64_t available, int64_t global_batch) {
   if (available <= 0 || needed <= available) return "";
   std::ostringstream out;
-  out << "global batch " << global_batch << ": its activations need about " << gib(needed)
-      << " (estimate) but " << gib(available)
-      << " of memory is available; expect swapping or an out-of-memory kill (lower batch_size)";
+  out << "global batch " << global_batch << ": its activations need about " << gib(needed) << " (estimate) but "
+      << gib(available) << " of memory is available; expect swapping or an out-of-memory kill (lower batch_size)";
   return out.str();
 }
 

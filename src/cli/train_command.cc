@@ -395,14 +395,15 @@ void add_strategy_options(CLI::App* command, StrategyFlags& flags) {
                       "how mirrored all-reduces gradients: reduction_to_one_device, ring or tree (overrides "
                       "`cross_device_ops:`; default reduction_to_one_device)");
   command->add_option("--collective-timeout", flags.collective_timeout_seconds,
-                      "multi_worker_mirrored: seconds any collective may wait for the other workers before the job "
-                      "fails naming them (default 300)");
+                      "multi_worker_mirrored, and pipeline on several workers: seconds any collective may wait for the "
+                      "other workers before the job fails naming them (default 300)");
   command->add_option("--max-staleness", flags.max_staleness,
                       "parameter_server: a worker may start step v only when every worker has finished step v - N "
                       "(0: synchronous rounds, each round's gradients applied as one mean; default: asynchronous)");
   command->add_option("--stages", flags.stages,
                       "pipeline: stages the model's layers are cut into, each a thread with its share of the cores "
-                      "(overrides `stages:`; default 2)")
+                      "(overrides `stages:`; default 2); under `strata launch --workers N` every worker runs a "
+                      "replica of the pipeline on its share of each batch")
       ->check(kPositiveInteger);
   command->add_option("--micro-batches", flags.micro_batches,
                       "pipeline: micro-batches each global batch is split into (overrides `micro_batches:`; default 4)")

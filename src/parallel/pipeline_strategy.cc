@@ -22,9 +22,41 @@ PipelineStrategy::PipelineStrategy(PipelineStrategyOptions options)
                                     << schedule_.virtual_stages() - 1 << " bounds, got " << options_.bounds.size());
 }
 
-Variable PipelineStrategy::create_variable(const Tensor& initial_value, const VariableOptions& options) {
-  return make_distributed_variable({initial_value}, options, id());
+PipelineStrategy::PipelineStrategy(PipelineStrategyOptions options, const cluster::TaskInfo& task,
+                                   distribute::CommunicationOptions communication)
+    : PipelineStrategy(std::move(options)) {
+  if (task.num_workers > 1) {
+    workers_ = std::make_unique<distribute::MultiWorkerMirroredStrategy>(task, std::move(communication), 1);
+  }
 }
+
+PipelineStrategy::~PipelineStrategy() = default;
+
+Variable PipelineStrategy::create_variable(const Tensor& initial_value, const VariableOptions& options) {
+  if (!workers_) return make_distributed_variable({initial_value}, options, id());
+  Tensor value = initial_value.clone();
+  workers_->broadcast_from_chief({value});
+  return make_distributed_variable({value}, options, id());
+}
+
+int PipelineStrategy::num_workers() const { return workers_ ? workers_->num_workers() : 1; }
+int PipelineStrategy::worker_index() const { return workers_ ? workers_->worker_index() : 0; }
+
+std::vector<double> PipelineStrategy::sum_across_workers(const std::vector<double>& values) const {
+  return workers_ ? workers_->sum_across_workers(values) : values;
+}
+
+void PipelineStrategy::broadcast_from_chief(const std::vector<Tensor>& tensors) const {
+  if (workers_) workers_->broadcast_from_chief(tensors);
+}
+
+std::vector<std::string> PipelineStrategy::all_gather_across_workers(const std::string& bytes) const {
+  return workers_ ? workers_->all_gather_across_workers(bytes) : std::vector<std::string>{bytes};
+}
+
+comm::Communicator* PipelineStrategy::replica_group() const { return workers_ ? &workers_->communicator(0) : nullptr; }
+
+std::string PipelineStrategy::backend() const { return workers_ ? workers_->backend() : ""; }
 
 std::vector<StageLayers> PipelineStrategy::split(const std::vector<std::shared_ptr<nn::Layer>>& layers,
                                                  const Tensor& micro_batch) {
@@ -35,6 +67,15 @@ std::vector<StageLayers> PipelineStrategy::split(const std::vector<std::shared_p
     pieces = split_by_parameters(layers, schedule_.virtual_stages());
   } else {
     pieces = split_by_time(layers, schedule_.virtual_stages(), micro_batch);
+  }
+  if (workers_) {  // every worker cuts where the chief does (measured times differ between processes)
+    std::vector<int64_t> bounds;
+    int64_t at = 0;
+    for (size_t i = 0; i + 1 < pieces.size(); ++i) bounds.push_back(at += static_cast<int64_t>(pieces[i].size()));
+    Tensor agreed = Tensor::from_vector(bounds);
+    if (!bounds.empty()) workers_->broadcast_from_chief({agreed});
+    const std::vector<int64_t> chief = agreed.to_vector<int64_t>();
+    pieces = split_at(layers, std::vector<int>(chief.begin(), chief.end()));
   }
   layout_.clear();
   for (const StageLayers& piece : pieces) {
@@ -61,7 +102,9 @@ std::string PipelineStrategy::describe() const {
                     std::to_string(schedule_.micro_batches) + " micro-batches, schedule " + schedule_.name;
   if (schedule_.chunks > 1) out += " (" + std::to_string(schedule_.chunks) + " chunks per stage)";
   if (options_.recompute) out += ", activations recomputed";
-  return out + ", simulated bubble " + bound;
+  out += std::string(", simulated bubble ") + bound;
+  if (workers_) out += ", a replica on each of " + std::to_string(num_workers()) + " workers (" + backend() + ")";
+  return out;
 }
 
 }  // namespace strata::parallel

@@ -26,6 +26,7 @@ void Model::pipelined_train_step(parallel::PipelineStrategy& strategy, const dat
                  "fit under PipelineStrategy: model '" << name() << "' is a " << class_name()
                                                        << "; stages are cut from a Sequential model's layers");
     parallel::PipelineOptions options{.example_shape = Shape(x.shape().begin() + 1, x.shape().end())};
+    options.replicas = strategy.replica_group();  // across workers: one pipeline replica each
     if (strategy.options().recompute) {
       for (int s = 0; s < strategy.schedule().stages; ++s) options.recompute_stages.push_back(s);
     }

@@ -29,6 +29,13 @@ std::pair<double, double> test_result(const std::string& out) {
   return {std::stod(m[1]), std::stod(m[2])};
 }
 
+// The training loss a run's progress bar showed at the end of epoch `epoch` ("" when it showed none).
+std::string epoch_loss(const std::string& out, int epoch) {
+  std::smatch m;
+  const std::regex line("Epoch " + std::to_string(epoch) + R"(/\d+\n(?:\[worker:0\] )?\d+/\d+ .* - loss: ([0-9.]+))");
+  return std::regex_search(out, m, line) ? m[1].str() : "";
+}
+
 TEST(PipelineCommandTest, StagesTrainToTheUnsplitJobsResult) {
   TinyJob t("pipe_train");
   const std::string job = deep_job(t);
@@ -48,6 +55,38 @@ TEST(PipelineCommandTest, StagesTrainToTheUnsplitJobsResult) {
   ASSERT_GE(loss, 0) << out;
   EXPECT_NEAR(loss, unsplit_loss, 2e-4) << out << unsplit;
   EXPECT_EQ(accuracy, unsplit_accuracy) << out << unsplit;
+}
+
+TEST(PipelineCommandTest, LaunchedWorkersEachRunAReplicaAndTrainAsOnePipeline) {
+  // Pipeline × data parallelism: 2 worker processes, each the whole 2-stage pipeline on half of every global batch,
+  // their gradients all-reduced: the unsplit single-process job's result, on both workers; the chief alone writes.
+  TinyJob t("pipe_launch");
+  const std::string job = deep_job(t);
+  auto [rc0, unsplit] = run("timeout -k 5 120 " STRATA_BINARY " train " + job);
+  ASSERT_EQ(rc0, 0) << unsplit;
+  const fs::path ckpt = t.s.dir / "ckpt";
+  auto [rc, out] =
+      run("timeout -k 5 180 " STRATA_BINARY " launch --workers 2 -- " STRATA_BINARY " train " + job +
+          " --strategy pipeline --stages 2 --micro-batches 2 --threads 1 --checkpoint-dir " + ckpt.string());
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_THAT(out, HasSubstr("[worker:0] strategy: PipelineStrategy, 2 stages, 2 micro-batches, schedule 1f1b, "
+                             "simulated bubble 33.3%, a replica on each of 2 workers (gloo), global batch 32 (16 per "
+                             "worker, 8 per micro-batch)"));
+  // The first epoch's mean training loss, summed over the workers' shares, is the unsplit job's to 4 decimals.
+  ASSERT_NE(epoch_loss(unsplit, 1), "") << unsplit;
+  EXPECT_EQ(epoch_loss(out, 1), epoch_loss(unsplit, 1)) << out << unsplit;
+  EXPECT_THAT(out, HasSubstr("[worker:0] Epoch 2/2"));
+  EXPECT_EQ(out.find("[worker:1] Epoch"), std::string::npos) << out;  // the chief alone shows progress
+  const std::regex test_line(R"(\[worker:(\d)\] (test loss [0-9.]+ - test accuracy [0-9.]+))");
+  std::vector<std::string> lines;
+  for (std::sregex_iterator it(out.begin(), out.end(), test_line), end; it != end; ++it) lines.push_back((*it)[2]);
+  ASSERT_EQ(lines.size(), 2u) << out;
+  EXPECT_EQ(lines[0], lines[1]);  // the same weights on both workers
+  const auto [loss, accuracy] = test_result(out);
+  const auto [unsplit_loss, unsplit_accuracy] = test_result(unsplit);
+  EXPECT_NEAR(loss, unsplit_loss, 2e-4) << out << unsplit;
+  EXPECT_EQ(accuracy, unsplit_accuracy) << out << unsplit;
+  EXPECT_TRUE(fs::exists(ckpt / "ckpt-2")) << out;
 }
 
 TEST(PipelineCommandTest, TheJobFileCanAskForAPipeline) {

@@ -12,6 +12,13 @@
 // their measured time (or parameter count). The weights after each step are the unsplit model's (see
 // strata/parallel/pipeline.h).
 //
+// Across workers (pipeline × data parallelism): given a cluster (TF_CONFIG, as MultiWorkerMirroredStrategy), every
+// worker process runs the whole pipeline on its own threads over its share of each global batch, and the stages'
+// gradients are all-reduced across the workers before the optimizer step (PipelineOptions::replicas), so N workers
+// train exactly as one pipeline on the whole batches. Variables start from the chief's values; the input is shared
+// out, metrics summed and checkpoints written by the chief as under MultiWorkerMirroredStrategy, whose
+// communication (Gloo through the coordination service, heartbeats, a lost worker named) it uses.
+//
 // Thread-safety: as every strategy, driven by one thread.
 #pragma once
 
@@ -19,6 +26,8 @@
 #include <string>
 #include <vector>
 
+#include "strata/cluster/cluster_resolver.h"
+#include "strata/distribute/multi_worker.h"
 #include "strata/distribute/strategy.h"
 #include "strata/parallel/pipeline.h"
 #include "strata/parallel/schedule.h"
@@ -44,8 +53,24 @@ class PipelineStrategy final : public distribute::Strategy {
  public:
   // InvalidArgument for a schedule that cannot run with these counts (the message says why).
   explicit PipelineStrategy(PipelineStrategyOptions options = {});
+  // One pipeline replica per worker of `task`'s cluster (a cluster of one worker: as the constructor above); blocks
+  // until every worker has connected, as MultiWorkerMirroredStrategy's.
+  PipelineStrategy(PipelineStrategyOptions options, const cluster::TaskInfo& task,
+                   distribute::CommunicationOptions communication = {});
+  ~PipelineStrategy() override;
   std::string name() const override { return "PipelineStrategy"; }
+  // On several workers: the chief's initial value on every worker.
   Variable create_variable(const Tensor& initial_value, const VariableOptions& options) override;
+  int num_workers() const override;
+  int worker_index() const override;
+  std::vector<double> sum_across_workers(const std::vector<double>& values) const override;
+  void broadcast_from_chief(const std::vector<Tensor>& tensors) const override;
+  std::vector<std::string> all_gather_across_workers(const std::string& bytes) const override;
+  // The group of the workers' pipeline replicas, one rank per worker, for PipelineOptions::replicas; null on one
+  // worker.
+  comm::Communicator* replica_group() const;
+  // "gloo" or "mpi" across workers, "" on one.
+  std::string backend() const;
 
   const PipelineStrategyOptions& options() const { return options_; }
   const Schedule& schedule() const { return schedule_; }
@@ -73,6 +98,8 @@ class PipelineStrategy final : public distribute::Strategy {
   Schedule schedule_;
   Measured measured_;
   std::string layout_;
+  // Across workers: their communicator, coordination and heartbeats (one local replica each); null on one worker.
+  std::unique_ptr<distribute::MultiWorkerMirroredStrategy> workers_;
 };
 
 }  // namespace strata::parallel
