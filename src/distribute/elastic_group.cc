@@ -1,0 +1,160 @@
+// ElasticGroup (elastic_group.h): membership epochs agreed by compare-and-set on the coordination service, the
+// members' barrier and Gloo communicator per epoch, and the per-step commit vote.
+// Thread-safety: one driving thread.
+#include "distribute/elastic_group.h"
+
+#include <algorithm>
+#include <sstream>
+#include <thread>
+
+#include "strata/cluster/coordination.h"
+#include "strata/comm/gloo.h"
+#include "strata/error.h"
+
+namespace strata::distribute::detail {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+// How often a waiting member looks again for a decision or a lost member.
+constexpr auto kPoll = 50ms;
+// A regroup waits the heartbeat timeout plus this for the failed member to be declared lost.
+constexpr auto kDeclareMargin = 2s;
+
+std::string joined(const std::vector<std::string>& names, const char* separator = ",") {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : separator) + n;
+  return out;
+}
+
+std::vector<std::string> split(const std::string& list) {
+  std::vector<std::string> out;
+  std::stringstream in(list);
+  for (std::string name; std::getline(in, name, ',');) {
+    if (!name.empty()) out.push_back(name);
+  }
+  return out;
+}
+
+bool contains(const std::vector<std::string>& names, const std::string& name) {
+  return std::find(names.begin(), names.end(), name) != names.end();
+}
+
+}  // namespace
+
+ElasticGroup::ElasticGroup(std::shared_ptr<cluster::CoordinationClient> client, std::vector<std::string> tasks,
+                           std::string self, Options options)
+    : client_(std::move(client)), tasks_(std::move(tasks)), self_(std::move(self)), options_(std::move(options)) {
+  STRATA_CHECK(contains(tasks_, self_), InvalidArgument,
+               "elastic group: task " << self_ << " is not one of the job's workers (" << joined(tasks_, ", ") << ")");
+  STRATA_CHECK(options_.min_workers >= 1 && options_.min_workers <= static_cast<int>(tasks_.size()), InvalidArgument,
+               "elastic group: min_workers " << options_.min_workers << " must be in [1, " << tasks_.size()
+                                             << "] (the job's workers)");
+}
+
+ElasticGroup::~ElasticGroup() = default;
+
+std::shared_ptr<comm::Communicator> ElasticGroup::start() {
+  epoch_ = 0;
+  members_ = tasks_;
+  rank_ = static_cast<int>(std::find(members_.begin(), members_.end(), self_) - members_.begin());
+  step_ = 0;
+  return connect();
+}
+
+std::shared_ptr<comm::Communicator> ElasticGroup::connect() {
+  comm_ = comm::make_gloo_communicator(
+      client_, rank_, size(),
+      {.timeout = options_.timeout, .hostname = options_.hostname, .prefix = "mwms/e" + std::to_string(epoch_)});
+  return comm_;
+}
+
+std::vector<std::string> ElasticGroup::lost_members() const {
+  std::vector<std::string> lost;
+  for (const cluster::LostTask& t : client_->lost_tasks()) {
+    if (contains(members_, t.task) && !contains(lost, t.task)) lost.push_back(t.task);
+  }
+  return lost;
+}
+
+std::shared_ptr<comm::Communicator> ElasticGroup::regroup() {
+  const auto start = Clock::now();
+  const std::vector<std::string> before = members_;
+  if (comm_) comm_->abort("elastic regroup after membership epoch " + std::to_string(epoch_));
+  comm_.reset();
+  for (;;) {
+    // Every survivor proposes the members not declared lost; the first proposal stored is the next epoch's. A
+    // survivor that comes late (its collective was still blocked on the failed member) finds it made already.
+    const std::string key = "elastic/e" + std::to_string(epoch_ + 1) + "/members";
+    const auto declared_by = Clock::now() + options_.heartbeat_timeout + kDeclareMargin;
+    std::vector<std::string> lost = lost_members();
+    while (lost.empty() && !client_->check({key}) && Clock::now() < declared_by) {
+      std::this_thread::sleep_for(kPoll);
+      lost = lost_members();
+    }
+    std::vector<std::string> proposal;
+    for (const std::string& m : members_) {
+      if (!contains(lost, m)) proposal.push_back(m);
+    }
+    const std::vector<std::string> next = split(client_->compare_set(key, "", joined(proposal)));
+    ++epoch_;
+    step_ = 0;
+    std::vector<std::string> gone;
+    for (const std::string& m : before) {
+      if (!contains(next, m)) gone.push_back(m);
+    }
+    STRATA_CHECK(contains(next, self_), Unavailable,
+                 "elastic training: this task (" << self_ << ") is no longer a member of the group (membership epoch "
+                                                 << epoch_ << ": " << joined(next, ", ")
+                                                 << "): the others declared it lost; it stops");
+    STRATA_CHECK(static_cast<int>(next.size()) >= options_.min_workers, Unavailable,
+                 "elastic training: " << next.size() << " of " << tasks_.size() << " workers remain, fewer than "
+                                      << "min_workers " << options_.min_workers << "; lost: " << joined(gone, ", ")
+                                      << " (a relaunch resumes from the last backup)");
+    members_ = next;
+    rank_ = static_cast<int>(std::find(members_.begin(), members_.end(), self_) - members_.begin());
+    try {
+      // A member lost before it arrives makes every survivor go on to the next epoch without it.
+      client_->barrier("elastic/e" + std::to_string(epoch_) + "/ready", members_,
+                       options_.timeout + options_.heartbeat_timeout);
+      connect();
+    } catch (const Unavailable&) {
+      continue;
+    } catch (const Timeout&) {  // a member died between the barrier and the rendezvous
+      continue;
+    }
+    last_change_ = MembershipChange{.epoch = epoch_,
+                                    .left = gone,
+                                    .members = members_,
+                                    .seconds = std::chrono::duration<double>(Clock::now() - start).count()};
+    return comm_;
+  }
+}
+
+bool ElasticGroup::should_commit(bool ok) {
+  const std::string base = "elastic/e" + std::to_string(epoch_) + "/s";
+  const std::string step = base + std::to_string(step_);
+  const std::string decision = step + "/decision";
+  if (rank_ == 0 && step_ >= 2) {  // every member read decision k - 2 before it voted on k - 1
+    const std::string old = base + std::to_string(step_ - 2);
+    client_->delete_key(old + "/ok");
+    client_->delete_key(old + "/decision");
+  }
+  ++step_;
+  if (!ok) return client_->compare_set(decision, "", "abort") == "commit";
+  if (client_->add(step + "/ok", 1) == size()) return client_->compare_set(decision, "", "commit") == "commit";
+  const auto deadline = Clock::now() + options_.timeout;
+  for (;;) {
+    try {
+      client_->wait({decision}, kPoll);
+      return client_->get(decision) == "commit";
+    } catch (const Timeout&) {
+    }
+    if (!lost_members().empty() || Clock::now() >= deadline) {
+      return client_->compare_set(decision, "", "abort") == "commit";
+    }
+  }
+}
+
+}  // namespace strata::distribute::detail

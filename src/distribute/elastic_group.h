@@ -1,0 +1,93 @@
+// ElasticGroup: the members of an elastic MultiWorkerMirroredStrategy's group of workers, agreed through the job's
+// coordination service, with the per-step commit vote (torchft's should_commit) and the regrouping after a failure.
+//
+// Membership epochs: epoch 0 holds every worker; each regroup agrees on the next epoch's members (the last epoch's
+// minus the tasks the service declared lost) with a compare-and-set on "elastic/e<E>/members", so every survivor
+// takes the same list whoever proposes first; the members meet at a barrier (a member lost before it arrives makes
+// the survivors go on to the next epoch without it), then connect a Gloo communicator under the fresh prefix
+// "mwms/e<E>". A member's rank is its place in the list (the tasks keep their order: the chief stays rank 0).
+//
+// The commit vote: after its step's all-reduce every member votes (ok, or failed); the step's decision is one key,
+// "elastic/e<E>/s<k>/decision", set once by compare-and-set: "commit" by the member whose ok completes the count,
+// "abort" by a member that failed or that sees a member lost before the count completes. Every member reads the
+// same decision, so a step is applied everywhere or nowhere, even when the all-reduce completed on some members
+// and failed on others.
+//
+// Thread-safety: one thread (the strategy's driving thread) calls everything.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "strata/comm/communicator.h"
+
+namespace strata::cluster {
+class CoordinationClient;
+}
+
+namespace strata::distribute::detail {
+
+// What one regroup changed.
+struct MembershipChange {
+  int64_t epoch = 0;
+  std::vector<std::string> left;  // tasks of the last epoch that are not members any more
+  std::vector<std::string> members;
+  double seconds = 0;  // from the start of the regroup to the new communicator
+};
+
+class ElasticGroup {
+ public:
+  struct Options {
+    int min_workers = 1;
+    // Bounds each collective of the group's communicators, the rendezvous and each vote.
+    std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+    // The service's: a regroup waits this long (plus a margin) for the failed member to be declared lost.
+    std::chrono::milliseconds heartbeat_timeout{std::chrono::seconds(10)};
+    std::string hostname = "127.0.0.1";  // where this task's Gloo listens
+  };
+
+  // `tasks`: every worker task of the job in rank order ("chief:0", "worker:0", ...); `self` is one of them.
+  ElasticGroup(std::shared_ptr<cluster::CoordinationClient> client, std::vector<std::string> tasks, std::string self,
+               Options options);
+  ~ElasticGroup();
+  ElasticGroup(const ElasticGroup&) = delete;
+  ElasticGroup& operator=(const ElasticGroup&) = delete;
+
+  // Epoch 0, every task: connects its communicator.
+  std::shared_ptr<comm::Communicator> start();
+  // After a failed or aborted step: agrees on the next epoch with the other survivors and connects its
+  // communicator (the old one is aborted first, which frees any member still blocked on it). Unavailable naming
+  // the lost tasks when fewer than min_workers remain, or when this task is no longer a member (it was declared
+  // lost: e.g. it was stopped longer than the heartbeat timeout).
+  std::shared_ptr<comm::Communicator> regroup();
+  // This member's vote on the current step; true when the step commits on every member. Each member calls it once
+  // per step, in the same order. A member lost before the count completes makes it false.
+  bool should_commit(bool ok);
+
+  int rank() const { return rank_; }
+  int size() const { return static_cast<int>(members_.size()); }
+  int64_t epoch() const { return epoch_; }
+  const std::vector<std::string>& members() const { return members_; }
+  const MembershipChange& last_change() const { return last_change_; }
+
+ private:
+  std::shared_ptr<comm::Communicator> connect();
+  // The members of the current epoch the service has declared lost.
+  std::vector<std::string> lost_members() const;
+
+  std::shared_ptr<cluster::CoordinationClient> client_;
+  std::vector<std::string> tasks_;
+  std::string self_;
+  Options options_;
+  int64_t epoch_ = 0;
+  std::vector<std::string> members_;
+  int rank_ = 0;
+  int64_t step_ = 0;  // votes taken in this epoch
+  std::shared_ptr<comm::Communicator> comm_;
+  MembershipChange last_change_;
+};
+
+}  // namespace strata::distribute::detail
