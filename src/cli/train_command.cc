@@ -16,10 +16,11 @@
 #include <thread>
 
 #include "cli/commands.h"
-#include "cli/job.h"
 #include "cli/distribution.h"
-#include "strata/distribute/strategies.h"
+#include "cli/job.h"
+#include "cli/json_log.h"
 #include "strata/cluster/cluster_resolver.h"
+#include "strata/distribute/strategies.h"
 #include "strata/io/checkpoint.h"
 #include "strata/parallel/pipeline_strategy.h"
 #include "strata/ps/parameter_server_strategy.h"
@@ -41,6 +42,8 @@ struct TrainArgs {
   std::string backup_dir;         // BackupAndRestore: resumes by itself, deleted when training completes
   int64_t backup_every_steps = 0;  // steps between backups; 0: at each epoch's end only
   std::string csv_log;
+  std::string log_dir;              // TensorBoard event files (train/ and validation/ runs)
+  std::string log_format = "text";  // "text": the progress bar; "json": a JSON object per epoch
   int threads = 0;
   int verbose = 1;
   StrategyFlags strategy;
@@ -102,6 +105,15 @@ void fail_if_fired(const callbacks::TerminateOnNaN& nan) {
   STRATA_THROW(Error, "the loss became " << loss << " at epoch " << nan.epoch() + 1 << ", step " << nan.batch() + 1
                                          << "; training stopped (TerminateOnNaN). Lower the learning rate or check "
                                             "the data");
+}
+
+// The chief's --log-dir (TensorBoard) and --log-format json callbacks. json replaces the progress bar (fit.verbose
+// is set 0 on every worker).
+void add_log_callbacks(FitOptions& fit, const TrainArgs& args, bool chief) {
+  if (args.log_format == "json") fit.verbose = 0;
+  if (!chief) return;
+  if (!args.log_dir.empty()) fit.callbacks.push_back(std::make_shared<callbacks::TensorBoard>(args.log_dir));
+  if (args.log_format == "json") fit.callbacks.push_back(std::make_shared<JsonEpochLogger>());
 }
 
 // `dir` exists as a directory we can write in, created (with its parents) if need be. Writability is
@@ -179,6 +191,7 @@ void run_parameter_server_task(Job& job, const TrainArgs& args) {
     }
   }
   if (!args.csv_log.empty() && task.task_type == "chief") check_output_file(args.csv_log, "--csv-log");
+  if (!args.log_dir.empty() && task.task_type == "chief") check_output_directory(args.log_dir, "--log-dir");
   const std::unique_ptr<distribute::Strategy> strategy = open_strategy(job, args.strategy);
   auto& servers = static_cast<ps::ParameterServerStrategy&>(*strategy);
   if (servers.task_type() == "ps") {
@@ -216,6 +229,7 @@ void run_parameter_server_task(Job& job, const TrainArgs& args) {
   fit.steps_per_epoch = steps_per_epoch;
   fit.verbose = args.verbose;
   if (!args.csv_log.empty()) fit.callbacks.push_back(std::make_shared<callbacks::CSVLogger>(args.csv_log));
+  add_log_callbacks(fit, args, /*chief=*/true);
   auto nan = std::make_shared<callbacks::TerminateOnNaN>(callbacks::TerminateOnNaN::Options{.verbose = false});
   fit.callbacks.insert(fit.callbacks.begin(), nan);
   const History history = model->fit(train, fit);
@@ -284,6 +298,7 @@ void run_train(const TrainArgs& args) {
     check_output_directory(args.backup_dir, "--backup-dir");
   }
   if (!args.csv_log.empty()) check_output_file(args.csv_log, "--csv-log");
+  if (!args.log_dir.empty()) check_output_directory(args.log_dir, "--log-dir");
   const std::unique_ptr<distribute::Strategy> strategy = open_strategy(job, args.strategy);
 
   const data::Dataset train = train_dataset(job);
@@ -305,8 +320,8 @@ void run_train(const TrainArgs& args) {
   FitOptions fit;
   fit.epochs = job.epochs;
   fit.steps_per_execution = job.steps_per_execution;
-  // Across workers the chief shows the progress and writes the CSV log; the others print a line per epoch with
-  // --verbose 2 only; every worker prints the test line.
+  // Across workers the chief shows the progress and writes the CSV log and the TensorBoard files; the others print a
+  // line per epoch with --verbose 2 only; every worker prints the test line.
   fit.verbose = strategy->is_chief() || args.verbose == 2 ? args.verbose : 0;
   if (!job.checkpoint_dir.empty()) {
     fit.callbacks.push_back(std::make_shared<callbacks::BackupAndRestore>(
@@ -322,6 +337,7 @@ void run_train(const TrainArgs& args) {
     fit.callbacks.push_back(
         std::make_shared<callbacks::CSVLogger>(args.csv_log, callbacks::CSVLogger::Options{.append = args.resume}));
   }
+  add_log_callbacks(fit, args, strategy->is_chief());
   // Stop at the first NaN or infinite loss; fit returns normally, so the run is failed here.
   auto nan = std::make_shared<callbacks::TerminateOnNaN>(callbacks::TerminateOnNaN::Options{.verbose = false});
   fit.callbacks.insert(fit.callbacks.begin(), nan);
@@ -457,6 +473,17 @@ void add_train_commands(CLI::App& app) {
                     "mid-epoch, exactly")
       ->check(kPositiveInteger);
   train->add_option("--csv-log", train_args->csv_log, "append one row per epoch (loss, metrics) to this CSV file");
+  train->add_option(
+      "--log-dir", train_args->log_dir,
+      "write TensorBoard event files here (Keras's TensorBoard callback): the train/ run gets "
+      "epoch_loss, epoch_<metric>, epoch_learning_rate, epoch_examples_per_second and "
+      "epoch_input_wait_percent at each epoch's end (step = epoch); view with `tensorboard --logdir DIR`");
+  train
+      ->add_option("--log-format", train_args->log_format,
+                   "text: the progress bar (default); json: instead of it, one JSON object per epoch on stdout, "
+                   "e.g. {\"epoch\": 1, \"loss\": 0.51, \"accuracy\": 0.81, \"input_wait_fraction\": 0.02} "
+                   "(epoch from 1; NaN or infinite values as null); the other lines stay as they are")
+      ->check(CLI::IsMember({"text", "json"}));
   train->add_option("--threads", train_args->threads, "CPU threads for the math (default: all cores)")
       ->check(kPositiveInteger);
   train->add_option("--verbose", train_args->verbose,

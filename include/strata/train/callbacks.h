@@ -268,5 +268,46 @@ class BackupAndRestore : public Callback {
   bool warned_non_finite_ = false;
 };
 
+// TensorBoard event files under `log_dir`, as Keras's tf.keras.callbacks.TensorBoard writes them: two runs,
+// <log_dir>/train and <log_dir>/validation, each an events.out.tfevents.<unix seconds>.<hostname> file (see
+// src/train/event_writer.h) that `tensorboard --logdir <log_dir>` plots. At each epoch's end (step = the 0-based
+// epoch): the train run gets epoch_<name> for every log ("epoch_loss", "epoch_accuracy"), epoch_learning_rate
+// (the optimizer's current rate), epoch_examples_per_second (the examples trained over the epoch's training time,
+// validation excluded; left out across workers, where this process sees its own share only) and
+// epoch_input_wait_percent (the share of the epoch fit waited for input); the validation run gets the "val_" logs
+// without the prefix ("validation/epoch_loss"), and is made only when there are some. With `update_freq` N > 0 the
+// train run also gets batch_<name> (the epoch's running values, as fit passes them to callbacks) whenever the
+// global step (optimizer iterations) reaches a multiple of N, at that step. Files are flushed at each epoch's end,
+// so a running TensorBoard sees every finished epoch and a run cut short between epochs leaves valid files; they
+// are closed when fit ends. A fit opens new files. Across workers only the chief writes; the others do nothing.
+class TensorBoard : public Callback {
+ public:
+  struct Options {
+    // Keras's update_freq: 0 for "epoch" (epoch scalars only), N > 0 for batch scalars every N steps too.
+    int64_t update_freq = 0;
+  };
+  TensorBoard(std::string log_dir, Options options);
+  explicit TensorBoard(std::string log_dir) : TensorBoard(std::move(log_dir), Options{}) {}
+  ~TensorBoard() override;
+  void on_train_begin(const Logs& logs) override;
+  void on_epoch_begin(int64_t epoch, const Logs& logs) override;
+  void on_train_batch_end(int64_t batch, const Logs& logs) override;
+  void on_epoch_end(int64_t epoch, const Logs& logs) override;
+  void on_train_end(const Logs& logs) override;
+  // The event files the last fit wrote ("" for a run that had none).
+  const std::string& train_file() const { return train_file_; }
+  const std::string& validation_file() const { return validation_file_; }
+
+ private:
+  struct Writers;
+  std::string log_dir_;
+  Options options_;
+  std::unique_ptr<Writers> writers_;  // null when this process does not write (not the chief) or between fits
+  std::string train_file_, validation_file_;
+  int64_t last_written_step_ = 0;
+  double epoch_start_ = 0, last_batch_end_ = 0;
+  double examples_at_epoch_start_ = 0, examples_ = 0;
+};
+
 }  // namespace callbacks
 }  // namespace strata
