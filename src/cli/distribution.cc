@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <sstream>
 #include <vector>
@@ -152,6 +153,19 @@ StrategySpec resolve_strategy(const StrategySpec& from_job, const StrategyFlags&
   return spec;
 }
 
+namespace {
+// Elastic training as `strata launch --min-workers M` asks its tasks: STRATA_ELASTIC_MIN_WORKERS=M.
+distribute::ElasticOptions elastic_from_environment() {
+  const char* value = std::getenv("STRATA_ELASTIC_MIN_WORKERS");
+  if (value == nullptr || *value == '\0') return {};
+  char* end = nullptr;
+  const long n = std::strtol(value, &end, 10);
+  STRATA_CHECK(*end == '\0' && n >= 1 && n <= 1 << 20, InvalidArgument,
+               "STRATA_ELASTIC_MIN_WORKERS: must be a positive integer, got '" << value << "'");
+  return {.min_workers = static_cast<int>(n)};
+}
+}  // namespace
+
 std::unique_ptr<distribute::Strategy> make_job_strategy(const StrategySpec& spec) {
   check_strategy_name(spec.name, "strategy");
   int replicas = spec.replicas;
@@ -164,8 +178,17 @@ std::unique_ptr<distribute::Strategy> make_job_strategy(const StrategySpec& spec
   }
   communication.gradient_compression = spec.gradient_compression;
   if (spec.name == "multi_worker_mirrored") {  // replicas: per worker (one unless --replicas says more)
-    return std::make_unique<distribute::MultiWorkerMirroredStrategy>(cluster::resolve_cluster_from_environment(),
-                                                                     communication, replicas);
+    auto strategy = std::make_unique<distribute::MultiWorkerMirroredStrategy>(
+        cluster::resolve_cluster_from_environment(), communication, replicas, elastic_from_environment());
+    strategy->set_on_membership_change([](const distribute::MembershipChange& change) {
+      std::string left;
+      for (const std::string& t : change.left) left += (left.empty() ? "" : ", ") + t;
+      std::printf("membership: %s left; %zu workers go on (membership epoch %lld), regrouped in %.2f s\n",
+                  left.empty() ? "no task" : left.c_str(), change.members.size(),
+                  static_cast<long long>(change.epoch), change.seconds);
+      std::fflush(stdout);
+    });
+    return strategy;
   }
   if (spec.name == "parameter_server") {
     ps::ParameterServerStrategyOptions options;

@@ -15,6 +15,9 @@
 // the others go on (each such restart counts against R; STRATA_LAUNCH_RESTART is the task's own count); a failed
 // chief stops the cluster as above. The job is done when the chief exits 0: the workers, whose fit the chief ended,
 // get until --stop-timeout to exit by themselves (after their last words), then the other tasks are stopped.
+// With --min-workers M (elastic synchronous training) every task also gets STRATA_ELASTIC_MIN_WORKERS=M, and a
+// failed worker (not the one serving the coordination service) is left out while M workers still run: the others
+// regroup without it and the job goes on.
 // SIGINT and SIGTERM sent to the launcher go to every task; the launcher then waits for them as above and exits
 // with 128 + that signal (a second one kills the tasks at once).
 //
@@ -35,13 +38,12 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <pthread.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
-
-#include <pthread.h>
 
 #include <algorithm>
 #include <array>
@@ -71,6 +73,7 @@ struct LaunchArgs {
   bool chief = false;
   int ps = 0;
   int max_restarts = 0;
+  int min_workers = 0;  // 0: not elastic
   int port_base = 0;
   double stop_timeout = 5.0;
   std::vector<std::string> command;
@@ -115,8 +118,7 @@ void on_signal(int sig) {
 class SignalScope {
  public:
   SignalScope() {
-    STRATA_CHECK(::pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) == 0, Error,
-                 "launch: pipe2: " << std::strerror(errno));
+    STRATA_CHECK(::pipe2(g_signal_pipe, O_CLOEXEC | O_NONBLOCK) == 0, Error, "launch: pipe2: " << std::strerror(errno));
     struct sigaction action {};
     action.sa_handler = on_signal;
     sigemptyset(&action.sa_mask);
@@ -190,11 +192,11 @@ std::vector<int> pick_ports(const std::vector<std::string>& names, int port_base
       for (const int f : fds) ::close(f);
       if (port_base > 0 && err == EADDRINUSE) {
         STRATA_THROW(Unavailable, "launch: port " << want << " (for " << names[i]
-                                                         << ") is in use on 127.0.0.1; pick another --port-base, or "
-                                                            "leave it out to use free ports");
+                                                  << ") is in use on 127.0.0.1; pick another --port-base, or "
+                                                     "leave it out to use free ports");
       }
-      STRATA_THROW(Unavailable, "launch: cannot bind 127.0.0.1:" << want << " for " << names[i] << ": "
-                                                                        << std::strerror(err));
+      STRATA_THROW(Unavailable,
+                   "launch: cannot bind 127.0.0.1:" << want << " for " << names[i] << ": " << std::strerror(err));
     }
     sockaddr_in addr{};
     socklen_t len = sizeof addr;
@@ -215,10 +217,10 @@ std::string find_executable(const std::string& command) {
     return ::stat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && ::access(path.c_str(), X_OK) == 0;
   };
   if (command.find('/') != std::string::npos) {
-    STRATA_CHECK(runnable(command), InvalidArgument,
-                 "launch: cannot run '" << command << "': "
-                                               << (::access(command.c_str(), F_OK) == 0 ? "not an executable file"
-                                                                                        : "no such file"));
+    STRATA_CHECK(
+        runnable(command), InvalidArgument,
+        "launch: cannot run '" << command << "': "
+                               << (::access(command.c_str(), F_OK) == 0 ? "not an executable file" : "no such file"));
     return command;
   }
   const char* path_env = std::getenv("PATH");
@@ -284,8 +286,9 @@ struct Task {
   std::string type;
   int index = 0;
   std::string name;
-  std::string prefix;  // "[worker:1] "
-  pid_t pid = -1;      // also its process group
+  bool dropped = false;  // failed, and the elastic job went on without it
+  std::string prefix;    // "[worker:1] "
+  pid_t pid = -1;        // also its process group
   bool running = false;
   int status = 0;  // wait status once !running
   Stream out, err;
@@ -307,20 +310,21 @@ int exit_code(int status) { return WIFSIGNALED(status) ? 128 + WTERMSIG(status) 
 bool failed(int status) { return WIFSIGNALED(status) || WEXITSTATUS(status) != 0; }
 
 // The environment of a task: ours without another launcher's cluster variables, plus TF_CONFIG.
-std::vector<std::string> task_environment(const std::string& tf_config, int attempt) {
+std::vector<std::string> task_environment(const std::string& tf_config, int attempt, int min_workers) {
   std::vector<std::string> env;
   for (char** e = environ; e != nullptr && *e != nullptr; ++e) {
     const std::string entry = *e;
     const std::string name = entry.substr(0, entry.find('='));
-    if (name == "TF_CONFIG" || name == "STRATA_LAUNCH_RESTART" || name.rfind("OMPI_COMM_WORLD_", 0) == 0 ||
-        name == "RANK" || name == "WORLD_SIZE" || name == "LOCAL_RANK" || name == "MASTER_ADDR" ||
-        name == "MASTER_PORT") {
+    if (name == "TF_CONFIG" || name == "STRATA_LAUNCH_RESTART" || name == "STRATA_ELASTIC_MIN_WORKERS" ||
+        name.rfind("OMPI_COMM_WORLD_", 0) == 0 || name == "RANK" || name == "WORLD_SIZE" || name == "LOCAL_RANK" ||
+        name == "MASTER_ADDR" || name == "MASTER_PORT") {
       continue;
     }
     env.push_back(entry);
   }
   env.push_back("TF_CONFIG=" + tf_config);
   env.push_back("STRATA_LAUNCH_RESTART=" + std::to_string(attempt));
+  if (min_workers > 0) env.push_back("STRATA_ELASTIC_MIN_WORKERS=" + std::to_string(min_workers));
   return env;
 }
 
@@ -333,9 +337,9 @@ std::vector<char*> c_strings(std::vector<std::string>& strings) {
 
 // How one run of the cluster ended.
 struct Outcome {
-  int exit_code = 0;    // for the launcher: 0, the failed task's, or 128 + the signal the launcher got
+  int exit_code = 0;         // for the launcher: 0, the failed task's, or 128 + the signal the launcher got
   bool task_failed = false;  // a task failed on its own (restart material)
-  int interrupted = 0;  // the signal the launcher got, or 0
+  int interrupted = 0;       // the signal the launcher got, or 0
 };
 
 class Cluster {
@@ -440,7 +444,18 @@ class Cluster {
               restart_alone(t);
               continue;
             }
-            say(t.name + " " + how_it_ended(t.status));
+            if (t.dropped) continue;
+            if (goes_on_without(t)) {
+              t.dropped = true;
+              say(t.name + " " + how_it_ended(t.status) + "; " + std::to_string(workers_running()) +
+                  " workers go on without it (elastic, --min-workers " + std::to_string(args_.min_workers) + ")");
+              continue;
+            }
+            say(t.name + " " + how_it_ended(t.status) +
+                (args_.min_workers > 0 && t.type != "ps"
+                     ? "; " + std::to_string(workers_running()) + " workers remain, fewer than --min-workers " +
+                           std::to_string(args_.min_workers) + " or without the one serving the coordination service"
+                     : ""));
             outcome.exit_code = exit_code(t.status);
             outcome.task_failed = true;
             break;
@@ -449,9 +464,8 @@ class Cluster {
         if (outcome.task_failed) {
           say("stopping the other tasks");
           stop_all(SIGTERM);
-        } else if (!restarts_alone() && std::none_of(tasks_.begin(), tasks_.end(), [](const Task& t) {
-                     return t.running && t.type != "ps";
-                   })) {
+        } else if (!restarts_alone() && std::none_of(tasks_.begin(), tasks_.end(),
+                                                     [](const Task& t) { return t.running && t.type != "ps"; })) {
           stop_all(SIGTERM);  // the job is done: stop the servers (ps) and any child left
         }
       }
@@ -492,6 +506,18 @@ class Cluster {
   // A cluster with a chief and ps tasks is a parameter-server job: the chief coordinates, the workers and ps tasks
   // serve it, and a failed worker or ps is restarted alone on its address while the others go on.
   bool restarts_alone() const { return args_.chief && args_.ps > 0; }
+  // Elastic training (--min-workers): a failed worker that does not host the coordination service is left out while
+  // at least min_workers workers (the chief among them) still run; the others regroup without it.
+  bool goes_on_without(const Task& t) const {
+    if (args_.min_workers == 0) return false;
+    const bool hosts_service = t.type == "chief" || (!args_.chief && t.type == "worker" && t.index == 0);
+    return !hosts_service && workers_running() >= args_.min_workers;
+  }
+  int workers_running() const {
+    return static_cast<int>(std::count_if(tasks_.begin(), tasks_.end(), [](const Task& t) {
+      return t.running && (t.type == "worker" || t.type == "chief");
+    }));
+  }
   bool chief_done() const {
     return std::any_of(tasks_.begin(), tasks_.end(),
                        [](const Task& t) { return t.type == "chief" && !t.running && !failed(t.status); });
@@ -562,7 +588,7 @@ class Cluster {
 
   // Starts task `t`; `restart` is its STRATA_LAUNCH_RESTART.
   void spawn(Task& t, const std::string& tf_config, int restart) {
-    std::vector<std::string> env = task_environment(tf_config, restart);
+    std::vector<std::string> env = task_environment(tf_config, restart, args_.min_workers);
     {
       cluster::Environment check;
       for (const auto& e : env) check.emplace(e.substr(0, e.find('=')), e.substr(e.find('=') + 1));
@@ -639,15 +665,19 @@ void check_args(const LaunchArgs& a) {
   STRATA_CHECK(a.workers + (a.chief ? 1 : 0) >= 1, InvalidArgument,
                "launch: the cluster needs a chief or a worker (--workers 0 wants --chief)");
   STRATA_CHECK(a.ps >= 0, InvalidArgument, "launch: --ps must be >= 0, got " << a.ps);
-  STRATA_CHECK(a.max_restarts >= 0, InvalidArgument,
-               "launch: --max-restarts must be >= 0, got " << a.max_restarts);
+  STRATA_CHECK(a.max_restarts >= 0, InvalidArgument, "launch: --max-restarts must be >= 0, got " << a.max_restarts);
   const int tasks = a.workers + (a.chief ? 1 : 0) + a.ps;
   STRATA_CHECK(a.port_base == 0 || (a.port_base >= 1 && a.port_base + tasks - 1 <= 65535), InvalidArgument,
-               "launch: --port-base must leave room for " << tasks << " ports in 1..65535, got "
-                                                                 << a.port_base);
+               "launch: --port-base must leave room for " << tasks << " ports in 1..65535, got " << a.port_base);
   STRATA_CHECK(a.stop_timeout >= 0 && a.stop_timeout <= 3600, InvalidArgument,
                "launch: --stop-timeout must be 0..3600 seconds, got " << a.stop_timeout);
   STRATA_CHECK(!a.command.empty(), InvalidArgument, "launch: no command (put it after --)");
+  const int workers = a.workers + (a.chief ? 1 : 0);
+  STRATA_CHECK(a.min_workers >= 0 && a.min_workers <= workers, InvalidArgument,
+               "launch: --min-workers must be 0..(the " << workers << " workers), got " << a.min_workers);
+  STRATA_CHECK(a.min_workers == 0 || a.ps == 0, InvalidArgument,
+               "launch: --min-workers is for synchronous jobs (multi_worker_mirrored); a parameter-server job "
+               "restarts its tasks alone with --max-restarts");
 }
 
 // Runs the cluster, restarting it after a task's failure; returns the launcher's exit status.
@@ -703,7 +733,15 @@ void add_launch_command(CLI::App& app) {
   launch->add_option("--workers", args->workers, "Worker tasks (worker:0 .. worker:N-1)")->required();
   launch->add_flag("--chief", args->chief, "Add a chief task (chief:0); without one, worker:0 is the chief");
   launch->add_option("--ps", args->ps, "Parameter-server tasks (ps:0 .. ps:M-1)")->capture_default_str();
-  launch->add_option("--max-restarts", args->max_restarts, "Restarts after a task fails: of the whole cluster, or of the failed worker or ps alone with --chief and --ps")
+  launch
+      ->add_option("--max-restarts", args->max_restarts,
+                   "Restarts after a task fails: of the whole cluster, or of the failed worker or ps alone with "
+                   "--chief and --ps")
+      ->capture_default_str();
+  launch
+      ->add_option("--min-workers", args->min_workers,
+                   "Elastic training: when a worker fails, the others go on without it (no restart) while at least "
+                   "this many workers remain; the tasks see it as STRATA_ELASTIC_MIN_WORKERS (0: not elastic)")
       ->capture_default_str();
   launch->add_option("--port-base", args->port_base,
                      "Ports P, P+1, ... in task order (chief, workers, ps); default: free ports picked by the system");

@@ -4,22 +4,27 @@
 // (and their slots), which no other replica reads until the step ends in merge_call.
 #include "distribute/all_reduce_aggregator.h"
 
+#include "strata/distribute/multi_worker.h"
+#include "strata/error.h"
+
 namespace strata::distribute::detail {
 
 AllReduceAggregator::AllReduceAggregator(Strategy& strategy, int replica, comm::Communicator& comm,
                                          int64_t bytes_per_pack, std::function<void(const Variable&)> check_variable,
-                                         comm::Compression compression)
+                                         comm::Compression compression, std::function<bool()> commit_vote)
     : strategy_(strategy),
       comm_(comm),
       replica_(replica),
       local_replicas_(strategy.num_local_replicas()),
       voters_(comm.size()),
-      reducer_(comm, strategy.name(), bytes_per_pack,
-               [id = strategy.id()](const Variable& v) {
-                 return v.is_model_variable() && v.owner() == id && v.dtype() == DType::kFloat32;
-               },
-               compression),
-      check_variable_(std::move(check_variable)) {}
+      reducer_(
+          comm, strategy.name(), bytes_per_pack,
+          [id = strategy.id()](const Variable& v) {
+            return v.is_model_variable() && v.owner() == id && v.dtype() == DType::kFloat32;
+          },
+          compression),
+      check_variable_(std::move(check_variable)),
+      commit_vote_(std::move(commit_vote)) {}
 
 void AllReduceAggregator::expect_apply(GradientApplier& applier, const std::vector<Variable>& sources) {
   // Every replica announces (Model::fit's step), so the slots are made once while all of them wait.
@@ -31,7 +36,7 @@ void AllReduceAggregator::expect_apply(GradientApplier& applier, const std::vect
 
 void AllReduceAggregator::begin_gradients(const std::vector<Variable>& sources) {
   const bool announced = expected_applier_ != nullptr && expected_applier_->elementwise() &&
-                         expected_ids_ == ids_of(sources);
+                         expected_ids_ == ids_of(sources) && !commit_vote_;
   early_applier_ = announced ? expected_applier_ : nullptr;
   expected_applier_ = nullptr;
   expected_ids_.clear();
@@ -82,10 +87,16 @@ void AllReduceAggregator::apply_gradients(const std::vector<Tensor>& grads, cons
   }
   if (step_ >= 0) ++step_;  // the next gradient call's, unless an applier says otherwise
   reducer_.wait_all();
-  if (side_request_ != nullptr && side_request_ == SumWithGradients::current()) side_request_->deliver(reducer_.side_sums());
+  if (commit_vote_ && !commit_vote_()) {
+    early_applier_ = nullptr;
+    side_request_ = nullptr;
+    STRATA_THROW(StepDiscarded, strategy_.name() << ": step " << step_ - 1
+                                                 << " did not complete on every worker; nothing of it was applied");
+  }
+  if (side_request_ != nullptr && side_request_ == SumWithGradients::current())
+    side_request_->deliver(reducer_.side_sums());
   side_request_ = nullptr;
-  if (early_applier_ != nullptr && reducer_.num_buckets() > 0 &&
-      reducer_.votes(0) == static_cast<float>(voters_)) {
+  if (early_applier_ != nullptr && reducer_.num_buckets() > 0 && reducer_.votes(0) == static_cast<float>(voters_)) {
     update_owned_buckets();  // every sum is in now: the rest of this replica's buckets
     early_applier_ = nullptr;
     strategy_.merge_call(replica_, [&] { applier.finish(); });

@@ -60,13 +60,18 @@ std::shared_ptr<comm::Communicator> ElasticGroup::start() {
   members_ = tasks_;
   rank_ = static_cast<int>(std::find(members_.begin(), members_.end(), self_) - members_.begin());
   step_ = 0;
+  client_->barrier("elastic/e0/ready", members_, options_.timeout);  // every worker started (it may take a while)
   return connect();
 }
 
 std::shared_ptr<comm::Communicator> ElasticGroup::connect() {
+  // Each collective is bounded by the time the service takes to declare a member lost: Gloo cannot
+  // interrupt a collective waiting on a dead peer's part (a send waits for the peer's matching receive whether or
+  // not its connection closed), so the survivors' collectives must end by themselves that soon.
+  const auto bound = std::min(options_.timeout, options_.heartbeat_timeout);
   comm_ = comm::make_gloo_communicator(
       client_, rank_, size(),
-      {.timeout = options_.timeout, .hostname = options_.hostname, .prefix = "mwms/e" + std::to_string(epoch_)});
+      {.timeout = bound, .hostname = options_.hostname, .prefix = "mwms/e" + std::to_string(epoch_)});
   return comm_;
 }
 

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "strata/comm/communicator.h"
+#include "strata/distribute/multi_worker.h"
 
 namespace strata::cluster {
 class CoordinationClient;
@@ -30,19 +31,12 @@ class CoordinationClient;
 
 namespace strata::distribute::detail {
 
-// What one regroup changed.
-struct MembershipChange {
-  int64_t epoch = 0;
-  std::vector<std::string> left;  // tasks of the last epoch that are not members any more
-  std::vector<std::string> members;
-  double seconds = 0;  // from the start of the regroup to the new communicator
-};
-
 class ElasticGroup {
  public:
   struct Options {
     int min_workers = 1;
-    // Bounds each collective of the group's communicators, the rendezvous and each vote.
+    // Bounds the start, each regroup's rendezvous and each vote; each collective is bounded by the smaller of this
+    // and heartbeat_timeout (a collective waiting on a dead peer cannot be interrupted, see connect()).
     std::chrono::milliseconds timeout{std::chrono::seconds(300)};
     // The service's: a regroup waits this long (plus a margin) for the failed member to be declared lost.
     std::chrono::milliseconds heartbeat_timeout{std::chrono::seconds(10)};
@@ -71,6 +65,7 @@ class ElasticGroup {
   int size() const { return static_cast<int>(members_.size()); }
   int64_t epoch() const { return epoch_; }
   const std::vector<std::string>& members() const { return members_; }
+  // The last regroup's change (its seconds: the regroup's own time).
   const MembershipChange& last_change() const { return last_change_; }
 
  private:

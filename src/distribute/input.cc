@@ -119,6 +119,7 @@ StepGroup WorkerInput::group(std::vector<data::Element> batches, int64_t want) {
     for (const data::Element& b : batches) {
       g.global_rows.push_back(batch_rows(b));
       g.batches.push_back(split_batch_share(b, parts, first, local));
+      g.global.push_back(b);
     }
     return g;
   }

@@ -3,8 +3,6 @@
 // aggregator over the workers' communicator.
 // Thread-safety: one driving thread; the heartbeat thread only aborts the communicator (Communicator::abort may be
 // called from any thread).
-#include "strata/distribute/multi_worker.h"
-
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -12,11 +10,13 @@
 #include <thread>
 
 #include "distribute/all_reduce_aggregator.h"
+#include "distribute/elastic_group.h"
 #include "distribute/replica_collectives.h"
 #include "strata/cluster/coordination.h"
 #include "strata/comm/gloo.h"
 #include "strata/comm/hierarchical.h"
 #include "strata/comm/mpi.h"
+#include "strata/distribute/multi_worker.h"
 #include "strata/distribute/strategies.h"
 
 namespace strata::distribute {
@@ -42,9 +42,9 @@ void check_implementation(const std::string& implementation) {
     STRATA_THROW(Unavailable, kName << ": communication 'nccl' needs the CUDA build and GPU replicas; on CPU use "
                                        "'auto', 'ring' (gloo) or 'mpi'");
   }
-  STRATA_CHECK(implementation == "auto" || implementation == "ring" || implementation == "mpi", InvalidArgument,
-               kName << ": unknown communication implementation '" << implementation
-                     << "'; choices: auto, ring, mpi, nccl");
+  STRATA_CHECK(
+      implementation == "auto" || implementation == "ring" || implementation == "mpi", InvalidArgument,
+      kName << ": unknown communication implementation '" << implementation << "'; choices: auto, ring, mpi, nccl");
 }
 
 // CommunicationOptions::gradient_compression as the communicator's option.
@@ -60,18 +60,32 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(CommunicationOptions op
     : MultiWorkerMirroredStrategy(cluster::resolve_cluster_from_environment(), std::move(options)) {}
 
 MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const cluster::TaskInfo& task, CommunicationOptions options,
-                                                         int local_replicas)
-    : Strategy(MirroredStrategy::cpu_devices(local_replicas)), task_(task), options_(std::move(options)) {
+                                                         int local_replicas, ElasticOptions elastic)
+    : Strategy(MirroredStrategy::cpu_devices(local_replicas)),
+      task_(task),
+      options_(std::move(options)),
+      elastic_options_(elastic) {
   check_implementation(options_.implementation);
   const comm::Compression compression = gradient_compression(options_.gradient_compression);
   STRATA_CHECK(options_.bytes_per_pack > 0, InvalidArgument, kName << ": bytes_per_pack must be > 0");
-  STRATA_CHECK(options_.timeout.count() > 0 && options_.heartbeat_timeout.count() > 0 &&
-                   options_.heartbeat_interval.count() > 0,
-               InvalidArgument, kName << ": timeouts and the heartbeat interval must be positive");
+  STRATA_CHECK(
+      options_.timeout.count() > 0 && options_.heartbeat_timeout.count() > 0 && options_.heartbeat_interval.count() > 0,
+      InvalidArgument, kName << ": timeouts and the heartbeat interval must be positive");
   STRATA_CHECK(task_.id_in_cluster.has_value() && task_.task_type != "evaluator", InvalidArgument,
                kName << " runs on the chief and the workers; this process is task " << task_.name());
   num_workers_ = static_cast<int>(task_.num_workers);
   worker_index_ = static_cast<int>(*task_.id_in_cluster);
+  if (elastic_options_.min_workers != 0) {
+    STRATA_CHECK(elastic_options_.min_workers >= 1 && elastic_options_.min_workers <= num_workers_, InvalidArgument,
+                 kName << ": elastic min_workers " << elastic_options_.min_workers << " must be in [1, " << num_workers_
+                       << "] (the job's workers)");
+    STRATA_CHECK(local_replicas == 1, InvalidArgument,
+                 kName << ": elastic training runs one replica per worker, not " << local_replicas);
+    STRATA_CHECK(options_.implementation != "mpi" && task_.source != cluster::Source::kMpi, InvalidArgument,
+                 kName << ": elastic training regroups through the coordination service, on gloo; MPI cannot lose "
+                          "a rank and go on");
+  }
+  (void)gradient_compression(options_.gradient_compression);  // checked now, used by make_aggregators
   if (num_workers_ > 1) {
     connect();
     if (num_local_replicas() == 1) {
@@ -82,22 +96,50 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const cluster::TaskInfo
       replica_comms_ = comm::make_hierarchical_group(std::move(local), comm_);
     }
   }
+  make_aggregators();
+}
+
+void MultiWorkerMirroredStrategy::make_aggregators() {
+  aggregators_.clear();
   if (num_replicas_in_sync() == 1) return;  // one replica: the optimizer updates directly
+  std::function<bool()> vote;
+  if (elastic_) vote = [this] { return commit_step(true); };
   for (int r = 0; r < num_local_replicas(); ++r) {
     aggregators_.push_back(std::make_unique<detail::AllReduceAggregator>(
         *this, r, communicator(r), options_.bytes_per_pack,
         [this](const Variable& v) {
-          STRATA_CHECK(v.owner() == id() && v.num_components() == num_local_replicas(), InvalidArgument,
-                       name() << ".apply_gradients: variable '" << v.name()
-                              << "' was not created inside this strategy's scope");
+          STRATA_CHECK(
+              v.owner() == id() && v.num_components() == num_local_replicas(), InvalidArgument,
+              name() << ".apply_gradients: variable '" << v.name() << "' was not created inside this strategy's scope");
         },
-        compression));
+        gradient_compression(options_.gradient_compression), vote));
   }
 }
 
+bool MultiWorkerMirroredStrategy::commit_step(bool ok) {
+  STRATA_CHECK(elastic_ != nullptr, InvalidArgument, kName << ": commit_step is for elastic training");
+  if (voted_) return last_vote_;
+  voted_ = true;
+  last_vote_ = elastic_->should_commit(ok);
+  return last_vote_;
+}
+
+const MembershipChange& MultiWorkerMirroredStrategy::regroup() {
+  STRATA_CHECK(elastic_ != nullptr, InvalidArgument, kName << ": regroup is for elastic training");
+  comm_ = elastic_->regroup();
+  last_change_ = elastic_->last_change();
+  last_change_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_started_).count();
+  num_workers_ = elastic_->size();
+  worker_index_ = elastic_->rank();
+  replica_comms_ = {comm_};
+  make_aggregators();
+  if (on_change_) on_change_(last_change_);
+  return last_change_;
+}
+
 void MultiWorkerMirroredStrategy::connect() {
-  const bool mpi = options_.implementation == "mpi" ||
-                   (options_.implementation == "auto" && task_.source == cluster::Source::kMpi);
+  const bool mpi =
+      options_.implementation == "mpi" || (options_.implementation == "auto" && task_.source == cluster::Source::kMpi);
   if (mpi) {
     comm_ = comm::make_mpi_communicator({.timeout = options_.timeout});
     STRATA_CHECK(comm_->size() == num_workers_ && comm_->rank() == worker_index_, InvalidArgument,
@@ -121,6 +163,19 @@ void MultiWorkerMirroredStrategy::connect() {
     client_->start_heartbeats(options_.heartbeat_interval);
     const std::string host =
         task_.address.empty() ? std::string("127.0.0.1") : cluster::parse_address(task_.address, task_.name()).host;
+    if (elastic_options_.min_workers != 0) {
+      elastic_ = std::make_unique<detail::ElasticGroup>(
+          client_, worker_tasks(task_), task_.name(),
+          detail::ElasticGroup::Options{.min_workers = elastic_options_.min_workers,
+                                        .timeout = options_.timeout,
+                                        .heartbeat_timeout = options_.heartbeat_timeout,
+                                        .hostname = host});
+      // No handler for lost tasks: a member's collective on a killed peer fails by itself (its connections close),
+      // one on a stopped peer at the collective timeout, and the survivors regroup. Aborting the communicator here
+      // would close this member's own connections under a running collective, which then could only time out.
+      comm_ = elastic_->start();
+      return;
+    }
     comm_ = comm::make_gloo_communicator(client_, worker_index_, num_workers_,
                                          {.timeout = options_.timeout, .hostname = host, .prefix = "mwms"});
     // A worker declared lost ends the others' pending and later collectives at once, naming it. A collective
@@ -183,10 +238,11 @@ std::vector<std::string> MultiWorkerMirroredStrategy::all_gather_across_workers(
 Variable MultiWorkerMirroredStrategy::create_variable(const Tensor& initial_value, const VariableOptions& options) {
   Tensor value = initial_value.clone();
   if (comm_) {
-    STRATA_CHECK(value.dtype() == DType::kFloat32 || value.dtype() == DType::kBFloat16 || value.dtype() == DType::kInt64,
-                 InvalidArgument,
-                 name() << ": variable '" << options.name << "' is " << dtype_name(value.dtype())
-                        << "; variables across workers are float32, bfloat16 or int64");
+    STRATA_CHECK(
+        value.dtype() == DType::kFloat32 || value.dtype() == DType::kBFloat16 || value.dtype() == DType::kInt64,
+        InvalidArgument,
+        name() << ": variable '" << options.name << "' is " << dtype_name(value.dtype())
+               << "; variables across workers are float32, bfloat16 or int64");
     comm_->broadcast({value}, 0)->wait();  // the chief's initial value everywhere
   }
   std::vector<Tensor> components = {value};

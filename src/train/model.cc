@@ -10,12 +10,14 @@
 #include "strata/distribute/strategy.h"
 #include "strata/error.h"
 #include "strata/gradient_tape.h"
+#include "strata/distribute/multi_worker.h"
 #include "strata/ops.h"
 #include "strata/parallel/pipeline_strategy.h"
 #include "strata/ps/parameter_server_strategy.h"
 #include "strata/threading.h"
 #include "strata/train/callbacks.h"
 #include "train/run_callbacks.h"
+#include "train/step_rows.h"
 
 namespace strata {
 
@@ -169,23 +171,11 @@ double Model::update_trackers(const data::Element& batch, const StepResult& step
   return share;
 }
 
-namespace {
-// Rows of the global batch of the step this thread runs as a replica (0: not a replica's step). Each
-// replica thread keeps its own: with several steps per hand-off, replicas may be on different steps.
-thread_local int64_t t_step_global_rows = 0;
-
-class ScopedStepRows {
- public:
-  explicit ScopedStepRows(int64_t rows) { t_step_global_rows = rows; }
-  ~ScopedStepRows() { t_step_global_rows = 0; }
-  ScopedStepRows(const ScopedStepRows&) = delete;
-  ScopedStepRows& operator=(const ScopedStepRows&) = delete;
-};
-}  // namespace
+thread_local int64_t detail::t_step_global_rows = 0;
 
 std::pair<int64_t, int64_t> Model::step_rows(const Tensor& x) const {
   const int64_t rows = x.rank() >= 1 ? x.dim(0) : 1;
-  return {rows, t_step_global_rows > 0 ? t_step_global_rows : rows};
+  return {rows, detail::t_step_global_rows > 0 ? detail::t_step_global_rows : rows};
 }
 
 namespace {
@@ -306,6 +296,7 @@ const distribute::Strategy* Model::owning_strategy() const {
 
 void Model::reset_metrics() {
   job_states_.clear();
+  committed_job_states_.clear();
   if (loss_tracker_) loss_tracker_->reset_state();
   for (const auto& m : metrics_) m->reset_state();
   for (Trackers& t : replica_trackers_) {
@@ -434,13 +425,18 @@ void Model::distributed_steps(distribute::Strategy& strategy, const distribute::
     for (const auto& b : steps.batches) pipelined_train_step(*pipeline, b[0]);
     return;
   }
+  if (auto* workers = dynamic_cast<distribute::MultiWorkerMirroredStrategy*>(&strategy);
+      workers && workers->elastic() && training) {
+    elastic_train_steps(*workers, steps);
+    return;
+  }
   if (&strategy == &distribute::default_strategy()) {  // one replica, plain variables: no replica machinery
     for (const auto& b : steps.batches) step(b[0]);
     return;
   }
   strategy.run_replicas([&](int replica) {
     for (size_t k = 0; k < steps.size(); ++k) {
-      ScopedStepRows rows(steps.global_rows[k]);
+      detail::ScopedStepRows rows(steps.global_rows[k]);
       step(steps.batches[k][replica]);
     }
   });

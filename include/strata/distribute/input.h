@@ -64,6 +64,9 @@ PerReplica<data::Element> split_batch_share(const data::Element& batch, int part
 struct StepGroup {
   std::vector<PerReplica<data::Element>> batches;  // per step: one batch per local replica
   std::vector<int64_t> global_rows;                // per step: rows of the global batch (all workers together)
+  // Per step, the global batch itself when every worker read it (DATA; empty when each read its own): an elastic
+  // group splits it again over its members after a regroup.
+  std::vector<data::Element> global;
   size_t size() const { return batches.size(); }
 };
 

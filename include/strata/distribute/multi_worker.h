@@ -35,8 +35,10 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "strata/cluster/cluster_resolver.h"
 #include "strata/distribute/strategy.h"
@@ -68,6 +70,30 @@ struct CommunicationOptions {
   std::chrono::milliseconds heartbeat_interval{std::chrono::seconds(1)};
 };
 
+// Elastic training (strata launch --min-workers): when a worker is lost the survivors go on without restarting.
+struct ElasticOptions {
+  int min_workers = 0;  // 0: not elastic; else the fewest workers the job goes on with (at least 1)
+};
+
+// A step that did not commit on every member of an elastic group (a member failed or was lost during it): nothing
+// of it was applied anywhere; the group regroups and the step runs again.
+class StepDiscarded : public Unavailable {
+ public:
+  using Unavailable::Unavailable;
+};
+
+// One change of an elastic group's members.
+struct MembershipChange {
+  int64_t epoch = 0;              // the membership epoch it started (0: the job's start)
+  std::vector<std::string> left;  // the tasks that are not members any more
+  std::vector<std::string> members;
+  double seconds = 0;  // from the start of the discarded step to the new group's communicator
+};
+
+namespace detail {
+class ElasticGroup;
+}
+
 class MultiWorkerMirroredStrategy final : public Strategy {
  public:
   // The cluster from the environment (TF_CONFIG, mpirun or torchrun; none: a single worker).
@@ -75,7 +101,8 @@ class MultiWorkerMirroredStrategy final : public Strategy {
   // The cluster as given, with `local_replicas` CPU replicas per worker (threads, each with its share of the
   // cores; every worker must have as many); blocks until every worker has connected (Timeout naming those that
   // did not).
-  MultiWorkerMirroredStrategy(const cluster::TaskInfo& task, CommunicationOptions options, int local_replicas = 1);
+  MultiWorkerMirroredStrategy(const cluster::TaskInfo& task, CommunicationOptions options, int local_replicas = 1,
+                              ElasticOptions elastic = {});
   ~MultiWorkerMirroredStrategy() override;
 
   std::string name() const override { return "MultiWorkerMirroredStrategy"; }
@@ -94,6 +121,25 @@ class MultiWorkerMirroredStrategy final : public Strategy {
   void broadcast_from_chief(const std::vector<Tensor>& tensors) const override;
   std::vector<std::string> all_gather_across_workers(const std::string& bytes) const override;
 
+  // ---- elastic training (ElasticOptions): how Model::fit drives a step that must commit everywhere or nowhere
+  bool elastic() const { return elastic_ != nullptr; }
+  const ElasticOptions& elastic_options() const { return elastic_options_; }
+  // Before each attempt of a step.
+  void begin_step() {
+    voted_ = false;
+    step_started_ = std::chrono::steady_clock::now();
+  }
+  // This worker's vote on the step in progress (once per attempt; a second call returns the first's outcome):
+  // true when it commits on every member. The gradient aggregator votes ok once the sums are in; Model::fit votes
+  // failed when the attempt threw before that.
+  bool commit_step(bool ok);
+  // After a discarded step: agrees with the survivors on the next membership epoch and connects its communicator;
+  // num_workers() and worker_index() are then the new group's. Unavailable when fewer than min_workers remain or
+  // this worker was declared lost.
+  const MembershipChange& regroup();
+  // Called after each regroup (e.g. to print it); from the driving thread.
+  void set_on_membership_change(std::function<void(const MembershipChange&)> fn) { on_change_ = std::move(fn); }
+
  protected:
   GradientAggregator* aggregator(int replica) override;
   void on_replica_failure(const std::string& reason) override;
@@ -107,12 +153,22 @@ class MultiWorkerMirroredStrategy final : public Strategy {
   int worker_index_ = 0;
   std::unique_ptr<cluster::CoordinationService> service_;  // on the task that hosts it
   std::shared_ptr<cluster::CoordinationClient> client_;
-  std::shared_ptr<comm::Communicator> comm_;  // across the workers, one rank per worker (null for a single worker)
+  // Across the workers, one rank per worker (null for a single worker); replaced by an elastic regroup.
+  std::shared_ptr<comm::Communicator> comm_;
   // One rank per replica of the job, for each local replica: comm_ itself with one local replica, else the local
   // group and comm_ as one hierarchical group (empty for a single worker: the local group serves).
   std::vector<std::shared_ptr<comm::Communicator>> replica_comms_;
   std::vector<std::unique_ptr<GradientAggregator>> aggregators_;
   std::shared_ptr<std::atomic<bool>> alive_ = std::make_shared<std::atomic<bool>>(true);  // false once destroyed
+  // Elastic: the group's members and votes (null when not elastic).
+  ElasticOptions elastic_options_;
+  std::unique_ptr<detail::ElasticGroup> elastic_;
+  bool voted_ = false, last_vote_ = false;
+  std::chrono::steady_clock::time_point step_started_;  // of the attempt in progress (begin_step)
+  MembershipChange last_change_;
+  std::function<void(const MembershipChange&)> on_change_;
+  // The gradient aggregators over replica_comms_ (rebuilt after a regroup).
+  void make_aggregators();
 };
 
 }  // namespace strata::distribute

@@ -39,6 +39,11 @@ class PipelineStrategy;
 class ThreadPipeline;
 }  // namespace strata::parallel
 
+namespace strata::distribute {
+class MultiWorkerMirroredStrategy;
+struct StepGroup;
+}  // namespace strata::distribute
+
 namespace strata::ps {
 class ParameterServerStrategy;
 }
@@ -274,6 +279,10 @@ class Model : public nn::Layer {
   // the loss and metrics fed to the trackers. The pipeline is made at the first step and kept while the strategy,
   // loss and optimizer stay the same.
   void pipelined_train_step(parallel::PipelineStrategy& strategy, const data::Element& batch);
+  // The group's training steps under an elastic MultiWorkerMirroredStrategy (src/train/elastic_fit.cc): a step
+  // that does not commit on every worker is run again, after the survivors regroup, on the same global batch
+  // split over them, with the metrics as they stood before it.
+  void elastic_train_steps(distribute::MultiWorkerMirroredStrategy& strategy, const distribute::StepGroup& steps);
 
   std::shared_ptr<nn::Graph> graph_;
   std::shared_ptr<losses::Loss> loss_;
@@ -285,6 +294,9 @@ class Model : public nn::Layer {
   // Across workers, the job's tracker states as the last training step of the group summed them with its gradients
   // (every state of every tracker, in order); empty when they did not ride, and metric_logs sums them itself.
   std::vector<double> job_states_;
+  // Elastic training: the job's tracker states after the last committed step of the epoch (what job_states_ said
+  // then), from which the survivors of a lost worker go on counting.
+  std::vector<double> committed_job_states_;
   // The stages pipelined_train_step runs, and what they were made for.
   std::shared_ptr<parallel::ThreadPipeline> pipeline_;
   struct PipelineKey {

@@ -1,0 +1,85 @@
+// Model's training steps under an elastic MultiWorkerMirroredStrategy (strata/distribute/multi_worker.h): every
+// step commits on every worker or on none; a step that did not commit leaves the model and the metrics as they
+// were, the survivors regroup (a new membership epoch and communicator), and the step runs again on the same
+// global batch split over them, so every example of the epoch is trained on once and the mathematics do not change.
+// Thread-safety: fit's driving thread (one local replica per worker, run on it).
+#include <exception>
+#include <vector>
+
+#include "strata/distribute/input.h"
+#include "strata/distribute/multi_worker.h"
+#include "strata/error.h"
+#include "strata/train/model.h"
+#include "train/step_rows.h"
+
+namespace strata {
+
+namespace {
+
+// Whether `error`, thrown by a training step, may come from a worker lost during it: a collective that failed or
+// timed out, a peer unavailable, or a step the group discarded. Anything else (a bad shape, a NaN check) fails
+// the same way on every attempt and ends fit.
+bool from_the_group(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const Timeout&) {
+    return true;
+  } catch (const Unavailable&) {
+    return true;
+  } catch (const InvalidArgument&) {
+    return false;
+  } catch (const Error& e) {  // a Gloo failure other than a timeout (e.g. a peer that closed its connections)
+    return std::string(e.what()).find("gloo") != std::string::npos;
+  } catch (...) {
+    return false;
+  }
+}
+
+}  // namespace
+
+void Model::elastic_train_steps(distribute::MultiWorkerMirroredStrategy& strategy, const distribute::StepGroup& steps) {
+  STRATA_CHECK(steps.global.size() == steps.size(), InvalidArgument,
+               "elastic training: every worker must read the same global batches (auto-shard policy DATA), so that "
+               "the survivors of a lost worker can split its share among them; this dataset's workers read their "
+               "own files");
+  for (size_t k = 0; k < steps.size(); ++k) {
+    const std::vector<std::vector<double>> before = tracker_states();
+    data::Element batch = steps.batches[k][0];
+    for (;;) {
+      strategy.begin_step();
+      std::exception_ptr failure;
+      try {
+        strategy.run_replicas([&](int) {  // one replica per worker: on this thread, in its replica context
+          detail::ScopedStepRows rows(steps.global_rows[k]);
+          train_step(batch);
+        });
+      } catch (...) {
+        failure = std::current_exception();
+      }
+      if (!failure) {
+        if (!job_states_.empty()) committed_job_states_ = job_states_;
+        break;
+      }
+      if (!from_the_group(failure)) std::rethrow_exception(failure);
+      if (strategy.num_replicas_in_sync() > 1) strategy.commit_step(false);  // nothing if the aggregator voted
+      strategy.regroup();  // Unavailable below min_workers: fit ends, a relaunch resumes from the last backup
+      // The metrics as the job's stood after the last committed step: the chief holds them, the others count anew
+      // (the lost worker's share of them lives on in the job's sums every survivor kept).
+      if (!committed_job_states_.empty()) {
+        std::vector<std::vector<double>> job = before;
+        size_t at = 0;
+        for (auto& state : job) {
+          for (double& v : state) v = strategy.is_chief() ? committed_job_states_[at++] : (at++, 0.0);
+        }
+        set_tracker_states(job);
+      } else {
+        set_tracker_states(before);
+      }
+      job_states_ = committed_job_states_;
+      batch = distribute::split_batch_share(steps.global[k], strategy.num_replicas_in_sync(), strategy.worker_index(),
+                                            1)[0];
+    }
+  }
+}
+
+}  // namespace strata

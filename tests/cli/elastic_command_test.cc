@@ -1,0 +1,103 @@
+// Elastic synchronous training as real processes on 127.0.0.1: `strata launch --workers 3 --min-workers M` runs
+// `strata train --strategy multi_worker_mirrored`, and worker:2 kills itself with SIGKILL once the chief has saved
+// the backup of step 100 (mid-epoch 2). With M = 2 the other two regroup without it (no process restarts): they
+// say so within the heartbeat timeout (10 s) + 2 s of the discarded step's start, train every remaining step of the
+// same global batches, and end with the uninterrupted job's result. With M = 3 the launcher ends the job naming the
+// lost worker. Every process runs under
+// `timeout` and the launcher kills what is left on every path.
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <regex>
+
+#include "cli/cli_test_util.h"
+
+namespace strata::cli {
+namespace {
+
+// `strata launch --workers 3 --min-workers M -- sh worker.sh`; worker:2 kills itself after backup ckpt-<kill_at>
+// (0: never).
+std::pair<int, std::string> elastic_job(const TinyJob& t, const fs::path& ckpt, int kill_at, int min_workers) {
+  const std::string train = std::string(STRATA_BINARY) + " train " + t.job +
+                            " --strategy multi_worker_mirrored --threads 1 --epochs 3 --backup-every-steps 50"
+                            " --backup-dir " +
+                            ckpt.string();
+  std::string script = "exec " + train;
+  if (kill_at > 0) {
+    script = "if echo \"$TF_CONFIG\" | grep -q '\"index\": *2'; then (while [ ! -e " +
+             (ckpt / ("ckpt-" + std::to_string(kill_at))).string() + " ]; do sleep 0.005; done; kill -9 $$) & fi; " +
+             script;
+  }
+  std::ofstream(t.s.dir / "worker.sh") << script << "\n";
+  return run("timeout -k 5 240 " + std::string(STRATA_BINARY) + " launch --workers 3 --min-workers " +
+             std::to_string(min_workers) + " -- sh " + (t.s.dir / "worker.sh").string());
+}
+
+std::vector<std::string> test_lines(const std::string& out) {
+  const std::regex line(R"(\[worker:\d\] (test loss [0-9.]+ - test accuracy [0-9.]+))");
+  std::vector<std::string> lines;
+  for (std::sregex_iterator it(out.begin(), out.end(), line), end; it != end; ++it) lines.push_back((*it)[1]);
+  return lines;
+}
+
+// The training loss the chief's progress bar showed at the end of epoch `epoch` ("" when none).
+std::string epoch_loss(const std::string& out, int epoch) {
+  std::smatch m;
+  const std::regex line("\\[worker:0\\] Epoch " + std::to_string(epoch) +
+                        R"(/\d+\n(?:.*\n)*?\[worker:0\] \d+/\d+ .* - loss: ([0-9.e+-]+))");
+  return std::regex_search(out, m, line) ? m[1].str() : "";
+}
+
+TEST(ElasticCommandTest, TheSurvivorsOfAKilledWorkerGoOnWithoutRestarting) {
+  TinyJob t("elastic_kill");
+  write_tiny_idx(t.s.dir, "train", 2048, 1);  // 64 steps an epoch at the global batch of 32
+  const auto [rc_whole, out_whole] = elastic_job(t, t.s.dir / "whole", 0, 2);
+  ASSERT_EQ(rc_whole, 0) << out_whole;
+  const auto [rc, out] = elastic_job(t, t.s.dir / "killed", 100, 2);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(
+      out.find("worker:2 was killed by signal 9 (SIGKILL); 2 workers go on without it (elastic, --min-workers 2)"),
+      std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("restart"), std::string::npos) << out;  // no process restarted
+  // One line per survivor about the change, within the heartbeat timeout + 2 s.
+  const std::regex change(R"(\[worker:([01])\] membership: worker:2 left; 2 workers go on \(membership epoch 1\), )"
+                          R"(regrouped in ([0-9.]+) s)");
+  int changes = 0;
+  for (std::sregex_iterator it(out.begin(), out.end(), change), end; it != end; ++it) {
+    ++changes;
+    EXPECT_LT(std::stod((*it)[2]), 12.0) << out;
+  }
+  EXPECT_EQ(changes, 2) << out;
+  // Every step of the 3 epochs was trained (the interrupted one again), on the same global batches.
+  for (const char* w : {"[worker:0]", "[worker:1]"}) {
+    EXPECT_NE(out.find(std::string(w) + " training ended after epoch 3 of 3: 192 optimizer steps in all"),
+              std::string::npos)
+        << out;
+  }
+  // The interrupted epoch's mean loss (the job's sum over every example of it, the lost worker's share before the
+  // kill included) and the next epoch's are the uninterrupted run's: no example lost or trained twice.
+  for (int epoch : {2, 3}) {
+    ASSERT_NE(epoch_loss(out_whole, epoch), "") << out_whole;
+    EXPECT_EQ(epoch_loss(out, epoch), epoch_loss(out_whole, epoch)) << "epoch " << epoch << "\n" << out;
+  }
+  const auto expected = test_lines(out_whole), got = test_lines(out);
+  ASSERT_EQ(expected.size(), 3u) << out_whole;
+  ASSERT_EQ(got.size(), 2u) << out;
+  EXPECT_EQ(got[0], got[1]);
+  EXPECT_EQ(got[0], expected[0]);  // the uninterrupted job's weights (to float rounding): its result
+}
+
+TEST(ElasticCommandTest, BelowMinWorkersTheJobEndsNamingTheLostWorker) {
+  TinyJob t("elastic_below");
+  write_tiny_idx(t.s.dir, "train", 2048, 1);
+  const auto [rc, out] = elastic_job(t, t.s.dir / "ckpt", 100, 3);
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("worker:2 was killed by signal 9 (SIGKILL); 2 workers remain, fewer than --min-workers 3"),
+            std::string::npos)
+      << out;
+  EXPECT_NE(out.find("stopping the other tasks"), std::string::npos) << out;
+}
+
+}  // namespace
+}  // namespace strata::cli
