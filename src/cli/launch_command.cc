@@ -509,9 +509,16 @@ class Cluster {
   // Elastic training (--min-workers): a failed worker that does not host the coordination service is left out while
   // at least min_workers workers (the chief among them) still run; the others regroup without it.
   bool goes_on_without(const Task& t) const {
-    if (args_.min_workers == 0) return false;
-    const bool hosts_service = t.type == "chief" || (!args_.chief && t.type == "worker" && t.index == 0);
-    return !hosts_service && workers_running() >= args_.min_workers;
+    if (args_.min_workers == 0 || hosts_service(t)) return false;
+    // Once the task serving the coordination service has ended well, the job is done: a worker failing after it
+    // (e.g. one that was evicted and woke late) does not fail the job.
+    const bool job_done = std::any_of(tasks_.begin(), tasks_.end(), [this](const Task& s) {
+      return hosts_service(s) && !s.running && !failed(s.status);
+    });
+    return job_done || workers_running() >= args_.min_workers;
+  }
+  bool hosts_service(const Task& t) const {
+    return t.type == "chief" || (!args_.chief && t.type == "worker" && t.index == 0);
   }
   int workers_running() const {
     return static_cast<int>(std::count_if(tasks_.begin(), tasks_.end(), [](const Task& t) {

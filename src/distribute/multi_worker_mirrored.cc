@@ -211,7 +211,11 @@ MultiWorkerMirroredStrategy::~MultiWorkerMirroredStrategy() {
     }
   }
   client_->set_on_lost(nullptr);
-  client_->disconnect();
+  try {
+    client_->disconnect();
+  } catch (const Error&) {
+    // The service is gone (the chief ended the job, or died): nobody is left to tell.
+  }
 }
 
 std::string MultiWorkerMirroredStrategy::backend() const { return comm_ ? comm_->backend() : "local"; }

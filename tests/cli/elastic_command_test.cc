@@ -15,9 +15,10 @@
 namespace strata::cli {
 namespace {
 
-// `strata launch --workers 3 --min-workers M -- sh worker.sh`; worker:2 kills itself after backup ckpt-<kill_at>
-// (0: never).
-std::pair<int, std::string> elastic_job(const TinyJob& t, const fs::path& ckpt, int kill_at, int min_workers) {
+// `strata launch --workers 3 --min-workers M -- sh worker.sh`; after backup ckpt-<kill_at> (0: never) worker:2 does
+// `fault` to itself: "kill -9 $$", or "kill -STOP $$; sleep 12; kill -CONT $$".
+std::pair<int, std::string> elastic_job(const TinyJob& t, const fs::path& ckpt, int kill_at, int min_workers,
+                                        const std::string& fault = "kill -9 $$") {
   const std::string train = std::string(STRATA_BINARY) + " train " + t.job +
                             " --strategy multi_worker_mirrored --threads 1 --epochs 3 --backup-every-steps 50"
                             " --backup-dir " +
@@ -25,7 +26,8 @@ std::pair<int, std::string> elastic_job(const TinyJob& t, const fs::path& ckpt, 
   std::string script = "exec " + train;
   if (kill_at > 0) {
     script = "if echo \"$TF_CONFIG\" | grep -q '\"index\": *2'; then (while [ ! -e " +
-             (ckpt / ("ckpt-" + std::to_string(kill_at))).string() + " ]; do sleep 0.005; done; kill -9 $$) & fi; " +
+             (ckpt / ("ckpt-" + std::to_string(kill_at))).string() + " ]; do sleep 0.005; done; " + fault +
+             ") & fi; " +
              script;
   }
   std::ofstream(t.s.dir / "worker.sh") << script << "\n";
@@ -97,6 +99,21 @@ TEST(ElasticCommandTest, BelowMinWorkersTheJobEndsNamingTheLostWorker) {
             std::string::npos)
       << out;
   EXPECT_NE(out.find("stopping the other tasks"), std::string::npos) << out;
+}
+
+TEST(ElasticCommandTest, AStoppedWorkerIsEvictedAndTheOthersGoOn) {
+  // worker:2 stops (SIGSTOP) for 12 s: the others' step ends at the collective bound (the heartbeat timeout), they
+  // regroup without it, and when it wakes it learns that it was evicted and exits, while the job goes on.
+  TinyJob t("elastic_stop");
+  write_tiny_idx(t.s.dir, "train", 16384, 1);  // 512 steps an epoch: the others still train when it wakes
+  const auto [rc, out] = elastic_job(t, t.s.dir / "ckpt", 100, 2, "kill -STOP $$; sleep 12; kill -CONT $$");
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("[worker:0] membership: worker:2 left; 2 workers go on (membership epoch 1)"), std::string::npos)
+      << out;
+  EXPECT_NE(out.find("this task (worker:2) is no longer a member of the group"), std::string::npos) << out;
+  EXPECT_NE(out.find("worker:2 exited with status 1; 2 workers go on without it"), std::string::npos) << out;
+  EXPECT_NE(out.find("[worker:1] training ended after epoch 3 of 3: 1536 optimizer steps in all"), std::string::npos)
+      << out;
 }
 
 }  // namespace
