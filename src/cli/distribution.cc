@@ -183,9 +183,16 @@ std::unique_ptr<distribute::Strategy> make_job_strategy(const StrategySpec& spec
     strategy->set_on_membership_change([](const distribute::MembershipChange& change) {
       std::string left;
       for (const std::string& t : change.left) left += (left.empty() ? "" : ", ") + t;
-      std::printf("membership: %s left; %zu workers go on (membership epoch %lld), regrouped in %.2f s\n",
-                  left.empty() ? "no task" : left.c_str(), change.members.size(),
-                  static_cast<long long>(change.epoch), change.seconds);
+      std::string joined;
+      for (const std::string& t : change.joined) joined += (joined.empty() ? "" : ", ") + t;
+      if (!joined.empty()) {
+        std::printf("membership: %s joined; %zu workers (membership epoch %lld), in %.2f s\n", joined.c_str(),
+                    change.members.size(), static_cast<long long>(change.epoch), change.seconds);
+      } else {
+        std::printf("membership: %s left; %zu workers go on (membership epoch %lld), regrouped in %.2f s\n",
+                    left.empty() ? "no task" : left.c_str(), change.members.size(),
+                    static_cast<long long>(change.epoch), change.seconds);
+      }
       std::fflush(stdout);
     });
     return strategy;
@@ -239,7 +246,9 @@ std::string strategy_line(const distribute::Strategy& strategy, int64_t global_b
   if (const auto* mirrored = dynamic_cast<const distribute::MirroredStrategy*>(&strategy); mirrored && n > 1) {
     out << ", " << comm::to_string(mirrored->cross_device_ops().algorithm) << " all-reduce";
   }
-  if (const auto* mw = dynamic_cast<const distribute::MultiWorkerMirroredStrategy*>(&strategy)) {
+  if (const auto* mw = dynamic_cast<const distribute::MultiWorkerMirroredStrategy*>(&strategy); mw && mw->joining()) {
+    out << ", " << mw->task().name() << " restarted: it joins the running job at a step boundary";
+  } else if (mw) {
     out << ", worker " << mw->worker_index() << " of " << mw->num_workers();
     if (mw->num_local_replicas() > 1) out << " with " << mw->num_local_replicas() << " replicas each";
     if (mw->num_workers() > 1) out << " (" << mw->backend() << ")";

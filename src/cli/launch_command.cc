@@ -16,8 +16,9 @@
 // chief stops the cluster as above. The job is done when the chief exits 0: the workers, whose fit the chief ended,
 // get until --stop-timeout to exit by themselves (after their last words), then the other tasks are stopped.
 // With --min-workers M (elastic synchronous training) every task also gets STRATA_ELASTIC_MIN_WORKERS=M, and a
-// failed worker (not the one serving the coordination service) is left out while M workers still run: the others
-// regroup without it and the job goes on.
+// failed worker (not the one serving the coordination service) is restarted alone while --max-restarts allows (it
+// joins the running job at a step boundary), else left out while M workers still run: the others regroup without
+// it and the job goes on.
 // SIGINT and SIGTERM sent to the launcher go to every task; the launcher then waits for them as above and exits
 // with 128 + that signal (a second one kills the tasks at once).
 //
@@ -445,6 +446,10 @@ class Cluster {
               continue;
             }
             if (t.dropped) continue;
+            if (args_.min_workers > 0 && !hosts_service(t) && restarts_ < args_.max_restarts && !job_done()) {
+              restart_alone(t);  // it joins the running job at a step boundary
+              continue;
+            }
             if (goes_on_without(t)) {
               t.dropped = true;
               say(t.name + " " + how_it_ended(t.status) + "; " + std::to_string(workers_running()) +
@@ -512,10 +517,12 @@ class Cluster {
     if (args_.min_workers == 0 || hosts_service(t)) return false;
     // Once the task serving the coordination service has ended well, the job is done: a worker failing after it
     // (e.g. one that was evicted and woke late) does not fail the job.
-    const bool job_done = std::any_of(tasks_.begin(), tasks_.end(), [this](const Task& s) {
-      return hosts_service(s) && !s.running && !failed(s.status);
-    });
-    return job_done || workers_running() >= args_.min_workers;
+    return job_done() || workers_running() >= args_.min_workers;
+  }
+  // The task serving the coordination service has ended well.
+  bool job_done() const {
+    return std::any_of(tasks_.begin(), tasks_.end(),
+                       [this](const Task& s) { return hosts_service(s) && !s.running && !failed(s.status); });
   }
   bool hosts_service(const Task& t) const {
     return t.type == "chief" || (!args_.chief && t.type == "worker" && t.index == 0);

@@ -21,6 +21,12 @@ using namespace std::chrono_literals;
 constexpr auto kPoll = 50ms;
 // A regroup waits the heartbeat timeout plus this for the failed member to be declared lost.
 constexpr auto kDeclareMargin = 2s;
+// The job's current membership epoch (set by its rank 0), and a task's request to join.
+const std::string kEpochKey = "elastic/epoch";
+const std::string kJoinPrefix = "elastic/join/";
+const std::string kRestartedPrefix = "elastic/restarted/";
+constexpr const char* kCommit = "commit";
+constexpr const char* kCommitJoin = "commit+join";
 
 std::string joined(const std::vector<std::string>& names, const char* separator = ",") {
   std::string out;
@@ -56,12 +62,106 @@ ElasticGroup::ElasticGroup(std::shared_ptr<cluster::CoordinationClient> client, 
 ElasticGroup::~ElasticGroup() = default;
 
 std::shared_ptr<comm::Communicator> ElasticGroup::start() {
+  step_ = 0;
+  join_pending_ = false;
+  if (client_->check({kEpochKey})) {  // the job runs already: this task was restarted
+    joining_ = true;
+    members_.clear();
+    client_->set(kRestartedPrefix + self_, "1");  // its old incarnation is gone, whatever the heartbeats say
+    return nullptr;
+  }
   epoch_ = 0;
   members_ = tasks_;
   rank_ = static_cast<int>(std::find(members_.begin(), members_.end(), self_) - members_.begin());
-  step_ = 0;
   client_->barrier("elastic/e0/ready", members_, options_.timeout);  // every worker started (it may take a while)
-  return connect();
+  connect();
+  publish_epoch();
+  return comm_;
+}
+
+void ElasticGroup::publish_epoch() {
+  if (rank_ == 0) client_->set(kEpochKey, std::to_string(epoch_));
+}
+
+std::vector<std::string> ElasticGroup::pending_joiners() const {
+  std::vector<std::string> out;
+  for (const std::string& t : tasks_) {
+    if (!contains(members_, t) && client_->check({kJoinPrefix + t})) out.push_back(t);
+  }
+  return out;
+}
+
+bool ElasticGroup::enter_next_epoch(const std::vector<std::string>& next) {
+  members_ = next;
+  rank_ = static_cast<int>(std::find(members_.begin(), members_.end(), self_) - members_.begin());
+  step_ = 0;
+  join_pending_ = false;
+  try {
+    // A member lost before it arrives makes every survivor go on to the next epoch without it.
+    client_->barrier("elastic/e" + std::to_string(epoch_) + "/ready", members_,
+                     options_.timeout + options_.heartbeat_timeout);
+    connect();
+  } catch (const Unavailable&) {
+    return false;
+  } catch (const Timeout&) {  // a member died between the barrier and the rendezvous
+    return false;
+  }
+  publish_epoch();
+  return true;
+}
+
+std::shared_ptr<comm::Communicator> ElasticGroup::join() {
+  STRATA_CHECK(joining_, InvalidArgument, "elastic group: " << self_ << " is a member already");
+  const auto start = Clock::now();
+  client_->set(kJoinPrefix + self_, "1");
+  int64_t next = std::stoll(client_->get(kEpochKey)) + 1;
+  for (;;) {
+    const std::string key = "elastic/e" + std::to_string(next) + "/members";
+    client_->wait({key},
+                  std::max<std::chrono::milliseconds>(
+                      options_.timeout - std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - start),
+                      std::chrono::milliseconds(1)));
+    const std::vector<std::string> members = split(client_->get(key));
+    epoch_ = next++;
+    if (!contains(members, self_)) continue;  // an epoch formed without this task (e.g. after a loss): the next
+    if (!enter_next_epoch(members)) continue;
+    client_->delete_key(kJoinPrefix + self_);
+    client_->delete_key(kRestartedPrefix + self_);
+    joining_ = false;
+    last_change_ = MembershipChange{.epoch = epoch_,
+                                    .left = {},
+                                    .joined = {self_},
+                                    .members = members_,
+                                    .seconds = std::chrono::duration<double>(Clock::now() - start).count()};
+    return comm_;
+  }
+}
+
+std::shared_ptr<comm::Communicator> ElasticGroup::admit() {
+  STRATA_CHECK(join_pending_, InvalidArgument, "elastic group: no joiner to admit");
+  const auto start = Clock::now();
+  const std::vector<std::string> before = members_;
+  if (comm_) comm_->abort("elastic group: admitting joiners after membership epoch " + std::to_string(epoch_));
+  comm_.reset();
+  std::vector<std::string> proposal;
+  const std::vector<std::string> joiners = pending_joiners();
+  for (const std::string& t : tasks_) {
+    if (contains(members_, t) || contains(joiners, t)) proposal.push_back(t);
+  }
+  const std::string key = "elastic/e" + std::to_string(epoch_ + 1) + "/members";
+  const std::vector<std::string> next = split(client_->compare_set(key, "", joined(proposal)));
+  ++epoch_;
+  if (!enter_next_epoch(next)) return regroup();  // a member or joiner was lost meanwhile
+  std::vector<std::string> joined_now;
+  for (const std::string& m : members_) {
+    if (!contains(before, m)) joined_now.push_back(m);
+  }
+  last_change_ = MembershipChange{.epoch = epoch_,
+                                  .left = {},
+                                  .joined = joined_now,
+                                  .members = members_,
+                                  .seconds = std::chrono::duration<double>(Clock::now() - start).count()};
+  return comm_;
 }
 
 std::shared_ptr<comm::Communicator> ElasticGroup::connect() {
@@ -79,6 +179,11 @@ std::vector<std::string> ElasticGroup::lost_members() const {
   std::vector<std::string> lost;
   for (const cluster::LostTask& t : client_->lost_tasks()) {
     if (contains(members_, t.task) && !contains(lost, t.task)) lost.push_back(t.task);
+  }
+  // A member restarted before the service declared it lost (its new incarnation's heartbeats replace the old one's)
+  // said so itself.
+  for (const std::string& m : members_) {
+    if (!contains(lost, m) && client_->check({kRestartedPrefix + m})) lost.push_back(m);
   }
   return lost;
 }
@@ -104,7 +209,6 @@ std::shared_ptr<comm::Communicator> ElasticGroup::regroup() {
     }
     const std::vector<std::string> next = split(client_->compare_set(key, "", joined(proposal)));
     ++epoch_;
-    step_ = 0;
     std::vector<std::string> gone;
     for (const std::string& m : before) {
       if (!contains(next, m)) gone.push_back(m);
@@ -117,18 +221,7 @@ std::shared_ptr<comm::Communicator> ElasticGroup::regroup() {
                  "elastic training: " << next.size() << " of " << tasks_.size() << " workers remain, fewer than "
                                       << "min_workers " << options_.min_workers << "; lost: " << joined(gone, ", ")
                                       << " (a relaunch resumes from the last backup)");
-    members_ = next;
-    rank_ = static_cast<int>(std::find(members_.begin(), members_.end(), self_) - members_.begin());
-    try {
-      // A member lost before it arrives makes every survivor go on to the next epoch without it.
-      client_->barrier("elastic/e" + std::to_string(epoch_) + "/ready", members_,
-                       options_.timeout + options_.heartbeat_timeout);
-      connect();
-    } catch (const Unavailable&) {
-      continue;
-    } catch (const Timeout&) {  // a member died between the barrier and the rendezvous
-      continue;
-    }
+    if (!enter_next_epoch(next)) continue;
     last_change_ = MembershipChange{.epoch = epoch_,
                                     .left = gone,
                                     .members = members_,
@@ -147,17 +240,24 @@ bool ElasticGroup::should_commit(bool ok) {
     client_->delete_key(old + "/decision");
   }
   ++step_;
-  if (!ok) return client_->compare_set(decision, "", "abort") == "commit";
-  if (client_->add(step + "/ok", 1) == size()) return client_->compare_set(decision, "", "commit") == "commit";
+  // "commit", "commit+join" (commit, then admit the tasks waiting to join) or "abort".
+  const auto commits = [this](const std::string& value) {
+    join_pending_ = value == kCommitJoin;
+    return value == kCommit || value == kCommitJoin;
+  };
+  if (!ok) return commits(client_->compare_set(decision, "", "abort"));
+  if (client_->add(step + "/ok", 1) == size()) {
+    return commits(client_->compare_set(decision, "", pending_joiners().empty() ? kCommit : kCommitJoin));
+  }
   const auto deadline = Clock::now() + options_.timeout;
   for (;;) {
     try {
       client_->wait({decision}, kPoll);
-      return client_->get(decision) == "commit";
+      return commits(client_->get(decision));
     } catch (const Timeout&) {
     }
     if (!lost_members().empty() || Clock::now() >= deadline) {
-      return client_->compare_set(decision, "", "abort") == "commit";
+      return commits(client_->compare_set(decision, "", "abort"));
     }
   }
 }

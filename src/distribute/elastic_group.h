@@ -7,6 +7,11 @@
 // the survivors go on to the next epoch without it), then connect a Gloo communicator under the fresh prefix
 // "mwms/e<E>". A member's rank is its place in the list (the tasks keep their order: the chief stays rank 0).
 //
+// Joining: a restarted task finds the job's epoch on the service ("elastic/epoch"), asks to join
+// ("elastic/join/<task>"), and waits; the member whose vote completes a step's count sees the request and decides
+// "commit+join", so after that step every member admits the joiners into the next epoch (the tasks keep their
+// order) and the joiner finds itself in that epoch's members.
+//
 // The commit vote: after its step's all-reduce every member votes (ok, or failed); the step's decision is one key,
 // "elastic/e<E>/s<k>/decision", set once by compare-and-set: "commit" by the member whose ok completes the count,
 // "abort" by a member that failed or that sees a member lost before the count completes. Every member reads the
@@ -50,8 +55,18 @@ class ElasticGroup {
   ElasticGroup(const ElasticGroup&) = delete;
   ElasticGroup& operator=(const ElasticGroup&) = delete;
 
-  // Epoch 0, every task: connects its communicator.
+  // Epoch 0, every task: connects its communicator. A task that starts while the job already runs (a restarted
+  // worker: the service says which epoch the job is in) joins instead: start returns null and joining() is true
+  // until join().
   std::shared_ptr<comm::Communicator> start();
+  bool joining() const { return joining_; }
+  // A joining task: asks to join and waits (up to the timeout) until the members admit it at a step boundary; then
+  // connects the new epoch's communicator.
+  std::shared_ptr<comm::Communicator> join();
+  // Whether the last committed step's decision asks the members to admit joiners (every member reads the same).
+  bool join_pending() const { return join_pending_; }
+  // The members, after that step: the next epoch with every task that asked to join, connected.
+  std::shared_ptr<comm::Communicator> admit();
   // After a failed or aborted step: agrees on the next epoch with the other survivors and connects its
   // communicator (the old one is aborted first, which frees any member still blocked on it). Unavailable naming
   // the lost tasks when fewer than min_workers remain, or when this task is no longer a member (it was declared
@@ -70,6 +85,13 @@ class ElasticGroup {
 
  private:
   std::shared_ptr<comm::Communicator> connect();
+  // After the members of the next epoch were agreed as `next`: this task's place, the barrier, the communicator;
+  // false when a member was lost before the barrier or the rendezvous (the caller moves on to the epoch after).
+  bool enter_next_epoch(const std::vector<std::string>& next);
+  // The tasks that asked to join and are not members.
+  std::vector<std::string> pending_joiners() const;
+  // Rank 0 records the epoch the job is in, for tasks that start later.
+  void publish_epoch();
   // The members of the current epoch the service has declared lost.
   std::vector<std::string> lost_members() const;
 
@@ -81,6 +103,8 @@ class ElasticGroup {
   std::vector<std::string> members_;
   int rank_ = 0;
   int64_t step_ = 0;  // votes taken in this epoch
+  bool joining_ = false;
+  bool join_pending_ = false;
   std::shared_ptr<comm::Communicator> comm_;
   MembershipChange last_change_;
 };

@@ -86,8 +86,8 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const cluster::TaskInfo
                           "a rank and go on");
   }
   (void)gradient_compression(options_.gradient_compression);  // checked now, used by make_aggregators
-  if (num_workers_ > 1) {
-    connect();
+  if (num_workers_ > 1) connect();
+  if (comm_) {  // (none yet for a restarted elastic worker: it joins later)
     if (num_local_replicas() == 1) {
       replica_comms_ = {comm_};
     } else {
@@ -129,6 +129,27 @@ const MembershipChange& MultiWorkerMirroredStrategy::regroup() {
   comm_ = elastic_->regroup();
   last_change_ = elastic_->last_change();
   last_change_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_started_).count();
+  return took_new_group();
+}
+
+bool MultiWorkerMirroredStrategy::joining() const { return elastic_ != nullptr && elastic_->joining(); }
+bool MultiWorkerMirroredStrategy::join_pending() const { return elastic_ != nullptr && elastic_->join_pending(); }
+
+const MembershipChange& MultiWorkerMirroredStrategy::join() {
+  STRATA_CHECK(joining(), InvalidArgument, kName << ": join is for a restarted worker of an elastic job");
+  comm_ = elastic_->join();
+  last_change_ = elastic_->last_change();
+  return took_new_group();
+}
+
+const MembershipChange& MultiWorkerMirroredStrategy::admit_joiners() {
+  STRATA_CHECK(join_pending(), InvalidArgument, kName << ": no worker waits to join");
+  comm_ = elastic_->admit();
+  last_change_ = elastic_->last_change();
+  return took_new_group();
+}
+
+const MembershipChange& MultiWorkerMirroredStrategy::took_new_group() {
   num_workers_ = elastic_->size();
   worker_index_ = elastic_->rank();
   replica_comms_ = {comm_};
@@ -174,6 +195,7 @@ void MultiWorkerMirroredStrategy::connect() {
       // one on a stopped peer at the collective timeout, and the survivors regroup. Aborting the communicator here
       // would close this member's own connections under a running collective, which then could only time out.
       comm_ = elastic_->start();
+      if (!comm_) num_workers_ = 1;  // a restarted worker: alone until it joins (Model::fit joins)
       return;
     }
     comm_ = comm::make_gloo_communicator(client_, worker_index_, num_workers_,

@@ -10,6 +10,7 @@
 #include "strata/error.h"
 #include "strata/io/checkpoint.h"
 #include "strata/train/model.h"
+#include "train/worker_state.h"
 
 namespace strata {
 
@@ -264,39 +265,6 @@ void check_same_position_on_every_worker(const Model& model, const std::string& 
   }
 }
 
-// Across workers, after a restore: the model's weights (every local copy) and the optimizer's state are the chief's
-// on every worker, as at creation (TensorFlow broadcasts the restored variables too).
-void broadcast_state_from_chief(Model& model) {
-  const distribute::Strategy* strategy = model.owning_strategy();
-  if (strategy == nullptr || strategy->num_workers() == 1) return;
-  // One broadcast per dtype (a collective moves one dtype), in the same order on every worker.
-  auto broadcast = [&](const std::vector<Tensor>& tensors) {
-    for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kInt64}) {
-      std::vector<Tensor> group;
-      for (const Tensor& t : tensors) {
-        if (t.dtype() == dtype) group.push_back(t);
-      }
-      strategy->broadcast_from_chief(group);
-    }
-  };
-  const std::vector<Variable> vars = model.variables();
-  std::vector<Tensor> weights;
-  for (const Variable& v : vars) weights.push_back(v.component(0));
-  broadcast(weights);
-  for (const Variable& v : vars) {
-    for (int c = 1; c < v.num_components(); ++c) {
-      Tensor copy = v.component(c);  // shares the component's storage
-      copy.copy_(v.component(0));
-    }
-  }
-  if (!model.compiled()) return;
-  const std::vector<Variable> trainable = model.trainable_variables();
-  std::vector<std::pair<std::string, Tensor>> state = model.optimizer().state(trainable);
-  std::vector<Tensor> tensors;
-  for (auto& [name, t] : state) tensors.push_back(t);
-  broadcast(tensors);
-  model.optimizer().load_state(state, trainable);
-}
 }  // namespace
 
 void BackupAndRestore::on_train_begin(const Logs&) {
@@ -306,7 +274,7 @@ void BackupAndRestore::on_train_begin(const Logs&) {
   if (!options_.restore) return;
   restore_latest(model);
   check_same_position_on_every_worker(model, directory_);
-  if (model.step() > 0) broadcast_state_from_chief(model);  // every worker restored: each takes the chief's copy
+  if (model.step() > 0) detail::broadcast_state_from_chief(model);  // every worker restored: each takes the chief's copy
 }
 
 void BackupAndRestore::restore_latest(Model& model) {

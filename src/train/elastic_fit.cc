@@ -2,8 +2,12 @@
 // step commits on every worker or on none; a step that did not commit leaves the model and the metrics as they
 // were, the survivors regroup (a new membership epoch and communicator), and the step runs again on the same
 // global batch split over them, so every example of the epoch is trained on once and the mathematics do not change.
+// A restarted worker joins at a step boundary: the members admit it and the chief sends it the weights, the
+// optimizer state and the input position, from which its fit goes on as from a checkpoint.
 // Thread-safety: fit's driving thread (one local replica per worker, run on it).
 #include <exception>
+#include <sstream>
+#include <string>
 #include <vector>
 
 #include "strata/distribute/input.h"
@@ -11,6 +15,7 @@
 #include "strata/error.h"
 #include "strata/train/model.h"
 #include "train/step_rows.h"
+#include "train/worker_state.h"
 
 namespace strata {
 
@@ -35,7 +40,48 @@ bool from_the_group(const std::exception_ptr& error) {
   }
 }
 
+// fit's position at a step boundary as the chief sends it to a joiner: "epochs_done step_in_epoch finished\n"
+// then the input iterator's state.
+std::string encode_position(int64_t epochs_done, int64_t step_in_epoch, bool finished, const std::string& input) {
+  return std::to_string(epochs_done) + " " + std::to_string(step_in_epoch) + " " + (finished ? "1" : "0") + "\n" +
+         input;
+}
+
+FitPosition decode_position(const std::string& bytes) {
+  const size_t newline = bytes.find('\n');
+  STRATA_CHECK(newline != std::string::npos, DataCorrupt, "elastic join: the chief's fit position is malformed");
+  std::istringstream head(bytes.substr(0, newline));
+  FitPosition p;
+  int finished = 0;
+  head >> p.epochs_done >> p.step_in_epoch >> finished;
+  STRATA_CHECK(!head.fail(), DataCorrupt, "elastic join: the chief's fit position is malformed");
+  p.input_finished = finished != 0;
+  p.input_state = bytes.substr(newline + 1);
+  return p;
+}
+
 }  // namespace
+
+void Model::join_elastic_group(distribute::MultiWorkerMirroredStrategy& strategy) {
+  STRATA_CHECK(built(), InvalidArgument,
+               "elastic training: model '" << name() << "' must be built (build_for) before a restarted worker joins");
+  strategy.join();
+  detail::broadcast_state_from_chief(*this);  // the weights and the optimizer state, as the members hold them
+  FitPosition p = decode_position(strategy.all_gather_across_workers("")[0]);
+  p.metric_states = tracker_states();  // this worker's share so far: nothing
+  set_resume_position(p);
+}
+
+void Model::admit_elastic_joiners(distribute::MultiWorkerMirroredStrategy& strategy) {
+  strategy.admit_joiners();
+  detail::broadcast_state_from_chief(*this);
+  std::string position;
+  if (strategy.is_chief()) {
+    position = encode_position(fit_state_.epochs_done, fit_state_.step_in_epoch, fit_state_.iterator_finished,
+                               fit_state_.iterator != nullptr ? fit_state_.iterator->save_state() : "");
+  }
+  strategy.all_gather_across_workers(position);
+}
 
 void Model::elastic_train_steps(distribute::MultiWorkerMirroredStrategy& strategy, const distribute::StepGroup& steps) {
   STRATA_CHECK(steps.global.size() == steps.size(), InvalidArgument,

@@ -512,6 +512,9 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
   const ActiveFit active = start_fit();
   History history;
   run_callbacks(callbacks, [](Callback& cb) { cb.on_train_begin(Logs()); });
+  auto* elastic = dynamic_cast<distribute::MultiWorkerMirroredStrategy*>(&input_strategy());
+  if (elastic != nullptr && !elastic->elastic()) elastic = nullptr;
+  if (elastic != nullptr && elastic->joining()) join_elastic_group(*elastic);  // a restarted worker, mid-job
   // Across workers each reads its share of the dataset (strata/distribute/input.h); with one, the dataset itself.
   distribute::Strategy& strategy_of_input = input_strategy();
   distribute::WorkerInput input(strategy_of_input, dataset);
@@ -615,6 +618,7 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
       distributed_steps(*strategy, steps_of_group, /*training=*/true);
       steps += group;
       fit_state_.step_in_epoch = steps;
+      if (elastic != nullptr && elastic->join_pending()) admit_elastic_joiners(*elastic);
       const Logs logs = metric_logs();
       run_callbacks(callbacks, [&](Callback& cb) { cb.on_train_batch_end(steps - 1, logs); });
       if (stop_training) break;

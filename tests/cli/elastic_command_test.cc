@@ -18,21 +18,23 @@ namespace {
 // `strata launch --workers 3 --min-workers M -- sh worker.sh`; after backup ckpt-<kill_at> (0: never) worker:2 does
 // `fault` to itself: "kill -9 $$", or "kill -STOP $$; sleep 12; kill -CONT $$".
 std::pair<int, std::string> elastic_job(const TinyJob& t, const fs::path& ckpt, int kill_at, int min_workers,
-                                        const std::string& fault = "kill -9 $$") {
+                                        const std::string& fault = "kill -9 $$", int max_restarts = 0) {
   const std::string train = std::string(STRATA_BINARY) + " train " + t.job +
                             " --strategy multi_worker_mirrored --threads 1 --epochs 3 --backup-every-steps 50"
                             " --backup-dir " +
                             ckpt.string();
   std::string script = "exec " + train;
   if (kill_at > 0) {
-    script = "if echo \"$TF_CONFIG\" | grep -q '\"index\": *2'; then (while [ ! -e " +
-             (ckpt / ("ckpt-" + std::to_string(kill_at))).string() + " ]; do sleep 0.005; done; " + fault +
-             ") & fi; " +
-             script;
+    script =
+        "if [ \"$STRATA_LAUNCH_RESTART\" = 0 ] && echo \"$TF_CONFIG\" | grep -q '\"index\": *2'; then "
+        "(while [ ! -e " +
+        (ckpt / ("ckpt-" + std::to_string(kill_at))).string() + " ]; do sleep 0.005; done; " + fault + ") & fi; " +
+        script;
   }
   std::ofstream(t.s.dir / "worker.sh") << script << "\n";
   return run("timeout -k 5 240 " + std::string(STRATA_BINARY) + " launch --workers 3 --min-workers " +
-             std::to_string(min_workers) + " -- sh " + (t.s.dir / "worker.sh").string());
+             std::to_string(min_workers) + " --max-restarts " + std::to_string(max_restarts) + " -- sh " +
+             (t.s.dir / "worker.sh").string());
 }
 
 std::vector<std::string> test_lines(const std::string& out) {
@@ -114,6 +116,31 @@ TEST(ElasticCommandTest, AStoppedWorkerIsEvictedAndTheOthersGoOn) {
   EXPECT_NE(out.find("worker:2 exited with status 1; 2 workers go on without it"), std::string::npos) << out;
   EXPECT_NE(out.find("[worker:1] training ended after epoch 3 of 3: 1536 optimizer steps in all"), std::string::npos)
       << out;
+}
+
+TEST(ElasticCommandTest, ARestartedWorkerRejoinsAndTheJobEndsAsIfNothingHappened) {
+  // worker:2 is killed after step 100 and restarted alone by the launcher: the others go on without it, admit it at
+  // a step boundary, and the chief sends it the weights, the optimizer state and the input position; all three end
+  // with the uninterrupted job's steps and result.
+  TinyJob t("elastic_rejoin");
+  write_tiny_idx(t.s.dir, "train", 2048, 1);
+  const auto [rc_whole, out_whole] = elastic_job(t, t.s.dir / "whole", 0, 2);
+  ASSERT_EQ(rc_whole, 0) << out_whole;
+  const auto [rc, out] = elastic_job(t, t.s.dir / "killed", 100, 2, "kill -9 $$", 1);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("worker:2 was killed by signal 9 (SIGKILL); restarting it alone"), std::string::npos) << out;
+  EXPECT_NE(out.find("worker:2 restarted: it joins the running job at a step boundary"), std::string::npos) << out;
+  EXPECT_NE(out.find("[worker:0] membership: worker:2 joined; 3 workers"), std::string::npos) << out;
+  EXPECT_NE(out.find("[worker:2] membership: worker:2 joined; 3 workers"), std::string::npos) << out;
+  for (const char* w : {"[worker:0]", "[worker:1]", "[worker:2]"}) {
+    EXPECT_NE(out.find(std::string(w) + " training ended after epoch 3 of 3: 192 optimizer steps in all"),
+              std::string::npos)
+        << out;
+  }
+  for (int epoch : {2, 3}) EXPECT_EQ(epoch_loss(out, epoch), epoch_loss(out_whole, epoch)) << out;
+  const auto expected = test_lines(out_whole), got = test_lines(out);
+  ASSERT_EQ(got.size(), 3u) << out;
+  for (const std::string& line : got) EXPECT_EQ(line, expected[0]) << out;
 }
 
 }  // namespace

@@ -85,7 +85,8 @@ class StepDiscarded : public Unavailable {
 // One change of an elastic group's members.
 struct MembershipChange {
   int64_t epoch = 0;              // the membership epoch it started (0: the job's start)
-  std::vector<std::string> left;  // the tasks that are not members any more
+  std::vector<std::string> left;    // the tasks that are not members any more
+  std::vector<std::string> joined;  // the tasks that joined
   std::vector<std::string> members;
   double seconds = 0;  // from the start of the discarded step to the new group's communicator
 };
@@ -137,7 +138,16 @@ class MultiWorkerMirroredStrategy final : public Strategy {
   // num_workers() and worker_index() are then the new group's. Unavailable when fewer than min_workers remain or
   // this worker was declared lost.
   const MembershipChange& regroup();
-  // Called after each regroup (e.g. to print it); from the driving thread.
+  // A worker restarted while the job runs (the launcher's --max-restarts) starts outside the group: joining() until
+  // join(), which asks to join and returns once the members admitted it at a step boundary (its communicator
+  // connected; Model::fit then takes the chief's weights, optimizer state and input position).
+  bool joining() const;
+  const MembershipChange& join();
+  // Whether the last committed step asks the members to admit a joiner; admit_joiners() does (every member calls
+  // it after that step, then sends the state to the joiner: Model::fit does both).
+  bool join_pending() const;
+  const MembershipChange& admit_joiners();
+  // Called after each regroup, join and admission (e.g. to print it); from the driving thread.
   void set_on_membership_change(std::function<void(const MembershipChange&)> fn) { on_change_ = std::move(fn); }
 
  protected:
@@ -169,6 +179,8 @@ class MultiWorkerMirroredStrategy final : public Strategy {
   std::function<void(const MembershipChange&)> on_change_;
   // The gradient aggregators over replica_comms_ (rebuilt after a regroup).
   void make_aggregators();
+  // After the elastic group changed (comm_ and last_change_ set): rank, size, aggregators, the callback.
+  const MembershipChange& took_new_group();
 };
 
 }  // namespace strata::distribute

@@ -283,6 +283,11 @@ class Model : public nn::Layer {
   // that does not commit on every worker is run again, after the survivors regroup, on the same global batch
   // split over them, with the metrics as they stood before it.
   void elastic_train_steps(distribute::MultiWorkerMirroredStrategy& strategy, const distribute::StepGroup& steps);
+  // A restarted worker of an elastic job, before fit's loop: joins the group, takes the chief's weights, optimizer
+  // state and input position, and resumes from there.
+  void join_elastic_group(distribute::MultiWorkerMirroredStrategy& strategy);
+  // The members, after a step whose decision asks for it: admit the joiners and send them that state.
+  void admit_elastic_joiners(distribute::MultiWorkerMirroredStrategy& strategy);
 
   std::shared_ptr<nn::Graph> graph_;
   std::shared_ptr<losses::Loss> loss_;
