@@ -186,8 +186,10 @@ std::unique_ptr<distribute::Strategy> make_job_strategy(const StrategySpec& spec
       std::string joined;
       for (const std::string& t : change.joined) joined += (joined.empty() ? "" : ", ") + t;
       if (!joined.empty()) {
-        std::printf("membership: %s joined; %zu workers (membership epoch %lld), in %.2f s\n", joined.c_str(),
-                    change.members.size(), static_cast<long long>(change.epoch), change.seconds);
+        std::printf("membership: %s joined; %zu workers (membership epoch %lld), connected in %.2f s, state sent "
+                    "in %.2f s (%.1f MB)\n",
+                    joined.c_str(), change.members.size(), static_cast<long long>(change.epoch), change.seconds,
+                    change.state_seconds, static_cast<double>(change.state_bytes) / 1e6);
       } else {
         std::printf("membership: %s left; %zu workers go on (membership epoch %lld), regrouped in %.2f s\n",
                     left.empty() ? "no task" : left.c_str(), change.members.size(),

@@ -129,7 +129,15 @@ const MembershipChange& MultiWorkerMirroredStrategy::regroup() {
   comm_ = elastic_->regroup();
   last_change_ = elastic_->last_change();
   last_change_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_started_).count();
-  return took_new_group();
+  took_new_group();
+  if (on_change_) on_change_(last_change_);
+  return last_change_;
+}
+
+void MultiWorkerMirroredStrategy::joined(double state_seconds, int64_t state_bytes) {
+  last_change_.state_seconds = state_seconds;
+  last_change_.state_bytes = state_bytes;
+  if (on_change_) on_change_(last_change_);
 }
 
 bool MultiWorkerMirroredStrategy::joining() const { return elastic_ != nullptr && elastic_->joining(); }
@@ -154,7 +162,6 @@ const MembershipChange& MultiWorkerMirroredStrategy::took_new_group() {
   worker_index_ = elastic_->rank();
   replica_comms_ = {comm_};
   make_aggregators();
-  if (on_change_) on_change_(last_change_);
   return last_change_;
 }
 

@@ -5,6 +5,7 @@
 // A restarted worker joins at a step boundary: the members admit it and the chief sends it the weights, the
 // optimizer state and the input position, from which its fit goes on as from a checkpoint.
 // Thread-safety: fit's driving thread (one local replica per worker, run on it).
+#include <chrono>
 #include <exception>
 #include <sstream>
 #include <string>
@@ -66,21 +67,37 @@ void Model::join_elastic_group(distribute::MultiWorkerMirroredStrategy& strategy
   STRATA_CHECK(built(), InvalidArgument,
                "elastic training: model '" << name() << "' must be built (build_for) before a restarted worker joins");
   strategy.join();
+  const auto start = std::chrono::steady_clock::now();
   detail::broadcast_state_from_chief(*this);  // the weights and the optimizer state, as the members hold them
-  FitPosition p = decode_position(strategy.all_gather_across_workers("")[0]);
+  const std::string bytes = strategy.all_gather_across_workers("")[0];
+  FitPosition p = decode_position(bytes);
   p.metric_states = tracker_states();  // this worker's share so far: nothing
   set_resume_position(p);
+  strategy.joined(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+                  state_bytes() + static_cast<int64_t>(bytes.size()));
 }
 
 void Model::admit_elastic_joiners(distribute::MultiWorkerMirroredStrategy& strategy) {
   strategy.admit_joiners();
+  const auto start = std::chrono::steady_clock::now();
   detail::broadcast_state_from_chief(*this);
   std::string position;
   if (strategy.is_chief()) {
     position = encode_position(fit_state_.epochs_done, fit_state_.step_in_epoch, fit_state_.iterator_finished,
                                fit_state_.iterator != nullptr ? fit_state_.iterator->save_state() : "");
   }
-  strategy.all_gather_across_workers(position);
+  const std::string chiefs = strategy.all_gather_across_workers(position)[0];
+  strategy.joined(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+                  state_bytes() + static_cast<int64_t>(chiefs.size()));
+}
+
+int64_t Model::state_bytes() const {
+  int64_t bytes = 0;
+  for (const Variable& v : variables()) bytes += static_cast<int64_t>(v.value().nbytes());
+  if (compiled()) {
+    for (const auto& [name, t] : optimizer().state(trainable_variables())) bytes += static_cast<int64_t>(t.nbytes());
+  }
+  return bytes;
 }
 
 void Model::elastic_train_steps(distribute::MultiWorkerMirroredStrategy& strategy, const distribute::StepGroup& steps) {

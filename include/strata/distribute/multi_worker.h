@@ -88,7 +88,12 @@ struct MembershipChange {
   std::vector<std::string> left;    // the tasks that are not members any more
   std::vector<std::string> joined;  // the tasks that joined
   std::vector<std::string> members;
-  double seconds = 0;  // from the start of the discarded step to the new group's communicator
+  // A loss: from the start of the discarded step to the new group's communicator. A join: from the request (the
+  // joiner) or the admission (a member) to the new group's communicator.
+  double seconds = 0;
+  // A join: sending the joiner the chief's state (weights, optimizer state, input position), and its bytes.
+  double state_seconds = 0;
+  int64_t state_bytes = 0;
 };
 
 namespace detail {
@@ -147,7 +152,10 @@ class MultiWorkerMirroredStrategy final : public Strategy {
   // it after that step, then sends the state to the joiner: Model::fit does both).
   bool join_pending() const;
   const MembershipChange& admit_joiners();
-  // Called after each regroup, join and admission (e.g. to print it); from the driving thread.
+  // After a join or an admission, once the state was sent: records what that took and reports the change.
+  void joined(double state_seconds, int64_t state_bytes);
+  // Called after each regroup, and after each join and admission once the state was sent (e.g. to print it); from
+  // the driving thread.
   void set_on_membership_change(std::function<void(const MembershipChange&)> fn) { on_change_ = std::move(fn); }
 
  protected:
@@ -179,7 +187,7 @@ class MultiWorkerMirroredStrategy final : public Strategy {
   std::function<void(const MembershipChange&)> on_change_;
   // The gradient aggregators over replica_comms_ (rebuilt after a regroup).
   void make_aggregators();
-  // After the elastic group changed (comm_ and last_change_ set): rank, size, aggregators, the callback.
+  // After the elastic group changed (comm_ and last_change_ set): rank, size, aggregators.
   const MembershipChange& took_new_group();
 };
 
