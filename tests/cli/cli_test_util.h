@@ -12,6 +12,7 @@
 #include <regex>
 #include <sstream>
 #include <string>
+#include <vector>
 #include <utility>
 
 #include <gtest/gtest.h>
@@ -84,6 +85,23 @@ struct TinyJob {
     job = write_job(s.dir, tiny_job(s.dir));
   }
 };
+
+// The "test loss ... - test accuracy ..." line each worker of a `strata launch` run printed, in output order.
+inline std::vector<std::string> worker_test_lines(const std::string& out) {
+  const std::regex line(R"(\[worker:\d\] (test loss [0-9.]+ - test accuracy [0-9.]+))");
+  std::vector<std::string> lines;
+  for (std::sregex_iterator it(out.begin(), out.end(), line), end; it != end; ++it) lines.push_back((*it)[1]);
+  return lines;
+}
+
+// The training loss the progress bar showed at the end of epoch `epoch` (the chief's, under `strata launch`); ""
+// when it showed none.
+inline std::string epoch_loss(const std::string& out, int epoch) {
+  std::smatch m;
+  const std::regex line("(?:\\[worker:0\\] )?Epoch " + std::to_string(epoch) +
+                        R"(/\d+\n(?:.*\n)*?(?:\[worker:0\] )?\d+/\d+ .* - loss: ([0-9.e+-]+))");
+  return std::regex_search(out, m, line) ? m[1].str() : "";
+}
 
 // Runs a shell command; returns its exit status and output (stdout + stderr).
 inline std::pair<int, std::string> run(const std::string& command) {

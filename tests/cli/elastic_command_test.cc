@@ -37,20 +37,6 @@ std::pair<int, std::string> elastic_job(const TinyJob& t, const fs::path& ckpt, 
              (t.s.dir / "worker.sh").string());
 }
 
-std::vector<std::string> test_lines(const std::string& out) {
-  const std::regex line(R"(\[worker:\d\] (test loss [0-9.]+ - test accuracy [0-9.]+))");
-  std::vector<std::string> lines;
-  for (std::sregex_iterator it(out.begin(), out.end(), line), end; it != end; ++it) lines.push_back((*it)[1]);
-  return lines;
-}
-
-// The training loss the chief's progress bar showed at the end of epoch `epoch` ("" when none).
-std::string epoch_loss(const std::string& out, int epoch) {
-  std::smatch m;
-  const std::regex line("\\[worker:0\\] Epoch " + std::to_string(epoch) +
-                        R"(/\d+\n(?:.*\n)*?\[worker:0\] \d+/\d+ .* - loss: ([0-9.e+-]+))");
-  return std::regex_search(out, m, line) ? m[1].str() : "";
-}
 
 TEST(ElasticCommandTest, TheSurvivorsOfAKilledWorkerGoOnWithoutRestarting) {
   TinyJob t("elastic_kill");
@@ -85,7 +71,7 @@ TEST(ElasticCommandTest, TheSurvivorsOfAKilledWorkerGoOnWithoutRestarting) {
     ASSERT_NE(epoch_loss(out_whole, epoch), "") << out_whole;
     EXPECT_EQ(epoch_loss(out, epoch), epoch_loss(out_whole, epoch)) << "epoch " << epoch << "\n" << out;
   }
-  const auto expected = test_lines(out_whole), got = test_lines(out);
+  const auto expected = worker_test_lines(out_whole), got = worker_test_lines(out);
   ASSERT_EQ(expected.size(), 3u) << out_whole;
   ASSERT_EQ(got.size(), 2u) << out;
   EXPECT_EQ(got[0], got[1]);
@@ -138,7 +124,7 @@ TEST(ElasticCommandTest, ARestartedWorkerRejoinsAndTheJobEndsAsIfNothingHappened
         << out;
   }
   for (int epoch : {2, 3}) EXPECT_EQ(epoch_loss(out, epoch), epoch_loss(out_whole, epoch)) << out;
-  const auto expected = test_lines(out_whole), got = test_lines(out);
+  const auto expected = worker_test_lines(out_whole), got = worker_test_lines(out);
   ASSERT_EQ(got.size(), 3u) << out;
   for (const std::string& line : got) EXPECT_EQ(line, expected[0]) << out;
 }

@@ -85,12 +85,6 @@ std::pair<int, std::string> restartable_job(const TinyJob& t, const fs::path& ck
              std::to_string(max_restarts) + " -- sh " + (t.s.dir / "worker.sh").string());
 }
 
-std::vector<std::string> test_lines(const std::string& out) {
-  const std::regex line(R"(\[worker:\d\] (test loss [0-9.]+ - test accuracy [0-9.]+))");
-  std::vector<std::string> lines;
-  for (std::sregex_iterator it(out.begin(), out.end(), line), end; it != end; ++it) lines.push_back((*it)[1]);
-  return lines;
-}
 
 TEST(MultiWorkerCommandTest, AKilledWorkerIsRestartedAndTheJobEndsAsIfNothingHappened) {
   TinyJob t("mw_restart");
@@ -114,7 +108,7 @@ TEST(MultiWorkerCommandTest, AKilledWorkerIsRestartedAndTheJobEndsAsIfNothingHap
   // Both runs completed, so their backups are gone; the same result, to the digit.
   EXPECT_FALSE(fs::exists(whole)) << out_whole;
   EXPECT_FALSE(fs::exists(killed)) << out;
-  const auto expected = test_lines(out_whole), got = test_lines(out);
+  const auto expected = worker_test_lines(out_whole), got = worker_test_lines(out);
   ASSERT_EQ(expected.size(), 2u) << out_whole;
   ASSERT_EQ(got.size(), 2u) << out;
   EXPECT_EQ(got[0], expected[0]);

@@ -29,13 +29,6 @@ std::pair<double, double> test_result(const std::string& out) {
   return {std::stod(m[1]), std::stod(m[2])};
 }
 
-// The training loss a run's progress bar showed at the end of epoch `epoch` ("" when it showed none).
-std::string epoch_loss(const std::string& out, int epoch) {
-  std::smatch m;
-  const std::regex line("Epoch " + std::to_string(epoch) + R"(/\d+\n(?:\[worker:0\] )?\d+/\d+ .* - loss: ([0-9.]+))");
-  return std::regex_search(out, m, line) ? m[1].str() : "";
-}
-
 TEST(PipelineCommandTest, StagesTrainToTheUnsplitJobsResult) {
   TinyJob t("pipe_train");
   const std::string job = deep_job(t);
@@ -77,9 +70,7 @@ TEST(PipelineCommandTest, LaunchedWorkersEachRunAReplicaAndTrainAsOnePipeline) {
   EXPECT_EQ(epoch_loss(out, 1), epoch_loss(unsplit, 1)) << out << unsplit;
   EXPECT_THAT(out, HasSubstr("[worker:0] Epoch 2/2"));
   EXPECT_EQ(out.find("[worker:1] Epoch"), std::string::npos) << out;  // the chief alone shows progress
-  const std::regex test_line(R"(\[worker:(\d)\] (test loss [0-9.]+ - test accuracy [0-9.]+))");
-  std::vector<std::string> lines;
-  for (std::sregex_iterator it(out.begin(), out.end(), test_line), end; it != end; ++it) lines.push_back((*it)[2]);
+  const std::vector<std::string> lines = worker_test_lines(out);
   ASSERT_EQ(lines.size(), 2u) << out;
   EXPECT_EQ(lines[0], lines[1]);  // the same weights on both workers
   const auto [loss, accuracy] = test_result(out);
