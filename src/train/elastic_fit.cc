@@ -108,6 +108,7 @@ void Model::elastic_train_steps(distribute::MultiWorkerMirroredStrategy& strateg
   for (size_t k = 0; k < steps.size(); ++k) {
     const std::vector<std::vector<double>> before = tracker_states();
     data::Element batch = steps.batches[k][0];
+    int fruitless = 0;  // regroups of this step that lost no member: a failure that is not a lost worker recurs
     for (;;) {
       strategy.begin_step();
       std::exception_ptr failure;
@@ -125,7 +126,8 @@ void Model::elastic_train_steps(distribute::MultiWorkerMirroredStrategy& strateg
       }
       if (!from_the_group(failure)) std::rethrow_exception(failure);
       if (strategy.num_replicas_in_sync() > 1) strategy.commit_step(false);  // nothing if the aggregator voted
-      strategy.regroup();  // Unavailable below min_workers: fit ends, a relaunch resumes from the last backup
+      // Unavailable below min_workers: fit ends, a relaunch resumes from the last backup.
+      if (strategy.regroup().left.empty() && ++fruitless >= 2) std::rethrow_exception(failure);
       // The metrics as the job's stood after the last committed step: the chief holds them, the others count anew
       // (the lost worker's share of them lives on in the job's sums every survivor kept).
       if (!committed_job_states_.empty()) {
