@@ -345,9 +345,12 @@ void run_train(const TrainArgs& args) {
   fail_if_fired(*nan);
   // Where training ended: a resumed run counts the steps made before the restart too.
   if (!history.epochs.empty()) {
-    std::printf("training ended after epoch %lld of %lld: %lld optimizer steps in all\n",
+    std::string examples;
+    for (int64_t n : history.examples) examples += " " + std::to_string(n);
+    std::printf("training ended after epoch %lld of %lld: %lld optimizer steps in all; examples trained per "
+                "epoch:%s\n",
                 static_cast<long long>(history.epochs.back() + 1), static_cast<long long>(job.epochs),
-                static_cast<long long>(model->step()));
+                static_cast<long long>(model->step()), examples.c_str());
   }
   if (const auto* pipeline = dynamic_cast<const parallel::PipelineStrategy*>(strategy.get());
       pipeline && pipeline->measured().steps > 0) {

@@ -263,6 +263,16 @@ void sum_states_across_workers(const distribute::Strategy& strategy, std::vector
 }
 }  // namespace
 
+int64_t Model::job_examples() const {
+  if (!loss_tracker_) return 0;
+  const std::vector<double> mine = loss_tracker_->state();  // {sum, count}
+  const distribute::Strategy* strategy = owning_strategy();
+  if (strategy == nullptr || strategy->num_workers() == 1) return static_cast<int64_t>(mine[1]);
+  // The job's states rode with the last step's gradients (the loss tracker's first); else one collective.
+  if (job_states_.size() >= mine.size()) return static_cast<int64_t>(std::llround(job_states_[1]));
+  return static_cast<int64_t>(std::llround(strategy->sum_across_workers(mine)[1]));
+}
+
 Logs Model::metric_logs() const {
   Logs logs;
   if (!loss_tracker_) return logs;
@@ -633,6 +643,7 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
     history.epochs.push_back(epoch);
     for (const auto& [k, v] : logs.items()) history.history[k].push_back(v);
     history.input_wait_fraction.push_back(input_wait_fraction_);
+    history.examples.push_back(job_examples());
     // The epoch is done: a checkpoint from on_epoch_end resumes at the next one.
     fit_state_.epochs_done = epoch + 1;
     fit_state_.step_in_epoch = 0;

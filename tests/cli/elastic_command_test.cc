@@ -37,7 +37,6 @@ std::pair<int, std::string> elastic_job(const TinyJob& t, const fs::path& ckpt, 
              (t.s.dir / "worker.sh").string());
 }
 
-
 TEST(ElasticCommandTest, TheSurvivorsOfAKilledWorkerGoOnWithoutRestarting) {
   TinyJob t("elastic_kill");
   write_tiny_idx(t.s.dir, "train", 2048, 1);  // 64 steps an epoch at the global batch of 32
@@ -61,7 +60,8 @@ TEST(ElasticCommandTest, TheSurvivorsOfAKilledWorkerGoOnWithoutRestarting) {
   EXPECT_EQ(changes, 2) << out;
   // Every step of the 3 epochs was trained (the interrupted one again), on the same global batches.
   for (const char* w : {"[worker:0]", "[worker:1]"}) {
-    EXPECT_NE(out.find(std::string(w) + " training ended after epoch 3 of 3: 192 optimizer steps in all"),
+    EXPECT_NE(out.find(std::string(w) + " training ended after epoch 3 of 3: 192 optimizer steps in all; examples "
+                                        "trained per epoch: 2048 2048 2048"),
               std::string::npos)
         << out;
   }
@@ -78,7 +78,7 @@ TEST(ElasticCommandTest, TheSurvivorsOfAKilledWorkerGoOnWithoutRestarting) {
   EXPECT_EQ(got[0], expected[0]);  // the uninterrupted job's weights (to float rounding): its result
 }
 
-TEST(ElasticCommandTest, BelowMinWorkersTheJobEndsNamingTheLostWorker) {
+TEST(ElasticCommandTest, BelowMinWorkersTheJobEndsNamingTheLostWorkerAndResumesFromTheBackup) {
   TinyJob t("elastic_below");
   write_tiny_idx(t.s.dir, "train", 2048, 1);
   const auto [rc, out] = elastic_job(t, t.s.dir / "ckpt", 100, 3);
@@ -87,6 +87,38 @@ TEST(ElasticCommandTest, BelowMinWorkersTheJobEndsNamingTheLostWorker) {
             std::string::npos)
       << out;
   EXPECT_NE(out.find("stopping the other tasks"), std::string::npos) << out;
+  // Relaunched, the job resumes from the last backup (step 100 or later) and completes.
+  const auto [rc2, out2] = elastic_job(t, t.s.dir / "ckpt", 0, 3);
+  ASSERT_EQ(rc2, 0) << out2;
+  EXPECT_TRUE(std::regex_search(out2, std::regex(R"(\[worker:0\] Restored .*ckpt-[0-9]+: epoch [0-9] at step)")))
+      << out2;
+  EXPECT_NE(out2.find("[worker:0] training ended after epoch 3 of 3: 192 optimizer steps in all"), std::string::npos)
+      << out2;
+}
+
+TEST(ElasticCommandTest, LosingTheChiefEndsTheJobWhichResumesFromTheBackup) {
+  // The coordination service lives on the chief (worker:0): its loss ends the job; a relaunch resumes.
+  TinyJob t("elastic_chief");
+  write_tiny_idx(t.s.dir, "train", 2048, 1);
+  const fs::path ckpt = t.s.dir / "ckpt";
+  const std::string script = "if echo \"$TF_CONFIG\" | grep -q '\"index\": *0'; then (while [ ! -e " +
+                             (ckpt / "ckpt-100").string() + " ]; do sleep 0.005; done; kill -9 $$) & fi; exec " +
+                             std::string(STRATA_BINARY) + " train " + t.job +
+                             " --strategy multi_worker_mirrored --threads 1 --epochs 3 --backup-every-steps 50"
+                             " --backup-dir " +
+                             ckpt.string();
+  std::ofstream(t.s.dir / "chief.sh") << script << "\n";
+  const auto [rc, out] = run("timeout -k 5 120 " + std::string(STRATA_BINARY) +
+                             " launch --workers 3 --min-workers 2 -- sh " + (t.s.dir / "chief.sh").string());
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("worker:0 was killed by signal 9 (SIGKILL)"), std::string::npos) << out;
+  EXPECT_NE(out.find("stopping the other tasks"), std::string::npos) << out;
+  const auto [rc2, out2] = elastic_job(t, ckpt, 0, 2);
+  ASSERT_EQ(rc2, 0) << out2;
+  EXPECT_TRUE(std::regex_search(out2, std::regex(R"(\[worker:0\] Restored .*ckpt-[0-9]+: epoch [0-9] at step)")))
+      << out2;
+  EXPECT_NE(out2.find("[worker:1] training ended after epoch 3 of 3: 192 optimizer steps in all"), std::string::npos)
+      << out2;
 }
 
 TEST(ElasticCommandTest, AStoppedWorkerIsEvictedAndTheOthersGoOn) {

@@ -2,8 +2,8 @@
 // `strata launch --workers 3 --min-workers 2` with no restarts: worker:2 is SIGKILLed after the chief's backup of
 // step k, for five k across the epochs. Each job finishes with the two others and no process restarted; each
 // survivor's regroup takes at most the heartbeat timeout (10 s) + 2 s from the discarded step's start; every epoch
-// from the interrupted one on shows the uninterrupted run's mean loss (the job's sum over every example of the
-// epoch: none lost or trained twice) and the same test result. And after 48 steps with a kill after step 20, the
+// from the interrupted one on trains on each of the 2048 examples once (counted) and shows the uninterrupted run's
+// mean loss, and the test result is the same. And after 48 steps with a kill after step 20, the
 // weights equal the uninterrupted run's to 1e-4 relative (the last checkpoint's model.safetensors).
 // Every process runs under `timeout`; the launcher kills what is left on every path.
 #include <gtest/gtest.h>
@@ -57,7 +57,9 @@ TEST(ElasticKillTest, FiveKillsAtDifferentStepsEachCostOneStepAndChangeNothing) 
     }
     EXPECT_EQ(changes, 2) << out;
     for (const char* w : {"[worker:0]", "[worker:1]"}) {
-      EXPECT_NE(out.find(std::string(w) + " training ended after epoch 3 of 3: 192 optimizer steps in all"),
+      // Counted: every one of the 2048 examples once in each epoch, the interrupted one included.
+      EXPECT_NE(out.find(std::string(w) + " training ended after epoch 3 of 3: 192 optimizer steps in all; examples "
+                                          "trained per epoch: 2048 2048 2048"),
                 std::string::npos)
           << out;
     }

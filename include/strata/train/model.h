@@ -95,6 +95,9 @@ struct History {
   std::map<std::string, std::vector<double>> history;
   // The fraction of each epoch's time spent waiting for the input pipeline (0..1).
   std::vector<double> input_wait_fraction;
+  // The examples each epoch trained on, over every worker (the loss tracker's count): every example of the data
+  // once per epoch, whatever failed and was run again (elastic training) or resumed.
+  std::vector<int64_t> examples;
   // On a ParameterServerStrategy worker (whose fit has no epochs of its own): the training steps it ran.
   int64_t steps_served = 0;
 };
@@ -290,6 +293,8 @@ class Model : public nn::Layer {
   void admit_elastic_joiners(distribute::MultiWorkerMirroredStrategy& strategy);
   // The bytes a joiner is sent: every variable and the optimizer's state.
   int64_t state_bytes() const;
+  // The examples the job's loss tracker has counted since the epoch began, over every worker.
+  int64_t job_examples() const;
 
   std::shared_ptr<nn::Graph> graph_;
   std::shared_ptr<losses::Loss> loss_;
