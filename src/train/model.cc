@@ -349,8 +349,13 @@ FitPosition Model::job_fit_position() const {
   const distribute::Strategy* strategy = owning_strategy();
   if (strategy == nullptr || strategy->num_workers() == 1) return p;
   // Every worker is at the same step, so all hold metric states or none. Summed exactly (not the float32 sums
-  // that rode with the gradients): a resume continues from them.
-  sum_states_across_workers(*strategy, p.metric_states);
+  // that rode with the gradients): a resume continues from them. Except in elastic training, where a collective
+  // between steps would be a place a lost worker ends the job: there the sums that rode with the last step serve.
+  const auto* workers = dynamic_cast<const distribute::MultiWorkerMirroredStrategy*>(strategy);
+  if (!p.metric_states.empty()) {
+    sum_states_across_workers(*strategy, p.metric_states,
+                              workers != nullptr && workers->elastic() ? job_states_ : std::vector<double>{});
+  }
   if (fit_state_.own_input) {
     p.worker_input_states = strategy->all_gather_across_workers(p.input_state);
     p.input_state.clear();
