@@ -27,7 +27,10 @@
 // status 1 (TensorFlow's workers end too when a peer is lost). A worker killed outright is usually noticed at
 // once (its connections close). A worker that never comes ends the others' start-up with a Timeout naming it.
 // After any such failure the strategy is unusable: restart the job (BackupAndRestore resumes it where the last
-// checkpoint stood).
+// checkpoint stood) — unless training is elastic (ElasticOptions, `strata launch --min-workers`): then every step
+// commits on every worker or on none, and the survivors of a lost worker regroup and run the discarded step again
+// on the same global batch, and a restarted worker rejoins at a step boundary (src/distribute/elastic_group.h,
+// docs/cluster.md).
 //
 // Thread-safety: as Strategy (one driving thread per process).
 #pragma once
