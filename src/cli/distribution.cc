@@ -243,14 +243,17 @@ std::string strategy_line(const distribute::Strategy& strategy, int64_t global_b
     out << global_batch / (workers * m) << (global_batch % (workers * m) == 0 ? "" : " or more") << " per micro-batch)";
     return out.str();
   }
+  if (const auto* mw = dynamic_cast<const distribute::MultiWorkerMirroredStrategy*>(&strategy); mw && mw->joining()) {
+    out << "strategy: " << mw->name() << ", " << mw->task().name()
+        << " restarted: it joins the running job at a step boundary (global batch " << global_batch << ")";
+    return out.str();
+  }
   out << "strategy: " << strategy.name() << ", " << n << (n == 1 ? " replica (" : " replicas (") << threads
       << (threads == 1 ? " thread" : " threads") << (n == 1 ? ")" : " each)");
   if (const auto* mirrored = dynamic_cast<const distribute::MirroredStrategy*>(&strategy); mirrored && n > 1) {
     out << ", " << comm::to_string(mirrored->cross_device_ops().algorithm) << " all-reduce";
   }
-  if (const auto* mw = dynamic_cast<const distribute::MultiWorkerMirroredStrategy*>(&strategy); mw && mw->joining()) {
-    out << ", " << mw->task().name() << " restarted: it joins the running job at a step boundary";
-  } else if (mw) {
+  if (const auto* mw = dynamic_cast<const distribute::MultiWorkerMirroredStrategy*>(&strategy)) {
     out << ", worker " << mw->worker_index() << " of " << mw->num_workers();
     if (mw->num_local_replicas() > 1) out << " with " << mw->num_local_replicas() << " replicas each";
     if (mw->num_workers() > 1) out << " (" << mw->backend() << ")";

@@ -22,10 +22,20 @@ namespace {
 
 namespace fs = std::filesystem;
 
+// The one job file the tests rewrite, removed when the program ends.
+fs::path job_path() {
+  return fs::temp_directory_path() / ("strata_distribution_test_" + std::to_string(::getpid()) + ".yaml");
+}
+struct RemoveJobFileAtExit {
+  ~RemoveJobFileAtExit() {
+    std::error_code ignored;
+    fs::remove(job_path(), ignored);
+  }
+} remove_job_file_at_exit;
+
 // A job file with `extra` appended (the data directory is never opened by load_job).
 std::string job_file(const std::string& extra) {
-  const fs::path path =
-      fs::temp_directory_path() / ("strata_distribution_test_" + std::to_string(::getpid()) + ".yaml");
+  const fs::path path = job_path();
   std::ofstream(path) << "data: {format: idx, directory: /nonexistent}\n"
                          "model:\n  - flatten\n  - dense: {units: 10}\n"
                          "loss: {name: sparse_categorical_crossentropy, from_logits: true}\n"
