@@ -6,6 +6,7 @@
 // (task or task's child) is left behind on any of these paths.
 // Thread-safety: none needed; each test uses its own scratch directory.
 #include <arpa/inet.h>
+#include <gmock/gmock.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -16,8 +17,6 @@
 #include <fstream>
 #include <map>
 #include <set>
-
-#include <gmock/gmock.h>
 
 #include "cli/cli_test_util.h"
 #include "strata/cluster/cluster_resolver.h"
@@ -81,8 +80,8 @@ TEST(Launch, EachTaskSeesItsTfConfig) {
   Scratch scratch("launch_tf_config");
   const fs::path pids = scratch.dir / "pids";
   // Every task waits for the others to print: the ps task is stopped as soon as the others are done.
-  const auto [rc, out] = run(launch("--workers 2 --chief --ps 1",
-                                    "echo \"TF_CONFIG=$TF_CONFIG\"; echo $$ >> " + pids.string() + "; " + await_pids(pids, 4)));
+  const auto [rc, out] = run(launch("--workers 2 --chief --ps 1", "echo \"TF_CONFIG=$TF_CONFIG\"; echo $$ >> " +
+                                                                      pids.string() + "; " + await_pids(pids, 4)));
   ASSERT_EQ(rc, 0) << out;
   std::map<std::string, cluster::TaskInfo> seen;
   for (const auto& line : lines_of(out)) {
@@ -111,8 +110,9 @@ TEST(Launch, EachTaskSeesItsTfConfig) {
 }
 
 TEST(Launch, StaleClusterVariablesAreNotPassedOn) {
-  const auto [rc, out] = run("RANK=3 WORLD_SIZE=4 OMPI_COMM_WORLD_RANK=1 " +
-                             launch("--workers 1", "echo \"rank=[$RANK$OMPI_COMM_WORLD_RANK] restart=$STRATA_LAUNCH_RESTART\""));
+  const auto [rc, out] =
+      run("RANK=3 WORLD_SIZE=4 OMPI_COMM_WORLD_RANK=1 " +
+          launch("--workers 1", "echo \"rank=[$RANK$OMPI_COMM_WORLD_RANK] restart=$STRATA_LAUNCH_RESTART\""));
   ASSERT_EQ(rc, 0) << out;
   EXPECT_THAT(out, HasSubstr("[worker:0] rank=[] restart=0\n"));
 }
@@ -138,7 +138,8 @@ TEST(Launch, FailingTaskStopsTheOthersAndGivesItsStatus) {
   Scratch scratch("launch_fail");
   const fs::path pids = scratch.dir / "pids";
   const auto start = std::chrono::steady_clock::now();
-  const auto [rc, out] = run(launch("--workers 3", kIs + record_pids(pids) + await_pids(pids, 6) + "is worker 1 && exit 3; wait"));
+  const auto [rc, out] =
+      run(launch("--workers 3", kIs + record_pids(pids) + await_pids(pids, 6) + "is worker 1 && exit 3; wait"));
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   EXPECT_EQ(rc, 3) << out;
   EXPECT_THAT(out, HasSubstr("strata launch: worker:1 exited with status 3\n"));
@@ -167,8 +168,9 @@ TEST(Launch, StoppingTasksThatHaveNotStartedYetIsNotTheLaunchersSignal) {
 TEST(Launch, TaskIgnoringSigtermIsKilled) {
   Scratch scratch("launch_ignore");
   const fs::path pids = scratch.dir / "pids";
-  const auto [rc, out] = run(launch("--workers 2 --stop-timeout 1",
-                                    kIs + "trap \"\" TERM; " + record_pids(pids) + await_pids(pids, 4) + "is worker 0 && exit 7; wait; wait"));
+  const auto [rc, out] =
+      run(launch("--workers 2 --stop-timeout 1", kIs + "trap \"\" TERM; " + record_pids(pids) + await_pids(pids, 4) +
+                                                     "is worker 0 && exit 7; wait; wait"));
   EXPECT_EQ(rc, 7) << out;
   EXPECT_THAT(out, HasSubstr("strata launch: worker:0 exited with status 7\n"));
   EXPECT_THAT(out, HasSubstr("strata launch: worker:0, worker:1 did not stop within 1 s of SIGTERM; sending SIGKILL"));
@@ -203,8 +205,10 @@ TEST(Launch, ForwardsSigtermToEveryTask) { expect_signal_passed_on("TERM", SIGTE
 TEST(Launch, ForwardsSigintToEveryTask) { expect_signal_passed_on("INT", SIGINT); }
 
 TEST(Launch, RestartsTheClusterUpToMaxRestarts) {
-  const auto [rc, out] = run(launch("--workers 2 --max-restarts 2",
-                                    kIs + "echo \"run $STRATA_LAUNCH_RESTART\"; is worker 1 && exit 5; sleep 1000"));
+  // worker:1 fails a moment after it started, so that worker:0 has said which run it is before it is stopped.
+  const auto [rc, out] = run(launch("--workers 2 --max-restarts 2", kIs + "echo \"run $STRATA_LAUNCH_RESTART\"; "
+                                                                          "is worker 1 && sleep 0.3 && exit 5; "
+                                                                          "sleep 1000"));
   EXPECT_EQ(rc, 5) << out;
   EXPECT_EQ(count(out, "strata launch: worker:1 exited with status 5\n"), 3u) << out;
   EXPECT_THAT(out, HasSubstr("strata launch: restart 1 of 2\n"));
@@ -228,7 +232,8 @@ TEST(Launch, RestartThatSucceedsExitsZero) {
 TEST(Launch, SuccessStopsPsTasksAndLeftoverChildren) {
   Scratch scratch("launch_ps");
   const fs::path pids = scratch.dir / "pids";
-  const auto [rc, out] = run(launch("--workers 2 --ps 1", kIs + record_pids(pids) + await_pids(pids, 6) + "is ps 0 && wait; exit 0"));
+  const auto [rc, out] =
+      run(launch("--workers 2 --ps 1", kIs + record_pids(pids) + await_pids(pids, 6) + "is ps 0 && wait; exit 0"));
   EXPECT_EQ(rc, 0) << out;
   EXPECT_THAT(out, Not(HasSubstr("exited with")));
   expect_all_gone(pids, 6);
@@ -260,8 +265,8 @@ TEST(Launch, PortBase) {
   ASSERT_GT(port, 0);
   const auto [rc, out] = run(launch("--workers 2 --port-base " + std::to_string(port), "echo \"$TF_CONFIG\""));
   ASSERT_EQ(rc, 0) << out;
-  EXPECT_THAT(out, HasSubstr("\"worker\":[\"127.0.0.1:" + std::to_string(port) + "\",\"127.0.0.1:" +
-                             std::to_string(port + 1) + "\"]"));
+  EXPECT_THAT(out, HasSubstr("\"worker\":[\"127.0.0.1:" + std::to_string(port) +
+                             "\",\"127.0.0.1:" + std::to_string(port + 1) + "\"]"));
 }
 
 TEST(Launch, PortInUseIsAnError) {
@@ -277,8 +282,8 @@ TEST(Launch, PortInUseIsAnError) {
   const auto [rc, out] = run(launch("--workers 1 --port-base " + std::to_string(port), "echo started"));
   ::close(fd);
   EXPECT_EQ(rc, 1) << out;
-  EXPECT_THAT(out, HasSubstr("strata: error: launch: port " + std::to_string(port) +
-                             " (for worker:0) is in use on 127.0.0.1"));
+  EXPECT_THAT(
+      out, HasSubstr("strata: error: launch: port " + std::to_string(port) + " (for worker:0) is in use on 127.0.0.1"));
   EXPECT_THAT(out, Not(HasSubstr("started")));
 }
 
