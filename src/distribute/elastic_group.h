@@ -78,8 +78,6 @@ class ElasticGroup {
 
   int rank() const { return rank_; }
   int size() const { return static_cast<int>(members_.size()); }
-  int64_t epoch() const { return epoch_; }
-  const std::vector<std::string>& members() const { return members_; }
   // The last regroup's change (its seconds: the regroup's own time).
   const MembershipChange& last_change() const { return last_change_; }
 

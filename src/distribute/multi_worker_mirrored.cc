@@ -66,7 +66,7 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const cluster::TaskInfo
       options_(std::move(options)),
       elastic_options_(elastic) {
   check_implementation(options_.implementation);
-  const comm::Compression compression = gradient_compression(options_.gradient_compression);
+  (void)gradient_compression(options_.gradient_compression);  // checked now, used by make_aggregators
   STRATA_CHECK(options_.bytes_per_pack > 0, InvalidArgument, kName << ": bytes_per_pack must be > 0");
   STRATA_CHECK(
       options_.timeout.count() > 0 && options_.heartbeat_timeout.count() > 0 && options_.heartbeat_interval.count() > 0,
@@ -84,8 +84,11 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const cluster::TaskInfo
     STRATA_CHECK(options_.implementation != "mpi" && task_.source != cluster::Source::kMpi, InvalidArgument,
                  kName << ": elastic training regroups through the coordination service, on gloo; MPI cannot lose "
                           "a rank and go on");
+    STRATA_CHECK(options_.gradient_compression == "none", InvalidArgument,
+                 kName << ": elastic training carries the job's metric sums with the float32 gradients (the survivors "
+                          "of a lost worker go on from them); gradient_compression '"
+                       << options_.gradient_compression << "' sends none");
   }
-  (void)gradient_compression(options_.gradient_compression);  // checked now, used by make_aggregators
   if (num_workers_ > 1) connect();
   if (comm_) {  // (none yet for a restarted elastic worker: it joins later)
     if (num_local_replicas() == 1) {

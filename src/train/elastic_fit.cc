@@ -68,19 +68,19 @@ void Model::join_elastic_group(distribute::MultiWorkerMirroredStrategy& strategy
                "elastic training: model '" << name() << "' must be built (build_for) before a restarted worker joins");
   strategy.join();
   const auto start = std::chrono::steady_clock::now();
-  detail::broadcast_state_from_chief(*this);  // the weights and the optimizer state, as the members hold them
+  const int64_t sent = detail::broadcast_state_from_chief(*this);  // the weights and optimizer state, the members'
   const std::string bytes = strategy.all_gather_across_workers("")[0];
   FitPosition p = decode_position(bytes);
   p.metric_states = tracker_states();  // this worker's share so far: nothing
   set_resume_position(p);
   strategy.joined(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
-                  state_bytes() + static_cast<int64_t>(bytes.size()));
+                  sent + static_cast<int64_t>(bytes.size()));
 }
 
 void Model::admit_elastic_joiners(distribute::MultiWorkerMirroredStrategy& strategy) {
   strategy.admit_joiners();
   const auto start = std::chrono::steady_clock::now();
-  detail::broadcast_state_from_chief(*this);
+  const int64_t sent = detail::broadcast_state_from_chief(*this);
   std::string position;
   if (strategy.is_chief()) {
     position = encode_position(fit_state_.epochs_done, fit_state_.step_in_epoch, fit_state_.iterator_finished,
@@ -88,16 +88,7 @@ void Model::admit_elastic_joiners(distribute::MultiWorkerMirroredStrategy& strat
   }
   const std::string chiefs = strategy.all_gather_across_workers(position)[0];
   strategy.joined(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
-                  state_bytes() + static_cast<int64_t>(chiefs.size()));
-}
-
-int64_t Model::state_bytes() const {
-  int64_t bytes = 0;
-  for (const Variable& v : variables()) bytes += static_cast<int64_t>(v.value().nbytes());
-  if (compiled()) {
-    for (const auto& [name, t] : optimizer().state(trainable_variables())) bytes += static_cast<int64_t>(t.nbytes());
-  }
-  return bytes;
+                  sent + static_cast<int64_t>(chiefs.size()));
 }
 
 void Model::elastic_train_steps(distribute::MultiWorkerMirroredStrategy& strategy, const distribute::StepGroup& steps) {

@@ -7,10 +7,10 @@
 #include <future>
 
 #include "strata/data/autoshard.h"
+#include "strata/distribute/multi_worker.h"
 #include "strata/distribute/strategy.h"
 #include "strata/error.h"
 #include "strata/gradient_tape.h"
-#include "strata/distribute/multi_worker.h"
 #include "strata/ops.h"
 #include "strata/parallel/pipeline_strategy.h"
 #include "strata/ps/parameter_server_strategy.h"

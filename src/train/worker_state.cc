@@ -7,9 +7,10 @@
 
 namespace strata::detail {
 
-void broadcast_state_from_chief(Model& model) {
+int64_t broadcast_state_from_chief(Model& model) {
   const distribute::Strategy* strategy = model.owning_strategy();
-  if (strategy == nullptr || strategy->num_workers() == 1) return;
+  if (strategy == nullptr || strategy->num_workers() == 1) return 0;
+  int64_t bytes = 0;
   // One broadcast per dtype (a collective moves one dtype), in the same order on every worker.
   auto broadcast = [&](const std::vector<Tensor>& tensors) {
     for (DType dtype : {DType::kFloat32, DType::kBFloat16, DType::kInt64}) {
@@ -17,6 +18,7 @@ void broadcast_state_from_chief(Model& model) {
       for (const Tensor& t : tensors) {
         if (t.dtype() == dtype) group.push_back(t);
       }
+      for (const Tensor& t : group) bytes += static_cast<int64_t>(t.nbytes());
       strategy->broadcast_from_chief(group);
     }
   };
@@ -30,13 +32,14 @@ void broadcast_state_from_chief(Model& model) {
       copy.copy_(v.component(0));
     }
   }
-  if (!model.compiled()) return;
+  if (!model.compiled()) return bytes;
   const std::vector<Variable> trainable = model.trainable_variables();
   std::vector<std::pair<std::string, Tensor>> state = model.optimizer().state(trainable);
   std::vector<Tensor> tensors;
   for (auto& [name, t] : state) tensors.push_back(t);
   broadcast(tensors);
   model.optimizer().load_state(state, trainable);
+  return bytes;
 }
 
 }  // namespace strata::detail

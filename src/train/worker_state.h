@@ -3,12 +3,15 @@
 // Thread-safety: fit's driving thread; a collective over the model's strategy, called by every worker alike.
 #pragma once
 
+#include <cstdint>
+
 #include "strata/train/model.h"
 
 namespace strata::detail {
 
 // The model's weights (every local copy) and the optimizer's state (its slots and step count) become the chief's on
-// every worker, as at creation (TensorFlow broadcasts restored variables too). Nothing with one worker.
-void broadcast_state_from_chief(Model& model);
+// every worker, as at creation (TensorFlow broadcasts restored variables too). Nothing with one worker. Returns the
+// bytes broadcast.
+int64_t broadcast_state_from_chief(Model& model);
 
 }  // namespace strata::detail

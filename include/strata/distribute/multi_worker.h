@@ -132,7 +132,6 @@ class MultiWorkerMirroredStrategy final : public Strategy {
 
   // ---- elastic training (ElasticOptions): how Model::fit drives a step that must commit everywhere or nowhere
   bool elastic() const { return elastic_ != nullptr; }
-  const ElasticOptions& elastic_options() const { return elastic_options_; }
   // Before each attempt of a step.
   void begin_step() {
     voted_ = false;

@@ -291,8 +291,6 @@ class Model : public nn::Layer {
   void join_elastic_group(distribute::MultiWorkerMirroredStrategy& strategy);
   // The members, after a step whose decision asks for it: admit the joiners and send them that state.
   void admit_elastic_joiners(distribute::MultiWorkerMirroredStrategy& strategy);
-  // The bytes a joiner is sent: every variable and the optimizer's state.
-  int64_t state_bytes() const;
   // The examples the job's loss tracker has counted since the epoch began, over every worker.
   int64_t job_examples() const;
 
