@@ -741,8 +741,8 @@ void add_launch_command(CLI::App& app) {
       "prefixed with the task ([worker:1] ...). When a task exits non-zero or by a signal, the others are stopped "
       "(SIGTERM, then SIGKILL after --stop-timeout) and the cluster starts again, up to --max-restarts times; the "
       "launcher then exits with that task's status (128 + signal). With --chief and --ps (a parameter-server job) a "
-      "failed worker or ps is restarted alone while the others go on, and the job ends when the chief exits 0. "
-      "SIGINT/SIGTERM are passed to every task. "
+      "failed worker or ps is restarted alone while the others go on, and the job ends when the chief exits 0; so "
+      "is a failed worker with --min-workers (elastic training). SIGINT/SIGTERM are passed to every task. "
       "Example: strata launch --workers 2 -- strata train job.yaml --strategy multi_worker_mirrored");
   launch->add_option("--workers", args->workers, "Worker tasks (worker:0 .. worker:N-1)")->required();
   launch->add_flag("--chief", args->chief, "Add a chief task (chief:0); without one, worker:0 is the chief");
@@ -754,8 +754,9 @@ void add_launch_command(CLI::App& app) {
       ->capture_default_str();
   launch
       ->add_option("--min-workers", args->min_workers,
-                   "Elastic training: when a worker fails, the others go on without it (no restart) while at least "
-                   "this many workers remain; the tasks see it as STRATA_ELASTIC_MIN_WORKERS (0: not elastic)")
+                   "Elastic training: when a worker fails the others go on without it while at least this many "
+                   "workers remain, and within --max-restarts it is restarted alone and rejoins at a step boundary; "
+                   "the tasks see it as STRATA_ELASTIC_MIN_WORKERS (0: not elastic)")
       ->capture_default_str();
   launch->add_option("--port-base", args->port_base,
                      "Ports P, P+1, ... in task order (chief, workers, ps); default: free ports picked by the system");
