@@ -33,6 +33,7 @@
 #include "strata/shape.h"
 #include "strata/tensor.h"
 #include "strata/threading.h"
+#include "strata/trace.h"
 #include "strata/aggregation.h"
 #include "strata/variable.h"
 

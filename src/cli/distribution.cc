@@ -105,6 +105,16 @@ StrategySpec resolve_strategy(const StrategySpec& from_job, const StrategyFlags&
                                            << spec.name << ")");
     spec.gradient_compression = flags.gradient_compression;
   }
+  if (flags.bytes_per_pack) {
+    STRATA_CHECK(*flags.bytes_per_pack >= 1, InvalidArgument,
+                 "--bytes-per-pack: must be a positive number of bytes, got " << *flags.bytes_per_pack);
+    STRATA_CHECK(spec.name == "multi_worker_mirrored", InvalidArgument,
+                 "--bytes-per-pack " << *flags.bytes_per_pack
+                                     << ": only multi_worker_mirrored all-reduces gradients in buckets (this job's "
+                                        "strategy is "
+                                     << spec.name << ")");
+    spec.bytes_per_pack = *flags.bytes_per_pack;
+  }
   if (flags.max_staleness) {
     STRATA_CHECK(*flags.max_staleness >= 0, InvalidArgument,
                  "--max-staleness: must be 0 (synchronous rounds) or more steps, got " << *flags.max_staleness);
@@ -177,6 +187,7 @@ std::unique_ptr<distribute::Strategy> make_job_strategy(const StrategySpec& spec
     communication.timeout = std::chrono::milliseconds(static_cast<int64_t>(spec.collective_timeout_seconds * 1000));
   }
   communication.gradient_compression = spec.gradient_compression;
+  if (spec.bytes_per_pack > 0) communication.bytes_per_pack = spec.bytes_per_pack;
   if (spec.name == "multi_worker_mirrored") {  // replicas: per worker (one unless --replicas says more)
     auto strategy = std::make_unique<distribute::MultiWorkerMirroredStrategy>(
         cluster::resolve_cluster_from_environment(), communication, replicas, elastic_from_environment());

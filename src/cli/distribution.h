@@ -38,6 +38,7 @@ struct StrategySpec {
   std::string cross_device_ops = distribute::kDefaultCrossDeviceOps;
   double collective_timeout_seconds = 0;  // multi_worker_mirrored: bound on every collective (0: its default)
   std::string gradient_compression = "none";  // multi_worker_mirrored: "none" or "bf16" on the wire
+  int64_t bytes_per_pack = 0;                 // multi_worker_mirrored: gradient bucket size (0: the default)
   // parameter_server: where the ps shards are checkpointed ("" none) and how often besides each epoch's end.
   std::string ps_checkpoint_dir;
   int64_t ps_checkpoint_every_steps = 0;
@@ -72,6 +73,7 @@ struct StrategyFlags {
   std::string cross_device_ops;
   std::optional<double> collective_timeout_seconds;  // when given, > 0
   std::string gradient_compression;                  // when given, none or bf16
+  std::optional<int64_t> bytes_per_pack;             // when given, >= 1 (multi_worker_mirrored only)
   std::optional<int64_t> max_staleness;              // when given, >= 0 (parameter_server only)
   std::optional<int> stages, micro_batches, chunks;  // when given, >= 1 (pipeline only)
   std::string schedule;                              // pipeline only

@@ -19,6 +19,7 @@
 #include "cli/distribution.h"
 #include "cli/job.h"
 #include "cli/json_log.h"
+#include "cli/trace_flags.h"
 #include "strata/cluster/cluster_resolver.h"
 #include "strata/distribute/strategies.h"
 #include "strata/io/checkpoint.h"
@@ -44,6 +45,8 @@ struct TrainArgs {
   std::string csv_log;
   std::string log_dir;              // TensorBoard event files (train/ and validation/ runs)
   std::string log_format = "text";  // "text": the progress bar; "json": a JSON object per epoch
+  std::string trace;                // Chrome trace-event JSON of the steps in trace_steps (cli/trace_flags.h)
+  std::string trace_steps;
   int threads = 0;
   int verbose = 1;
   StrategyFlags strategy;
@@ -214,7 +217,9 @@ void run_parameter_server_task(Job& job, const TrainArgs& args) {
     std::shared_ptr<Sequential> model = make_model(job, *strategy, 0);
     std::printf("serving training steps on %s\n", task.address.c_str());
     std::fflush(stdout);
+    TraceRecording recording(args.trace, args.trace_steps, task);
     const History served = model->fit(train);
+    recording.finish();
     std::printf("served %lld training steps\n", static_cast<long long>(served.steps_served));
     return;
   }
@@ -232,7 +237,9 @@ void run_parameter_server_task(Job& job, const TrainArgs& args) {
   add_log_callbacks(fit, args, /*chief=*/true);
   auto nan = std::make_shared<callbacks::TerminateOnNaN>(callbacks::TerminateOnNaN::Options{.verbose = false});
   fit.callbacks.insert(fit.callbacks.begin(), nan);
+  TraceRecording recording(args.trace, args.trace_steps, task);
   const History history = model->fit(train, fit);
+  recording.finish();
   fail_if_fired(*nan);
   if (!history.epochs.empty()) {
     std::printf("training ended after epoch %lld of %lld: %lld steps on %lld workers\n",
@@ -341,7 +348,9 @@ void run_train(const TrainArgs& args) {
   // Stop at the first NaN or infinite loss; fit returns normally, so the run is failed here.
   auto nan = std::make_shared<callbacks::TerminateOnNaN>(callbacks::TerminateOnNaN::Options{.verbose = false});
   fit.callbacks.insert(fit.callbacks.begin(), nan);
+  TraceRecording recording(args.trace, args.trace_steps, cluster::resolve_cluster_from_environment());
   const History history = model->fit(train, fit);
+  recording.finish();
   fail_if_fired(*nan);
   // Where training ended: a resumed run counts the steps made before the restart too.
   if (!history.epochs.empty()) {
@@ -436,6 +445,11 @@ void add_strategy_options(CLI::App* command, StrategyFlags& flags) {
   command->add_option("--chunks", flags.chunks,
                       "pipeline, interleaved schedule: model chunks per stage (overrides `chunks:`; default 2)")
       ->check(kPositiveInteger);
+  command->add_option("--bytes-per-pack", flags.bytes_per_pack,
+                      "multi_worker_mirrored: gradients are all-reduced in buckets of about N bytes, each started as "
+                      "soon as backward has filled it (default 26214400, PyTorch DDP's 25 MiB); a number above the "
+                      "model's size sends all gradients in one all-reduce after backward")
+      ->check(kPositiveInteger);
   command->add_option("--gradient-compression", flags.gradient_compression,
                       "multi_worker_mirrored: how gradients travel between the workers: none (float32) or bf16 "
                       "(bfloat16, half the bytes; summed in float32) (default none)");
@@ -480,13 +494,23 @@ void add_train_commands(CLI::App& app) {
       "--log-dir", train_args->log_dir,
       "write TensorBoard event files here (Keras's TensorBoard callback): the train/ run gets "
       "epoch_loss, epoch_<metric>, epoch_learning_rate, epoch_examples_per_second and "
-      "epoch_input_wait_percent at each epoch's end (step = epoch); view with `tensorboard --logdir DIR`");
+      "epoch_input_wait_percent (and across workers epoch_communication_seconds) at each epoch's end (step = "
+      "epoch); view with `tensorboard --logdir DIR`, or make a page of it with `strata report DIR`");
   train
       ->add_option("--log-format", train_args->log_format,
                    "text: the progress bar (default); json: instead of it, one JSON object per epoch on stdout, "
                    "e.g. {\"epoch\": 1, \"loss\": 0.51, \"accuracy\": 0.81, \"input_wait_fraction\": 0.02} "
                    "(epoch from 1; NaN or infinite values as null); the other lines stay as they are")
       ->check(CLI::IsMember({"text", "json"}));
+  train->add_option("--trace", train_args->trace,
+                    "write a timeline of the training steps as Chrome trace-event JSON (open it in Perfetto or "
+                    "chrome://tracing): spans of input wait, forward, backward, each collective (gradient buckets "
+                    "on the communicator's thread, overlapping backward), parameter-server pushes and pulls, optimizer "
+                    "updates, checkpoint writes and membership changes, a row per thread; under `strata launch` each "
+                    "task writes FILE's name with .worker-N (or .chief-0, .ps-N) before the extension");
+  train->add_option("--trace-steps", train_args->trace_steps,
+                    "with --trace: the optimizer steps to record, FIRST:END (0-based, END excluded; default 1:21, "
+                    "which leaves out the first step's set-up)");
   train->add_option("--threads", train_args->threads, "CPU threads for the math (default: all cores)")
       ->check(kPositiveInteger);
   train->add_option("--verbose", train_args->verbose,

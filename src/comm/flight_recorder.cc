@@ -1,10 +1,13 @@
 // FlightRecorder (flight_recorder.h): the ring of a communicator's last collectives, and how they read in a
 // message and in the one-line form a peer reads back from the store.
+// A collective's end also feeds strata/trace.h: the communication clock and, when recording, a span.
 // Thread-safety: the recorder's members lock mu_; the free functions share no state.
 #include "comm/flight_recorder.h"
 
 #include <cstdio>
 #include <sstream>
+
+#include "strata/trace.h"
 
 namespace strata::comm::detail {
 namespace {
@@ -67,6 +70,11 @@ void FlightRecorder::ended(int64_t seq, bool ok, Clock::time_point at) {
   std::lock_guard<std::mutex> lock(mu_);
   Entry* e = find(seq);
   if (e == nullptr || e->state == State::kCompleted || e->state == State::kFailed) return;
+  // A collective that ran (not one failed before it started) counts as communication, on the thread that ran it.
+  if (e->state == State::kRunning) {
+    trace::add_communication_seconds(std::chrono::duration<double>(at - e->started).count());
+    trace::add_span("comm", kind_name(e->kind), e->started, at, e->bytes);
+  }
   e->state = ok ? State::kCompleted : State::kFailed;
   e->ended = at;
 }

@@ -53,6 +53,7 @@
 #include "comm/gloo_internal.h"
 #include "comm/gloo_store.h"
 #include "strata/error.h"
+#include "strata/trace.h"
 
 namespace strata::comm {
 namespace {
@@ -279,6 +280,7 @@ class GlooCommunicator final : public Communicator, public gloo_detail::Executor
   // kHoldBack. (Polling every 2 ms instead of 20 left 30-130 us of the hand-over cost per small all-reduce: the
   // wake-ups alone take CPU from the collective's threads on 2 cores.)
   void worker_loop() {
+    trace::name_thread(name_ + " worker");
     Clock::time_point idle_since = Clock::now();
     while (true) {
       {

@@ -39,6 +39,7 @@
 #include "comm/completion.h"
 #include "comm/flight_recorder.h"
 #include "strata/error.h"
+#include "strata/trace.h"
 
 namespace strata::comm {
 namespace {
@@ -380,6 +381,7 @@ class MpiCommunicator final : public Communicator {
 
   // ---- the worker
   void worker_loop() {
+    trace::name_thread("mpi worker");
     for (;;) {
       Op op;
       {

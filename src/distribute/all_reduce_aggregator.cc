@@ -6,6 +6,7 @@
 
 #include "strata/distribute/multi_worker.h"
 #include "strata/error.h"
+#include "strata/trace.h"
 
 namespace strata::distribute::detail {
 
@@ -66,6 +67,7 @@ void AllReduceAggregator::update_owned_buckets() {
       early_applier_ = nullptr;
       return;
     }
+    trace::Span span("compute", "optimizer");
     for (size_t i : reducer_.members(next_owned_)) {
       const Variable& var = sources_[i];
       const Tensor sum = reducer_.reduced(i, var.shape());
@@ -86,7 +88,10 @@ void AllReduceAggregator::apply_gradients(const std::vector<Tensor>& grads, cons
     reducer_.reduce(grads, vars);
   }
   if (step_ >= 0) ++step_;  // the next gradient call's, unless an applier says otherwise
-  reducer_.wait_all();
+  {
+    trace::Span span("comm", "gradient wait");
+    reducer_.wait_all();
+  }
   if (commit_vote_ && !commit_vote_()) {
     early_applier_ = nullptr;
     side_request_ = nullptr;
@@ -108,6 +113,7 @@ void AllReduceAggregator::apply_gradients(const std::vector<Tensor>& grads, cons
   // The last replica to get here updates every copy (with all the cores) while the others wait, so that no
   // replica reads its copy while it changes.
   strategy_.merge_call(replica_, [&] {
+    trace::Span span("compute", "optimizer");
     if (!applier.prepared(vars)) applier.prepare(vars);
     applier.update(reduced, vars);
     applier.finish();

@@ -18,6 +18,7 @@
 #include "strata/comm/mpi.h"
 #include "strata/distribute/multi_worker.h"
 #include "strata/distribute/strategies.h"
+#include "strata/trace.h"
 
 namespace strata::distribute {
 
@@ -129,7 +130,10 @@ bool MultiWorkerMirroredStrategy::commit_step(bool ok) {
 
 const MembershipChange& MultiWorkerMirroredStrategy::regroup() {
   STRATA_CHECK(elastic_ != nullptr, InvalidArgument, kName << ": regroup is for elastic training");
-  comm_ = elastic_->regroup();
+  {
+    trace::Span span("membership", "membership change");
+    comm_ = elastic_->regroup();
+  }
   last_change_ = elastic_->last_change();
   last_change_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_started_).count();
   took_new_group();

@@ -19,6 +19,7 @@
 #include "strata/ops.h"
 #include "strata/random.h"
 #include "strata/threading.h"
+#include "strata/trace.h"
 
 namespace strata::distribute {
 
@@ -163,6 +164,7 @@ class Strategy::Impl {
  private:
   void replica_loop(int replica) {
     set_num_threads(strategy_.threads_per_replica());
+    trace::name_thread("replica " + std::to_string(replica));
     default_generator() = Generator(0x5eed, static_cast<uint64_t>(replica) + 1);  // distinct dropout masks per replica
     ScopedReplica as_replica(replica, strategy_.id());
     ScopedGradientAggregator aggregator(strategy_.aggregator(replica));

@@ -20,6 +20,7 @@
 
 #include "io/atomic_file.h"
 #include "io/tensor_specs.h"
+#include "strata/trace.h"
 
 namespace strata::io {
 namespace {
@@ -230,6 +231,7 @@ CheckpointManager::CheckpointManager(std::string directory, int max_to_keep)
 }
 
 std::string CheckpointManager::save(const TrainingCheckpoint& checkpoint, int64_t number) {
+  trace::Span span("io", "checkpoint write");
   STRATA_CHECK(number >= 0, InvalidArgument,
                "CheckpointManager::save to " << directory_ << ": checkpoint number " << number << " is negative");
   json extra;

@@ -10,6 +10,7 @@
 
 #include "autograd/sum_in_order.h"
 #include "strata/threading.h"
+#include "strata/trace.h"
 
 namespace strata::optim {
 
@@ -162,7 +163,12 @@ void Optimizer::minimize(const Variable& loss, const std::vector<Variable>& vars
                          UnconnectedGradients unconnected) {
   Applier applier(*this);
   if (GradientAggregator* aggregator = current_gradient_aggregator()) aggregator->expect_apply(applier, vars);
-  apply(tape.gradient(loss, vars, unconnected), vars, applier);
+  std::vector<Tensor> grads;
+  {
+    trace::Span span("compute", "backward");
+    grads = tape.gradient(loss, vars, unconnected);
+  }
+  apply(grads, vars, applier);
 }
 
 void Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Variable>& vars, Applier& applier) {
@@ -189,6 +195,7 @@ void Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Variab
     return;
   }
   // Not on a replica: the update (of every component of a mirrored variable) runs here.
+  trace::Span span("compute", "optimizer");
   applier.prepare(vars);
   applier.update(grads, vars);
   applier.finish();

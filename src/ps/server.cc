@@ -29,6 +29,7 @@
 #include "strata/error.h"
 #include "strata/io/safetensors.h"
 #include "strata/optim/optimizers.h"
+#include "strata/trace.h"
 #include "strata/variable.h"
 
 namespace strata::ps {
@@ -666,6 +667,7 @@ bool ParameterServerClient::create(const std::string& name, const Tensor& initia
 }
 
 Tensor ParameterServerClient::pull(const std::string& name) {
+  trace::Span span("comm", "ps pull");
   pb::PullRequest req;
   req.set_name(name);
   pb::PullResponse resp = impl_->call(&pb::ParameterServer::Stub::Pull, "Pull", req);
@@ -673,6 +675,7 @@ Tensor ParameterServerClient::pull(const std::string& name) {
 }
 
 Tensor ParameterServerClient::pull_rows(const std::string& name, const std::vector<int64_t>& rows) {
+  trace::Span span("comm", "ps pull rows");
   pb::PullRequest req;
   req.set_name(name);
   for (int64_t r : rows) req.add_rows(r);
@@ -711,6 +714,7 @@ bool ParameterServerClient::push_rows(const std::string& name, const std::vector
 
 bool ParameterServerClient::push_request(const std::string& name, const std::vector<int64_t>* rows,
                                          const Tensor& gradient, const std::string& step_id, const SyncRound& round) {
+  trace::Span span("comm", rows ? "ps push rows" : "ps push", gradient.numel() * 4);  // float32
   // The gradient's bytes go out from its own memory (tensor_coding.h): the request holds only its shape.
   pb::PushRequest head;
   head.set_name(name);

@@ -15,6 +15,7 @@
 #include "strata/parallel/pipeline_strategy.h"
 #include "strata/ps/parameter_server_strategy.h"
 #include "strata/threading.h"
+#include "strata/trace.h"
 #include "strata/train/callbacks.h"
 #include "train/run_callbacks.h"
 #include "train/step_rows.h"
@@ -193,7 +194,10 @@ double Model::train_step(const data::Element& batch) {
     return 0;
   }
   GradientTape tape;
-  const StepResult step = forward_and_loss(batch, /*training=*/true);
+  const StepResult step = [&] {
+    trace::Span span("compute", "forward");
+    return forward_and_loss(batch, /*training=*/true);
+  }();
   // The trackers see the step's loss and predictions before the update (they do not depend on it), so that
   // across workers their states can ride with the gradients.
   const double share = update_trackers(batch, step);
@@ -605,7 +609,11 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
       std::vector<data::Element> batches;
       while (static_cast<int64_t>(batches.size()) < want) {
         const double t0 = now_seconds();
-        std::optional<data::Element> batch = first_batch ? std::move(first_batch) : iterator->next();
+        trace::set_step(step());  // the next step's spans, from its input wait on
+        std::optional<data::Element> batch = [&] {
+          trace::Span span("input", "input wait");
+          return first_batch ? std::move(first_batch) : iterator->next();
+        }();
         first_batch.reset();
         waited += now_seconds() - t0;
         if (!batch) break;
@@ -659,6 +667,7 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
       iterator.reset();  // each epoch is a pass of its own
     }
   }
+  trace::set_step(trace::kNoStep);
   run_callbacks(callbacks, [](Callback& cb) { cb.on_train_end(Logs()); });
   return history;
 }

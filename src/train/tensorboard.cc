@@ -6,6 +6,7 @@
 #include "strata/error.h"
 #include "strata/optim/optimizer.h"
 #include "strata/train/callbacks.h"
+#include "strata/trace.h"
 #include "strata/train/model.h"
 #include "train/event_writer.h"
 
@@ -59,6 +60,7 @@ void TensorBoard::on_epoch_begin(int64_t, const Logs&) {
   epoch_start_ = last_batch_end_ = now_seconds();
   // A fit resumed mid-epoch starts the epoch with the restored count: only the rows trained from here are timed.
   examples_at_epoch_start_ = examples_ = examples_counted(*model());
+  communication_at_epoch_start_ = trace::communication_seconds();
 }
 
 void TensorBoard::on_train_batch_end(int64_t, const Logs& logs) {
@@ -94,6 +96,11 @@ void TensorBoard::on_epoch_end(int64_t epoch, const Logs& logs) {
     train.emplace_back("epoch_examples_per_second", static_cast<float>(examples / seconds));
   }
   train.emplace_back("epoch_input_wait_percent", static_cast<float>(100.0 * m.input_wait_fraction()));
+  // The chief's own time in collectives across workers (overlapped with compute or not); none on one worker.
+  if (strategy != nullptr && strategy->num_workers() > 1) {
+    train.emplace_back("epoch_communication_seconds",
+                       static_cast<float>(trace::communication_seconds() - communication_at_epoch_start_));
+  }
   writers_->train.add_scalars(epoch, train);
   writers_->train.flush();
   if (!validation.empty()) {

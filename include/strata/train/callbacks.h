@@ -274,7 +274,8 @@ class BackupAndRestore : public Callback {
 // epoch): the train run gets epoch_<name> for every log ("epoch_loss", "epoch_accuracy"), epoch_learning_rate
 // (the optimizer's current rate), epoch_examples_per_second (the examples trained over the epoch's training time,
 // validation excluded; left out across workers, where this process sees its own share only) and
-// epoch_input_wait_percent (the share of the epoch fit waited for input); the validation run gets the "val_" logs
+// epoch_input_wait_percent (the share of the epoch fit waited for input) and, across workers,
+// epoch_communication_seconds (the chief's time running collectives, strata/trace.h); the validation run gets the "val_" logs
 // without the prefix ("validation/epoch_loss"), and is made only when there are some. With `update_freq` N > 0 the
 // train run also gets batch_<name> (the epoch's running values, as fit passes them to callbacks) whenever the
 // global step (optimizer iterations) reaches a multiple of N, at that step. Files are flushed at each epoch's end,
@@ -307,6 +308,7 @@ class TensorBoard : public Callback {
   int64_t last_written_step_ = 0;
   double epoch_start_ = 0, last_batch_end_ = 0;
   double examples_at_epoch_start_ = 0, examples_ = 0;
+  double communication_at_epoch_start_ = 0;
 };
 
 }  // namespace callbacks
