@@ -16,4 +16,7 @@ void add_data_commands(CLI::App& app);
 // task with its TF_CONFIG (src/cli/launch_command.cc).
 void add_launch_command(CLI::App& app);
 
+// `strata report RUN_DIR... [--compare] [-o FILE]`: an HTML page of training runs (src/cli/report_command.cc).
+void add_report_command(CLI::App& app);
+
 }  // namespace strata::cli

@@ -71,6 +71,7 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", "strata 0.1.0");
   strata::cli::add_train_commands(app);
   strata::cli::add_data_commands(app);
+  strata::cli::add_report_command(app);
   strata::cli::add_launch_command(app);
   auto fail = [](const char* what) {
     std::fflush(stdout);

@@ -1,0 +1,121 @@
+// `strata report`: the page of real runs (one_device against mirrored, each with TensorBoard files and a trace) is
+// one self-contained HTML file with a chart per quantity and the step breakdown; --compare overlays the runs; a
+// folder without event files is named. The breakdown's arithmetic is checked on a trace written here.
+#include <gtest/gtest.h>
+
+#include <fstream>
+
+#include "cli/cli_test_util.h"
+#include "cli/report.h"
+#include "strata/error.h"
+
+namespace strata::cli {
+namespace {
+
+int count(const std::string& text, const std::string& what) {
+  int n = 0;
+  for (size_t at = text.find(what); at != std::string::npos; at = text.find(what, at + 1)) ++n;
+  return n;
+}
+
+std::string read_file(const fs::path& path) {
+  std::ifstream in(path);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+TEST(ReportCommandTest, APageOfTwoRunsSideBySideAndOverlaid) {
+  TinyJob t("report");
+  const fs::path one = t.s.dir / "one_device", two = t.s.dir / "mirrored";
+  for (const auto& [dir, strategy] : {std::pair{one, "one_device"}, std::pair{two, "mirrored --replicas 2"}}) {
+    auto [rc, out] =
+        run(std::string(STRATA_BINARY) + " train " + t.job + " --epochs 3 --verbose 0 --strategy " + strategy +
+            " --log-dir " + dir.string() + " --trace " + (dir / "trace.json").string() + " --trace-steps 2:12");
+    ASSERT_EQ(rc, 0) << out;
+  }
+  const fs::path page = t.s.dir / "page.html";
+  auto [rc, out] =
+      run(std::string(STRATA_BINARY) + " report " + one.string() + " " + two.string() + " -o " + page.string());
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("report: " + page.string() + " (2 runs, 2 traces)"), std::string::npos) << out;
+  const std::string html = read_file(page);
+  // Self-contained: nothing to fetch, no script.
+  EXPECT_EQ(html.rfind("<!DOCTYPE html>", 0), 0u);
+  EXPECT_EQ(count(html, "<script"), 0);
+  EXPECT_EQ(count(html, "http:"), 0);
+  EXPECT_EQ(count(html, "https:"), 0);
+  EXPECT_EQ(count(html, "src="), 0);
+  EXPECT_EQ(count(html, "<link"), 0);
+  EXPECT_EQ(html.substr(html.size() - 15), "</body></html>\n");
+  // A column per run, each with loss, accuracy, throughput, input wait and learning rate charts of 3 epochs.
+  EXPECT_GE(count(html, ">one_device<"), 1);
+  EXPECT_GE(count(html, ">mirrored<"), 1);
+  EXPECT_EQ(count(html, "<figcaption>loss</figcaption>"), 2);
+  EXPECT_EQ(count(html, "<figcaption>accuracy</figcaption>"), 2);
+  EXPECT_EQ(count(html, "<figcaption>throughput (examples/s)</figcaption>"), 2);
+  EXPECT_EQ(count(html, "<figcaption>input wait (% of the epoch)</figcaption>"), 2);
+  EXPECT_EQ(count(html, "<polyline"), 2 * 5);
+  EXPECT_EQ(count(html, "<circle"), 2 * 5 * 3);
+  // The breakdown: forward and backward on the step threads of both runs, each bar titled in ms per step.
+  EXPECT_NE(html.find("one_device: time per step"), std::string::npos);
+  EXPECT_NE(html.find("mirrored: time per step"), std::string::npos);
+  EXPECT_GE(count(html, "<title>forward: "), 2);
+  EXPECT_GE(count(html, "<title>backward: "), 2);
+  EXPECT_GE(count(html, "10 steps traced"), 2);
+
+  const fs::path overlaid = t.s.dir / "compare.html";
+  std::tie(rc, out) = run(std::string(STRATA_BINARY) + " report --compare " + one.string() + " " + two.string() +
+                          " -o " + overlaid.string());
+  ASSERT_EQ(rc, 0) << out;
+  const std::string compared = read_file(overlaid);
+  EXPECT_EQ(count(compared, "<figcaption>loss</figcaption>"), 1) << "one chart, both runs in it";
+  EXPECT_EQ(count(compared, "<polyline"), 5 * 2);
+  EXPECT_NE(compared.find("one_device train"), std::string::npos);
+  EXPECT_NE(compared.find("mirrored train"), std::string::npos);
+}
+
+TEST(ReportCommandTest, AFolderWithoutEventFilesIsNamed) {
+  Scratch s("report_empty");
+  auto [rc, out] = run(std::string(STRATA_BINARY) + " report " + s.dir.string() + " -o " + (s.dir / "x.html").string());
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("holds no TensorBoard event files"), std::string::npos) << out;
+  EXPECT_FALSE(fs::exists(s.dir / "x.html"));
+}
+
+// Step thread 1: two steps of forward 2 ms, backward 10 ms with an optimizer update of 2 ms nested in it, 1 ms of
+// nothing; thread 2 runs an all_reduce of 3 ms per step beside it.
+TEST(ReportCommandTest, TheBreakdownCountsEachSpansOwnTimeAndTheRestAsOther) {
+  Scratch s("report_breakdown");
+  const fs::path trace = s.dir / "t.json";
+  std::ofstream(trace) << R"({"traceEvents":[
+{"name":"process_name","ph":"M","pid":1,"args":{"name":"worker:1"}},
+{"name":"forward","ph":"X","ts":0,"dur":2000,"pid":1,"tid":1,"args":{"step":4}},
+{"name":"backward","ph":"X","ts":2000,"dur":10000,"pid":1,"tid":1,"args":{"step":4}},
+{"name":"optimizer","ph":"X","ts":5000,"dur":2000,"pid":1,"tid":1,"args":{"step":4}},
+{"name":"all_reduce","ph":"X","ts":4000,"dur":3000,"pid":1,"tid":2,"args":{"step":4}},
+{"name":"forward","ph":"X","ts":13000,"dur":2000,"pid":1,"tid":1,"args":{"step":5}},
+{"name":"backward","ph":"X","ts":15000,"dur":10000,"pid":1,"tid":1,"args":{"step":5}},
+{"name":"optimizer","ph":"X","ts":20000,"dur":2000,"pid":1,"tid":1,"args":{"step":5}},
+{"name":"all_reduce","ph":"X","ts":17000,"dur":3000,"pid":1,"tid":2,"args":{"step":5}},
+{"name":"input wait","ph":"X","ts":25000,"dur":1000,"pid":1,"tid":1,"args":{"step":6}}
+]})";
+  const StepBreakdown b = step_breakdown_of_trace(trace.string());
+  EXPECT_EQ(b.process, "worker:1");
+  EXPECT_EQ(b.steps, 3);
+  EXPECT_NEAR(b.step_ms, 26.0 / 3, 1e-9);
+  std::map<std::string, double> parts(b.step_parts.begin(), b.step_parts.end());
+  EXPECT_NEAR(parts["forward"], 4.0 / 3, 1e-9);
+  EXPECT_NEAR(parts["backward"], 16.0 / 3, 1e-9) << "less the nested optimizer";
+  EXPECT_NEAR(parts["optimizer"], 4.0 / 3, 1e-9);
+  EXPECT_NEAR(parts["input wait"], 1.0 / 3, 1e-9);
+  EXPECT_NEAR(parts["other"], 1.0 / 3, 1e-9) << "the 1 ms between the steps";
+  EXPECT_EQ(b.step_parts.back().first, "other");
+  ASSERT_EQ(b.background.size(), 1u);
+  EXPECT_EQ(b.background[0].first, "all_reduce");
+  EXPECT_NEAR(b.background[0].second, 2.0, 1e-9);
+
+  std::ofstream(s.dir / "bad.json") << "{\"traceEvents\": 5}";
+  EXPECT_THROW(step_breakdown_of_trace((s.dir / "bad.json").string()), DataCorrupt);
+}
+
+}  // namespace
+}  // namespace strata::cli
