@@ -136,6 +136,12 @@ const MembershipChange& MultiWorkerMirroredStrategy::regroup() {
   }
   last_change_ = elastic_->last_change();
   last_change_.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - step_started_).count();
+  if (trace::recording()) {
+    std::string what = "membership epoch " + std::to_string(last_change_.epoch) + ":";
+    for (const std::string& t : last_change_.left) what += " " + t + " left";
+    for (const std::string& t : last_change_.joined) what += " " + t + " joined";
+    trace::instant("membership", what);
+  }
   took_new_group();
   if (on_change_) on_change_(last_change_);
   return last_change_;

@@ -14,6 +14,7 @@
 #include "strata/distribute/input.h"
 #include "strata/distribute/multi_worker.h"
 #include "strata/error.h"
+#include "strata/trace.h"
 #include "strata/train/model.h"
 #include "train/step_rows.h"
 #include "train/worker_state.h"
@@ -66,6 +67,7 @@ FitPosition decode_position(const std::string& bytes) {
 void Model::join_elastic_group(distribute::MultiWorkerMirroredStrategy& strategy) {
   STRATA_CHECK(built(), InvalidArgument,
                "elastic training: model '" << name() << "' must be built (build_for) before a restarted worker joins");
+  trace::Span span("membership", "join");  // the new group, then the chief's state received
   strategy.join();
   const auto start = std::chrono::steady_clock::now();
   const int64_t sent = detail::broadcast_state_from_chief(*this);  // the weights and optimizer state, the members'
@@ -78,6 +80,7 @@ void Model::join_elastic_group(distribute::MultiWorkerMirroredStrategy& strategy
 }
 
 void Model::admit_elastic_joiners(distribute::MultiWorkerMirroredStrategy& strategy) {
+  trace::Span span("membership", "admit joiners");  // the new group, then the state sent to the joiners
   strategy.admit_joiners();
   const auto start = std::chrono::steady_clock::now();
   const int64_t sent = detail::broadcast_state_from_chief(*this);
