@@ -1,9 +1,11 @@
-"""Helpers the peer benchmarks share: finding a built benchmark binary, and starting child processes that are
-killed with everything they forked on every path. Imported, never run."""
+"""Helpers the peer benchmarks share: finding a built benchmark binary, starting child processes that are
+killed with everything they forked on every path, and writing random IDX data sets. Imported, never run."""
 import glob
 import os
+import random
 import signal
 import socket
+import struct
 import subprocess
 import sys
 import time
@@ -24,6 +26,17 @@ def find_binary(name, path=None):
         if os.path.exists(c):
             return c
     sys.exit(f"{name} not found; build it (cmake --build build --target {name}) or pass --binary")
+
+
+def write_idx(directory, prefix, n, seed):
+    """n random 28x28 images and labels in the IDX format, as a job's `format: idx` reads them."""
+    rng = random.Random(seed)
+    with open(os.path.join(directory, prefix + "-images-idx3-ubyte"), "wb") as f:
+        f.write(struct.pack(">IIII", 0x803, n, 28, 28))
+        f.write(bytes(rng.getrandbits(8) for _ in range(n * 784)))
+    with open(os.path.join(directory, prefix + "-labels-idx1-ubyte"), "wb") as f:
+        f.write(struct.pack(">II", 0x801, n))
+        f.write(bytes(rng.randrange(10) for _ in range(n)))
 
 
 class Children:

@@ -21,28 +21,15 @@ Every child runs in its own session and is killed with what it forked on every p
 import argparse
 import os
 import re
-import struct
 import subprocess
 import sys
 import tempfile
 import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from bench_common import Children  # noqa: E402
+from bench_common import Children, write_idx  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def write_idx(directory, prefix, n, seed):
-    """n random 28x28 images and labels in the IDX format, as the job's `format: idx` reads them."""
-    import random
-    rng = random.Random(seed)
-    with open(os.path.join(directory, prefix + "-images-idx3-ubyte"), "wb") as f:
-        f.write(struct.pack(">IIII", 0x803, n, 28, 28))
-        f.write(bytes(rng.getrandbits(8) for _ in range(n * 784)))
-    with open(os.path.join(directory, prefix + "-labels-idx1-ubyte"), "wb") as f:
-        f.write(struct.pack(">II", 0x801, n))
-        f.write(bytes(rng.randrange(10) for _ in range(n)))
 
 
 def big_mlp_job(directory):

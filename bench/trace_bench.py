@@ -11,24 +11,15 @@ the full trace wrote.
 """
 import argparse
 import os
-import random
-import struct
 import subprocess
 import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_common import write_idx  # noqa: E402
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
-
-def write_idx(directory, prefix, n, seed):
-    rng = random.Random(seed)
-    with open(os.path.join(directory, prefix + "-images-idx3-ubyte"), "wb") as f:
-        f.write(struct.pack(">IIII", 0x803, n, 28, 28))
-        f.write(bytes(rng.getrandbits(8) for _ in range(n * 784)))
-    with open(os.path.join(directory, prefix + "-labels-idx1-ubyte"), "wb") as f:
-        f.write(struct.pack(">II", 0x801, n))
-        f.write(bytes(rng.randrange(10) for _ in range(n)))
 
 
 JOB = """data:
