@@ -21,7 +21,6 @@ Every child runs in its own session and is killed with what it forked on every p
 import argparse
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import time
