@@ -12,8 +12,14 @@ namespace strata::cli {
 namespace {
 
 constexpr const char* kRunColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b"};
-constexpr const char* kPartColors[] = {"#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f",
-                                       "#edc948", "#b07aa1", "#ff9da7", "#9c755f", "#bab0ac"};
+// The spans strata records, in the order a step runs them, each with its colour in every bar; others follow in the
+// order they appear, coloured from kOtherColors.
+constexpr std::pair<const char*, const char*> kStepParts[] = {
+    {"input wait", "#4e79a7"},   {"forward", "#f28e2b"},          {"backward", "#e15759"},
+    {"optimizer", "#76b7b2"},    {"gradient wait", "#edc948"},    {"all_reduce", "#b07aa1"},
+    {"ps pull", "#9c755f"},      {"ps pull rows", "#9c755f"},     {"ps push", "#ff9da7"},
+    {"ps push rows", "#ff9da7"}, {"checkpoint write", "#59a14f"}, {"other", "#bab0ac"}};
+constexpr const char* kOtherColors[] = {"#17becf", "#bcbd22", "#7f7f7f", "#8c564b", "#e377c2"};
 constexpr int kChartWidth = 440, kChartHeight = 250;
 
 std::string escape(const std::string& s) {
@@ -99,7 +105,8 @@ std::string line_chart(const std::string& title, const std::vector<Line>& lines,
   auto px = [&](double x) { return left + (x - x_lo) / (x_hi - x_lo) * (right - left); };
   auto py = [&](double y) { return bottom - (y - y_lo) / (y_hi - y_lo) * (bottom - top); };
   char buf[256];
-  for (const double t : ticks(y_lo, y_hi, 5)) {
+  for (double t : ticks(y_lo, y_hi, 5)) {
+    if (std::fabs(t) < (y_hi - y_lo) * 1e-9) t = 0;  // not "-0"
     std::snprintf(buf, sizeof buf,
                   "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" class=\"grid\"/><text x=\"%.1f\" y=\"%.1f\" "
                   "class=\"tick\" text-anchor=\"end\">",
@@ -196,12 +203,15 @@ std::string mean_value(const std::map<std::string, Series>& scalars, const std::
 }
 
 std::string summary_table(const std::vector<RunData>& runs, const std::vector<Quantity>& qs) {
-  std::string html = "<table><tr><th>run</th><th>epochs</th><th>loss</th><th>val loss</th>";
+  const bool validated = std::any_of(runs.begin(), runs.end(), [](const RunData& r) { return !r.validation.empty(); });
+  std::string html = "<table><tr><th>run</th><th>epochs</th><th>loss</th>";
+  if (validated) html += "<th>val loss</th>";
   std::vector<std::string> metrics;
   for (const Quantity& q : qs) {
     if (q.tag == "epoch_loss" || q.title.find(' ') != std::string::npos || q.tag == "epoch_learning_rate") continue;
     metrics.push_back(q.tag);
-    html += "<th>" + escape(q.title) + "</th><th>val " + escape(q.title) + "</th>";
+    html += "<th>" + escape(q.title) + "</th>";
+    if (validated) html += "<th>val " + escape(q.title) + "</th>";
   }
   html += "<th>examples/s (mean)</th><th>input wait % (mean)</th><th>communication s/epoch (mean)</th></tr>";
   for (size_t i = 0; i < runs.size(); ++i) {
@@ -210,9 +220,12 @@ std::string summary_table(const std::vector<RunData>& runs, const std::vector<Qu
     const size_t epochs = loss == r.train.end() ? 0 : loss->second.size();
     html += "<tr><td><span class=\"swatch\" style=\"background:" + std::string(kRunColors[i % std::size(kRunColors)]) +
             "\"></span>" + escape(r.name) + "</td><td>" + std::to_string(epochs) + "</td><td>" +
-            last_value(r.train, "epoch_loss") + "</td><td>" + last_value(r.validation, "epoch_loss") + "</td>";
-    for (const std::string& m : metrics)
-      html += "<td>" + last_value(r.train, m) + "</td><td>" + last_value(r.validation, m) + "</td>";
+            last_value(r.train, "epoch_loss") + "</td>";
+    if (validated) html += "<td>" + last_value(r.validation, "epoch_loss") + "</td>";
+    for (const std::string& m : metrics) {
+      html += "<td>" + last_value(r.train, m) + "</td>";
+      if (validated) html += "<td>" + last_value(r.validation, m) + "</td>";
+    }
     html += "<td>" + mean_value(r.train, "epoch_examples_per_second") + "</td><td>" +
             mean_value(r.train, "epoch_input_wait_percent") + "</td><td>" +
             mean_value(r.train, "epoch_communication_seconds") + "</td></tr>";
@@ -228,13 +241,23 @@ std::string breakdown_section(const RunData& run) {
   double widest = 0;
   for (const StepBreakdown& b : run.breakdown) widest = std::max(widest, b.step_ms);
   if (widest <= 0) return html + "<p>The trace holds no training steps.</p>";
-  std::vector<std::string> names;  // a colour per span name, the same in every bar
+  std::vector<std::string> names;  // the known parts in step order, then the others as they appear
+  for (const auto& [known, color] : kStepParts)
+    for (const StepBreakdown& b : run.breakdown)
+      if (std::any_of(b.step_parts.begin(), b.step_parts.end(), [&](const auto& p) { return p.first == known; })) {
+        names.push_back(known);
+        break;
+      }
   for (const StepBreakdown& b : run.breakdown)
     for (const auto& [name, ms] : b.step_parts)
       if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  std::vector<std::string> unknown;
   auto color_of = [&](const std::string& name) {
-    const size_t i = static_cast<size_t>(std::find(names.begin(), names.end(), name) - names.begin());
-    return std::string(kPartColors[i % std::size(kPartColors)]);
+    for (const auto& [known, color] : kStepParts)
+      if (name == known) return std::string(color);
+    auto it = std::find(unknown.begin(), unknown.end(), name);
+    if (it == unknown.end()) it = unknown.insert(unknown.end(), name);
+    return std::string(kOtherColors[static_cast<size_t>(it - unknown.begin()) % std::size(kOtherColors)]);
   };
   constexpr double kBarWidth = 640, kLabel = 110;
   char buf[320];
@@ -242,7 +265,11 @@ std::string breakdown_section(const RunData& run) {
     html += "<div class=\"bar\"><svg width=\"" + std::to_string(static_cast<int>(kLabel + kBarWidth + 10)) +
             "\" height=\"30\"><text x=\"0\" y=\"19\" class=\"tick\">" + escape(b.process) + "</text>";
     double x = kLabel;
-    for (const auto& [name, ms] : b.step_parts) {
+    std::vector<std::pair<std::string, double>> parts = b.step_parts;  // in the legend's order
+    std::stable_sort(parts.begin(), parts.end(), [&](const auto& l, const auto& r) {
+      return std::find(names.begin(), names.end(), l.first) < std::find(names.begin(), names.end(), r.first);
+    });
+    for (const auto& [name, ms] : parts) {
       const double w = ms / widest * kBarWidth;
       std::snprintf(buf, sizeof buf, "<rect x=\"%.1f\" y=\"4\" width=\"%.1f\" height=\"22\" fill=\"%s\"><title>", x, w,
                     color_of(name).c_str());
@@ -295,7 +322,7 @@ std::string report_html(const std::vector<RunData>& runs, bool compare) {
       "</title><style>" + kStyle + "</style></head><body>";
   html += "<h1>strata report: " + escape(names) + "</h1><div class=\"sub\">" +
           (compare ? std::string("runs overlaid") : std::string("runs side by side")) +
-          "; solid lines: training, dashed: validation; made " + when + "</div>";
+          "; solid lines: training, dashed: validation; x: epochs; made " + when + "</div>";
   const std::vector<Quantity> qs = quantities(runs);
   html += "<h2>Summary (last epoch)</h2>" + summary_table(runs, qs);
   html += "<h2>Curves per epoch</h2>";

@@ -656,7 +656,8 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
     history.epochs.push_back(epoch);
     for (const auto& [k, v] : logs.items()) history.history[k].push_back(v);
     history.input_wait_fraction.push_back(input_wait_fraction_);
-    history.examples.push_back(job_examples());
+    epoch_examples_ = job_examples();
+    history.examples.push_back(epoch_examples_);
     // The epoch is done: a checkpoint from on_epoch_end resumes at the next one.
     fit_state_.epochs_done = epoch + 1;
     fit_state_.step_in_epoch = 0;

@@ -5,8 +5,8 @@
 #include "strata/distribute/strategy.h"
 #include "strata/error.h"
 #include "strata/optim/optimizer.h"
-#include "strata/train/callbacks.h"
 #include "strata/trace.h"
+#include "strata/train/callbacks.h"
 #include "strata/train/model.h"
 #include "train/event_writer.h"
 
@@ -89,10 +89,14 @@ void TensorBoard::on_epoch_end(int64_t epoch, const Logs& logs) {
     }
   }
   if (m.compiled()) train.emplace_back("epoch_learning_rate", m.optimizer().learning_rate());
-  // Across workers the loss tracker counts this worker's rows only: no rate is better than a wrong one.
+  // Across workers the chief's loss tracker counts its own rows, so the job's count (every worker's, summed by fit
+  // at the epoch's end) is taken instead; the count at the epoch's start is the chief's, which is the job's after
+  // a resume (the chief restores the job's sums, the others zeros) and 0 otherwise.
   const distribute::Strategy* strategy = m.owning_strategy();
-  const double examples = examples_ - examples_at_epoch_start_, seconds = last_batch_end_ - epoch_start_;
-  if ((strategy == nullptr || strategy->num_workers() == 1) && examples > 0 && seconds > 0) {
+  const double trained =
+      strategy != nullptr && strategy->num_workers() > 1 ? static_cast<double>(m.epoch_examples()) : examples_;
+  const double examples = trained - examples_at_epoch_start_, seconds = last_batch_end_ - epoch_start_;
+  if (examples > 0 && seconds > 0) {
     train.emplace_back("epoch_examples_per_second", static_cast<float>(examples / seconds));
   }
   train.emplace_back("epoch_input_wait_percent", static_cast<float>(100.0 * m.input_wait_fraction()));

@@ -80,6 +80,31 @@ TEST(TrainLogsTest, LogDirWritesATrainRunOfEpochScalarsThatEqualTheCsvLog) {
   EXPECT_EQ(scalars.count("batch_loss"), 0u) << "update_freq is \"epoch\"";
 }
 
+// Across workers only the chief writes, and its train run counts the whole job: examples per second from every
+// worker's examples (fit sums them at the epoch's end), and the chief's time in collectives.
+TEST(TrainLogsTest, AcrossWorkersTheChiefWritesTheJobsRateAndItsCommunicationTime) {
+  TinyJob t("tb_workers");
+  const fs::path logs = t.s.dir / "tb";
+  auto [rc, out] =
+      run("timeout -k 5 120 " + std::string(STRATA_BINARY) + " launch --workers 2 -- " STRATA_BINARY " train " + t.job +
+          " --epochs 2 --strategy multi_worker_mirrored --log-dir " + logs.string());
+  ASSERT_EQ(rc, 0) << out;
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(logs / "train")) files.push_back(e.path());
+  ASSERT_EQ(files.size(), 1u) << "the chief's file only";
+  std::map<std::string, std::vector<float>> scalars;
+  const std::vector<std::string> records = test::read_records(files[0]);
+  for (size_t i = 1; i < records.size(); ++i) {
+    for (const auto& [tag, value] : test::decode_event(records[i]).values) scalars[tag].push_back(value);
+  }
+  ASSERT_EQ(scalars["epoch_examples_per_second"].size(), 2u);
+  ASSERT_EQ(scalars["epoch_communication_seconds"].size(), 2u);
+  for (int e = 0; e < 2; ++e) {
+    EXPECT_GT(scalars["epoch_examples_per_second"][static_cast<size_t>(e)], 0.0f);
+    EXPECT_GT(scalars["epoch_communication_seconds"][static_cast<size_t>(e)], 0.0f);
+  }
+}
+
 // The progress bar's form of a value ("%.4f", or "%.4e" when tiny or huge).
 std::string as_printed(double v) {
   char buf[32];

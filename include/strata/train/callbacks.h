@@ -272,8 +272,8 @@ class BackupAndRestore : public Callback {
 // <log_dir>/train and <log_dir>/validation, each an events.out.tfevents.<unix seconds>.<hostname> file (see
 // src/train/event_writer.h) that `tensorboard --logdir <log_dir>` plots. At each epoch's end (step = the 0-based
 // epoch): the train run gets epoch_<name> for every log ("epoch_loss", "epoch_accuracy"), epoch_learning_rate
-// (the optimizer's current rate), epoch_examples_per_second (the examples trained over the epoch's training time,
-// validation excluded; left out across workers, where this process sees its own share only) and
+// (the optimizer's current rate), epoch_examples_per_second (the examples the job trained over the epoch's training
+// time, validation excluded; across workers every worker's examples) and
 // epoch_input_wait_percent (the share of the epoch fit waited for input) and, across workers,
 // epoch_communication_seconds (the chief's time running collectives, strata/trace.h); the validation run gets the "val_" logs
 // without the prefix ("validation/epoch_loss"), and is made only when there are some. With `update_freq` N > 0 the

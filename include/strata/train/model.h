@@ -226,6 +226,9 @@ class Model : public nn::Layer {
   int64_t step() const;
   // The fraction of the last epoch's time that fit spent waiting for the next batch from the dataset.
   double input_wait_fraction() const { return input_wait_fraction_; }
+  // The examples the whole job (every worker) had trained in the epoch when it ended (History::examples' entry),
+  // for a callback's on_epoch_end; counted before the callbacks run, so reading it runs no collective.
+  int64_t epoch_examples() const { return epoch_examples_; }
 
  protected:
   // A model has no weights of its own: its layers build themselves on their first call.
@@ -334,6 +337,7 @@ class Model : public nn::Layer {
   };
   [[nodiscard]] ActiveFit start_fit();
   double input_wait_fraction_ = 0;
+  int64_t epoch_examples_ = 0;
 };
 
 // A plain stack of layers, each taking the previous one's output.
