@@ -210,9 +210,13 @@ double Model::train_step(const data::Element& batch) {
 Model::Gradients Model::compute_gradients(const data::Element& batch) {
   check_compiled("compute_gradients");
   GradientTape tape;
-  const StepResult step = forward_and_loss(batch, /*training=*/true);
+  const StepResult step = [&] {
+    trace::Span span("compute", "forward");
+    return forward_and_loss(batch, /*training=*/true);
+  }();
   Gradients out;
   out.loss = update_trackers(batch, step);
+  trace::Span span("compute", "backward");
   out.gradients = tape.gradient(step.loss, trainable_variables(), UnconnectedGradients::kZero);
   return out;
 }

@@ -12,6 +12,7 @@
 #include "ps/proto/step_output.pb.h"
 #include "strata/error.h"
 #include "strata/nn/core_layers.h"
+#include "strata/trace.h"
 
 namespace strata::ps {
 
@@ -70,8 +71,8 @@ std::vector<int64_t> input_embedding_tables(const Model& model) {
 
 // The servers as ps variable `index` sees them: rotated by `index`, so that its shard i lives on server
 // (index + i) % servers (unsharded variables spread round-robin, as TensorFlow places them).
-std::vector<std::shared_ptr<ParameterServerClient>> placed(const std::vector<std::shared_ptr<ParameterServerClient>>& servers,
-                                                           size_t index) {
+std::vector<std::shared_ptr<ParameterServerClient>> placed(
+    const std::vector<std::shared_ptr<ParameterServerClient>>& servers, size_t index) {
   std::vector<std::shared_ptr<ParameterServerClient>> out = servers;
   if (!out.empty()) std::rotate(out.begin(), out.begin() + static_cast<std::ptrdiff_t>(index % out.size()), out.end());
   return out;
@@ -157,7 +158,8 @@ std::vector<std::vector<double>> sum_metric_states(const std::vector<StepOutput>
     bool same = states.size() == sum.size();
     for (size_t t = 0; same && t < states.size(); ++t) same = states[t].size() == sum[t].size();
     STRATA_CHECK(same, InvalidArgument,
-                 "sum_metric_states: step " << s << " carries another layout of metric states than step 0 (workers "
+                 "sum_metric_states: step " << s
+                                            << " carries another layout of metric states than step 0 (workers "
                                                "compiled with different metrics?)");
     for (size_t t = 0; t < states.size(); ++t) {
       for (size_t k = 0; k < states[t].size(); ++k) sum[t][k] += states[t][k];
@@ -167,8 +169,8 @@ std::vector<std::vector<double>> sum_metric_states(const std::vector<StepOutput>
 }
 
 RemoteTrainer::RemoteTrainer(std::shared_ptr<Model> model, const DatasetFn& dataset_fn, int64_t worker_index,
-                             const Partitioner& partitioner, std::vector<std::shared_ptr<ParameterServerClient>> servers,
-                             RemoteTrainerOptions options)
+                             const Partitioner& partitioner,
+                             std::vector<std::shared_ptr<ParameterServerClient>> servers, RemoteTrainerOptions options)
     : model_(std::move(model)), worker_index_(worker_index), dataset_([&] {
         STRATA_CHECK(dataset_fn, InvalidArgument, "RemoteTrainer: no dataset function");
         return dataset_fn(worker_index);
@@ -220,9 +222,8 @@ std::vector<int64_t> RemoteTrainer::batch_rows(const data::Element& batch) const
 void RemoteTrainer::pull_step(const std::vector<Variable>& vars, const std::vector<int64_t>& rows) {
   if (sparse_ < 0) return pull_into(vars, variables_);
   // The table's rows and the other variables, all at once.
-  std::future<Tensor> table = std::async(std::launch::async, [&] {
-    return variables_[static_cast<size_t>(sparse_)].lookup(rows);
-  });
+  std::future<Tensor> table =
+      std::async(std::launch::async, [&] { return variables_[static_cast<size_t>(sparse_)].lookup(rows); });
   const std::vector<Tensor> values = pull_all(dense_variables_);
   for (size_t k = 0; k < values.size(); ++k) {
     Variable v = vars[dense_index_[k]];
@@ -253,7 +254,8 @@ void RemoteTrainer::push_step(const std::vector<Tensor>& gradients, const std::v
   }
   Tensor index = Tensor::from_vector(pushed);
   const Tensor table_gradient = kernels::gather(gradients[static_cast<size_t>(sparse_)], index);
-  std::future<void> sparse = std::async(std::launch::async, [&] { table.push_rows(pushed, table_gradient, step_id, round); });
+  std::future<void> sparse =
+      std::async(std::launch::async, [&] { table.push_rows(pushed, table_gradient, step_id, round); });
   std::vector<Tensor> dense;
   for (const size_t i : dense_index_) dense.push_back(gradients[i]);
   std::exception_ptr error;
@@ -282,8 +284,12 @@ StepOutput RemoteTrainer::run_step(int64_t step_id) { return run_step(StepContex
 StepOutput RemoteTrainer::run_step(const StepContext& step_context) {
   const int64_t step_id = step_context.step_id;
   std::lock_guard lock(mu_);
+  trace::set_step(steps_run_);  // a worker's trace window counts the steps it ran
   const std::vector<Variable> vars = model_->trainable_variables();
-  const data::Element batch = next_batch();
+  const data::Element batch = [&] {
+    trace::Span span("input", "input wait");
+    return next_batch();
+  }();
   const std::vector<int64_t> rows = batch_rows(batch);  // of the sparse table (none: every variable whole)
   // A model without states (most) starts no thread for them.
   const std::launch policy = states_.empty() ? std::launch::deferred : std::launch::async;
