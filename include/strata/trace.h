@@ -47,7 +47,9 @@ int64_t stop();
 inline constexpr int64_t kNoStep = -1;
 void set_step(int64_t step);
 
-// Names the calling thread's row ("replica 1"); cheap, and only the name last set before stop() is written.
+// Puts the calling thread on the row of that name ("replica 1"), made at the first thread so named: threads made
+// anew for the same role (a pipeline's stage threads, started each step) share one row. REQUIRES: threads of one
+// name do not run spans at the same time.
 void name_thread(const std::string& name);
 
 namespace detail {

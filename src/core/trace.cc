@@ -40,6 +40,7 @@ Options g_options;                          // guarded by g_mu
 std::vector<Event> g_events;                // guarded by g_mu
 int64_t g_dropped = 0;                      // guarded by g_mu
 std::map<int, std::string> g_thread_names;  // guarded by g_mu
+std::map<std::string, int> g_thread_rows;   // guarded by g_mu: name -> the row threads of that name share
 std::atomic<int64_t> g_step{kNoStep};
 std::atomic<int> g_next_thread{1};
 std::atomic<int64_t> g_communication_ns{0};
@@ -173,8 +174,13 @@ void set_step(int64_t step) {
 }
 
 void name_thread(const std::string& name) {
-  const int thread = this_thread();
   std::lock_guard<std::mutex> lock(g_mu);
+  if (const auto it = g_thread_rows.find(name); it != g_thread_rows.end()) {
+    t_thread = it->second;  // a thread made anew for the same role (a pipeline stage's, each step) keeps its row
+    return;
+  }
+  const int thread = this_thread();
+  g_thread_rows[name] = thread;
   g_thread_names[thread] = name;
 }
 

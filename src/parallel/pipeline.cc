@@ -19,6 +19,7 @@
 #include "strata/ops.h"
 #include "strata/random.h"
 #include "strata/threading.h"
+#include "strata/trace.h"
 
 namespace strata::parallel {
 namespace {
@@ -275,6 +276,7 @@ struct PipelineStage::Impl {
   }
 
   void forward(int v, int m, const Tensor& x_micro, const Tensor& y_micro, int64_t batch) {
+    trace::Span span("compute", "forward");  // one micro-batch on one (virtual) stage
     InFlight f;
     if (v == 0) {
       f.input = Variable(x_micro, /*trainable=*/false);
@@ -346,6 +348,9 @@ struct PipelineStage::Impl {
 
   // kBackward (input and weights), kBackwardInput (input only) or kBackwardWeight (weights only).
   void backward(ActionKind kind, int v, int m) {
+    trace::Span span("compute", kind == ActionKind::kBackwardWeight  ? "backward (weights)"
+                                : kind == ActionKind::kBackwardInput ? "backward (input)"
+                                                                     : "backward");
     auto it = in_flight.find({v, m});
     STRATA_CHECK(it != in_flight.end(), Error,
                  "pipeline stage " << stage << ": backward of v" << v << " m" << m << " before its forward");
@@ -633,6 +638,7 @@ float ThreadPipeline::train_step(const Tensor& x, const Tensor& y) {
   std::vector<std::thread> threads;
   for (int i = 0; i < n; ++i) {
     threads.emplace_back([&, i] {
+      trace::name_thread("stage " + std::to_string(i));
       ScopedNumThreads cores(impl_->threads_per_stage);
       default_generator() = impl_->generators[i];
       try {
