@@ -16,9 +16,7 @@
 #include <new>
 #include <optional>
 
-#include "data/crc32c.h"
-#include "data/crc_fold.h"
-#include "data/inflate_streams.h"
+#include "data/masked_crc32c.h"
 #include "io/atomic_file.h"
 #include "strata/error.h"
 
@@ -34,161 +32,50 @@ struct DecompressorDeleter {
   void operator()(libdeflate_decompressor* d) const { libdeflate_free_decompressor(d); }
 };
 
-// The length of the gzip member header (RFC 1952) at in[0, n), or 0 when it is not one this reader
-// takes whole (a bad magic or method, reserved flags, a header CRC, or one cut short): zlib reads those.
-size_t gzip_header_size(const unsigned char* in, size_t n) {
-  constexpr unsigned kHeaderCrc = 2, kExtra = 4, kName = 8, kComment = 16, kReserved = 0xe0;
-  if (n < 10 || in[0] != 0x1f || in[1] != 0x8b || in[2] != 8) return 0;
-  const unsigned flags = in[3];
-  if (flags & (kReserved | kHeaderCrc)) return 0;
-  size_t at = 10;
-  if (flags & kExtra) {
-    if (n - at < 2) return 0;
-    const size_t extra = in[at] | (size_t{in[at + 1]} << 8);
-    if (n - at - 2 < extra) return 0;
-    at += 2 + extra;
-  }
-  for (const unsigned text : {kName, kComment}) {
-    if (!(flags & text)) continue;
-    const void* nul = std::memchr(in + at, 0, n - at);
-    if (!nul) return 0;
-    at = static_cast<size_t>(static_cast<const unsigned char*>(nul) - in) + 1;
-  }
-  return at;
-}
-
-uint32_t load_le32(const unsigned char* p) {
-  return p[0] | (uint32_t{p[1]} << 8) | (uint32_t{p[2]} << 16) | (uint32_t{p[3]} << 24);
-}
-
-// One libdeflate call on the member or stream at in[0, n): raw deflate between a gzip member's header
-// and trailer (whose CRC-32 goes to `member`, checked later, and whose ISIZE is checked here), or a
-// whole ZLIB stream.
-libdeflate_result inflate_one(libdeflate_decompressor* d, Compression compression, const unsigned char* in, size_t n,
-                              char* out, size_t out_room, size_t* used_in, size_t* used_out, GzipMember* member) {
-  if (compression != Compression::kGzip)
-    return libdeflate_zlib_decompress_ex(d, in, n, out, out_room, used_in, used_out);
-  const size_t header = gzip_header_size(in, n);
-  if (header == 0) return LIBDEFLATE_BAD_DATA;
-  const libdeflate_result rc =
-      libdeflate_deflate_decompress_ex(d, in + header, n - header, out, out_room, used_in, used_out);
-  if (rc != LIBDEFLATE_SUCCESS) return rc;
-  const size_t trailer = header + *used_in;
-  if (n - trailer < 8 || load_le32(in + trailer + 4) != static_cast<uint32_t>(*used_out)) return LIBDEFLATE_BAD_DATA;
-  member->crc = load_le32(in + trailer);
-  *used_in = trailer + 8;
-  return LIBDEFLATE_SUCCESS;
-}
-
-// A size-tagged member's header (see kMemberHeaderBytes) is these 4 bytes, MTIME, XFL and OS, then
-// these 6 (XLEN 8 and the 'SZ' subfield's id and length), then the member's size. Writer and reader
-// share them.
-constexpr unsigned char kMemberMagicFlags[4] = {0x1f, 0x8b, 8, 4};
-constexpr unsigned char kMemberSizeField[6] = {8, 0, kMemberSizeSi1, kMemberSizeSi2, 4, 0};
-static_assert(10 + sizeof kMemberSizeField + 4 == kMemberHeaderBytes);
-
-// Where a member of a ByteWriter gzip chain lies: its deflate body in the file, its bytes in the
-// inflated stream, and its stored CRC-32.
-struct SizedMember {
-  size_t body = 0, body_size = 0;
-  size_t out_offset = 0, out_size = 0;
-  uint32_t crc = 0;
-};
-
-// The members of in[0, n) when it is a chain of size-tagged members as ByteWriter writes them (each
-// header's 'SZ' subfield holding the member's size), found without inflating; false otherwise. Sizes
-// are only claims here: inflating checks each body against its ISIZE.
-bool find_sized_members(const unsigned char* in, size_t n, std::vector<SizedMember>* found, size_t* inflated) {
-  found->clear();
-  size_t total = 0;
-  for (size_t at = 0; at < n;) {
-    const unsigned char* h = in + at;
-    if (n - at < kMemberHeaderBytes + 8 || std::memcmp(h, kMemberMagicFlags, 4) != 0 ||
-        std::memcmp(h + 10, kMemberSizeField, 6) != 0)
-      return false;
-    const size_t size = load_le32(h + 16);
-    if (size < kMemberHeaderBytes + 8 || size > n - at) return false;
-    const size_t out_size = load_le32(h + size - 4);
-    if (out_size > kWholeFileMaxInflated - total) return false;
-    const uint32_t crc = load_le32(h + size - 8);
-    found->push_back({at + kMemberHeaderBytes, size - kMemberHeaderBytes - 8, total, out_size, crc});
-    total += out_size;
-    at += size;
-  }
-  *inflated = total;
-  return !found->empty();
-}
-
-// Inflates the size-tagged member chain `found` (of `inflated` bytes in all) into `out`, two members at
-// once (inflate_streams). Nothing when a member does not inflate to its size, or memory runs out.
-std::optional<size_t> inflate_sized_members(const unsigned char* in, const std::vector<SizedMember>& found,
-                                            size_t inflated, RecycledBuffer* out, std::vector<GzipMember>* members) {
+// An uninitialised buffer of `bytes` (never zeroed: every byte handed out is written first). Nothing
+// when memory runs out.
+std::unique_ptr<char[]> try_allocate(size_t bytes) {
   try {
-    *out = RecycledBuffer(std::max<size_t>(inflated, 1));
+    return std::make_unique_for_overwrite<char[]>(std::max<size_t>(bytes, 1));
   } catch (const std::bad_alloc&) {
-    return std::nullopt;
+    return nullptr;
   }
-  std::vector<InflateJob> jobs;
-  jobs.reserve(found.size());
-  auto* inflated_bytes = reinterpret_cast<unsigned char*>(out->data());
-  for (const SizedMember& m : found)
-    jobs.push_back({in + m.body, m.body_size, inflated_bytes + m.out_offset, m.out_size});
-  if (!inflate_streams(jobs)) return std::nullopt;
-  members->clear();
-  for (const SizedMember& m : found) members->push_back({m.out_offset + m.out_size, m.crc});
-  return inflated;
 }
 
-// Inflates the concatenated GZIP members or ZLIB streams of in[0, n) into `out`: a size-tagged member
-// chain two members at a time (`*in_pairs` true), anything else with libdeflate into a buffer made at
-// least `hint` bytes and grown (doubling, up to kWholeFileMaxInflated) while libdeflate asks for more.
-// Returns the inflated size, or nothing when the data is damaged, inflates to more than the bound, or
-// memory runs out. GZIP: each member's end and stored CRC-32 go to `members`; the CRCs are not checked here.
+// Inflates the concatenated GZIP members or ZLIB streams of in[0, n) with libdeflate, one member or
+// stream per call (libdeflate checks each one's CRC-32 or Adler-32, and a gzip member's ISIZE), into
+// `out`, made `hint` bytes at first and grown (doubling, up to kWholeFileMaxInflated) while libdeflate
+// asks for more. Returns the inflated size, or nothing when the data is damaged, inflates to more than
+// the bound, or memory runs out.
 std::optional<size_t> inflate_all(Compression compression, const unsigned char* in, size_t n, size_t hint,
-                                  RecycledBuffer* out, std::vector<GzipMember>* members, bool* in_pairs) {
-  *in_pairs = false;
-  if (compression == Compression::kGzip) {
-    std::vector<SizedMember> found;
-    size_t inflated = 0;
-    if (find_sized_members(in, n, &found, &inflated)) {
-      if (const std::optional<size_t> done = inflate_sized_members(in, found, inflated, out, members)) {
-        *in_pairs = true;
-        return done;
-      }
-      hint = std::max<size_t>(inflated, 1);  // damaged: libdeflate, member by member, finds where
-    }
-  }
+                                  std::unique_ptr<char[]>* out) {
   std::unique_ptr<libdeflate_decompressor, DecompressorDeleter> d(libdeflate_alloc_decompressor());
   if (!d) return std::nullopt;
-  try {
-    *out = RecycledBuffer(std::clamp<size_t>(hint, 4096, kWholeFileMaxInflated));
-  } catch (const std::bad_alloc&) {
-    return std::nullopt;
-  }
+  size_t capacity = std::clamp<size_t>(hint, 4096, kWholeFileMaxInflated);
+  *out = try_allocate(capacity);
+  if (!*out) return std::nullopt;
   size_t in_pos = 0, out_pos = 0;
   while (in_pos < n) {
-    const size_t cap = std::min<size_t>(out->capacity(), kWholeFileMaxInflated);
-    char* buf = out->data();
     size_t used_in = 0, used_out = 0;
-    GzipMember member;
-    const libdeflate_result rc = inflate_one(d.get(), compression, in + in_pos, n - in_pos, buf + out_pos,
-                                             cap - out_pos, &used_in, &used_out, &member);
-    if (rc == LIBDEFLATE_INSUFFICIENT_SPACE && cap < kWholeFileMaxInflated) {
+    char* dst = out->get() + out_pos;
+    const libdeflate_result rc = compression == Compression::kGzip
+                                     ? libdeflate_gzip_decompress_ex(d.get(), in + in_pos, n - in_pos, dst,
+                                                                     capacity - out_pos, &used_in, &used_out)
+                                     : libdeflate_zlib_decompress_ex(d.get(), in + in_pos, n - in_pos, dst,
+                                                                     capacity - out_pos, &used_in, &used_out);
+    if (rc == LIBDEFLATE_INSUFFICIENT_SPACE && capacity < kWholeFileMaxInflated) {
       // Inflate this member again into more room, keeping the members before it.
-      try {
-        out->grow(std::min<size_t>(2 * cap, kWholeFileMaxInflated), out_pos);
-      } catch (const std::bad_alloc&) {
-        return std::nullopt;
-      }
+      const size_t larger = std::min<size_t>(2 * capacity, kWholeFileMaxInflated);
+      std::unique_ptr<char[]> grown = try_allocate(larger);
+      if (!grown) return std::nullopt;
+      std::memcpy(grown.get(), out->get(), out_pos);
+      *out = std::move(grown);
+      capacity = larger;
       continue;
     }
     if (rc != LIBDEFLATE_SUCCESS || used_in == 0) return std::nullopt;
     in_pos += used_in;
     out_pos += used_out;
-    if (compression == Compression::kGzip) {
-      member.end = out_pos;
-      members->push_back(member);
-    }
   }
   return out_pos;
 }
@@ -225,10 +112,8 @@ void ByteReader::open() {
   begin_ = end_ = 0;
   position_ = 0;
   inflater_.reset();
-  whole_buf_.release();
+  whole_buf_.reset();
   whole_ = false;
-  pairs_ = false;
-  crc_due_ = SIZE_MAX;  // (until a gzip file is inflated whole)
   if (compression_ != Compression::kNone && !stream_ && inflate_whole()) return;
   if (buf_.size() < buffer_size_) buf_.resize(buffer_size_);
   base_ = buf_.data();
@@ -244,19 +129,15 @@ bool ByteReader::inflate_whole() {
   if (fstat(fileno(file_), &st) != 0 || !S_ISREG(st.st_mode)) return false;
   const uint64_t size = static_cast<uint64_t>(st.st_size);
   if (size > whole_file_limit()) return false;
-  RecycledBuffer in;
-  try {
-    in = RecycledBuffer(size);
-  } catch (const std::bad_alloc&) {
-    return false;  // stream it instead
-  }
-  const size_t got = read_file(in.data(), size);
+  std::unique_ptr<char[]> in = try_allocate(size);
+  if (!in) return false;  // stream it instead
+  const size_t got = read_file(in.get(), size);
   char extra;
   if (got != size || read_file(&extra, 1) != 0) {  // the file changed size under us: stream it
     std::rewind(file_);
     return false;
   }
-  const auto* bytes = reinterpret_cast<const unsigned char*>(in.data());
+  const auto* bytes = reinterpret_cast<const unsigned char*>(in.get());
   // A gzip member's last 4 bytes are its uncompressed size mod 2^32: exact for one member of < 4 GiB.
   size_t hint = 4 * size;
   if (compression_ == Compression::kGzip && size >= 18) {
@@ -264,9 +145,8 @@ bool ByteReader::inflate_whole() {
     std::memcpy(&isize, bytes + size - 4, 4);  // little-endian hosts only, like the TFRecord header
     hint = std::max<size_t>(isize, 1);
   }
-  RecycledBuffer out;
-  gzip_members_.clear();
-  const std::optional<size_t> out_size = inflate_all(compression_, bytes, size, hint, &out, &gzip_members_, &pairs_);
+  std::unique_ptr<char[]> out;
+  const std::optional<size_t> out_size = inflate_all(compression_, bytes, size, hint, &out);
   if (!out_size) {
     // Damaged (zlib will say where), too large or out of memory: read it again as a stream from now on.
     stream_ = true;
@@ -274,14 +154,10 @@ bool ByteReader::inflate_whole() {
     return false;
   }
   whole_buf_ = std::move(out);
-  base_ = whole_buf_.data();
+  base_ = whole_buf_.get();
   begin_ = 0;
   end_ = *out_size;
   whole_ = true;
-  crc_pos_ = 0;
-  crc_member_ = 0;
-  crc_ = 0;
-  crc_due_ = 0;
   std::fclose(file_);  // every byte is in memory
   file_ = nullptr;
   return true;
@@ -354,33 +230,11 @@ void ByteReader::stream_error(const std::string& detail, int line) const {
   throw StreamCorrupt(::strata::detail::with_location(path_ + ": " + detail, __FILE__, line), detail);
 }
 
-void ByteReader::check_gzip_crcs(size_t upto) {
-  for (;;) {
-    if (crc_member_ < gzip_members_.size() && crc_pos_ == gzip_members_[crc_member_].end) {
-      const GzipMember& m = gzip_members_[crc_member_];
-      if (crc_ != m.crc) corrupt_stream(m.end, "incorrect data check");  // zlib's words for it
-      crc_ = 0;
-      ++crc_member_;
-      continue;
-    }
-    if (crc_pos_ >= upto || crc_member_ == gzip_members_.size()) break;
-    const size_t stop = std::min(upto, gzip_members_[crc_member_].end);
-    crc_ = crc32_gzip(crc_, base_ + crc_pos_, stop - crc_pos_);
-    crc_pos_ = stop;
-  }
-  crc_due_ = crc_member_ == gzip_members_.size() ? SIZE_MAX
-                                                 : std::min(crc_pos_ + kGzipCrcStep, gzip_members_[crc_member_].end);
-}
-
 size_t ByteReader::ensure(size_t n) {
-  // The bytes consumed since the CRC-32 last caught up (records just read, still in the cache) join it
-  // every kGzipCrcStep bytes, and before any byte past a member's end is handed out.
-  if (begin_ >= crc_due_) check_gzip_crcs(begin_);
   if (end_ - begin_ >= n) return end_ - begin_;
   if (whole_) {
     if (begin_ == end_ && whole_buf_) {  // read to the end: release the file's bytes
-      check_gzip_crcs(end_);              // (an empty last member ends here too)
-      whole_buf_.release();
+      whole_buf_.reset();
       base_ = nullptr;
       begin_ = end_ = 0;
     }
@@ -408,13 +262,6 @@ void ByteReader::seek(uint64_t offset) {
   if (whole_) {
     STRATA_CHECK(offset <= end_, DataCorrupt,
                  path_ << ": cannot seek to offset " << offset << ", the stream ends at " << end_);
-    if (offset < crc_pos_) {  // back: sum again from the start
-      crc_pos_ = 0;
-      crc_member_ = 0;
-      crc_due_ = 0;
-      crc_ = 0;
-    }
-    check_gzip_crcs(static_cast<size_t>(offset));  // the bytes skipped are checked all the same
     begin_ = static_cast<size_t>(offset);
     position_ = offset;
     return;
@@ -455,13 +302,6 @@ struct ByteWriter::Deflater {
 
 ByteWriter::ByteWriter(std::string path, Compression compression, DeflateSettings deflate, bool atomic)
     : path_(std::move(path)), compression_(compression) {
-  if (compression_ == Compression::kGzip) {
-    const size_t m = deflate.gzip_member_bytes;
-    STRATA_CHECK(m == 0 || (m >= kMinGzipMemberBytes && m <= kMaxGzipMemberBytes), InvalidArgument,
-                 "gzip_member_bytes " << m << " for " << path_ << " is out of range " << kMinGzipMemberBytes << ".."
-                                      << kMaxGzipMemberBytes << " (0: the whole file as one gzip member)");
-    member_bytes_ = m;
-  }
   if (compression_ != Compression::kNone) {
     STRATA_CHECK(deflate.level >= -1 && deflate.level <= 9, InvalidArgument,
                  "compression level " << deflate.level << " for " << path_ << " is out of zlib's range -1..9");
@@ -473,20 +313,12 @@ ByteWriter::ByteWriter(std::string path, Compression compression, DeflateSetting
   in_.reserve(256 << 10);
   if (compression_ != Compression::kNone) {
     deflater_ = std::make_unique<Deflater>();
-    // Members are raw deflate streams framed here; otherwise zlib writes the gzip or zlib wrapper.
-    const int window = member_bytes_ ? -MAX_WBITS : compression_ == Compression::kGzip ? 16 + MAX_WBITS : MAX_WBITS;
-    STRATA_CHECK(deflateInit2(&deflater_->z, deflate.level, Z_DEFLATED, window, deflate.mem_level, deflate.strategy) ==
-                     Z_OK,
-                 InvalidArgument, "zlib deflateInit2 failed for " << path_ << " (level " << deflate.level << ")");
-    if (member_bytes_) {
-      // XFL as zlib's gzip wrapper writes it (deflateInit2 takes level -1 as 6).
-      const int level = deflate.level == -1 ? 6 : deflate.level;
-      xfl_ = level == 9 ? 2 : (deflate.strategy >= Z_HUFFMAN_ONLY || level < 2) ? 4 : 0;
-      member_.resize(kMemberHeaderBytes + std::min(member_bytes_, size_t{64} << 10));
-      member_used_ = kMemberHeaderBytes;
-    } else {
-      out_.resize(256 << 10);
-    }
+    // zlib writes the gzip wrapper (one member, as TensorFlow's writer does) or the zlib one.
+    const int window = compression_ == Compression::kGzip ? 16 + MAX_WBITS : MAX_WBITS;
+    STRATA_CHECK(
+        deflateInit2(&deflater_->z, deflate.level, Z_DEFLATED, window, deflate.mem_level, deflate.strategy) == Z_OK,
+        InvalidArgument, "zlib deflateInit2 failed for " << path_ << " (level " << deflate.level << ")");
+    out_.resize(256 << 10);
   }
   // The file is made last, so no exception above leaves one behind. "x": a temporary file is new.
   if (atomic) {
@@ -539,77 +371,18 @@ void ByteWriter::deflate_some(int flush) {
   in_.clear();
 }
 
-void ByteWriter::deflate_into_member(const char* data, size_t n, int flush) {
-  z_stream& z = deflater_->z;
-  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(data));
-  z.avail_in = static_cast<uInt>(n);  // n <= member_bytes_ <= kMaxGzipMemberBytes
-  constexpr size_t kRoom = size_t{64} << 10;
-  for (;;) {
-    if (member_.size() - member_used_ < kRoom) member_.resize(std::max(2 * member_.size(), member_used_ + kRoom));
-    const size_t room = std::min<size_t>(member_.size() - member_used_, UINT32_MAX);
-    z.next_out = reinterpret_cast<Bytef*>(member_.data() + member_used_);
-    z.avail_out = static_cast<uInt>(room);
-    const int rc = deflate(&z, flush);
-    STRATA_CHECK(rc != Z_STREAM_ERROR, Error, "zlib deflate failed for " << path_);
-    member_used_ += room - z.avail_out;
-    if (flush == Z_FINISH ? rc == Z_STREAM_END : (z.avail_in == 0 && z.avail_out != 0)) break;
-  }
-}
-
-void ByteWriter::deflate_members(const char* data, size_t n) {
-  while (n > 0) {
-    const size_t take = std::min(n, member_bytes_ - member_in_);
-    member_crc_ = crc32_gzip(member_crc_, data, take);
-    deflate_into_member(data, take, Z_NO_FLUSH);
-    member_in_ += take;
-    data += take;
-    n -= take;
-    if (member_in_ == member_bytes_) end_member();
-  }
-}
-
-void ByteWriter::end_member() {
-  deflate_into_member(nullptr, 0, Z_FINISH);
-  const size_t total = member_used_ + 8;
-  STRATA_CHECK(total <= UINT32_MAX, Error, "gzip member of " << total << " bytes in " << path_ << " exceeds 4 GiB");
-  auto put_le32 = [](char* at, uint32_t v) {
-    for (int i = 0; i < 4; ++i) at[i] = static_cast<char>(v >> (8 * i));
-  };
-  char* header = member_.data();
-  std::memcpy(header, kMemberMagicFlags, 4);
-  put_le32(header + 4, 0);  // MTIME
-  header[8] = static_cast<char>(xfl_);
-  header[9] = 3;  // OS: Unix
-  std::memcpy(header + 10, kMemberSizeField, 6);
-  put_le32(header + 16, static_cast<uint32_t>(total));
-  if (member_.size() < total) member_.resize(total);
-  put_le32(member_.data() + member_used_, member_crc_);
-  put_le32(member_.data() + member_used_ + 4, static_cast<uint32_t>(member_in_));
-  write_file(member_.data(), total);
-  STRATA_CHECK(deflateReset(&deflater_->z) == Z_OK, Error, "zlib deflateReset failed for " << path_);
-  member_used_ = kMemberHeaderBytes;
-  member_crc_ = 0;
-  member_in_ = 0;
-  ++members_;
-}
-
 void ByteWriter::write(const void* data, size_t n) {
   STRATA_CHECK(file_, InvalidArgument, "write to closed file " << path_);
   const char* p = static_cast<const char*>(data);
   if (in_.size() + n > in_.capacity()) {
-    if (member_bytes_) {
-      deflate_members(in_.data(), in_.size());
-      in_.clear();
-    } else if (deflater_) {
+    if (deflater_) {
       deflate_some(Z_NO_FLUSH);
     } else {
       write_file(in_.data(), in_.size());
       in_.clear();
     }
     if (n >= in_.capacity()) {  // a large write skips the buffer
-      if (member_bytes_) {
-        deflate_members(p, n);
-      } else if (deflater_) {
+      if (deflater_) {
         in_.assign(p, p + n);
         deflate_some(Z_NO_FLUSH);
       } else {
@@ -623,11 +396,7 @@ void ByteWriter::write(const void* data, size_t n) {
 
 void ByteWriter::flush() {
   if (!file_) return;
-  if (member_bytes_) {
-    deflate_members(in_.data(), in_.size());
-    in_.clear();
-    if (member_in_ > 0) end_member();
-  } else if (deflater_) {
+  if (deflater_) {
     deflate_some(Z_FULL_FLUSH);
   } else {
     write_file(in_.data(), in_.size());
@@ -639,11 +408,7 @@ void ByteWriter::flush() {
 void ByteWriter::close() {
   if (!file_) return;
   try {
-    if (member_bytes_) {
-      deflate_members(in_.data(), in_.size());
-      in_.clear();
-      if (member_in_ > 0 || members_ == 0) end_member();  // an empty file still gets one (empty) member
-    } else if (deflater_) {
+    if (deflater_) {
       deflate_some(Z_FINISH);
     } else {
       write_file(in_.data(), in_.size());

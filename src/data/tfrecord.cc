@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "data/compression.h"
-#include "data/crc32c.h"
+#include "data/masked_crc32c.h"
 #include "strata/error.h"
 
 namespace strata::data {
@@ -54,8 +54,8 @@ CompressionStrategy parse_compression_strategy(std::string_view name) {
   const std::string s = lowercase(name);
   for (size_t i = 0; i < std::size(kStrategyNames); ++i)
     if (s == kStrategyNames[i]) return static_cast<CompressionStrategy>(i);
-  STRATA_THROW(InvalidArgument, "unknown compression strategy '"
-                                    << name << "' (want default, filtered, huffman_only, rle or fixed)");
+  STRATA_THROW(InvalidArgument,
+               "unknown compression strategy '" << name << "' (want default, filtered, huffman_only, rle or fixed)");
 }
 
 const char* compression_strategy_name(CompressionStrategy s) {
@@ -72,11 +72,8 @@ TFRecordWriter::TFRecordWriter(const std::string& path, const TFRecordWriterOpti
           path, options.compression,
           detail::DeflateSettings{.level = options.compression_level,
                                   .mem_level = options.mem_level,
-                                  .strategy = static_cast<int>(options.compression_strategy),
-                                  .gzip_member_bytes = options.gzip_member_bytes},
+                                  .strategy = static_cast<int>(options.compression_strategy)},
           options.atomic)) {}
-// The public header spells the default out (it cannot include src/ headers); they must agree.
-static_assert(TFRecordWriterOptions{}.gzip_member_bytes == detail::kDefaultGzipMemberBytes);
 TFRecordWriter::~TFRecordWriter() = default;
 TFRecordWriter::TFRecordWriter(TFRecordWriter&&) noexcept = default;
 TFRecordWriter& TFRecordWriter::operator=(TFRecordWriter&&) noexcept = default;

@@ -41,7 +41,8 @@ std::vector<std::string> some_records(int n) {
 }
 
 TEST_F(TempFileTest, TemporaryNamesAreBesideTheTargetAndUnique) {
-  const std::string a = io::detail::temp_name_for(path("out.tfrecord")), b = io::detail::temp_name_for(path("out.tfrecord"));
+  const std::string a = io::detail::temp_name_for(path("out.tfrecord")),
+                    b = io::detail::temp_name_for(path("out.tfrecord"));
   const std::string prefix = path("out.tfrecord") + ".tmp-" + std::to_string(::getpid()) + "-";
   EXPECT_EQ(a.rfind(prefix, 0), 0u) << a;
   EXPECT_EQ(b.rfind(prefix, 0), 0u) << b;
@@ -96,7 +97,7 @@ TEST_F(TempFileTest, AWriteThatFailsPartWayLeavesNoFile) {
       std::string error;
       try {
         test::FileSizeLimit cap(1000);
-        TFRecordWriter w(path("out"), {.compression = c, .gzip_member_bytes = 4096, .atomic = atomic});
+        TFRecordWriter w(path("out"), {.compression = c, .atomic = atomic});
         for (const auto& r : records) w.write(r);
         w.close();
       } catch (const IoError& e) {
@@ -124,8 +125,7 @@ TEST_F(TempFileTest, PublishingRenamesOverTheTargetOrRemovesTheTemporaryFile) {
   // temporary file left behind.
   std::filesystem::create_directories(dir_ / "busy" / "inside");
   put_bytes(path("t"), "new");
-  const std::string msg =
-      test::message_of<IoError>([&] { io::detail::publish_temp_file(path("t"), path("busy")); });
+  const std::string msg = test::message_of<IoError>([&] { io::detail::publish_temp_file(path("t"), path("busy")); });
   EXPECT_NE(msg.find(path("t")), std::string::npos) << msg;
   EXPECT_NE(msg.find(path("busy")), std::string::npos) << msg;
   EXPECT_FALSE(std::filesystem::exists(path("t")));
