@@ -2,6 +2,8 @@
 #include "data/shuffle_buffer.h"
 
 #include <algorithm>
+#include <cstring>
+#include <memory>
 #include <utility>
 
 namespace strata::data::detail {
@@ -14,7 +16,7 @@ constexpr size_t kMaxRowBytes = size_t{1} << 16;
 void ShuffleBuffer::clear() {
   mode_ = Mode::kUnset;
   elements_.clear();
-  slab_.release();
+  slab_.reset();
   rows_ = row_capacity_ = 0;
 }
 
@@ -66,8 +68,10 @@ void ShuffleBuffer::grow() {
   size_t want =
       row_capacity_ == 0 ? std::min(capacity_, std::max<size_t>(1, (size_t{64} << 20) / rb)) : 2 * row_capacity_;
   want = std::max<size_t>(want, rows_ + 1);
-  slab_.grow(want * rb, rows_ * rb);  // (2 MiB or more: huge pages, since rows are read at random)
-  row_capacity_ = slab_.capacity() / rb;
+  auto grown = std::make_unique_for_overwrite<char[]>(want * rb);  // not zeroed: every row is written first
+  if (rows_ > 0) std::memcpy(grown.get(), slab_.get(), rows_ * rb);
+  slab_ = std::move(grown);
+  row_capacity_ = want;
 }
 
 void ShuffleBuffer::to_elements() {
@@ -75,7 +79,7 @@ void ShuffleBuffer::to_elements() {
   elements.reserve(std::max(rows_, std::min<size_t>(capacity_, 1 << 16)));
   for (size_t i = 0; i < rows_; ++i) elements.push_back(layout_.read(row(i)));
   elements_ = std::move(elements);
-  slab_.release();
+  slab_.reset();
   rows_ = row_capacity_ = 0;
   mode_ = Mode::kElements;
 }

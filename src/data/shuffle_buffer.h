@@ -14,7 +14,6 @@
 #include <memory>
 #include <vector>
 
-#include "data/recycled_buffer.h"
 #include "data/rows.h"
 #include "strata/data/element.h"
 
@@ -63,7 +62,7 @@ class ShuffleBuffer {
  private:
   enum class Mode { kUnset, kRows, kElements };
 
-  char* row(size_t i) const { return slab_.data() + i * layout_.row_bytes; }
+  char* row(size_t i) const { return slab_.get() + i * layout_.row_bytes; }
   void start_rows(const Element& e);
   void grow();
   void to_elements();
@@ -72,7 +71,7 @@ class ShuffleBuffer {
   Mode mode_ = Mode::kUnset;
   std::vector<Element> elements_;  // kElements
   RowLayout layout_;               // kRows
-  RecycledBuffer slab_;  // recycled: every epoch of a pipeline makes a new shuffle of the same size
+  std::unique_ptr<char[]> slab_;   // rows_ rows of layout_.row_bytes, room for row_capacity_
   size_t rows_ = 0, row_capacity_ = 0;
   std::vector<char*> pointers_;  // row_pointers' result
 };
