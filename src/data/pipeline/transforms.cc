@@ -3,7 +3,7 @@
 // Thread-safety: nodes are immutable; each iterator is used by one thread at a time.
 #include <algorithm>
 
-#include "data/nodes.h"
+#include "data/pipeline/nodes.h"
 
 namespace strata::data::detail {
 

@@ -9,8 +9,8 @@
 #include <iterator>
 #include <sstream>
 
-#include "data/compression.h"
-#include "data/masked_crc32c.h"
+#include "data/compression/byte_streams.h"
+#include "data/formats/masked_crc32c.h"
 #include "strata/error.h"
 
 namespace strata::data {

@@ -1,5 +1,5 @@
 // RowLayout (see rows.h). Thread-safety: a value type; versions come from an atomic counter.
-#include "data/rows.h"
+#include "data/pipeline/rows.h"
 
 #include <atomic>
 #include <cstring>

@@ -19,8 +19,8 @@
 
 #include <unistd.h>
 
-#include "data/nodes.h"
-#include "data/shuffle_buffer.h"
+#include "data/pipeline/nodes.h"
+#include "data/pipeline/shuffle_buffer.h"
 #include "strata/random.h"
 
 namespace strata::data::detail {

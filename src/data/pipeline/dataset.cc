@@ -7,7 +7,7 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "data/nodes.h"
+#include "data/pipeline/nodes.h"
 
 namespace strata::data {
 

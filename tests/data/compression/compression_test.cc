@@ -4,7 +4,7 @@
 // libdeflate rejects is read again through zlib, which names the file and the offset, after the
 // records before the damage), the same skipped records, and resume at a saved offset, also through a
 // dataset iterator's saved state.
-#include "data/compression.h"
+#include "data/compression/byte_streams.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>
@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "dataset_test_util.h"
+#include "data/dataset_test_util.h"
 #include "strata/data/tfrecord.h"
 #include "strata/data/tfrecord_dataset.h"
 #include "test_util.h"

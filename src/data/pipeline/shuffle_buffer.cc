@@ -1,5 +1,5 @@
 // ShuffleBuffer (see shuffle_buffer.h). Thread-safety: one object per thread.
-#include "data/shuffle_buffer.h"
+#include "data/pipeline/shuffle_buffer.h"
 
 #include <algorithm>
 #include <cstring>

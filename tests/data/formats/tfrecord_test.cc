@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "data/compression.h"
-#include "data/masked_crc32c.h"
-#include "dataset_test_util.h"
+#include "data/compression/byte_streams.h"
+#include "data/formats/masked_crc32c.h"
+#include "data/dataset_test_util.h"
 #include "test_util.h"
 
 namespace strata::data {

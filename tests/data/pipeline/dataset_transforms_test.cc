@@ -7,7 +7,7 @@
 #include <set>
 
 #include "data/dataset_test_util.h"
-#include "data/rows.h"
+#include "data/pipeline/rows.h"
 #include "strata/random.h"
 
 namespace strata::data {

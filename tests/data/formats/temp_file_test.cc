@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "dataset_test_util.h"
+#include "data/dataset_test_util.h"
 #include "strata/data/tfrecord.h"
 #include "strata/error.h"
 #include "test_util.h"

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "data/compression.h"
+#include "data/compression/byte_streams.h"
 #include "test_util.h"
 
 namespace strata::data {

@@ -1,7 +1,7 @@
 // Buffered, optionally compressed file streams, read and written, the written ones optionally
 // published by rename once complete (see compression.h). Thread-safety: per object; the whole-file
 // bound is an atomic.
-#include "data/compression.h"
+#include "data/compression/byte_streams.h"
 
 #include <libdeflate.h>
 #include <sys/stat.h>
@@ -16,7 +16,7 @@
 #include <new>
 #include <optional>
 
-#include "data/masked_crc32c.h"
+#include "data/formats/masked_crc32c.h"
 #include "io/atomic_file.h"
 #include "strata/error.h"
 

@@ -19,8 +19,8 @@
 #include <exception>
 #include <mutex>
 
-#include "data/nodes.h"
-#include "data/thread_pool.h"
+#include "data/pipeline/nodes.h"
+#include "data/pipeline/thread_pool.h"
 
 namespace strata::data::detail {
 

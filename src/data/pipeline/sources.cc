@@ -4,7 +4,7 @@
 #include <atomic>
 #include <random>
 
-#include "data/nodes.h"
+#include "data/pipeline/nodes.h"
 #include "strata/random.h"
 #include "strata/threading.h"
 

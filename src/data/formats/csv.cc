@@ -6,7 +6,7 @@
 #include <charconv>
 #include <limits>
 
-#include "data/compression.h"
+#include "data/compression/byte_streams.h"
 #include "strata/error.h"
 
 namespace strata::data {

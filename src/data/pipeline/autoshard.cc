@@ -6,7 +6,7 @@
 #include <cctype>
 #include <set>
 
-#include "data/nodes.h"
+#include "data/pipeline/nodes.h"
 
 namespace strata::data {
 

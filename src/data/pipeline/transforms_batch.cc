@@ -3,8 +3,8 @@
 // Thread-safety: nodes are immutable; each iterator is used by one thread at a time.
 #include <cstring>
 
-#include "data/nodes.h"
-#include "data/rows.h"
+#include "data/pipeline/nodes.h"
+#include "data/pipeline/rows.h"
 
 namespace strata::data::detail {
 

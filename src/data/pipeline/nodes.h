@@ -1,5 +1,5 @@
-// Internal: the factories for every built-in DatasetNode (defined across src/data/*.cc), and
-// UnaryNode, the base of every one-input transformation.
+// Internal: the factories for every built-in DatasetNode (defined across src/data/pipeline/*.cc, and the
+// file readers in src/data/formats), and UnaryNode, the base of every one-input transformation.
 // Thread-safety: nodes are immutable after construction (see dataset_node.h).
 #pragma once
 

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "data/compression.h"
-#include "dataset_test_util.h"
+#include "data/compression/byte_streams.h"
+#include "data/dataset_test_util.h"
 #include "strata/data/tfrecord.h"
 
 namespace strata::data {

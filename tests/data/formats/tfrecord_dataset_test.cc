@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "dataset_test_util.h"
+#include "data/dataset_test_util.h"
 #include "test_util.h"
 
 namespace strata::data {

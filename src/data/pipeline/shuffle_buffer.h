@@ -14,7 +14,7 @@
 #include <memory>
 #include <vector>
 
-#include "data/rows.h"
+#include "data/pipeline/rows.h"
 #include "strata/data/element.h"
 
 namespace strata::data::detail {

@@ -19,7 +19,7 @@
 #include <set>
 #include <thread>
 
-#include "data/rows.h"
+#include "data/pipeline/rows.h"
 #include "strata/error.h"
 #include "strata/threading.h"
 
