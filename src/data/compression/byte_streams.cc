@@ -1,5 +1,5 @@
 // Buffered, optionally compressed file streams, read and written, the written ones optionally
-// published by rename once complete (see compression.h). Thread-safety: per object; the whole-file
+// published by rename once complete (see byte_streams.h). Thread-safety: per object; the whole-file
 // bound is an atomic.
 #include "data/compression/byte_streams.h"
 
