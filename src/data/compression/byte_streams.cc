@@ -16,7 +16,6 @@
 #include <new>
 #include <optional>
 
-#include "data/formats/masked_crc32c.h"
 #include "io/atomic_file.h"
 #include "strata/error.h"
 
@@ -432,25 +431,6 @@ void ByteWriter::close() {
     STRATA_THROW(IoError, "close failed for " << path_ << ": " << std::strerror(err));
   }
   if (!temp_.empty()) io::detail::publish_temp_file(temp_, path_);
-}
-
-// ---- sniffing
-
-Compression sniff_compression(const std::string& path) {
-  std::FILE* f = std::fopen(path.c_str(), "rb");
-  STRATA_CHECK(f, IoError, "cannot open " << path << ": " << std::strerror(errno));
-  unsigned char head[12] = {};
-  const size_t n = std::fread(head, 1, sizeof head, f);
-  std::fclose(f);
-  if (n == 12) {
-    uint32_t stored;
-    std::memcpy(&stored, head + 8, 4);
-    if (mask_crc(crc32c(head, 8)) == stored) return Compression::kNone;
-  }
-  if (n >= 2 && head[0] == 0x1f && head[1] == 0x8b) return Compression::kGzip;
-  if (n >= 2 && (head[0] & 0x0f) == 8 && (head[0] >> 4) <= 7 && ((head[0] << 8) | head[1]) % 31 == 0)
-    return Compression::kZlib;
-  return Compression::kNone;
 }
 
 }  // namespace strata::data::detail

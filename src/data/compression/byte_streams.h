@@ -161,8 +161,4 @@ class ByteWriter {
   std::unique_ptr<Deflater> deflater_;
 };
 
-// Compression of `path` from its first bytes: a valid TFRecord header means none, else gzip's magic
-// 1f 8b means GZIP, else a valid zlib header means ZLIB, else none.
-Compression sniff_compression(const std::string& path);
-
 }  // namespace strata::data::detail

@@ -5,6 +5,8 @@
 #include "strata/data/tfrecord.h"
 
 #include <cctype>
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <iterator>
 #include <sstream>
@@ -48,7 +50,24 @@ const char* compression_name(Compression c) {
   return "?";
 }
 
-Compression detect_compression(const std::string& path) { return detail::sniff_compression(path); }
+// A valid TFRecord header means none, else gzip's magic 1f 8b means GZIP, else a valid zlib header
+// means ZLIB, else none.
+Compression detect_compression(const std::string& path) {
+  std::FILE* f = std::fopen(path.c_str(), "rb");
+  STRATA_CHECK(f, IoError, "cannot open " << path << ": " << std::strerror(errno));
+  unsigned char head[12] = {};
+  const size_t n = std::fread(head, 1, sizeof head, f);
+  std::fclose(f);
+  if (n == 12) {
+    uint32_t stored;
+    std::memcpy(&stored, head + 8, 4);
+    if (mask_crc(crc32c(head, 8)) == stored) return Compression::kNone;
+  }
+  if (n >= 2 && head[0] == 0x1f && head[1] == 0x8b) return Compression::kGzip;
+  if (n >= 2 && (head[0] & 0x0f) == 8 && (head[0] >> 4) <= 7 && ((head[0] << 8) | head[1]) % 31 == 0)
+    return Compression::kZlib;
+  return Compression::kNone;
+}
 
 CompressionStrategy parse_compression_strategy(std::string_view name) {
   const std::string s = lowercase(name);
