@@ -11,7 +11,8 @@ pkg_check_modules(LIBDEFLATE IMPORTED_TARGET libdeflate)
 if(NOT LIBDEFLATE_FOUND)
   message(FATAL_ERROR "libdeflate not found (pkg-config libdeflate): install libdeflate-dev (scripts/setup.sh does)")
 endif()
-# ISA-L (libisal-dev): crc32_iscsi, the CRC-32C of TFRecord files and of the tensors in safetensors files.
+# ISA-L (libisal-dev): crc32_iscsi, the CRC-32C of TFRecord files and of the tensors in safetensors files, and
+# crc32_gzip_refl, the CRC-32 of the gzip members data inflates.
 pkg_check_modules(ISAL IMPORTED_TARGET libisal)
 if(NOT ISAL_FOUND)
   message(FATAL_ERROR "ISA-L not found (pkg-config libisal): install libisal-dev (scripts/setup.sh does)")

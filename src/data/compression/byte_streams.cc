@@ -3,6 +3,7 @@
 // bound is an atomic.
 #include "data/compression/byte_streams.h"
 
+#include <isa-l/crc.h>
 #include <libdeflate.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -31,6 +32,54 @@ struct DecompressorDeleter {
   void operator()(libdeflate_decompressor* d) const { libdeflate_free_decompressor(d); }
 };
 
+// The length of the gzip member header (RFC 1952) at in[0, n), or 0 when it is not one this reader
+// takes whole (a bad magic or method, reserved flags, a header CRC, or one cut short): zlib reads those.
+size_t gzip_header_size(const unsigned char* in, size_t n) {
+  constexpr unsigned kHeaderCrc = 2, kExtra = 4, kName = 8, kComment = 16, kReserved = 0xe0;
+  if (n < 10 || in[0] != 0x1f || in[1] != 0x8b || in[2] != 8) return 0;
+  const unsigned flags = in[3];
+  if (flags & (kReserved | kHeaderCrc)) return 0;
+  size_t at = 10;
+  if (flags & kExtra) {
+    if (n - at < 2) return 0;
+    const size_t extra = in[at] | (size_t{in[at + 1]} << 8);
+    if (n - at - 2 < extra) return 0;
+    at += 2 + extra;
+  }
+  for (const unsigned text : {kName, kComment}) {
+    if (!(flags & text)) continue;
+    const void* nul = std::memchr(in + at, 0, n - at);
+    if (!nul) return 0;
+    at = static_cast<size_t>(static_cast<const unsigned char*>(nul) - in) + 1;
+  }
+  return at;
+}
+
+uint32_t load_le32(const unsigned char* p) {
+  return p[0] | (uint32_t{p[1]} << 8) | (uint32_t{p[2]} << 16) | (uint32_t{p[3]} << 24);
+}
+
+// One libdeflate call on the gzip member or zlib stream at in[0, n), inflated into out[0, out_room).
+// GZIP: libdeflate inflates the raw deflate data between the member's header and trailer, and the
+// trailer's CRC-32 (by ISA-L, about five times libdeflate's own CRC-32 here) and ISIZE are checked
+// here; *used_in then counts the whole member. ZLIB: libdeflate checks the stream's Adler-32 itself.
+libdeflate_result inflate_one(libdeflate_decompressor* d, Compression compression, const unsigned char* in, size_t n,
+                              char* out, size_t out_room, size_t* used_in, size_t* used_out) {
+  if (compression != Compression::kGzip)
+    return libdeflate_zlib_decompress_ex(d, in, n, out, out_room, used_in, used_out);
+  const size_t header = gzip_header_size(in, n);
+  if (header == 0) return LIBDEFLATE_BAD_DATA;
+  const libdeflate_result rc =
+      libdeflate_deflate_decompress_ex(d, in + header, n - header, out, out_room, used_in, used_out);
+  if (rc != LIBDEFLATE_SUCCESS) return rc;
+  const size_t trailer = header + *used_in;
+  if (n - trailer < 8 || load_le32(in + trailer + 4) != static_cast<uint32_t>(*used_out) ||
+      load_le32(in + trailer) != crc32_gzip_refl(0, reinterpret_cast<unsigned char*>(out), *used_out))
+    return LIBDEFLATE_BAD_DATA;
+  *used_in = trailer + 8;
+  return LIBDEFLATE_SUCCESS;
+}
+
 // An uninitialised buffer of `bytes` (never zeroed: every byte handed out is written first). Nothing
 // when memory runs out.
 std::unique_ptr<char[]> try_allocate(size_t bytes) {
@@ -41,8 +90,8 @@ std::unique_ptr<char[]> try_allocate(size_t bytes) {
   }
 }
 
-// Inflates the concatenated GZIP members or ZLIB streams of in[0, n) with libdeflate, one member or
-// stream per call (libdeflate checks each one's CRC-32 or Adler-32, and a gzip member's ISIZE), into
+// Inflates the concatenated GZIP members or ZLIB streams of in[0, n), one member or stream per
+// inflate_one (which checks each one's CRC-32 and ISIZE, or Adler-32), into
 // `out`, made `hint` bytes at first and grown (doubling, up to kWholeFileMaxInflated) while libdeflate
 // asks for more. Returns the inflated size, or nothing when the data is damaged, inflates to more than
 // the bound, or memory runs out.
@@ -57,11 +106,8 @@ std::optional<size_t> inflate_all(Compression compression, const unsigned char* 
   while (in_pos < n) {
     size_t used_in = 0, used_out = 0;
     char* dst = out->get() + out_pos;
-    const libdeflate_result rc = compression == Compression::kGzip
-                                     ? libdeflate_gzip_decompress_ex(d.get(), in + in_pos, n - in_pos, dst,
-                                                                     capacity - out_pos, &used_in, &used_out)
-                                     : libdeflate_zlib_decompress_ex(d.get(), in + in_pos, n - in_pos, dst,
-                                                                     capacity - out_pos, &used_in, &used_out);
+    const libdeflate_result rc =
+        inflate_one(d.get(), compression, in + in_pos, n - in_pos, dst, capacity - out_pos, &used_in, &used_out);
     if (rc == LIBDEFLATE_INSUFFICIENT_SPACE && capacity < kWholeFileMaxInflated) {
       // Inflate this member again into more room, keeping the members before it.
       const size_t larger = std::min<size_t>(2 * capacity, kWholeFileMaxInflated);
