@@ -26,6 +26,10 @@ namespace strata::data::detail {
 
 namespace {
 
+// The most deflate expands its input (a 258-byte match per 2 bits, as zlib's docs round it): a size that a damaged
+// file claims beyond this many times its compressed bytes is not believed, so it allocates nothing.
+constexpr size_t kMaxDeflateRatio = 1032;
+
 std::atomic<uint64_t> g_whole_file_limit{kWholeFileMaxCompressed};
 
 struct DecompressorDeleter {
@@ -188,7 +192,8 @@ bool ByteReader::inflate_whole() {
   if (compression_ == Compression::kGzip && size >= 18) {
     uint32_t isize;
     std::memcpy(&isize, bytes + size - 4, 4);  // little-endian hosts only, like the TFRecord header
-    hint = std::max<size_t>(isize, 1);
+    // A damaged or cut file's last bytes are no size: no more than deflate can expand to is believed.
+    hint = std::clamp<size_t>(isize, 1, kMaxDeflateRatio * size);
   }
   std::unique_ptr<char[]> out;
   const std::optional<size_t> out_size = inflate_all(compression_, bytes, size, hint, &out);
