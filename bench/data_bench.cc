@@ -2,9 +2,9 @@
 // image, shuffle 10000, batch 64, normalize each batch to float) against two raw limits of the same
 // machine, with as many threads: raw_inflate, zlib inflating the same shard files into memory (the
 // limit the issue names), and raw_libdeflate, libdeflate inflating each file read whole, one gzip
-// member per call (the fastest general decoder here; strata's reader uses it for gzip files not
-// written by strata, and its own two-stream decoder for strata's size-tagged members). Prints one
-// "name<TAB>records_per_second" line per measurement; bench/data_bench.py adds the PyTorch peer.
+// member per call (the fastest general decoder here, and what strata's reader inflates with): the
+// pipeline's own limit. Prints one "name<TAB>records_per_second" line per measurement;
+// bench/data_bench.py adds the PyTorch peer.
 //
 //   data_bench --threads 2 [--shards DIR] [--epochs 3] [--only raw|pipeline]
 //
@@ -53,9 +53,9 @@ std::vector<std::string> ensure_shards(const std::string& dir, const std::string
   if (all) return files;
   const std::string tmp = dir + ".tmp";
   fs::remove_all(tmp);
-  const auto written = data::write_idx_shards(
-      idx_dir, data::Split::kTrain, tmp,
-      {.shards = shards, .writer = data::image_shard_writer(data::Compression::kGzip)});
+  const auto written =
+      data::write_idx_shards(idx_dir, data::Split::kTrain, tmp,
+                             {.shards = shards, .writer = data::image_shard_writer(data::Compression::kGzip)});
   fs::create_directories(dir);
   for (size_t s = 0; s < files.size(); ++s) fs::rename(written.paths[s], files[s]);
   fs::remove_all(tmp);
@@ -169,7 +169,7 @@ int main(int argc, char** argv) {
   int threads = 1, epochs = 3;
   std::string only;  // "raw" or "pipeline": time one side only (for profiling)
   // (a new name when the writer settings change, so old shards are not timed by mistake)
-  std::string shards_dir = (fs::temp_directory_path() / "strata_data_bench_convert").string();
+  std::string shards_dir = (fs::temp_directory_path() / "strata_data_bench_plain_gzip").string();
   std::string idx_dir = "/usr/share/datasets/fashion-mnist";
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string a = argv[i];

@@ -6,13 +6,13 @@ find_package(dnnl CONFIG REQUIRED)  # needs ocl-icd-opencl-dev beside libdnnl-de
 find_package(PkgConfig REQUIRED)
 pkg_check_modules(OPENBLAS REQUIRED IMPORTED_TARGET openblas)
 find_package(ZLIB REQUIRED)
-# libdeflate (libdeflate-dev) inflates whole GZIP/ZLIB TFRecord files in one call (2x zlib's speed).
+# libdeflate (libdeflate-dev) inflates whole GZIP/ZLIB TFRecord files, one member per call (2x zlib's speed).
 pkg_check_modules(LIBDEFLATE IMPORTED_TARGET libdeflate)
 if(NOT LIBDEFLATE_FOUND)
   message(FATAL_ERROR "libdeflate not found (pkg-config libdeflate): install libdeflate-dev (scripts/setup.sh does)")
 endif()
-# ISA-L (libisal-dev): crc32_iscsi, the CRC-32C that io stores per tensor in safetensors files (io is below
-# data, so it cannot use data's TFRecord CRC).
+# ISA-L (libisal-dev): crc32_iscsi, the CRC-32C of TFRecord files and of the tensors in safetensors files, and
+# crc32_gzip_refl, the CRC-32 of the gzip members data inflates.
 pkg_check_modules(ISAL IMPORTED_TARGET libisal)
 if(NOT ISAL_FOUND)
   message(FATAL_ERROR "ISA-L not found (pkg-config libisal): install libisal-dev (scripts/setup.sh does)")

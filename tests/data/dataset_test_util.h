@@ -17,7 +17,7 @@
 #include <utility>
 #include <vector>
 
-#include "data/compression.h"
+#include "data/compression/byte_streams.h"
 #include "strata/data/dataset.h"
 #include "test_util.h"
 

@@ -52,12 +52,6 @@ struct TFRecordWriterOptions {
   int compression_level = -1;  // zlib's 0..9, or -1 for its default (6)
   int mem_level = 9;           // zlib's 1..9; TensorFlow's default 9 keeps deflate blocks twice as long as 8
   CompressionStrategy compression_strategy = CompressionStrategy::kDefault;
-  // GZIP only (ignored for ZLIB and uncompressed files): the file is a chain of gzip members of this
-  // many uncompressed bytes each (a flush() or close() ends one sooner), each carrying its total size
-  // in an FEXTRA subfield 'SZ' so a reader can find every member without inflating; any gzip reader
-  // (zcat, Python, TensorFlow) reads the chain as one stream. 4 KiB..1 GiB, or 0: the whole file as
-  // one gzip member written by zlib's gzip wrapper (no FEXTRA).
-  size_t gzip_member_bytes = size_t{256} << 10;  // 256 KiB (detail::kDefaultGzipMemberBytes)
   // true: the records go to "<path>.tmp-<pid>-<n>" beside `path`, and close() fsyncs that file and
   // renames it over `path` (then fsyncs the directory), so `path` never holds a partial file: a writer
   // destroyed without close(), or whose write() or close() threw, removes its temporary file and leaves
@@ -74,8 +68,8 @@ class TFRecordWriter {
  public:
   // Creates (truncates) `path`. `level` is zlib's compression level (-1 = its default).
   explicit TFRecordWriter(const std::string& path, Compression compression = Compression::kNone, int level = -1);
-  // Throws InvalidArgument naming the option when a level is out of zlib's range or gzip_member_bytes
-  // out of its own.
+  // Throws InvalidArgument naming the option when a setting is out of zlib's range. A GZIP file is one
+  // gzip member written by zlib, as TensorFlow writes it (zcat, Python's gzip and TensorFlow read it).
   TFRecordWriter(const std::string& path, const TFRecordWriterOptions& options);
   ~TFRecordWriter();
   TFRecordWriter(TFRecordWriter&&) noexcept;
