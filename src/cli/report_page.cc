@@ -47,8 +47,10 @@ std::string escape(const std::string& s) {
 
 std::string number(double v, int digits = 4) {
   char buf[48];
-  if (v != 0 && (std::fabs(v) >= 1e5 || std::fabs(v) < 1e-3)) {
+  if (v != 0 && (std::fabs(v) >= 1e7 || std::fabs(v) < 1e-3)) {
     std::snprintf(buf, sizeof buf, "%.*g", digits, v);
+  } else if (std::fabs(v) >= 1000) {
+    std::snprintf(buf, sizeof buf, "%.0f", v);  // 15000, not 1.5e+04
   } else {
     std::snprintf(buf, sizeof buf, "%.*g", digits + (std::fabs(v) >= 10 ? 1 : 0), v);
   }
