@@ -28,6 +28,10 @@ namespace strata::data::detail {
 
 namespace {
 
+// The most deflate expands its input (a 258-byte match per 2 bits, as zlib's docs round it): a size that a damaged
+// file claims beyond this many times its compressed bytes is not believed, so it allocates nothing.
+constexpr size_t kMaxDeflateRatio = 1032;
+
 std::atomic<uint64_t> g_whole_file_limit{kWholeFileMaxCompressed};
 
 struct DecompressorDeleter {
@@ -109,7 +113,7 @@ bool find_sized_members(const unsigned char* in, size_t n, std::vector<SizedMemb
     const size_t size = load_le32(h + 16);
     if (size < kMemberHeaderBytes + 8 || size > n - at) return false;
     const size_t out_size = load_le32(h + size - 4);
-    if (out_size > kWholeFileMaxInflated - total) return false;
+    if (out_size > kWholeFileMaxInflated - total || out_size > kMaxDeflateRatio * size) return false;
     const uint32_t crc = load_le32(h + size - 8);
     found->push_back({at + kMemberHeaderBytes, size - kMemberHeaderBytes - 8, total, out_size, crc});
     total += out_size;
@@ -262,7 +266,8 @@ bool ByteReader::inflate_whole() {
   if (compression_ == Compression::kGzip && size >= 18) {
     uint32_t isize;
     std::memcpy(&isize, bytes + size - 4, 4);  // little-endian hosts only, like the TFRecord header
-    hint = std::max<size_t>(isize, 1);
+    // A damaged or cut file's last bytes are no size: no more than deflate can expand to is believed.
+    hint = std::clamp<size_t>(isize, 1, kMaxDeflateRatio * size);
   }
   RecycledBuffer out;
   gzip_members_.clear();

@@ -16,9 +16,10 @@
 #include <thread>
 #include <vector>
 
+#include "data/recycled_buffer.h"
+#include "dataset_test_util.h"
 #include "strata/data/tfrecord.h"
 #include "strata/data/tfrecord_dataset.h"
-#include "dataset_test_util.h"
 #include "test_util.h"
 
 namespace strata::data {
@@ -173,6 +174,30 @@ TEST_F(CompressionTest, TruncatedFilesAreCorruptOnBothPaths) {
       EXPECT_EQ(whole.records, streamed.records);
       EXPECT_LT(whole.records.size(), records.size());
     }
+  }
+}
+
+// Found by fuzz/tfrecord_fuzzer: a damaged gzip file's last bytes are no size, and the whole-file reader took them for
+// the inflated size (the ISIZE of a plain gzip file, or of a size-tagged member): a 300-byte file made it allocate up
+// to 1 GB (kWholeFileMaxInflated) before failing. A size is believed only up to deflate's best ratio (1032:1) of the
+// compressed bytes. Seen through the buffer cache: emptied first, it then holds the reader's buffer only if that was
+// a large one.
+TEST_F(CompressionTest, ADamagedGzipSizeIsNotAnAllocation) {
+  for (size_t member_bytes : {size_t{0}, size_t{4096}}) {  // one zlib-written member; size-tagged members
+    SCOPED_TRACE("gzip_member_bytes " + std::to_string(member_bytes));
+    TFRecordWriter w(path("full"), {.compression = Compression::kGzip, .gzip_member_bytes = member_bytes});
+    w.write("abc");
+    w.write(std::string(300, 'x'));
+    w.close();
+    std::string bytes = file_bytes(path("full"));
+    bytes.resize(bytes.size() - 8);
+    bytes += std::string("\x00\x00\x00\x00\x00\x00\x00\x06", 8);  // CRC 0, "inflated size" 96 MiB
+    put_bytes(path("damaged.tfrecord"), bytes);
+    std::vector<detail::RecycledBuffer> drained;
+    while (detail::recycled_bytes_kept() > 0) drained.emplace_back(size_t{2} << 20);
+    const Outcome whole = read_until_error(path("damaged.tfrecord"), Compression::kGzip);
+    EXPECT_NE(whole.error.find("damaged.tfrecord"), std::string::npos) << whole.error;
+    EXPECT_LT(detail::recycled_bytes_kept(), size_t{16} << 20);
   }
 }
 
