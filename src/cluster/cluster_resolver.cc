@@ -286,6 +286,8 @@ TaskInfo resolve_tf_config(const std::string& tf_config) {
     STRATA_THROW(InvalidArgument,
                  "TF_CONFIG is not valid JSON: " << (start == std::string::npos ? what : what.substr(start))
                                                  << " (byte " << e.byte << ")");
+  } catch (const json::exception& e) {  // e.g. a number too large for a double (out_of_range.406)
+    STRATA_THROW(InvalidArgument, "TF_CONFIG is not valid JSON: " << e.what());
   }
   STRATA_CHECK(config.is_object(), InvalidArgument,
                "TF_CONFIG must be a JSON object with \"cluster\" and \"task\", got " << config.dump());

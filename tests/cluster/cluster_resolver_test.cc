@@ -125,6 +125,15 @@ TEST(TfConfigErrors, MalformedJsonNamesPosition) {
   expect_invalid([] { resolve_tf_config("[1, 2]"); }, {"TF_CONFIG must be a JSON object"});
 }
 
+// Found by fuzz/tf_config_fuzzer: "1e211...1U" made nlohmann::json throw out_of_range (a number too large for a
+// double), which escaped resolve_tf_config and aborted the process.
+TEST(TfConfigErrors, NumberOutOfRangeIsInvalidArgument) {
+  expect_invalid([] { resolve_tf_config("1e2" + std::string(80, '1') + "U"); },
+                 {"TF_CONFIG is not valid JSON", "number overflow"});
+  expect_invalid([] { resolve_tf_config(R"({"cluster": {"worker": ["a:1"]}, "task": {"index": 1e999}})"); },
+                 {"TF_CONFIG is not valid JSON"});
+}
+
 TEST(TfConfigErrors, UnknownTaskType) {
   expect_invalid([] { resolve_tf_config(R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "master", "index": 0}})"); },
                  {"unknown task type 'master'", "chief, worker, ps, evaluator"});
