@@ -50,11 +50,16 @@ std::string from_bytes(const pb::TensorBytes& t, Tensor* out, const std::string*
                        std::shared_ptr<const void> owner = nullptr, bool borrow = false) {
   if (!data) data = &t.data();
   const Shape shape = shape_of(t);
+  // The element count in 128 bits, so that dimensions whose product overflows int64 (e.g. [274177, 67280421310721],
+  // 2^64 + 1) cannot pass for the few elements the bytes hold.
+  unsigned __int128 numel = 1;
   for (int64_t d : shape) {
     if (d < 0) return "a negative dimension in " + shape_str(shape);
+    numel = std::min<unsigned __int128>(numel * static_cast<uint64_t>(d), uint64_t{1} << 62);
   }
-  if (static_cast<uint64_t>(shape_numel(shape)) * sizeof(float) != data->size()) {
-    return "shape " + shape_str(shape) + " needs " + std::to_string(shape_numel(shape) * 4) +
+  if (numel * sizeof(float) != data->size()) {
+    return "shape " + shape_str(shape) + " needs " +
+           (numel == uint64_t{1} << 62 ? std::string("more") : std::to_string(static_cast<uint64_t>(numel) * 4)) +
            " bytes of float32, got " + std::to_string(data->size());
   }
   void* bytes = const_cast<char*>(data->data());
