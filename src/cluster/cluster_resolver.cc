@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <nlohmann/json.hpp>
 #include <set>
 
-#include <nlohmann/json.hpp>
-
+#include "core/json_depth.h"
 #include "strata/error.h"
 
 extern char** environ;
@@ -276,6 +276,8 @@ HostPort parse_address(const std::string& address, const std::string& what) {
 
 TaskInfo resolve_tf_config(const std::string& tf_config) {
   if (blank(tf_config)) return TaskInfo{};
+  STRATA_CHECK(::strata::detail::json_depth(tf_config) <= ::strata::detail::kMaxJsonDepth, InvalidArgument,
+               "TF_CONFIG nests arrays or objects deeper than " << ::strata::detail::kMaxJsonDepth << " levels");
   json config;
   try {
     config = json::parse(tf_config);

@@ -134,6 +134,19 @@ TEST(TfConfigErrors, NumberOutOfRangeIsInvalidArgument) {
                  {"TF_CONFIG is not valid JSON"});
 }
 
+// Seen while fuzzing (fuzz/tf_config_fuzzer): a TF_CONFIG of 100000 nested arrays overflowed the stack when the
+// error message printed it; the nesting is capped before the JSON is parsed.
+TEST(TfConfigErrors, NestingTooDeepIsInvalidArgument) {
+  expect_invalid([] { resolve_tf_config(std::string(100000, '[') + std::string(100000, ']')); },
+                 {"TF_CONFIG nests arrays or objects deeper than 100 levels"});
+  // Brackets inside strings are not nesting.
+  EXPECT_EQ(resolve_tf_config(R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0},
+                                  "environment": ")" +
+                              std::string(500, '[') + R"("})")
+                .environment,
+            std::string(500, '['));
+}
+
 TEST(TfConfigErrors, UnknownTaskType) {
   expect_invalid([] { resolve_tf_config(R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "master", "index": 0}})"); },
                  {"unknown task type 'master'", "chief, worker, ps, evaluator"});
