@@ -32,6 +32,7 @@ for t in "${targets[@]}"; do
   start=$(date +%s)
   # detect_leaks stays on; UBSan reports are fatal (-fno-sanitize-recover at build time).
   ASAN_OPTIONS="detect_leaks=1:allocator_may_return_null=1" UBSAN_OPTIONS="print_stacktrace=1" \
+    LSAN_OPTIONS="suppressions=$root/fuzz/lsan.supp:print_suppressions=0" \
     "$bin" "$corpus" -max_total_time="$seconds" -timeout=1 -rss_limit_mb=2048 -print_final_stats=1 \
     -artifact_prefix="$findings/" >"$log" 2>&1
   rc=$?
