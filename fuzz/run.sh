@@ -42,7 +42,7 @@ for t in "${targets[@]}"; do
     echo "fuzz: $t: ${took} s, ${execs:-?} executions, no finding"
   else
     echo "fuzz: $t: FINDING after ${took} s (${execs:-?} executions), exit $rc; see $log and $findings/"
-    grep -m 3 -E 'ERROR|SUMMARY|runtime error|uncaught|deadly' "$log" | sed 's/^/  /'
+    grep -m 3 -E '==[0-9]+== ?ERROR|SUMMARY|runtime error|uncaught|deadly' "$log" | sed 's/^/  /'
     failed+=("$t")
   fi
 done
