@@ -341,7 +341,8 @@ std::shared_ptr<Sequential> build_model(const Job& job) {
     if (item.IsScalar()) {
       type = item.as<std::string>();
     } else if (item.IsMap() && item.size() == 1) {
-      type = item.begin()->first.as<std::string>();
+      const YAML::Node key = item.begin()->first;  // any node ("? [dense]: ..."); not a name: an unknown layer
+      type = key.IsScalar() ? key.Scalar() : YAML::Dump(key);
       args = item.begin()->second;
     } else {
       Section probe(item, where, job.file);
