@@ -3,6 +3,8 @@
 // latest() and checkpoints(). Input: one mode byte (bit 0: the bytes are the pointer file, else the manifest), then
 // the file. The checkpoint they describe is written once per process by CheckpointManager::save.
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 
 #include "fuzz_util.h"
@@ -31,18 +33,27 @@ const std::string& checkpoints() {
   return dir;
 }
 
+// Reads a whole file (the real manifest or pointer file, kept to put back after each input).
+std::string read_all(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(in), {}};
+}
+
+// Puts `bytes` at `path` by a rename (no copy_file: its sendfile fails with EINTR under libFuzzer's timer signal).
+void replace_file(const std::string& path, const std::string& bytes) {
+  std::filesystem::rename(fuzz::write_scratch("next", bytes), path);
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   const std::string& dir = checkpoints();
+  static const std::string pointer_file = dir + "/checkpoint", manifest_file = dir + "/ckpt-2/manifest.json";
+  static const std::string real_pointer = read_all(pointer_file), real_manifest = read_all(manifest_file);
   const bool pointer = (data[0] & 1) != 0;
-  const std::string file = pointer ? dir + "/checkpoint" : dir + "/ckpt-2/manifest.json";
-  const std::string saved = fuzz::scratch_dir() + "/saved";
-  std::filesystem::copy_file(file, saved, std::filesystem::copy_options::overwrite_existing);
-  const std::string bytes(fuzz::as_view(data + 1, size - 1));
-  fuzz::write_scratch("next", bytes);
-  std::filesystem::rename(fuzz::scratch_dir() + "/next", file);
+  const std::string& file = pointer ? pointer_file : manifest_file;
+  replace_file(file, std::string(fuzz::as_view(data + 1, size - 1)));
   try {
     if (pointer) {
       io::CheckpointManager manager(dir, 0);
@@ -53,6 +64,6 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
   } catch (const Error&) {
   }
-  std::filesystem::rename(saved, file);  // the next input starts from the real checkpoint again
+  replace_file(file, pointer ? real_pointer : real_manifest);  // the next input starts from the real checkpoint
   return 0;
 }
