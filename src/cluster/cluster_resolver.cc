@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cmath>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -43,7 +44,8 @@ int64_t task_index(const json& index) {
   if (index.is_number_integer()) return index.get<int64_t>();
   if (index.is_number_float()) {
     const double d = index.get<double>();
-    STRATA_CHECK(d == static_cast<double>(static_cast<int64_t>(d)), InvalidArgument,
+    // In range before the cast: a double outside int64's range does not convert (undefined behaviour).
+    STRATA_CHECK(d >= -9.2e18 && d <= 9.2e18 && d == std::trunc(d), InvalidArgument,
                  "TF_CONFIG: task index must be an integer, got " << index.dump());
     return static_cast<int64_t>(d);
   }

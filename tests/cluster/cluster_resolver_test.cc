@@ -147,6 +147,16 @@ TEST(TfConfigErrors, NestingTooDeepIsInvalidArgument) {
             std::string(500, '['));
 }
 
+// Found by fuzz/tf_config_fuzzer: an index of 1.2e35 was cast to int64 unchecked (undefined behaviour).
+TEST(TfConfigErrors, AnIndexBeyondInt64IsInvalidArgument) {
+  expect_invalid(
+      [] { resolve_tf_config(R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 1.2e35}})"); },
+      {"task index must be an integer, got 1.2e+35"});
+  expect_invalid(
+      [] { resolve_tf_config(R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": -1e19}})"); },
+      {"task index must be an integer"});
+}
+
 TEST(TfConfigErrors, UnknownTaskType) {
   expect_invalid([] { resolve_tf_config(R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "master", "index": 0}})"); },
                  {"unknown task type 'master'", "chief, worker, ps, evaluator"});
