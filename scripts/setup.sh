@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # Sets strata up on a fresh Debian 12 machine and then does one thing:
 #   scripts/setup.sh --main    install, build, run the main job on Fashion-MNIST
-#   scripts/setup.sh --test    install, build, run every test (then the sanitizer build's tests)
+#   scripts/setup.sh --test    install, build, run every test (then the sanitizer build's tests, then each fuzz
+#                              target for 15 s)
+#   scripts/setup.sh --fuzz [SECONDS]   install (with clang), build, run each fuzz target of fuzz/ for SECONDS
+#                              (default 60) on a copy of its seed corpus; fails if any finds something
 #   scripts/setup.sh --bench   install (with PyTorch as the peer), build, run the benchmarks
 #   scripts/setup.sh --build   install and build only
 # Installing is idempotent: packages already present are not asked for again.
@@ -22,6 +25,8 @@ packages=(
   python3 python3-numpy dataset-fashion-mnist
 )
 [ "$mode" = "--bench" ] && packages+=(python3-torch)
+# libFuzzer: Debian's clang and its runtime (fuzz/ is built with clang, the rest with the default compiler).
+if [ "$mode" = "--fuzz" ] || [ "$mode" = "--test" ]; then packages+=(clang libclang-rt-14-dev); fi
 
 install_packages() {
   local missing=()
@@ -43,6 +48,12 @@ build_tree() {  # build_tree DIR [cmake args...]
   cmake --build "$dir" -j "$jobs"
 }
 
+# The fuzz targets (fuzz/CMakeLists.txt): only the parsers are compiled, instrumented; the rest is linked from $build.
+build_fuzz() {
+  cmake -S "$root/fuzz" -B "$build-fuzz" -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DSTRATA_BUILD_DIR="$build" >/dev/null
+  cmake --build "$build-fuzz" -j "$jobs"
+}
+
 install_packages
 echo "== building in $build"
 build_tree "$build"
@@ -61,6 +72,15 @@ case "$mode" in
     echo "== sanitizer build"
     build_tree "$build-asan" -DSTRATA_SANITIZE=ON -DSTRATA_BUILD_BENCH=OFF -DSTRATA_BUILD_EXAMPLES=OFF
     ASAN_OPTIONS=detect_leaks=0 ctest --test-dir "$build-asan" --output-on-failure -j "$jobs" -LE package
+    # Every fuzz target briefly, so that a parser that crashes on its seeds or soon after is caught on every change.
+    echo "== fuzz targets, 15 s each"
+    build_fuzz
+    "$root/fuzz/run.sh" "$build-fuzz" 15
+    ;;
+  --fuzz)
+    echo "== fuzz targets, ${2:-60} s each"
+    build_fuzz
+    "$root/fuzz/run.sh" "$build-fuzz" "${2:-60}"
     ;;
   --bench)
     for script in "$root"/bench/*_bench.py; do
@@ -68,7 +88,7 @@ case "$mode" in
     done
     ;;
   *)
-    echo "usage: $0 [--main|--test|--bench|--build]" >&2
+    echo "usage: $0 [--main|--test|--bench|--build|--fuzz [SECONDS]]" >&2
     exit 2
     ;;
 esac

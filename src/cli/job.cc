@@ -314,13 +314,15 @@ Job load_job(const std::string& path) {
   }
   data.finish();
 
-  job.model = top.get("model");
-  STRATA_CHECK(job.model && job.model.IsSequence() && job.model.size() > 0, InvalidArgument,
+  // Checked before they are assigned: a missing key is an invalid node, which YAML::Node's assignment throws on.
+  const YAML::Node layers = top.get("model"), loss = top.get("loss"), optimizer = top.get("optimizer");
+  STRATA_CHECK(layers && layers.IsSequence() && layers.size() > 0, InvalidArgument,
                path << ": 'model' must be a non-empty list of layers");
-  job.loss = top.get("loss");
-  STRATA_CHECK(job.loss, InvalidArgument, path << ": the job needs a 'loss'");
-  job.optimizer = top.get("optimizer");
-  STRATA_CHECK(job.optimizer, InvalidArgument, path << ": the job needs an 'optimizer'");
+  STRATA_CHECK(loss, InvalidArgument, path << ": the job needs a 'loss'");
+  STRATA_CHECK(optimizer, InvalidArgument, path << ": the job needs an 'optimizer'");
+  job.model = layers;
+  job.loss = loss;
+  job.optimizer = optimizer;
   top.finish();
 
   // Build everything once now, so that every layer, loss and optimizer key is checked at load time.
@@ -339,7 +341,8 @@ std::shared_ptr<Sequential> build_model(const Job& job) {
     if (item.IsScalar()) {
       type = item.as<std::string>();
     } else if (item.IsMap() && item.size() == 1) {
-      type = item.begin()->first.as<std::string>();
+      const YAML::Node key = item.begin()->first;  // any node ("? [dense]: ..."); not a name: an unknown layer
+      type = key.IsScalar() ? key.Scalar() : YAML::Dump(key);
       args = item.begin()->second;
     } else {
       Section probe(item, where, job.file);

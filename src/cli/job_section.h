@@ -197,7 +197,8 @@ class Section {
   void finish_unknown_keys() const {
     if (!node_ || !node_.IsMap()) return;
     for (const auto& kv : node_) {
-      const std::string key = kv.first.as<std::string>();
+      // A key may be any node ("? [a, b]: 1"); one that is not a name is unknown, named as YAML writes it.
+      const std::string key = kv.first.IsScalar() ? kv.first.Scalar() : YAML::Dump(kv.first);
       if (known_.count(key) != 0) continue;
       std::ostringstream known;
       for (const auto& k : known_) known << (known.tellp() > 0 ? ", " : "") << k;

@@ -6,10 +6,11 @@
 #include <algorithm>
 #include <cctype>
 #include <charconv>
+#include <cmath>
+#include <nlohmann/json.hpp>
 #include <set>
 
-#include <nlohmann/json.hpp>
-
+#include "core/json_depth.h"
 #include "strata/error.h"
 
 extern char** environ;
@@ -43,7 +44,8 @@ int64_t task_index(const json& index) {
   if (index.is_number_integer()) return index.get<int64_t>();
   if (index.is_number_float()) {
     const double d = index.get<double>();
-    STRATA_CHECK(d == static_cast<double>(static_cast<int64_t>(d)), InvalidArgument,
+    // In range before the cast: a double outside int64's range does not convert (undefined behaviour).
+    STRATA_CHECK(d >= -9.2e18 && d <= 9.2e18 && d == std::trunc(d), InvalidArgument,
                  "TF_CONFIG: task index must be an integer, got " << index.dump());
     return static_cast<int64_t>(d);
   }
@@ -276,6 +278,8 @@ HostPort parse_address(const std::string& address, const std::string& what) {
 
 TaskInfo resolve_tf_config(const std::string& tf_config) {
   if (blank(tf_config)) return TaskInfo{};
+  STRATA_CHECK(::strata::detail::json_depth(tf_config) <= ::strata::detail::kMaxJsonDepth, InvalidArgument,
+               "TF_CONFIG nests arrays or objects deeper than " << ::strata::detail::kMaxJsonDepth << " levels");
   json config;
   try {
     config = json::parse(tf_config);
@@ -286,6 +290,8 @@ TaskInfo resolve_tf_config(const std::string& tf_config) {
     STRATA_THROW(InvalidArgument,
                  "TF_CONFIG is not valid JSON: " << (start == std::string::npos ? what : what.substr(start))
                                                  << " (byte " << e.byte << ")");
+  } catch (const json::exception& e) {  // e.g. a number too large for a double (out_of_range.406)
+    STRATA_THROW(InvalidArgument, "TF_CONFIG is not valid JSON: " << e.what());
   }
   STRATA_CHECK(config.is_object(), InvalidArgument,
                "TF_CONFIG must be a JSON object with \"cluster\" and \"task\", got " << config.dump());

@@ -18,6 +18,7 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "core/json_depth.h"
 #include "io/atomic_file.h"
 #include "io/tensor_specs.h"
 #include "strata/trace.h"
@@ -76,6 +77,8 @@ std::string read_text(const std::string& path) {
 
 json parse_json_file(const std::string& path) {
   const std::string text = read_text(path);
+  STRATA_CHECK(::strata::detail::json_depth(text) <= ::strata::detail::kMaxJsonDepth, DataCorrupt,
+               path << " nests arrays or objects deeper than " << ::strata::detail::kMaxJsonDepth << " levels");
   try {
     return json::parse(text);
   } catch (const nlohmann::json::exception& e) {

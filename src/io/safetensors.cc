@@ -23,6 +23,7 @@
 #include <string_view>
 #include <unordered_map>
 
+#include "core/json_depth.h"
 #include "io/atomic_file.h"
 #include "io/tensor_specs.h"
 
@@ -142,6 +143,9 @@ std::string bytes_str(uint64_t n) { return std::to_string(n) + (n == 1 ? " byte"
 // Parses and checks the header of `path`; returns the entries in order of their data.
 std::vector<Entry> parse_header(const std::string& path, const std::string& header, uint64_t buffer_size,
                                 std::map<std::string, std::string>* metadata) {
+  STRATA_CHECK(::strata::detail::json_depth(header) <= ::strata::detail::kMaxJsonDepth, DataCorrupt,
+               path << ": the safetensors header nests arrays or objects deeper than "
+                    << ::strata::detail::kMaxJsonDepth << " levels");
   ordered_json j;
   try {
     j = ordered_json::parse(header);

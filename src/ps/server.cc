@@ -51,12 +51,25 @@ std::string from_bytes(const pb::TensorBytes& t, Tensor* out, const std::string*
                        std::shared_ptr<const void> owner = nullptr, bool borrow = false) {
   if (!data) data = &t.data();
   const Shape shape = shape_of(t);
+  // The product of the nonzero dimensions, in 128 bits, must stay below 2^62: else shape_numel (which multiplies in
+  // order) overflows int64, even when a zero dimension makes the count 0. [274177, 67280421310721] is 2^64 + 1
+  // elements, which passed for the one the bytes held; [615348588053760000, 101, 0] overflowed before its 0.
+  constexpr unsigned __int128 kTooMany = uint64_t{1} << 62;
+  unsigned __int128 nonzero = 1;
+  bool empty = false;
   for (int64_t d : shape) {
     if (d < 0) return "a negative dimension in " + shape_str(shape);
+    if (d == 0) {
+      empty = true;
+    } else {
+      nonzero = std::min(nonzero * static_cast<uint64_t>(d), kTooMany);
+    }
   }
-  if (static_cast<uint64_t>(shape_numel(shape)) * sizeof(float) != data->size()) {
-    return "shape " + shape_str(shape) + " needs " + std::to_string(shape_numel(shape) * 4) +
-           " bytes of float32, got " + std::to_string(data->size());
+  if (nonzero >= kTooMany) return "shape " + shape_str(shape) + " has more elements than a tensor can hold";
+  const uint64_t numel = empty ? 0 : static_cast<uint64_t>(nonzero);
+  if (numel * sizeof(float) != data->size()) {
+    return "shape " + shape_str(shape) + " needs " + std::to_string(numel * 4) + " bytes of float32, got " +
+           std::to_string(data->size());
   }
   void* bytes = const_cast<char*>(data->data());
   if ((owner || borrow) && reinterpret_cast<uintptr_t>(bytes) % alignof(float) == 0) {

@@ -76,6 +76,23 @@ TEST_F(JobChecksTest, ABadLearningRateIsAnErrorNotTheDefault) {
   EXPECT_FLOAT_EQ(make_optimizer(load_job(job(adam, "optimizer: {name: adam}")))->learning_rate(), 0.001f);
 }
 
+// Found by fuzz/job_fuzzer: a job without `optimizer` (or `loss`, or `model`) aborted on yaml-cpp's InvalidNode
+// (an absent key assigned to the Job) instead of saying which key is missing.
+TEST_F(JobChecksTest, AMissingModelLossOrOptimizerIsNamed) {
+  expect_error("optimizer: {name: adam, learning_rate: 0.01}\n", "", "job.yaml: the job needs an 'optimizer'");
+  expect_error("optimizer: {name: adam, learning_rate: 0.01}\n", "optimzier: {name: adam}\n", "needs an 'optimizer'");
+  expect_error("loss: {name: sparse_categorical_crossentropy, from_logits: true}\n", "",
+               "job.yaml: the job needs a 'loss'");
+  expect_error("model:\n  - flatten\n  - dense: {units: 10}\n", "", "'model' must be a non-empty list of layers");
+}
+
+// Found by fuzz/job_fuzzer: a key that is not a name ("? [a, b]" in YAML) aborted on yaml-cpp's TypedBadConversion when
+// the unknown-key check or the layer list read it as a string.
+TEST_F(JobChecksTest, AKeyThatIsNotANameIsAnUnknownKey) {
+  expect_error("batch_size: 32\n", "batch_size: 32\n? [a, b]\n: 1\n", "job.yaml:13: unknown key '[a, b]'");
+  expect_error("  - dense: {units: 10}\n", "  - {? [dense]: {units: 10}}\n", "job.yaml:7: model[1]");
+}
+
 TEST_F(JobChecksTest, EveryOptimizerNumberIsCheckedWithItsRange) {
   const std::string adam = "optimizer: {name: adam, learning_rate: 0.01}";
   const std::string at = "job.yaml:9: optimizer.";

@@ -125,6 +125,38 @@ TEST(TfConfigErrors, MalformedJsonNamesPosition) {
   expect_invalid([] { resolve_tf_config("[1, 2]"); }, {"TF_CONFIG must be a JSON object"});
 }
 
+// Found by fuzz/tf_config_fuzzer: "1e211...1U" made nlohmann::json throw out_of_range (a number too large for a
+// double), which escaped resolve_tf_config and aborted the process.
+TEST(TfConfigErrors, NumberOutOfRangeIsInvalidArgument) {
+  expect_invalid([] { resolve_tf_config("1e2" + std::string(80, '1') + "U"); },
+                 {"TF_CONFIG is not valid JSON", "number overflow"});
+  expect_invalid([] { resolve_tf_config(R"({"cluster": {"worker": ["a:1"]}, "task": {"index": 1e999}})"); },
+                 {"TF_CONFIG is not valid JSON"});
+}
+
+// Seen while fuzzing (fuzz/tf_config_fuzzer): a TF_CONFIG of 100000 nested arrays overflowed the stack when the
+// error message printed it; the nesting is capped before the JSON is parsed.
+TEST(TfConfigErrors, NestingTooDeepIsInvalidArgument) {
+  expect_invalid([] { resolve_tf_config(std::string(100000, '[') + std::string(100000, ']')); },
+                 {"TF_CONFIG nests arrays or objects deeper than 100 levels"});
+  // Brackets inside strings are not nesting.
+  EXPECT_EQ(resolve_tf_config(R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 0},
+                                  "environment": ")" +
+                              std::string(500, '[') + R"("})")
+                .environment,
+            std::string(500, '['));
+}
+
+// Found by fuzz/tf_config_fuzzer: an index of 1.2e35 was cast to int64 unchecked (undefined behaviour).
+TEST(TfConfigErrors, AnIndexBeyondInt64IsInvalidArgument) {
+  expect_invalid(
+      [] { resolve_tf_config(R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": 1.2e35}})"); },
+      {"task index must be an integer, got 1.2e+35"});
+  expect_invalid(
+      [] { resolve_tf_config(R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "worker", "index": -1e19}})"); },
+      {"task index must be an integer"});
+}
+
 TEST(TfConfigErrors, UnknownTaskType) {
   expect_invalid([] { resolve_tf_config(R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "master", "index": 0}})"); },
                  {"unknown task type 'master'", "chief, worker, ps, evaluator"});

@@ -157,6 +157,23 @@ TEST(CheckpointTest, InputStateIsWrittenOnlyWhenThereIsOne) {
   EXPECT_THAT(message_of<IoError>([&] { CheckpointManager::restore(path); }), HasSubstr("input.safetensors"));
 }
 
+// Seen while fuzzing (fuzz/checkpoint_fuzzer): a manifest whose "extra" nests 100000 arrays overflowed the stack
+// when restore printed it back to a string; the files' nesting is capped before they are parsed.
+TEST(CheckpointTest, AManifestNestedTooDeepIsDataCorrupt) {
+  ScratchDir dir;
+  CheckpointManager manager(dir / "ckpts");
+  const std::string path = manager.save(make_checkpoint(0.5f, 1), 1);
+  std::string manifest = read_bytes(path + "/manifest.json");
+  const size_t extra = manifest.find("\"extra\": {");
+  ASSERT_NE(extra, std::string::npos);
+  manifest.insert(extra + 10, "\"deep\": " + std::string(100000, '[') + std::string(100000, ']') + ", ");
+  write_bytes(path + "/manifest.json", manifest);
+  const std::string msg = message_of<DataCorrupt>([&] { CheckpointManager::restore(path); });
+  EXPECT_THAT(msg, HasSubstr("manifest.json nests arrays or objects deeper than 100 levels"));
+  write_bytes(dir / "ckpts/checkpoint", std::string(100000, '{'));
+  EXPECT_THAT(message_of<DataCorrupt>([&] { manager.latest(); }), HasSubstr("checkpoint nests arrays or objects"));
+}
+
 TEST(CheckpointTest, RestoreReportsDamagedTensorData) {
   ScratchDir dir;
   CheckpointManager manager(dir.path());

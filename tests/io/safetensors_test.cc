@@ -173,6 +173,13 @@ TEST(SafetensorsTest, CorruptFilesRaiseDataCorruptNamingTheFileAndTheProblem) {
       {"shape overflow",
        raw_file(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,8]}})", eight),
        "more bytes than fit in 64 bits"},
+      // Seen while fuzzing (fuzz/safetensors_fuzzer): a shape nested 100000 deep overflowed the stack when its error
+      // message printed it; the header's nesting is capped (core/json_depth.h) before it is parsed.
+      {"nesting too deep",
+       raw_file(R"({"a":{"dtype":"F32","shape":)" + std::string(100000, '[') + std::string(100000, ']') +
+                    R"(,"data_offsets":[0,8]}})",
+                eight),
+       "nests arrays or objects deeper than 100 levels"},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.what);

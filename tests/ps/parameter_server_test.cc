@@ -1,12 +1,17 @@
 // The parameter server over gRPC on 127.0.0.1: its updates equal the same optimizer applied locally (bit for bit),
 // a repeated step is applied once (within the bounded window of remembered step ids), sparse pushes equal dense ones with zero rows, pulls of rows, concurrent pushes,
 // and the errors a client gets (unknown shard, bad shapes and rows, a conflicting create, an unreachable ps).
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
+#include <optional>
 #include <thread>
 
 #include "strata/error.h"
@@ -259,6 +264,55 @@ TEST(ParameterServerTest, BadRequestsAreClearErrors) {
   EXPECT_NE(m.find("ps at 127.0.0.1:" + std::to_string(port)), std::string::npos) << m;
   ParameterServer second;
   EXPECT_THROW(second.start("127.0.0.1:" + std::to_string(ps.server.port())), Unavailable);  // the port is taken
+}
+
+// Protobuf's wire format, by hand: this test sends what the client API cannot make.
+std::string varint(uint64_t v) {
+  std::string out;
+  for (; v >= 0x80; v >>= 7) out += static_cast<char>((v & 0x7f) | 0x80);
+  return out + static_cast<char>(v);
+}
+std::string field(int number, const std::string& bytes) {  // a length-delimited field
+  return static_cast<char>(number << 3 | 2) + varint(bytes.size()) + bytes;
+}
+
+// Sends a CreateRequest of shard "big" with `shape` and `data` (an sgd shard) and returns the status.
+grpc::Status create_raw(int port, const std::vector<uint64_t>& shape, const std::string& data) {
+  std::string dims;
+  for (uint64_t d : shape) dims += varint(d);
+  const std::string create = field(1, "big") + field(2, field(1, dims) + field(2, data)) + field(3, field(1, "sgd"));
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(port), grpc::InsecureChannelCredentials());
+  grpc::GenericStub stub(channel);
+  grpc::Slice slice(create);
+  grpc::ByteBuffer request(&slice, 1), response;
+  grpc::ClientContext context;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::optional<grpc::Status> status;
+  stub.UnaryCall(&context, "/strata.ps.proto.ParameterServer/Create", grpc::StubOptions(), &request, &response,
+                 [&](grpc::Status s) {
+                   std::lock_guard lock(mu);
+                   status = s;
+                   cv.notify_all();
+                 });
+  std::unique_lock lock(mu);
+  cv.wait(lock, [&] { return status.has_value(); });
+  return *status;
+}
+
+// Seen while writing fuzz/ps_fuzzer: a shape whose element count overflows int64 ([274177, 67280421310721] is
+// 2^64 + 1 elements) passed the check of its bytes as one element, giving a shard of that shape over 4 bytes. Found
+// by it: [615348588053760000, 101, 0] holds no element, but counting them overflowed int64 before the 0 (UBSan).
+TEST(ParameterServerTest, AShapeWhoseElementCountOverflowsIsRefused) {
+  Running ps;
+  for (const auto& [shape, data] : std::vector<std::pair<std::vector<uint64_t>, std::string>>{
+           {{274177, 67280421310721}, std::string(4, '\0')}, {{615348588053760000, 101, 0}, ""}}) {
+    const grpc::Status status = create_raw(ps.server.port(), shape, data);
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_NE(status.error_message().find("has more elements than a tensor can hold"), std::string::npos)
+        << status.error_message();
+  }
+  EXPECT_EQ(create_raw(ps.server.port(), {3, 0}, "").error_code(), grpc::StatusCode::OK);  // empty, and fine
 }
 
 }  // namespace

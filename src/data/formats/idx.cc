@@ -13,6 +13,9 @@ namespace strata::data {
 
 namespace {
 
+// The most deflate can expand its input (RFC 1951: a 258-byte match per 2 bits, rounded up as zlib's docs say).
+constexpr uint64_t kMaxDeflateRatio = 1032;
+
 struct GzFile {
   gzFile f = nullptr;
   ~GzFile() {
@@ -79,8 +82,9 @@ Tensor read_idx(const std::string& path) {
     const int64_t d = be32(dim_bytes.data() + 4 * i);
     STRATA_CHECK(d >= 0 && d < (int64_t{1} << 31), DataCorrupt, "read_idx: " << path << " has dimension " << d);
     shape.push_back(d);
+    STRATA_CHECK(d == 0 || numel < (int64_t{1} << 40) / d, DataCorrupt,
+                 "read_idx: " << path << " claims too many elements");  // (checked before multiplying: no overflow)
     numel *= d;
-    STRATA_CHECK(numel < (int64_t{1} << 40), DataCorrupt, "read_idx: " << path << " claims too many elements");
   }
   size_t elem = 0;
   DType dtype = DType::kUInt8;
@@ -93,8 +97,21 @@ Tensor read_idx(const std::string& path) {
     case 0x0E: elem = 8; dtype = DType::kFloat32; break;
     default: STRATA_THROW(DataCorrupt, "read_idx: " << path << " has unknown element type 0x" << std::hex << type);
   }
-  Tensor out = Tensor::empty(shape, dtype);
+  // The data the header claims must fit in the file before anything is allocated for it: a plain file holds it
+  // whole, and deflate expands at most kMaxDeflateRatio:1, so a gzipped file holds at least that share of it.
   const size_t bytes = static_cast<size_t>(numel) * elem;
+  std::error_code ec;
+  const uint64_t file_bytes = std::filesystem::file_size(path, ec);
+  if (!ec) {
+    const uint64_t header = 4 + dim_bytes.size();
+    const bool plain = gzdirect(file.f) == 1;
+    const uint64_t most = plain ? (file_bytes > header ? file_bytes - header : 0) : file_bytes * kMaxDeflateRatio;
+    STRATA_CHECK(bytes <= most, DataCorrupt,
+                 "read_idx: " << path << " is truncated: its header claims " << numel << " elements (" << bytes
+                              << " bytes of data), more than its " << file_bytes << (plain ? "" : " gzipped")
+                              << " bytes can hold");
+  }
+  Tensor out = Tensor::empty(shape, dtype);
   if (type == 0x08) {
     read_exact(file.f, out.raw_data(), bytes, path, "the data");
     return out;

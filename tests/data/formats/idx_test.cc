@@ -1,12 +1,14 @@
 // IDX files: round trips plain and gzipped, every element type, clear errors for bad files, and
 // from_idx on the Fashion-MNIST layout.
+#include "strata/data/idx.h"
+
 #include <gtest/gtest.h>
+#include <zlib.h>
 
 #include <filesystem>
 #include <fstream>
 
 #include "data/dataset_test_util.h"
-#include "strata/data/idx.h"
 
 namespace strata::data {
 namespace {
@@ -62,6 +64,36 @@ TEST(IdxTest, BadFilesNameTheFileAndTheProblem) {
   std::filesystem::remove(path);
   msg = test::message_of<IoError>([&] { read_idx(path); });
   EXPECT_NE(msg.find("does not exist"), std::string::npos) << msg;
+}
+
+// Found by fuzz/idx_fuzzer: a 20-byte file whose header claims 1.5 G int32 elements made read_idx allocate 6 GB
+// before it read any data. What the header claims must fit in the file (plain, or gzipped at deflate's best ratio).
+TEST(IdxTest, HeaderClaimingMoreThanTheFileHoldsIsCorruptNotAnAllocation) {
+  const std::string path = temp_path("huge");
+  write_bytes(path, {0, 0, 0x0c, 1, 0x5a, 0, 0, 3, 0, 0, 0, 2, 0, 0, 0, 2, 0, 0, 0, 2});
+  std::string msg = test::message_of<DataCorrupt>([&] { read_idx(path); });
+  EXPECT_NE(msg.find(path), std::string::npos) << msg;
+  EXPECT_NE(msg.find("claims 1509949443 elements"), std::string::npos) << msg;
+  std::filesystem::remove(path);
+  // Gzipped: the same header and a few bytes cannot inflate to 1.5 GB either.
+  gzFile gz = gzopen((path + ".gz").c_str(), "wb");
+  ASSERT_NE(gz, nullptr);
+  const unsigned char header[] = {0, 0, 0x08, 1, 0x5a, 0, 0, 3, 1, 2, 3};
+  ASSERT_EQ(gzwrite(gz, header, sizeof header), static_cast<int>(sizeof header));
+  ASSERT_EQ(gzclose(gz), Z_OK);
+  msg = test::message_of<DataCorrupt>([&] { read_idx(path + ".gz"); });
+  EXPECT_NE(msg.find("gzipped bytes can hold"), std::string::npos) << msg;
+  std::filesystem::remove(path + ".gz");
+}
+
+// Found by fuzz/idx_fuzzer: dimensions whose product overflows int64 (undefined behaviour) before the element
+// count was checked.
+TEST(IdxTest, DimensionsWhoseProductOverflowsAreCorrupt) {
+  const std::string path = temp_path("overflow");
+  write_bytes(path, {0, 0, 0x0c, 3, 0x5a, 8, 3, 0, 0, 0, 2, 0, 0x5a, 8, 3, 0, 0, 0, 2, 0, 0, 2});
+  const std::string msg = test::message_of<DataCorrupt>([&] { read_idx(path); });
+  EXPECT_NE(msg.find("claims too many elements"), std::string::npos) << msg;
+  std::filesystem::remove(path);
 }
 
 TEST(IdxTest, FromIdxReadsTheMnistLayout) {

@@ -1,0 +1,120 @@
+// Fuzzes the parameter server's handlers (src/ps/server.cc, tensor_coding.cc) with untrusted requests: each input is a
+// sequence of calls (a method byte, then the request's protobuf bytes) made in order to a server of its own, over
+// gRPC on 127.0.0.1, so pushes and pulls meet the shards earlier calls created. Save and Restore always use this
+// process's scratch directory (the directory in the request is replaced), so the fuzzer writes nowhere else. A
+// request that is not valid protobuf is not sent; Pull and Push, raw methods on the server, get the bytes as they are.
+#include <google/protobuf/stubs/logging.h>
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <filesystem>
+#include <memory>
+#include <mutex>
+
+#include "fuzz_util.h"
+#include "ps/proto/parameter_server.grpc.pb.h"
+#include "strata/ps/server.h"
+
+using namespace strata;
+namespace pb = strata::ps::proto;
+
+namespace {
+
+constexpr int kMaxCalls = 8;
+constexpr auto kCallDeadline = std::chrono::milliseconds(100);
+
+template <class Request, class Response>
+void call(pb::ParameterServer::Stub& stub,
+          grpc::Status (pb::ParameterServer::Stub::*method)(grpc::ClientContext*, const Request&, Response*),
+          const Request& request) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
+  Response response;
+  (void)(stub.*method)(&context, request, &response);
+}
+
+template <class Request, class Response>
+void call(pb::ParameterServer::Stub& stub,
+          grpc::Status (pb::ParameterServer::Stub::*method)(grpc::ClientContext*, const Request&, Response*),
+          const std::string& bytes) {
+  Request request;
+  if (request.ParseFromString(bytes)) call(stub, method, request);
+}
+
+// Sends `bytes` unparsed to a raw method ("/strata.ps.proto.ParameterServer/Push") and waits for the reply.
+void call_raw(grpc::GenericStub& stub, const std::string& method, const std::string& bytes) {
+  grpc::Slice slice(bytes);
+  grpc::ByteBuffer request(&slice, 1), response;
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  stub.UnaryCall(&context, method, grpc::StubOptions(), &request, &response, [&](grpc::Status) {
+    std::lock_guard lock(mu);
+    done = true;
+    cv.notify_all();
+  });
+  std::unique_lock lock(mu);
+  cv.wait(lock, [&] { return done; });
+}
+
+}  // namespace
+
+// protobuf logs every string field that is not UTF-8; the fuzzer makes thousands a second.
+extern "C" int LLVMFuzzerInitialize(int*, char***) {
+  google::protobuf::SetLogHandler(nullptr);
+  return 0;
+}
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  fuzz::Bytes in(data, size);
+  const std::string saves = fuzz::scratch_dir() + "/ps";
+  std::filesystem::remove_all(saves);
+  ps::ParameterServer server(1 + in.byte() % 4);
+  try {
+    server.start("127.0.0.1:0");
+  } catch (const Error&) {
+    return 0;
+  }
+  auto channel = grpc::CreateChannel("127.0.0.1:" + std::to_string(server.port()), grpc::InsecureChannelCredentials());
+  auto stub = pb::ParameterServer::NewStub(channel);
+  grpc::GenericStub generic(channel);
+  for (int i = 0; i < kMaxCalls && !in.empty(); ++i) {
+    const int method = in.byte() % 6;
+    const std::string bytes = in.string();
+    using S = pb::ParameterServer::Stub;
+    switch (method) {
+      case 0:
+        call(*stub, &S::Create, bytes);
+        break;
+      case 1:
+        call_raw(generic, "/strata.ps.proto.ParameterServer/Pull", bytes);
+        break;
+      case 2:
+        call_raw(generic, "/strata.ps.proto.ParameterServer/Push", bytes);
+        break;
+      case 3:
+        call(*stub, &S::Stats, bytes);
+        break;
+      case 4: {
+        pb::SaveRequest request;
+        if (!request.ParseFromString(bytes)) break;
+        request.set_directory(saves);
+        call(*stub, &S::Save, request);
+        break;
+      }
+      case 5: {
+        pb::RestoreRequest request;
+        if (!request.ParseFromString(bytes)) break;
+        request.set_directory(saves);
+        call(*stub, &S::Restore, request);
+        break;
+      }
+    }
+  }
+  server.stop();
+  return 0;
+}
