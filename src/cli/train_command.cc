@@ -39,11 +39,12 @@ struct TrainArgs {
   int64_t batch_size = 0;
   std::string checkpoint_dir;
   bool resume = false;
-  int64_t checkpoint_every = 0;  // steps between checkpoints; 0: at each epoch's end only
-  std::string backup_dir;         // BackupAndRestore: resumes by itself, deleted when training completes
+  int64_t checkpoint_every = 0;    // steps between checkpoints; 0: at each epoch's end only
+  std::string backup_dir;          // BackupAndRestore: resumes by itself, deleted when training completes
   int64_t backup_every_steps = 0;  // steps between backups; 0: at each epoch's end only
   std::string csv_log;
   std::string log_dir;              // TensorBoard event files (train/ and validation/ runs)
+  int64_t log_every_steps = 0;      // with log_dir: batch scalars every N global steps too (0: epochs only)
   std::string log_format = "text";  // "text": the progress bar; "json": a JSON object per epoch
   std::string trace;                // Chrome trace-event JSON of the steps in trace_steps (cli/trace_flags.h)
   std::string trace_steps;
@@ -113,9 +114,14 @@ void fail_if_fired(const callbacks::TerminateOnNaN& nan) {
 // The chief's --log-dir (TensorBoard) and --log-format json callbacks. json replaces the progress bar (fit.verbose
 // is set 0 on every worker).
 void add_log_callbacks(FitOptions& fit, const TrainArgs& args, bool chief) {
+  STRATA_CHECK(args.log_every_steps == 0 || !args.log_dir.empty(), InvalidArgument,
+               "--log-every-steps needs --log-dir");
   if (args.log_format == "json") fit.verbose = 0;
   if (!chief) return;
-  if (!args.log_dir.empty()) fit.callbacks.push_back(std::make_shared<callbacks::TensorBoard>(args.log_dir));
+  if (!args.log_dir.empty()) {
+    fit.callbacks.push_back(std::make_shared<callbacks::TensorBoard>(
+        args.log_dir, callbacks::TensorBoard::Options{.update_freq = args.log_every_steps}));
+  }
   if (args.log_format == "json") fit.callbacks.push_back(std::make_shared<JsonEpochLogger>());
 }
 
@@ -259,8 +265,8 @@ void run_parameter_server_task(Job& job, const TrainArgs& args) {
     const ps::ParameterServerClient::Stats stats = client->stats();
     std::printf("%s: %lld shard%s, %lld pushes applied, %lld repeats dropped\n",
                 servers.describe_ps(client->address()).c_str(), static_cast<long long>(stats.shards),
-                stats.shards == 1 ? "" : "s",
-                static_cast<long long>(stats.pushes_applied), static_cast<long long>(stats.pushes_dropped));
+                stats.shards == 1 ? "" : "s", static_cast<long long>(stats.pushes_applied),
+                static_cast<long long>(stats.pushes_dropped));
   }
   print_test_line(model->evaluate(test_dataset(job)));
 }
@@ -287,8 +293,8 @@ void run_train(const TrainArgs& args) {
     // checkpoint there is a DataCorrupt naming it, with or without --resume.)
     if (!args.resume) {
       if (const std::optional<std::string> earlier = io::CheckpointManager(job.checkpoint_dir).latest()) {
-        STRATA_THROW(InvalidArgument, "checkpoint directory '" << job.checkpoint_dir << "' already holds "
-                                                               << *earlier << " of an earlier run: pass --resume to "
+        STRATA_THROW(InvalidArgument, "checkpoint directory '" << job.checkpoint_dir << "' already holds " << *earlier
+                                                               << " of an earlier run: pass --resume to "
                                                                   "continue it, or give an empty directory");
       }
     }
@@ -300,8 +306,8 @@ void run_train(const TrainArgs& args) {
                  "--backup-dir resumes from its backup by itself; --resume is for --checkpoint-dir: give one of them");
     STRATA_CHECK(args.backup_dir != job.checkpoint_dir, InvalidArgument,
                  "--backup-dir and the checkpoint directory are both '" << args.backup_dir
-                                                                          << "': backups are deleted when training "
-                                                                             "completes, checkpoints are kept");
+                                                                        << "': backups are deleted when training "
+                                                                           "completes, checkpoints are kept");
     check_output_directory(args.backup_dir, "--backup-dir");
   }
   if (!args.csv_log.empty()) check_output_file(args.csv_log, "--csv-log");
@@ -356,20 +362,22 @@ void run_train(const TrainArgs& args) {
   if (!history.epochs.empty()) {
     std::string examples;
     for (int64_t n : history.examples) examples += " " + std::to_string(n);
-    std::printf("training ended after epoch %lld of %lld: %lld optimizer steps in all; examples trained per "
-                "epoch:%s\n",
-                static_cast<long long>(history.epochs.back() + 1), static_cast<long long>(job.epochs),
-                static_cast<long long>(model->step()), examples.c_str());
+    std::printf(
+        "training ended after epoch %lld of %lld: %lld optimizer steps in all; examples trained per "
+        "epoch:%s\n",
+        static_cast<long long>(history.epochs.back() + 1), static_cast<long long>(job.epochs),
+        static_cast<long long>(model->step()), examples.c_str());
   }
   if (const auto* pipeline = dynamic_cast<const parallel::PipelineStrategy*>(strategy.get());
       pipeline && pipeline->measured().steps > 0) {
     std::string peaks;
     for (int p : pipeline->measured().peak_activations) peaks += (peaks.empty() ? "" : " ") + std::to_string(p);
-    std::printf("pipeline: stages %s; idle %.1f%% of the stages' time over %lld steps (the schedule's simulated "
-                "bubble %.1f%%); micro-batches alive at most, per stage: %s\n",
-                pipeline->layout().c_str(), 100.0 * pipeline->measured().mean_bubble_fraction(),
-                static_cast<long long>(pipeline->measured().steps),
-                100.0 * parallel::simulate(pipeline->schedule()).bubble_fraction, peaks.c_str());
+    std::printf(
+        "pipeline: stages %s; idle %.1f%% of the stages' time over %lld steps (the schedule's simulated "
+        "bubble %.1f%%); micro-batches alive at most, per stage: %s\n",
+        pipeline->layout().c_str(), 100.0 * pipeline->measured().mean_bubble_fraction(),
+        static_cast<long long>(pipeline->measured().steps),
+        100.0 * parallel::simulate(pipeline->schedule()).bubble_fraction, peaks.c_str());
   }
   print_test_line(model->evaluate(test_dataset(job)));
 }
@@ -415,9 +423,10 @@ void add_strategy_options(CLI::App* command, StrategyFlags& flags) {
   command->add_option("--strategy", flags.strategy,
                       "distribution strategy: one_device, mirrored, central_storage, multi_worker_mirrored, "
                       "parameter_server or pipeline (overrides the job's `strategy:`; default one_device)");
-  command->add_option("--replicas", flags.replicas,
-                      "CPU replicas for mirrored / central_storage, each a thread with its share of the cores "
-                      "(overrides `replicas:`; default one per core); for multi_worker_mirrored, per worker (default 1)")
+  command
+      ->add_option("--replicas", flags.replicas,
+                   "CPU replicas for mirrored / central_storage, each a thread with its share of the cores "
+                   "(overrides `replicas:`; default one per core); for multi_worker_mirrored, per worker (default 1)")
       ->check(kPositiveInteger);
   command->add_option("--cross-device-ops", flags.cross_device_ops,
                       "how mirrored all-reduces gradients: reduction_to_one_device, ring or tree (overrides "
@@ -428,13 +437,15 @@ void add_strategy_options(CLI::App* command, StrategyFlags& flags) {
   command->add_option("--max-staleness", flags.max_staleness,
                       "parameter_server: a worker may start step v only when every worker has finished step v - N "
                       "(0: synchronous rounds, each round's gradients applied as one mean; default: asynchronous)");
-  command->add_option("--stages", flags.stages,
-                      "pipeline: stages the model's layers are cut into, each a thread with its share of the cores "
-                      "(overrides `stages:`; default 2); under `strata launch --workers N` every worker runs a "
-                      "replica of the pipeline on its share of each batch")
+  command
+      ->add_option("--stages", flags.stages,
+                   "pipeline: stages the model's layers are cut into, each a thread with its share of the cores "
+                   "(overrides `stages:`; default 2); under `strata launch --workers N` every worker runs a "
+                   "replica of the pipeline on its share of each batch")
       ->check(kPositiveInteger);
-  command->add_option("--micro-batches", flags.micro_batches,
-                      "pipeline: micro-batches each global batch is split into (overrides `micro_batches:`; default 4)")
+  command
+      ->add_option("--micro-batches", flags.micro_batches,
+                   "pipeline: micro-batches each global batch is split into (overrides `micro_batches:`; default 4)")
       ->check(kPositiveInteger);
   command->add_option("--schedule", flags.schedule,
                       "pipeline: the order of the micro-batches' forward and backward passes: gpipe, 1f1b, "
@@ -442,13 +453,15 @@ void add_strategy_options(CLI::App* command, StrategyFlags& flags) {
   command->add_flag("--recompute", flags.recompute,
                     "pipeline: stages keep only their input between a micro-batch's forward and backward and run the "
                     "forward again before the backward (less memory, one more forward)");
-  command->add_option("--chunks", flags.chunks,
-                      "pipeline, interleaved schedule: model chunks per stage (overrides `chunks:`; default 2)")
+  command
+      ->add_option("--chunks", flags.chunks,
+                   "pipeline, interleaved schedule: model chunks per stage (overrides `chunks:`; default 2)")
       ->check(kPositiveInteger);
-  command->add_option("--bytes-per-pack", flags.bytes_per_pack,
-                      "multi_worker_mirrored: gradients are all-reduced in buckets of about N bytes, each started as "
-                      "soon as backward has filled it (default 26214400, PyTorch DDP's 25 MiB); a number above the "
-                      "model's size sends all gradients in one all-reduce after backward")
+  command
+      ->add_option("--bytes-per-pack", flags.bytes_per_pack,
+                   "multi_worker_mirrored: gradients are all-reduced in buckets of about N bytes, each started as "
+                   "soon as backward has filled it (default 26214400, PyTorch DDP's 25 MiB); a number above the "
+                   "model's size sends all gradients in one all-reduce after backward")
       ->check(kPositiveInteger);
   command->add_option("--gradient-compression", flags.gradient_compression,
                       "multi_worker_mirrored: how gradients travel between the workers: none (float32) or bf16 "
@@ -459,10 +472,10 @@ void add_strategy_options(CLI::App* command, StrategyFlags& flags) {
 
 void add_train_commands(CLI::App& app) {
   auto train_args = std::make_shared<TrainArgs>();
-  CLI::App* train = app.add_subcommand(
-      "train",
-      "Train the model a job file describes, then print the test-set result on one line "
-      "(\"test loss 0.2512 - test accuracy 0.9134\").");
+  CLI::App* train =
+      app.add_subcommand("train",
+                         "Train the model a job file describes, then print the test-set result on one line "
+                         "(\"test loss 0.2512 - test accuracy 0.9134\").");
   train
       ->add_option("job", train_args->job,
                    "job YAML file (data, model, loss, optimizer, metrics, epochs, batch_size, strategy)")
@@ -474,9 +487,10 @@ void add_train_commands(CLI::App& app) {
   train->add_option("--checkpoint-dir", train_args->checkpoint_dir,
                     "write a full training checkpoint (weights, optimizer, RNG, and where training stands: epoch, "
                     "step, the input pipeline's position) here after every epoch");
-  train->add_option("--checkpoint-every", train_args->checkpoint_every,
-                    "also checkpoint every N global steps (named ckpt-<step>), so a killed run loses at most N "
-                    "steps; --resume then continues mid-epoch, exactly")
+  train
+      ->add_option("--checkpoint-every", train_args->checkpoint_every,
+                   "also checkpoint every N global steps (named ckpt-<step>), so a killed run loses at most N "
+                   "steps; --resume then continues mid-epoch, exactly")
       ->check(kPositiveInteger);
   train->add_flag("--resume", train_args->resume,
                   "continue exactly where the latest checkpoint in --checkpoint-dir stood (on one device the "
@@ -485,9 +499,10 @@ void add_train_commands(CLI::App& app) {
                     "Keras's BackupAndRestore: back up training here after every epoch; a run started again with "
                     "the same --backup-dir (a restarted job) continues from the last backup, which is deleted when "
                     "training completes");
-  train->add_option("--backup-every-steps", train_args->backup_every_steps,
-                    "also back up every N global steps, so a restarted job loses at most N steps and continues "
-                    "mid-epoch, exactly")
+  train
+      ->add_option("--backup-every-steps", train_args->backup_every_steps,
+                   "also back up every N global steps, so a restarted job loses at most N steps and continues "
+                   "mid-epoch, exactly")
       ->check(kPositiveInteger);
   train->add_option("--csv-log", train_args->csv_log, "append one row per epoch (loss, metrics) to this CSV file");
   train->add_option(
@@ -496,6 +511,11 @@ void add_train_commands(CLI::App& app) {
       "epoch_loss, epoch_<metric>, epoch_learning_rate, epoch_examples_per_second and "
       "epoch_input_wait_percent (and across workers epoch_communication_seconds) at each epoch's end (step = "
       "epoch); view with `tensorboard --logdir DIR`, or make a page of it with `strata report DIR`");
+  train
+      ->add_option("--log-every-steps", train_args->log_every_steps,
+                   "with --log-dir: also write batch_loss and batch_<metric> (the epoch's running values) every N "
+                   "global steps, at that step (Keras's update_freq=N)")
+      ->check(kPositiveInteger);
   train
       ->add_option("--log-format", train_args->log_format,
                    "text: the progress bar (default); json: instead of it, one JSON object per epoch on stdout, "
@@ -513,8 +533,9 @@ void add_train_commands(CLI::App& app) {
                     "which leaves out the first step's set-up)");
   train->add_option("--threads", train_args->threads, "CPU threads for the math (default: all cores)")
       ->check(kPositiveInteger);
-  train->add_option("--verbose", train_args->verbose,
-                    "0 silent, 1 progress bar (a line per epoch when not a terminal), 2 a line per epoch")
+  train
+      ->add_option("--verbose", train_args->verbose,
+                   "0 silent, 1 progress bar (a line per epoch when not a terminal), 2 a line per epoch")
       ->check(kVerbosity);
   add_strategy_options(train, train_args->strategy);
   train->callback([train_args] { run_train(*train_args); });
@@ -525,8 +546,9 @@ void add_train_commands(CLI::App& app) {
   evaluate->add_option("job", eval_args->job, "job YAML file the model was trained with")
       ->required()
       ->check(CLI::ExistingFile);
-  evaluate->add_option("--checkpoint", eval_args->checkpoint,
-                       "a checkpoint directory (its latest ckpt-N), one ckpt-N directory, or a .safetensors file")
+  evaluate
+      ->add_option("--checkpoint", eval_args->checkpoint,
+                   "a checkpoint directory (its latest ckpt-N), one ckpt-N directory, or a .safetensors file")
       ->required();
   evaluate->add_option("--batch-size", eval_args->batch_size, "override the job's batch_size")->check(kPositiveInteger);
   evaluate->add_option("--threads", eval_args->threads, "CPU threads for the math (default: all cores)")

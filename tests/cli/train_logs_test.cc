@@ -80,6 +80,30 @@ TEST(TrainLogsTest, LogDirWritesATrainRunOfEpochScalarsThatEqualTheCsvLog) {
   EXPECT_EQ(scalars.count("batch_loss"), 0u) << "update_freq is \"epoch\"";
 }
 
+// --log-every-steps N adds the running loss and metrics every N global steps (Keras's update_freq), at that step.
+TEST(TrainLogsTest, LogEveryStepsWritesBatchScalarsAtEveryNthStep) {
+  TinyJob t("tb_steps");  // 512 examples, batch 32: 16 steps an epoch
+  const fs::path logs = t.s.dir / "tb";
+  auto [rc, out] = run(std::string(STRATA_BINARY) + " train " + t.job + " --epochs 2 --log-dir " + logs.string() +
+                       " --log-every-steps 4");
+  ASSERT_EQ(rc, 0) << out;
+  std::vector<fs::path> files;
+  for (const auto& e : fs::directory_iterator(logs / "train")) files.push_back(e.path());
+  ASSERT_EQ(files.size(), 1u);
+  std::map<std::string, std::vector<int64_t>> steps;
+  const std::vector<std::string> records = test::read_records(files[0]);
+  for (size_t i = 1; i < records.size(); ++i) {
+    const test::Event e = test::decode_event(records[i]);
+    for (const auto& [tag, value] : e.values) steps[tag].push_back(e.step);
+  }
+  EXPECT_EQ(steps["batch_loss"], (std::vector<int64_t>{4, 8, 12, 16, 20, 24, 28, 32}));
+  EXPECT_EQ(steps["batch_accuracy"].size(), 8u);
+  EXPECT_EQ(steps["epoch_loss"], (std::vector<int64_t>{0, 1}));
+  std::tie(rc, out) = run(std::string(STRATA_BINARY) + " train " + t.job + " --log-every-steps 4");
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("--log-every-steps needs --log-dir"), std::string::npos) << out;
+}
+
 // Across workers only the chief writes, and its train run counts the whole job: examples per second from every
 // worker's examples (fit sums them at the epoch's end), and the chief's time in collectives.
 TEST(TrainLogsTest, AcrossWorkersTheChiefWritesTheJobsRateAndItsCommunicationTime) {
