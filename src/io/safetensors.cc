@@ -1,11 +1,10 @@
-// safetensors files: writing through AtomicFile with a CRC-32C (ISA-L's crc32_iscsi) of every tensor in
+// safetensors files: writing through AtomicFile with a CRC-32C (io/crc32c.h) of every tensor in
 // the metadata, and a reader that checks every header field against the file before it trusts it and
 // every recorded checksum against the data (see strata/io/safetensors.h for the format).
 // Thread-safety: no shared state.
 #include "strata/io/safetensors.h"
 
 #include <fcntl.h>
-#include <isa-l/crc.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -25,6 +24,7 @@
 
 #include "core/json_depth.h"
 #include "io/atomic_file.h"
+#include "io/crc32c.h"
 #include "io/tensor_specs.h"
 
 namespace strata::io {
@@ -39,21 +39,9 @@ constexpr uint64_t kMaxHeaderBytes = 100'000'000;  // the reference implementati
 constexpr const char* kMetadataKey = "__metadata__";
 constexpr std::string_view kChecksumPrefix = "crc32c:";  // "crc32c:<tensor name>" -> 8 lowercase hex digits
 
-bool is_checksum_key(const std::string& key) { return key.rfind(kChecksumPrefix, 0) == 0; }
+using detail::crc32c;
 
-// CRC-32C (Castagnoli; iSCSI, ext4, TFRecord before masking): ISA-L's crc32_iscsi, which neither
-// inverts its seed nor its result, with the standard ~0 seed and final inversion added.
-uint32_t crc32c(const void* data, uint64_t n) {
-  auto* p = static_cast<unsigned char*>(const_cast<void*>(data));  // crc32_iscsi only reads
-  uint32_t crc = 0xFFFFFFFFu;
-  while (n > 0) {  // crc32_iscsi takes an int length
-    const int chunk = static_cast<int>(n < (uint64_t{1} << 30) ? n : (uint64_t{1} << 30));
-    crc = crc32_iscsi(p, chunk, crc);
-    p += chunk;
-    n -= static_cast<uint64_t>(chunk);
-  }
-  return ~crc;
-}
+bool is_checksum_key(const std::string& key) { return key.rfind(kChecksumPrefix, 0) == 0; }
 
 std::string crc_hex(uint32_t crc) {
   char buf[9];
