@@ -190,10 +190,8 @@ bool ByteReader::inflate_whole() {
   // A gzip member's last 4 bytes are its uncompressed size mod 2^32: exact for one member of < 4 GiB.
   size_t hint = 4 * size;
   if (compression_ == Compression::kGzip && size >= 18) {
-    uint32_t isize;
-    std::memcpy(&isize, bytes + size - 4, 4);  // little-endian hosts only, like the TFRecord header
     // A damaged or cut file's last bytes are no size: no more than deflate can expand to is believed.
-    hint = std::clamp<size_t>(isize, 1, kMaxDeflateRatio * size);
+    hint = std::clamp<size_t>(load_le32(bytes + size - 4), 1, kMaxDeflateRatio * size);
   }
   std::unique_ptr<char[]> out;
   const std::optional<size_t> out_size = inflate_all(compression_, bytes, size, hint, &out);
