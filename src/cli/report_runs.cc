@@ -143,13 +143,14 @@ RunData load_run(const std::string& directory) {
   RunData run;
   run.name = fs::absolute(dir).lexically_normal().filename().string();
   if (run.name.empty()) run.name = fs::absolute(dir).lexically_normal().parent_path().filename().string();
-  run.train = read_scalars(dir / "train");
-  run.validation = read_scalars(dir / "validation");
-  if (event_files(dir / "train").empty()) run.train = read_scalars(dir);  // a folder of events files itself
-  STRATA_CHECK(!event_files(dir / "train").empty() || !event_files(dir).empty(), InvalidArgument,
+  // Keras's layout (train/ and validation/ runs), or a folder of events files itself.
+  const bool has_train_run = !event_files(dir / "train").empty();
+  STRATA_CHECK(has_train_run || !event_files(dir).empty(), InvalidArgument,
                "strata report: '" << directory
                                   << "' holds no TensorBoard event files (train/events.out.tfevents.*): give the "
                                      "--log-dir of a strata train run");
+  run.train = read_scalars(has_train_run ? dir / "train" : dir);
+  run.validation = read_scalars(dir / "validation");
   std::vector<fs::path> traces;
   for (const auto& entry : fs::directory_iterator(dir)) {
     if (entry.is_regular_file() && is_trace_file(entry.path())) traces.push_back(entry.path());
