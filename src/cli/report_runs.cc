@@ -106,7 +106,8 @@ StepBreakdown step_breakdown_of_trace(const std::string& path) {
     });
     std::vector<const TracedSpan*> open;
     std::map<const TracedSpan*, double> nested;
-    double first = spans.front().begin, last = spans.front().end;
+    const double first = spans.front().begin;  // sorted by start
+    double last = spans.front().end;
     for (const TracedSpan& s : spans) {
       while (!open.empty() && open.back()->end <= s.begin) open.pop_back();
       if (!open.empty()) {
@@ -116,7 +117,6 @@ StepBreakdown step_breakdown_of_trace(const std::string& path) {
       }
       open.push_back(&s);
       if (s.step >= 0) steps.insert(s.step);
-      first = std::min(first, s.begin);
       last = std::max(last, s.end);
     }
     for (const TracedSpan& s : spans) own_us[s.name] += (s.end - s.begin) - nested[&s];
