@@ -3,7 +3,6 @@
 // own, over gRPC on 127.0.0.1, so the key/value store, barriers and heartbeats see the state the earlier calls left.
 // A request that is not valid protobuf is not sent (protobuf's parser is fuzzed by protobuf itself). Waits are cut
 // short by the client's deadline and by the service's stop at the end of the input.
-#include <google/protobuf/stubs/logging.h>
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
@@ -11,6 +10,7 @@
 
 #include "cluster/proto/coordination.grpc.pb.h"
 #include "fuzz_util.h"
+#include "service_calls.h"
 #include "strata/cluster/coordination.h"
 
 using namespace strata;
@@ -21,23 +21,14 @@ namespace {
 constexpr int kMaxCalls = 8;
 constexpr auto kCallDeadline = std::chrono::milliseconds(20);
 
-template <class Request, class Response>
-void call(pb::Coordination::Stub& stub,
-          grpc::Status (pb::Coordination::Stub::*method)(grpc::ClientContext*, const Request&, Response*),
-          const std::string& bytes) {
-  Request request;
-  if (!request.ParseFromString(bytes)) return;
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
-  Response response;
-  (void)(stub.*method)(&context, request, &response);
+void call(pb::Coordination::Stub& stub, auto method, const std::string& bytes) {
+  fuzz::call_parsed(stub, method, bytes, kCallDeadline);
 }
 
 }  // namespace
 
-// protobuf logs every string field that is not UTF-8; the fuzzer makes thousands a second.
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  google::protobuf::SetLogHandler(nullptr);
+  fuzz::quiet_protobuf_logs();
   return 0;
 }
 

@@ -3,7 +3,6 @@
 // gRPC on 127.0.0.1, so pushes and pulls meet the shards earlier calls created. Save and Restore always use this
 // process's scratch directory (the directory in the request is replaced), so the fuzzer writes nowhere else. A
 // request that is not valid protobuf is not sent; Pull and Push, raw methods on the server, get the bytes as they are.
-#include <google/protobuf/stubs/logging.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
@@ -15,6 +14,7 @@
 
 #include "fuzz_util.h"
 #include "ps/proto/parameter_server.grpc.pb.h"
+#include "service_calls.h"
 #include "strata/ps/server.h"
 
 using namespace strata;
@@ -25,22 +25,13 @@ namespace {
 constexpr int kMaxCalls = 8;
 constexpr auto kCallDeadline = std::chrono::milliseconds(100);
 
-template <class Request, class Response>
-void call(pb::ParameterServer::Stub& stub,
-          grpc::Status (pb::ParameterServer::Stub::*method)(grpc::ClientContext*, const Request&, Response*),
-          const Request& request) {
-  grpc::ClientContext context;
-  context.set_deadline(std::chrono::system_clock::now() + kCallDeadline);
-  Response response;
-  (void)(stub.*method)(&context, request, &response);
+template <class Request>
+void call(pb::ParameterServer::Stub& stub, auto method, const Request& request) {
+  fuzz::call(stub, method, request, kCallDeadline);
 }
 
-template <class Request, class Response>
-void call(pb::ParameterServer::Stub& stub,
-          grpc::Status (pb::ParameterServer::Stub::*method)(grpc::ClientContext*, const Request&, Response*),
-          const std::string& bytes) {
-  Request request;
-  if (request.ParseFromString(bytes)) call(stub, method, request);
+void call(pb::ParameterServer::Stub& stub, auto method, const std::string& bytes) {
+  fuzz::call_parsed(stub, method, bytes, kCallDeadline);
 }
 
 // Sends `bytes` unparsed to a raw method ("/strata.ps.proto.ParameterServer/Push") and waits for the reply.
@@ -63,9 +54,8 @@ void call_raw(grpc::GenericStub& stub, const std::string& method, const std::str
 
 }  // namespace
 
-// protobuf logs every string field that is not UTF-8; the fuzzer makes thousands a second.
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  google::protobuf::SetLogHandler(nullptr);
+  fuzz::quiet_protobuf_logs();
   return 0;
 }
 
