@@ -69,7 +69,7 @@ def main():
         if not args.skip_push_pull:
             print("== push + pull of one ps against a bare gRPC echo of the same bytes", flush=True)
             ps_bench = find_binary("ps_bench")
-            print(subprocess.run([ps_bench, "--rounds", "7"], capture_output=True, text=True, check=True,
+            print(subprocess.run([ps_bench], capture_output=True, text=True, check=True,
                                  timeout=args.time_limit).stdout, flush=True)
 
         print(f"== CNN images/s, batch {STEP_BATCH} per worker step, 1 thread per worker, best of {args.rounds}",
