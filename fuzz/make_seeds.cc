@@ -11,12 +11,14 @@
 #include "cluster/proto/coordination.pb.h"
 #include "fuzz_util.h"
 #include "ps/proto/parameter_server.pb.h"
+#include "ps/proto/worker.pb.h"
 #include "strata/cluster/cluster_resolver.h"
 #include "strata/data/example.h"
 #include "strata/data/idx.h"
 #include "strata/data/tfrecord.h"
 #include "strata/io/checkpoint.h"
 #include "strata/io/safetensors.h"
+#include "strata/train/remote_trainer.h"
 
 using namespace strata;
 namespace fs = std::filesystem;
@@ -256,6 +258,43 @@ void ps_seeds() {
            fuzz::encode_call(4, "") + fuzz::encode_call(5, "") + fuzz::encode_call(1, pull.SerializeAsString()));
 }
 
+void worker_seeds() {
+  namespace pb = strata::ps::proto;
+  strata::ps::StepOutput step;
+  step.loss = 0.25;
+  step.metric_states = {{1.5, 6}, {3, 1}};
+  const std::string result = step.serialize();
+  pb::RunFunctionRequest echo;
+  echo.set_function("echo");
+  echo.set_step_id(7);
+  echo.set_args("abc");
+  pb::RunFunctionRequest fail = echo;
+  fail.set_function("fail");
+  fail.set_args(std::string(1, '\x03'));
+  pb::RunFunctionRequest parse = echo;
+  parse.set_function("step");
+  parse.set_args(result);
+  parse.set_round(2);
+  parse.set_round_size(3);
+  pb::RunFunctionRequest unknown = echo;
+  unknown.set_function("no_such_function");
+  // A fake worker's reply (method 2): the status code byte, then the strata-error type, the message, the result.
+  const auto reply = [](int code, const std::string& type, const std::string& message, const std::string& bytes) {
+    std::string body(1, static_cast<char>(code));
+    for (const std::string* s : {&type, &message, &bytes}) body += fuzz::encode_call(0, *s).substr(1);
+    return std::string(1, '\x02') + body;
+  };
+  seed("worker", "run-ping",
+       fuzz::encode_call(0, echo.SerializeAsString()) + fuzz::encode_call(0, fail.SerializeAsString()) +
+           fuzz::encode_call(0, parse.SerializeAsString()) + fuzz::encode_call(0, unknown.SerializeAsString()) +
+           fuzz::encode_call(1, ""));
+  seed("worker", "replies",
+       reply(0, "", "", result) + reply(0, "", "", result) + reply(3, "DataCorrupt", "bad shard", "") +
+           reply(14, "", "connection reset", "") + reply(5, "ShapeError", "a wrong shape", "") +
+           std::string("\x03\x00\x01") + fuzz::encode_call(0, "").substr(1));
+  seed("worker", "reply-damaged", reply(0, "", "", flip(result, 3)) + reply(0, "", "", cut(result, 5)));
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -276,6 +315,7 @@ int main(int argc, char** argv) {
   job_seeds(argv[2]);
   coordination_seeds();
   ps_seeds();
+  worker_seeds();
   fs::remove_all(tmp);
   return 0;
 }
