@@ -4,6 +4,8 @@
 #include "distribute/elastic_group.h"
 
 #include <algorithm>
+#include <charconv>
+#include <limits>
 #include <sstream>
 #include <thread>
 
@@ -41,6 +43,19 @@ std::vector<std::string> split(const std::string& list) {
     if (!name.empty()) out.push_back(name);
   }
   return out;
+}
+
+// The epoch number stored under kEpochKey. Any task of the job can write the key, so a value that is not a number (or
+// one that would overflow the next epoch) is DataCorrupt naming it, not std::stoll's invalid_argument.
+int64_t parse_epoch(const std::string& value) {
+  int64_t epoch = -1;
+  const auto [end, ec] = std::from_chars(value.data(), value.data() + value.size(), epoch);
+  STRATA_CHECK(ec == std::errc() && end == value.data() + value.size() && epoch >= 0 &&
+                   epoch < std::numeric_limits<int64_t>::max(),
+               DataCorrupt,
+               "elastic group: the coordination service's '" << kEpochKey << "' holds '" << value
+                                                             << "', not a membership epoch");
+  return epoch;
 }
 
 bool contains(const std::vector<std::string>& names, const std::string& name) {
@@ -114,7 +129,7 @@ std::shared_ptr<comm::Communicator> ElasticGroup::join() {
   STRATA_CHECK(joining_, InvalidArgument, "elastic group: " << self_ << " is a member already");
   const auto start = Clock::now();
   client_->set(kJoinPrefix + self_, "1");
-  int64_t next = std::stoll(client_->get(kEpochKey)) + 1;
+  int64_t next = parse_epoch(client_->get(kEpochKey)) + 1;
   for (;;) {
     const std::string key = "elastic/e" + std::to_string(next) + "/members";
     client_->wait({key},
@@ -224,6 +239,7 @@ std::shared_ptr<comm::Communicator> ElasticGroup::regroup() {
     if (!enter_next_epoch(next)) continue;
     last_change_ = MembershipChange{.epoch = epoch_,
                                     .left = gone,
+                                    .joined = {},
                                     .members = members_,
                                     .seconds = std::chrono::duration<double>(Clock::now() - start).count()};
     return comm_;

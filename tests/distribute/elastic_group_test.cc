@@ -2,7 +2,7 @@
 // service (127.0.0.1, heartbeat timeout 1 s): a step commits when every member votes ok and is aborted everywhere
 // when one fails; when a member goes silent (its heartbeats stop) the others' vote aborts, they regroup into
 // epoch 1 without it, and their new communicator all-reduces; below min_workers the regroup fails naming the lost
-// task; a member declared lost learns that it is out.
+// task; a member declared lost learns that it is out; a malformed epoch key is reported.
 #include "distribute/elastic_group.h"
 
 #include <gmock/gmock.h>
@@ -151,6 +151,22 @@ TEST_F(ElasticGroupTest, AMemberDeclaredLostLearnsThatItIsOut) {
   EXPECT_EQ(errors[0], "");
   EXPECT_EQ(errors[1], "");
   EXPECT_THAT(errors[2], HasSubstr("this task (worker:1) is no longer a member of the group"));
+}
+
+// Any task can write the coordination service's keys: a restarted task that finds an epoch that is not a number is
+// told so (DataCorrupt naming the key), where std::stoll's invalid_argument used to escape.
+TEST_F(ElasticGroupTest, ARestartedTaskReportsAMalformedEpochKey) {
+  for (const std::string bad : {"seven", "12x", "-1", "9223372036854775807", "99999999999999999999"}) {
+    clients_[0]->set("elastic/epoch", bad);
+    ElasticGroup group(clients_[2], kTasks, kTasks[2], options());
+    EXPECT_EQ(group.start(), nullptr);  // the key exists: the job runs already, this task joins
+    try {
+      group.join();
+      ADD_FAILURE() << "no error for epoch '" << bad << "'";
+    } catch (const DataCorrupt& e) {
+      EXPECT_THAT(e.what(), HasSubstr("'elastic/epoch' holds '" + bad + "', not a membership epoch"));
+    }
+  }
 }
 
 }  // namespace
