@@ -48,11 +48,12 @@ double median(std::vector<double> v) {
 int main(int argc, char** argv) {
   int64_t max_mb = 64;
   int64_t calls = 400;
-  for (int i = 1; i + 1 < argc; i += 2) {
+  for (int i = 1; i < argc; i += 2) {
     const std::string flag = argv[i];
-    if (flag == "--max-mb")
+    const bool has_value = i + 1 < argc;
+    if (flag == "--max-mb" && has_value)
       max_mb = std::atoll(argv[i + 1]);
-    else if (flag == "--calls")
+    else if (flag == "--calls" && has_value)
       calls = std::atoll(argv[i + 1]);
     else {
       std::fprintf(stderr, "usage: ps_bench [--max-mb 64] [--calls 400]\n");
