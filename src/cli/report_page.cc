@@ -155,9 +155,11 @@ std::string line_chart(const std::string& title, const std::vector<Line>& lines,
   return svg + "</div></figure>";
 }
 
-// The quantities to chart, in page order: (tag in the train run, title, whether the validation run has it too).
+// The quantities to chart, in page order: a tag of the train run (the validation run's is charted beside it), its
+// title, and whether it is one of the job's metrics (which the summary table lists).
 struct Quantity {
   std::string tag, title;
+  bool metric = false;
 };
 
 std::vector<Quantity> quantities(const std::vector<RunData>& runs) {
@@ -169,7 +171,7 @@ std::vector<Quantity> quantities(const std::vector<RunData>& runs) {
     for (const auto& [tag, series] : r.train)
       if (tag.rfind("epoch_", 0) == 0 && !kSystem.count(tag)) metrics.insert(tag);
   }
-  for (const std::string& m : metrics) out.push_back({m, m.substr(6)});
+  for (const std::string& m : metrics) out.push_back({m, m.substr(6), /*metric=*/true});
   out.push_back({"epoch_examples_per_second", "throughput (examples/s)"});
   out.push_back({"epoch_input_wait_percent", "input wait (% of the epoch)"});
   out.push_back({"epoch_communication_seconds", "communication (s per epoch, collectives run)"});
@@ -210,7 +212,7 @@ std::string summary_table(const std::vector<RunData>& runs, const std::vector<Qu
   if (validated) html += "<th>val loss</th>";
   std::vector<std::string> metrics;
   for (const Quantity& q : qs) {
-    if (q.tag == "epoch_loss" || q.title.find(' ') != std::string::npos || q.tag == "epoch_learning_rate") continue;
+    if (!q.metric) continue;
     metrics.push_back(q.tag);
     html += "<th>" + escape(q.title) + "</th>";
     if (validated) html += "<th>val " + escape(q.title) + "</th>";
