@@ -28,10 +28,11 @@ std::vector<fs::path> event_files(const fs::path& dir) {
   return files;
 }
 
-// tag -> series, from every events file of `dir`; a step written again (a resumed run) keeps the last value.
-std::map<std::string, Series> read_scalars(const fs::path& dir) {
+// tag -> series, from the events files of one run folder (event_files' order); a step written again (a resumed run)
+// keeps the last value.
+std::map<std::string, Series> read_scalars(const std::vector<fs::path>& files) {
   std::map<std::string, std::map<int64_t, double>> by_tag;
-  for (const fs::path& file : event_files(dir)) {
+  for (const fs::path& file : files) {
     for (const detail::ScalarEvent& e : detail::read_scalar_events(file.string())) by_tag[e.tag][e.step] = e.value;
   }
   std::map<std::string, Series> out;
@@ -144,13 +145,14 @@ RunData load_run(const std::string& directory) {
   run.name = fs::absolute(dir).lexically_normal().filename().string();
   if (run.name.empty()) run.name = fs::absolute(dir).lexically_normal().parent_path().filename().string();
   // Keras's layout (train/ and validation/ runs), or a folder of events files itself.
-  const bool has_train_run = !event_files(dir / "train").empty();
-  STRATA_CHECK(has_train_run || !event_files(dir).empty(), InvalidArgument,
+  std::vector<fs::path> train_files = event_files(dir / "train");
+  if (train_files.empty()) train_files = event_files(dir);
+  STRATA_CHECK(!train_files.empty(), InvalidArgument,
                "strata report: '" << directory
                                   << "' holds no TensorBoard event files (train/events.out.tfevents.*): give the "
                                      "--log-dir of a strata train run");
-  run.train = read_scalars(has_train_run ? dir / "train" : dir);
-  run.validation = read_scalars(dir / "validation");
+  run.train = read_scalars(train_files);
+  run.validation = read_scalars(event_files(dir / "validation"));
   std::vector<fs::path> traces;
   for (const auto& entry : fs::directory_iterator(dir)) {
     if (entry.is_regular_file() && is_trace_file(entry.path())) traces.push_back(entry.path());
