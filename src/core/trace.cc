@@ -3,8 +3,9 @@
 // as Chrome trace-event JSON ("X" complete events, "i" instants, "M" thread and process names) by stop().
 // Timestamps are microseconds of the steady clock, which processes on one machine share, so the files of a job's
 // workers line up.
-// Thread-safety: g_recording is read without the lock (it only gates whether a span is timed); everything else is
-// under g_mu.
+// Thread-safety: g_recording, g_started and the step tag are atomics read without the lock (g_recording only gates
+// whether a span is timed; g_started lets set_step skip the lock when nothing records); everything else is under
+// g_mu.
 #include "strata/trace.h"
 
 #include <algorithm>
@@ -35,7 +36,10 @@ struct Event {
 };
 
 std::mutex g_mu;
-bool g_started = false;                     // guarded by g_mu
+// Written under g_mu; read without it by set_step, so that a run with no trace takes no lock per step. set_step
+// stores the step before it reads this, start() sets this before it reads the step (both sequentially consistent):
+// one of them sees the other's write.
+std::atomic<bool> g_started{false};
 Options g_options;                          // guarded by g_mu
 std::vector<Event> g_events;                // guarded by g_mu
 int64_t g_dropped = 0;                      // guarded by g_mu
@@ -58,8 +62,8 @@ int64_t ns_of(std::chrono::steady_clock::time_point t) {
 
 // REQUIRES: g_mu held.
 void update_recording() {
-  const int64_t step = g_step.load(std::memory_order_relaxed);
-  detail::g_recording.store(g_started && step >= g_options.first_step && step < g_options.end_step,
+  const int64_t step = g_step.load();
+  detail::g_recording.store(g_started.load() && step >= g_options.first_step && step < g_options.end_step,
                             std::memory_order_relaxed);
 }
 
@@ -168,7 +172,8 @@ int64_t stop() {
 }
 
 void set_step(int64_t step) {
-  g_step.store(step, std::memory_order_relaxed);
+  g_step.store(step);
+  if (!g_started.load()) return;  // nothing records: start() reads the step itself
   std::lock_guard<std::mutex> lock(g_mu);
   update_recording();
 }
