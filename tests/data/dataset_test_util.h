@@ -57,6 +57,22 @@ class ScratchDirTest : public ::testing::Test {
   std::string prefix_;
 };
 
+// Records "", "a", then n records "record-<i>:" followed by length(i) bytes that compress unevenly: every third a
+// byte of a linear congruential sequence from `seed`, the others cycling through the first `letters` letters.
+template <class Length>
+std::vector<std::string> uneven_records(int n, uint32_t seed, int letters, Length length) {
+  std::vector<std::string> records = {"", "a"};
+  uint32_t x = seed;
+  for (int i = 0; i < n; ++i) {
+    std::string r = "record-" + std::to_string(i) + ":";
+    const size_t len = length(i);
+    for (size_t k = 0; k < len; ++k)
+      r.push_back(static_cast<char>(k % 3 == 0 ? (x = x * 1103515245u + 12345u) >> 24 : 'a' + k % letters));
+    records.push_back(std::move(r));
+  }
+  return records;
+}
+
 inline std::string file_bytes(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   return std::string(std::istreambuf_iterator<char>(in), {});

@@ -36,16 +36,8 @@ class CompressionTest : public test::ScratchDirTest {
 
 // Records of many sizes, some larger than the streaming reader's buffer, that compress unevenly.
 std::vector<std::string> sample_records(int n = 200) {
-  std::vector<std::string> records = {"", "a"};
-  uint32_t x = 7;
-  for (int i = 0; i < n; ++i) {
-    std::string r = "record-" + std::to_string(i) + ":";
-    const size_t len = (i % 37 == 0) ? 70000 : static_cast<size_t>(i * 13 % 900);
-    for (size_t k = 0; k < len; ++k)
-      r.push_back(static_cast<char>(k % 3 == 0 ? (x = x * 1103515245u + 12345u) >> 24 : 'a' + k % 5));
-    records.push_back(std::move(r));
-  }
-  return records;
+  return test::uneven_records(n, 7, 5,
+                              [](int i) { return i % 37 == 0 ? size_t{70000} : static_cast<size_t>(i * 13 % 900); });
 }
 
 void write_records(const std::string& path, Compression c, const std::vector<std::string>& records) {

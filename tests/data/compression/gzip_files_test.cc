@@ -26,16 +26,9 @@ class GzipFilesTest : public test::ScratchDirTest {
 
 // Records of many sizes that compress unevenly, one larger than the writer's input buffer.
 std::vector<std::string> sample_records(int n = 150) {
-  std::vector<std::string> records = {"", "a"};
-  uint32_t x = 11;
-  for (int i = 0; i < n; ++i) {
-    std::string r = "record-" + std::to_string(i) + ":";
-    const size_t len = i == 77 ? 600000 : (i % 29 == 0) ? 30000 : static_cast<size_t>(i * 17 % 1300);
-    for (size_t k = 0; k < len; ++k)
-      r.push_back(static_cast<char>(k % 3 == 0 ? (x = x * 1103515245u + 12345u) >> 24 : 'a' + k % 7));
-    records.push_back(std::move(r));
-  }
-  return records;
+  return test::uneven_records(n, 11, 7, [](int i) {
+    return i == 77 ? size_t{600000} : i % 29 == 0 ? size_t{30000} : static_cast<size_t>(i * 17 % 1300);
+  });
 }
 
 // Writes `records` with `options`; returns the file's bytes.
