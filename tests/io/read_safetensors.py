@@ -9,12 +9,16 @@ shape is written without spaces ("[2,3]", "[]" for a scalar); sum is the float64
 elements (exact for integers) with 17 significant digits; --values appends every element
 (%.9g, which round-trips float32). --metadata first prints "__metadata__ <json>" (checksums included).
 Checks every "crc32c:<tensor>" checksum in the metadata (strata writes one per tensor: the CRC-32C of
-the tensor's bytes as 8 hex digits) with its own table-driven CRC-32C.
+the tensor's bytes as 8 hex digits) with the tests' own table-driven CRC-32C (tests/crc32c_reference.py).
 Exits 1 with a message on stderr when the file breaks the format or a checksum, 2 when numpy is missing.
 """
 import json
+import os
 import struct
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir))
+from crc32c_reference import crc32c  # noqa: E402 (tests/crc32c_reference.py)
 
 try:
     import numpy as np
@@ -23,28 +27,6 @@ except ImportError:
     sys.exit(2)
 
 DTYPES = {"F32": "<f4", "I32": "<i4", "I64": "<i8", "U8": "u1", "BF16": "<u2"}
-
-
-def _crc32c_table():
-    table = []
-    for i in range(256):
-        c = i
-        for _ in range(8):
-            c = (c >> 1) ^ 0x82F63B78 if c & 1 else c >> 1
-        table.append(c)
-    return table
-
-
-CRC32C_TABLE = _crc32c_table()
-
-
-def crc32c(data):
-    """CRC-32C (Castagnoli), reflected, initial and final value 0xFFFFFFFF: "123456789" -> 0xe3069283."""
-    crc = 0xFFFFFFFF
-    table = CRC32C_TABLE
-    for b in data:
-        crc = table[(crc ^ b) & 0xFF] ^ (crc >> 8)
-    return crc ^ 0xFFFFFFFF
 
 
 def fail(path, message):
