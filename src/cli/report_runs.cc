@@ -75,7 +75,9 @@ StepBreakdown step_breakdown_of_trace(const std::string& path) {
   try {
     for (const auto& e : trace["traceEvents"]) {
       const std::string phase = e.value("ph", "");
-      if (phase == "M" && e.value("name", "") == "process_name") out.process = e["args"].value("name", out.process);
+      // (contains() first: the const operator[] of a key that is not there is undefined behaviour in nlohmann.)
+      if (phase == "M" && e.value("name", "") == "process_name" && e.contains("args"))
+        out.process = e["args"].value("name", out.process);
       if (phase != "X") continue;
       TracedSpan s;
       s.name = e.value("name", "?");

@@ -117,5 +117,32 @@ TEST(ReportCommandTest, TheBreakdownCountsEachSpansOwnTimeAndTheRestAsOther) {
   EXPECT_THROW(step_breakdown_of_trace((s.dir / "bad.json").string()), DataCorrupt);
 }
 
+// Any *.json in a run folder that looks like a trace is read: events of the wrong shape are DataCorrupt naming the
+// file, and a process_name event without its args keeps the file's name.
+TEST(ReportCommandTest, AMalformedTraceEventIsNamedAndAMissingProcessNameKeepsTheFilesName) {
+  Scratch s("report_malformed");
+  const fs::path no_args = s.dir / "no_args.json";
+  std::ofstream(no_args) << R"({"traceEvents":[{"name":"process_name","ph":"M","pid":1},
+{"name":"forward","ph":"X","ts":0,"dur":1000,"pid":1,"tid":1,"args":{"step":0}}]})";
+  const StepBreakdown b = step_breakdown_of_trace(no_args.string());
+  EXPECT_EQ(b.process, "no_args.json");
+  EXPECT_EQ(b.steps, 1);
+  EXPECT_NEAR(b.step_ms, 1.0, 1e-9);
+  for (const auto& [name, text] : std::vector<std::pair<std::string, std::string>>{
+           {"not_an_object", R"({"traceEvents":[5]})"},
+           {"args_not_an_object", R"({"traceEvents":[{"name":"process_name","ph":"M","args":[1]}]})"},
+           {"ts_a_string", R"({"traceEvents":[{"name":"forward","ph":"X","ts":"soon","tid":1}]})"},
+           {"step_a_string", R"({"traceEvents":[{"name":"forward","ph":"X","ts":0,"args":{"step":"x"}}]})"}}) {
+    const fs::path file = s.dir / (name + ".json");
+    std::ofstream(file) << text;
+    try {
+      step_breakdown_of_trace(file.string());
+      ADD_FAILURE() << name << ": no error";
+    } catch (const DataCorrupt& e) {
+      EXPECT_NE(std::string(e.what()).find(file.string()), std::string::npos) << e.what();
+    }
+  }
+}
+
 }  // namespace
 }  // namespace strata::cli
