@@ -57,7 +57,9 @@ std::string number(double v, int digits = 4) {
   return buf;
 }
 
-// Tick values: about `n` round numbers spanning [lo, hi].
+// Tick values: about `n` round numbers spanning [lo, hi]. Each is computed from its index, and at most 2n + 2 are
+// made: where the step is below the values' resolution (values one double apart), adding it would not move t, and a
+// loop of t += step would never end.
 std::vector<double> ticks(double lo, double hi, int n) {
   if (hi <= lo) return {lo};
   const double raw = (hi - lo) / n;
@@ -68,7 +70,12 @@ std::vector<double> ticks(double lo, double hi, int n) {
     if (step >= raw) break;
   }
   std::vector<double> out;
-  for (double t = std::ceil(lo / step) * step; t <= hi + step * 1e-9; t += step) out.push_back(t);
+  const double first = std::ceil(lo / step) * step;
+  for (int i = 0; i <= 2 * n + 1; ++i) {
+    const double t = first + i * step;
+    if (t > hi + step * 1e-9) break;
+    if (out.empty() || t != out.back()) out.push_back(t);
+  }
   return out;
 }
 
@@ -115,7 +122,8 @@ std::string line_chart(const std::string& title, const std::vector<Line>& lines,
                   left, py(t), right, py(t), left - 5, py(t) + 4);
     svg += buf + number(t, 3) + "</text>";
   }
-  for (const double t : ticks(x_lo, x_hi, std::min(8, static_cast<int>(x_hi - x_lo) + 1))) {
+  // (The count is taken as a double first: steps far apart, from another writer's file, do not fit an int.)
+  for (const double t : ticks(x_lo, x_hi, static_cast<int>(std::min(8.0, x_hi - x_lo + 1)))) {
     if (std::fabs(t - std::round(t)) > 1e-9) continue;  // whole epochs only
     std::snprintf(buf, sizeof buf,
                   "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" class=\"axis\"/><text x=\"%.1f\" y=\"%.1f\" "

@@ -144,5 +144,20 @@ TEST(ReportCommandTest, AMalformedTraceEventIsNamedAndAMissingProcessNameKeepsTh
   }
 }
 
+// A chart whose values differ by one unit in the last place (1e17 and the next double, 16 above it: the axis' tick
+// step, 5, is below their resolution, so adding it never moves a tick) and whose steps lie far apart (2^40: more
+// than an int holds) is drawn, in bounded time.
+TEST(ReportCommandTest, ChartsOfValuesBeyondTheirResolutionAreDrawn) {
+  RunData run;
+  run.name = "diverged";
+  run.train["epoch_loss"] = {{0, 1e17}, {1, 1e17 + 16}, {2, 1e17}};
+  run.train["epoch_accuracy"] = {{0, 0.1}, {int64_t{1} << 40, 0.2}};
+  const std::string html = report_html({run}, /*compare=*/false);
+  EXPECT_EQ(count(html, "<figcaption>loss</figcaption>"), 1);
+  EXPECT_EQ(count(html, "<figcaption>accuracy</figcaption>"), 1);
+  EXPECT_EQ(count(html, "<polyline"), 2);
+  EXPECT_LT(count(html, "class=\"grid\""), 30) << "a handful of ticks per chart";
+}
+
 }  // namespace
 }  // namespace strata::cli
