@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <filesystem>
 
+#include "cli/output_paths.h"
 #include "strata/error.h"
 #include "strata/trace.h"
 
@@ -49,9 +50,8 @@ TraceRecording::TraceRecording(const std::string& path, const std::string& steps
   }
   window_ = steps.empty() ? std::pair<int64_t, int64_t>{1, 21} : parse_trace_steps(steps);
   path_ = trace_path_for(path, task);
-  const std::filesystem::path parent = std::filesystem::path(path_).parent_path();
-  STRATA_CHECK(parent.empty() || std::filesystem::is_directory(parent), IoError,
-               "--trace: the folder of '" << path_ << "' does not exist");
+  // Written only when training ends: a path that cannot be written fails now, before the first step.
+  check_output_file(path_, "--trace");
   trace::name_thread("training loop");  // the thread that runs fit (and, with one replica, its steps)
   trace::start({.path = path_,
                 .first_step = window_.first,

@@ -23,7 +23,8 @@ std::pair<int64_t, int64_t> parse_trace_steps(const std::string& text);
 std::string trace_path_for(const std::string& path, const cluster::TaskInfo& task);
 
 // Records the timeline while it lives (nothing when `path` is empty) and writes it when destroyed, printing
-// "trace: N spans of steps A..B-1 written to FILE".
+// "trace: N spans of steps A..B-1 written to FILE". The constructor proves the task's file writable (IoError naming
+// --trace: a directory, a missing folder), since the file is written only when training ends.
 class TraceRecording {
  public:
   TraceRecording(const std::string& path, const std::string& steps, const cluster::TaskInfo& task);

@@ -5,12 +5,9 @@
 //
 // Thread-safety: registration runs once in main; each command runs on the main thread.
 #include <sys/stat.h>
-#include <unistd.h>
 
-#include <cerrno>
 #include <cmath>
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <thread>
@@ -19,6 +16,7 @@
 #include "cli/distribution.h"
 #include "cli/job.h"
 #include "cli/json_log.h"
+#include "cli/output_paths.h"
 #include "cli/trace_flags.h"
 #include "strata/cluster/cluster_resolver.h"
 #include "strata/distribute/strategies.h"
@@ -123,36 +121,6 @@ void add_log_callbacks(FitOptions& fit, const TrainArgs& args, bool chief) {
         args.log_dir, callbacks::TensorBoard::Options{.update_freq = args.log_every_steps}));
   }
   if (args.log_format == "json") fit.callbacks.push_back(std::make_shared<JsonEpochLogger>());
-}
-
-// `dir` exists as a directory we can write in, created (with its parents) if need be. Writability is
-// proven by creating and removing a file there: permission bits do not tell (root, read-only mounts).
-// `what` names where the path came from ("--checkpoint-dir").
-void check_output_directory(const std::string& dir, const std::string& what) {
-  std::error_code ec;
-  if (fs::exists(dir, ec)) {
-    STRATA_CHECK(fs::is_directory(dir, ec), IoError, what << ": '" << dir << "' exists and is not a directory");
-  } else {
-    fs::create_directories(dir, ec);
-    STRATA_CHECK(!ec, IoError, what << ": cannot create directory '" << dir << "': " << ec.message());
-  }
-  const std::string probe = (fs::path(dir) / (".strata-write-test-" + std::to_string(::getpid()))).string();
-  std::FILE* f = std::fopen(probe.c_str(), "w");
-  STRATA_CHECK(f != nullptr, IoError, what << ": cannot write in directory '" << dir << "': " << std::strerror(errno));
-  std::fclose(f);
-  std::remove(probe.c_str());
-}
-
-// `path` can be opened for appending (an existing file is left as it is; a new one is created and removed
-// again, so a run that fails before training leaves nothing behind).
-void check_output_file(const std::string& path, const std::string& what) {
-  std::error_code ec;
-  const bool existed = fs::exists(path, ec);
-  STRATA_CHECK(!existed || !fs::is_directory(path, ec), IoError, what << ": '" << path << "' is a directory");
-  std::FILE* f = std::fopen(path.c_str(), "a");
-  STRATA_CHECK(f != nullptr, IoError, what << ": cannot write '" << path << "': " << std::strerror(errno));
-  std::fclose(f);
-  if (!existed) std::remove(path.c_str());
 }
 
 // The job's model, created, compiled and built inside the strategy's scope so that its variables are the

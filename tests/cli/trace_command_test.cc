@@ -110,6 +110,16 @@ TEST(TraceCommandTest, BadTraceFlagsAreNamed) {
   std::tie(rc, out) = run(std::string(STRATA_BINARY) + " train " + t.job + " --trace-steps 1:5");
   EXPECT_NE(rc, 0);
   EXPECT_NE(out.find("--trace-steps needs --trace FILE"), std::string::npos) << out;
+  // The file is written when training ends, so a path that cannot be written is named before the first step.
+  std::tie(rc, out) = run(std::string(STRATA_BINARY) + " train " + t.job + " --trace " + t.s.dir.string());
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("--trace: '" + t.s.dir.string() + "' is a directory"), std::string::npos) << out;
+  EXPECT_EQ(epoch_loss(out, 1), "") << "no epoch trained: " << out;
+  std::tie(rc, out) = run(std::string(STRATA_BINARY) + " train " + t.job + " --trace " +
+                          (t.s.dir / "no-such-folder" / "t.json").string());
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(out.find("--trace: cannot write"), std::string::npos) << out;
+  EXPECT_EQ(epoch_loss(out, 1), "") << "no epoch trained: " << out;
   std::tie(rc, out) = run(std::string(STRATA_BINARY) + " train " + t.job + " --bytes-per-pack 4096");
   EXPECT_NE(rc, 0);
   EXPECT_NE(out.find("--bytes-per-pack 4096: only multi_worker_mirrored"), std::string::npos) << out;
