@@ -47,8 +47,10 @@ Timeline read_timeline(const fs::path& path) {
 
 // Steps in which an all-reduce started while backward had at least a tenth of its time still to run. With buckets
 // it is the first bucket's, issued when the last layers' gradients are ready (measured: within the first third of
-// backward); with one bucket, filled by the last gradient, none can start before backward's very end. (Whether
-// the bucket's all-reduce also ends within backward depends on the peer and the load, so it is not asked.)
+// backward); with one bucket, filled by the last gradient, none starts before backward's very end, except in a step
+// whose backward span is stretched after its last gradient (its thread descheduled on a loaded machine: seen once in
+// 8 steps with two busy processes beside the test). (Whether the bucket's all-reduce also ends within backward
+// depends on the peer and the load, so it is not asked.)
 int steps_with_overlap(const Timeline& t) {
   int steps = 0;
   for (const Span& b : t.backward) {
@@ -97,7 +99,7 @@ TEST(TraceCommandTest, BucketedAllReducesOverlapBackwardAndOneBucketDoesNot) {
     const Timeline& w = whole[static_cast<size_t>(worker)];
     ASSERT_EQ(w.backward.size(), 8u);
     EXPECT_GE(w.all_reduce.size(), 8u);
-    EXPECT_EQ(steps_with_overlap(w), 0) << "one bucket, filled only when backward ends";
+    EXPECT_LE(steps_with_overlap(w), 1) << "one bucket, filled only when backward ends";
   }
 }
 
