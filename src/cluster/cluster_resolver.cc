@@ -1,5 +1,5 @@
-// TF_CONFIG, mpirun and torchrun environments -> TaskInfo (see strata/cluster/cluster_resolver.h for the
-// rules and where they follow TensorFlow). Errors are InvalidArgument naming the variable and the problem.
+// TF_CONFIG, mpirun, torchrun and srun (SLURM) environments -> TaskInfo (see strata/cluster/cluster_resolver.h
+// for the rules and where they follow TensorFlow). Errors are InvalidArgument naming the variable and the problem.
 // Thread-safety: pure functions; resolve_cluster_from_environment reads `environ`.
 #include "strata/cluster/cluster_resolver.h"
 
@@ -11,6 +11,7 @@
 #include <set>
 
 #include "core/json_depth.h"
+#include "strata/cluster/slurm.h"
 #include "strata/error.h"
 
 extern char** environ;
@@ -140,6 +141,12 @@ TaskInfo describe(ClusterSpec spec, const std::string& type, int64_t index) {
     info.coordinator_address = spec.jobs.at("worker")[0];
   }
   info.hosts_coordinator = (type == "chief") || (!has_chief && type == "worker" && index == 0);
+  const std::string my_host = parse_address(info.address, "TF_CONFIG task").host;
+  int64_t on_host = 0;
+  for (const auto& [t, addresses] : spec.jobs) {
+    for (const std::string& a : addresses) on_host += same_host(parse_address(a, "TF_CONFIG cluster").host, my_host);
+  }
+  info.local_world_size = on_host;
   info.cluster = std::move(spec);
   return info;
 }
@@ -194,8 +201,10 @@ TaskInfo rank_task(Source source, int64_t rank, int64_t size) {
   return info;
 }
 
-const std::vector<std::string> kMpiVars = {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK"};
-const std::vector<std::string> kTorchVars = {"RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "LOCAL_RANK"};
+const std::vector<std::string> kMpiVars = {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK",
+                                           "OMPI_COMM_WORLD_LOCAL_SIZE"};
+const std::vector<std::string> kTorchVars = {"RANK",       "WORLD_SIZE", "MASTER_ADDR",
+                                             "MASTER_PORT", "LOCAL_RANK", "LOCAL_WORLD_SIZE"};
 
 TaskInfo resolve_mpi(const Environment& env) {
   require_all(env, kMpiVars, {"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}, "mpirun");
@@ -205,6 +214,9 @@ TaskInfo resolve_mpi(const Environment& env) {
                "OMPI_COMM_WORLD_RANK " << rank << " is out of range for OMPI_COMM_WORLD_SIZE " << size);
   TaskInfo info = rank_task(Source::kMpi, rank, size);
   if (lookup(env, "OMPI_COMM_WORLD_LOCAL_RANK")) info.local_rank = env_int(env, "OMPI_COMM_WORLD_LOCAL_RANK", 0);
+  if (lookup(env, "OMPI_COMM_WORLD_LOCAL_SIZE")) {
+    info.local_world_size = env_int(env, "OMPI_COMM_WORLD_LOCAL_SIZE", 1);
+  }
   return info;
 }
 
@@ -215,10 +227,159 @@ TaskInfo resolve_torchrun(const Environment& env) {
   STRATA_CHECK(rank < size, InvalidArgument, "RANK " << rank << " is out of range for WORLD_SIZE " << size);
   TaskInfo info = rank_task(Source::kTorchrun, rank, size);
   if (lookup(env, "LOCAL_RANK")) info.local_rank = env_int(env, "LOCAL_RANK", 0);
+  if (lookup(env, "LOCAL_WORLD_SIZE")) info.local_world_size = env_int(env, "LOCAL_WORLD_SIZE", 1);
   const std::string host = *lookup(env, "MASTER_ADDR");
   const bool ipv6 = host.find(':') != std::string::npos && !host.empty() && host.front() != '[';
   info.coordinator_address = (ipv6 ? "[" + host + "]" : host) + ":" + *lookup(env, "MASTER_PORT");
   parse_address(info.coordinator_address, "MASTER_ADDR:MASTER_PORT");
+  return info;
+}
+
+// srun sets SLURM_STEP_ID (SLURM_STEPID, its old name) in every task of a step; an sbatch script, which also
+// has SLURM_PROCID=0, and salloc's shell do not.
+const std::vector<std::string> kSlurmStepVars = {"SLURM_STEP_ID", "SLURM_STEPID"};
+// Every SLURM variable the resolution reads, in the order an error names them.
+const std::vector<std::string> kSlurmVars = {"SLURM_STEP_ID",        "SLURM_STEPID",
+                                             "SLURM_PROCID",         "SLURM_STEP_NUM_TASKS",
+                                             "SLURM_NTASKS",         "SLURM_LOCALID",
+                                             "SLURM_STEP_NODELIST",  "SLURM_JOB_NODELIST",
+                                             "SLURM_NODELIST",       "SLURM_STEP_TASKS_PER_NODE",
+                                             "SLURM_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE"};
+
+bool in_srun_step(const Environment& env) { return !set_names(env, kSlurmStepVars).empty(); }
+
+// The first of `names` that is set, or nullopt when none is.
+std::optional<std::string> first_set(const Environment& env, const std::vector<std::string>& names) {
+  for (const auto& name : names) {
+    if (lookup(env, name)) return name;
+  }
+  return std::nullopt;
+}
+
+// The first of `names` followed by the others that may stand in for it: "A (or B, C)".
+std::string alternatives(const std::vector<std::string>& names) {
+  std::string text = names[0];
+  for (size_t i = 1; i < names.size(); ++i) text += (i == 1 ? " (or " : ", ") + names[i];
+  return names.size() > 1 ? text + ")" : text;
+}
+
+TaskInfo resolve_slurm(const Environment& env) {
+  const std::vector<std::string> ntasks_names = {"SLURM_STEP_NUM_TASKS", "SLURM_NTASKS"};
+  const std::vector<std::string> nodelist_names = {"SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"};
+  const std::vector<std::string> tasks_per_node_names = {"SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE",
+                                                         "SLURM_NTASKS_PER_NODE"};
+  const auto ntasks_name = first_set(env, ntasks_names);
+  const auto nodelist_name = first_set(env, nodelist_names);
+  const auto tasks_per_node_name = first_set(env, tasks_per_node_names);
+  std::string missing;
+  const auto require = [&](bool present, const std::string& what) {
+    if (!present) missing += (missing.empty() ? "" : ", ") + what;
+  };
+  require(lookup(env, "SLURM_PROCID").has_value(), "SLURM_PROCID");
+  require(ntasks_name.has_value(), alternatives({"SLURM_NTASKS", "SLURM_STEP_NUM_TASKS"}));
+  require(lookup(env, "SLURM_LOCALID").has_value(), "SLURM_LOCALID");
+  require(nodelist_name.has_value(), alternatives(nodelist_names));
+  require(tasks_per_node_name.has_value(), alternatives(tasks_per_node_names));
+  STRATA_CHECK(
+      missing.empty(), InvalidArgument,
+      "SLURM's srun environment is half-set: " << set_names(env, kSlurmVars) << " set but " << missing << " missing");
+
+  const int64_t ntasks = env_int(env, *ntasks_name, 1);
+  const int64_t rank = env_int(env, "SLURM_PROCID", 0);
+  STRATA_CHECK(rank < ntasks, InvalidArgument,
+               "SLURM_PROCID " << rank << " is out of range for " << *ntasks_name << " " << ntasks);
+  const int64_t local_id = env_int(env, "SLURM_LOCALID", 0);
+
+  const std::string nodelist = *lookup(env, *nodelist_name);
+  const std::vector<std::string> hosts = expand_hostlist(nodelist, *nodelist_name);
+  const std::string tasks_per_node_text = *lookup(env, *tasks_per_node_name);
+  const std::vector<int64_t> tasks_per_node =
+      *tasks_per_node_name == "SLURM_NTASKS_PER_NODE"
+          ? std::vector<int64_t>(hosts.size(), env_int(env, *tasks_per_node_name, 1))
+          : expand_tasks_per_node(tasks_per_node_text, *tasks_per_node_name);
+  const std::string layout =
+      *tasks_per_node_name + "='" + tasks_per_node_text + "' over " + *nodelist_name + "='" + nodelist + "'";
+  STRATA_CHECK(tasks_per_node.size() == hosts.size(), InvalidArgument,
+               *nodelist_name << "='" << nodelist << "' names " << hosts.size() << " node"
+                              << (hosts.size() == 1 ? "" : "s") << " but " << *tasks_per_node_name << "='"
+                              << tasks_per_node_text << "' counts the tasks of " << tasks_per_node.size());
+  std::set<std::string> seen;
+  for (const std::string& host : hosts) {
+    STRATA_CHECK(seen.insert(host).second, InvalidArgument,
+                 *nodelist_name << "='" << nodelist << "' names the node " << host << " twice");
+  }
+  int64_t total = 0;
+  for (const int64_t n : tasks_per_node) total += n;
+  STRATA_CHECK(total == ntasks, InvalidArgument,
+               layout << " places " << total << " tasks but " << *ntasks_name << " is " << ntasks);
+
+  int64_t port_base = kDefaultSlurmPortBase;
+  if (lookup(env, "STRATA_SLURM_PORT_BASE")) {
+    port_base = env_int(env, "STRATA_SLURM_PORT_BASE", 1);
+    STRATA_CHECK(port_base <= 65535, InvalidArgument,
+                 "STRATA_SLURM_PORT_BASE must be a port 1..65535, got " << port_base);
+  }
+  const int64_t most_on_a_node = *std::max_element(tasks_per_node.begin(), tasks_per_node.end());
+  STRATA_CHECK(
+      port_base + most_on_a_node - 1 <= 65535, InvalidArgument,
+      "STRATA_SLURM_PORT_BASE " << port_base << " leaves no port for local task " << most_on_a_node - 1
+                                << " (a task listens on STRATA_SLURM_PORT_BASE + SLURM_LOCALID, at most 65535)");
+
+  // srun's block distribution: the ranks fill the nodes in the order of the node list, each node's tasks
+  // taking the next consecutive ranks.
+  std::vector<std::string> addresses;
+  size_t my_node = 0;
+  int64_t my_expected_local_id = 0;
+  for (size_t node = 0; node < hosts.size(); ++node) {
+    for (int64_t local = 0; local < tasks_per_node[node]; ++local) {
+      if (static_cast<int64_t>(addresses.size()) == rank) {
+        my_node = node;
+        my_expected_local_id = local;
+      }
+      addresses.push_back(hosts[node] + ":" + std::to_string(port_base + local));
+      parse_address(addresses.back(), *nodelist_name);
+    }
+  }
+  const auto node_name = lookup(env, "SLURMD_NODENAME");
+  const bool placed_as_expected = local_id == my_expected_local_id && (!node_name || *node_name == hosts[my_node]);
+  STRATA_CHECK(placed_as_expected, InvalidArgument,
+               "SLURM_PROCID " << rank << " runs as local task " << local_id << " (SLURM_LOCALID)"
+                               << (node_name ? " on " + *node_name + " (SLURMD_NODENAME)" : std::string())
+                               << ", but srun's block distribution of " << layout << " puts it on " << hosts[my_node]
+                               << " as local task " << my_expected_local_id
+                               << "; start the tasks with the block distribution (srun --distribution=block, the "
+                                  "default when there are more tasks than nodes)");
+
+  std::map<std::string, int64_t> jobs = {{"worker", ntasks}};
+  const auto jobs_text = lookup(env, "STRATA_SLURM_JOBS");
+  if (jobs_text && !blank(*jobs_text)) {
+    jobs = parse_slurm_jobs(*jobs_text, "STRATA_SLURM_JOBS");
+    int64_t asked = 0;
+    for (const auto& [type, count] : jobs) asked += count;
+    STRATA_CHECK(asked == ntasks, InvalidArgument,
+                 "STRATA_SLURM_JOBS='" << *jobs_text << "' asks for " << asked << " task" << (asked == 1 ? "" : "s")
+                                       << " but " << *ntasks_name << " is " << ntasks
+                                       << "; the counts must add up to the step's tasks");
+  }
+  // As TensorFlow's SlurmClusterResolver: the types, in name order, take consecutive ranks.
+  ClusterSpec spec;
+  std::string my_type;
+  int64_t my_index = 0;
+  int64_t first_rank = 0;
+  for (const auto& [type, count] : jobs) {
+    const auto begin = addresses.begin() + first_rank;
+    spec.jobs[type] = std::vector<std::string>(begin, begin + count);
+    if (rank >= first_rank && rank < first_rank + count) {
+      my_type = type;
+      my_index = rank - first_rank;
+    }
+    first_rank += count;
+  }
+  TaskInfo info = describe(std::move(spec), my_type, my_index);
+  info.source = Source::kSlurm;
+  info.local_rank = local_id;
+  info.local_world_size = tasks_per_node[my_node];
+  if (lookup(env, "SLURM_CPUS_PER_TASK")) info.cpus_per_task = env_int(env, "SLURM_CPUS_PER_TASK", 1);
   return info;
 }
 
@@ -230,8 +391,16 @@ const char* source_name(Source source) {
     case Source::kTfConfig: return "tf_config";
     case Source::kMpi: return "mpi";
     case Source::kTorchrun: return "torchrun";
+    case Source::kSlurm: return "slurm";
   }
   return "?";
+}
+
+bool same_host(const std::string& a, const std::string& b) {
+  const auto loopback = [](const std::string& host) {
+    return host == "localhost" || host.rfind("127.", 0) == 0 || host == "[::1]";
+  };
+  return a == b || (loopback(a) && loopback(b));
 }
 
 int64_t ClusterSpec::num_tasks(const std::string& type) const {
@@ -323,16 +492,25 @@ TaskInfo resolve_tf_config(const std::string& tf_config) {
 
 TaskInfo resolve_cluster(const Environment& env) {
   const auto tf_config = lookup(env, "TF_CONFIG");
+  const bool has_tf_config = tf_config && !blank(*tf_config);
+  const std::string mpi = set_names(env, kMpiVars);
+  const std::string torch = set_names(env, kTorchVars);
+  // An srun step's variables describe this process only when no launcher runs inside the step: mpirun in an
+  // sbatch job starts its daemons with srun, and torchrun under srun is the step's task; their processes
+  // inherit the step's variables, which describe the launcher, not them (see cluster_resolver.h).
+  const bool slurm = in_srun_step(env) && mpi.empty() && torch.empty();
   std::vector<std::string> sources;
-  if (tf_config && !blank(*tf_config)) sources.push_back("TF_CONFIG");
-  if (const std::string mpi = set_names(env, kMpiVars); !mpi.empty()) sources.push_back("mpirun's " + mpi);
-  if (const std::string torch = set_names(env, kTorchVars); !torch.empty()) sources.push_back("torchrun's " + torch);
+  if (has_tf_config) sources.push_back("TF_CONFIG");
+  if (!mpi.empty()) sources.push_back("mpirun's " + mpi);
+  if (!torch.empty()) sources.push_back("torchrun's " + torch);
+  if (slurm) sources.push_back("srun's " + set_names(env, {"SLURM_STEP_ID", "SLURM_STEPID", "SLURM_PROCID"}));
   STRATA_CHECK(sources.size() <= 1, InvalidArgument,
                "the environment names the cluster twice: " << sources[0] << " and " << sources[1]
                                                            << " are both set; unset one launcher's variables");
-  if (tf_config && !blank(*tf_config)) return resolve_tf_config(*tf_config);
-  if (!set_names(env, kMpiVars).empty()) return resolve_mpi(env);
-  if (!set_names(env, kTorchVars).empty()) return resolve_torchrun(env);
+  if (has_tf_config) return resolve_tf_config(*tf_config);
+  if (!mpi.empty()) return resolve_mpi(env);
+  if (!torch.empty()) return resolve_torchrun(env);
+  if (slurm) return resolve_slurm(env);
   return TaskInfo{};
 }
 
