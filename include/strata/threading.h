@@ -2,8 +2,11 @@
 //
 // The setting is per calling thread, so two replicas on two threads can each be given one core and
 // not oversubscribe the machine. Kernels read it through `parallel_for` (OpenMP underneath) and the
-// BLAS/oneDNN wrappers. The default is STRATA_NUM_THREADS from the environment, else every core.
-// Thread-safety: all functions are safe from any thread; each affects only the calling thread.
+// BLAS/oneDNN wrappers. A thread that never set its count uses the process's default: the one
+// set_default_num_threads gave (the `strata` CLI sets this process's share of its host's cores, see
+// strata/cluster/host_cores.h), else STRATA_NUM_THREADS from the environment, else usable_cores().
+// Thread-safety: all functions are safe from any thread; set_num_threads affects only the calling thread,
+// set_default_num_threads every thread that has not set its own count.
 #pragma once
 
 #include <cstdint>
@@ -17,6 +20,12 @@ int num_threads();
 void set_num_threads(int n);
 // Number of cores of the machine.
 int hardware_threads();
+// Cores this process may keep busy: its CPU affinity mask, lowered to its cgroup's CPU quota (rounded up).
+int usable_cores();
+// The count of a thread that has not set its own (see the top of this file).
+int default_num_threads();
+// Sets the process-wide default; n <= 0 goes back to STRATA_NUM_THREADS, else usable_cores().
+void set_default_num_threads(int n);
 
 // Sets num_threads() for the lifetime of the guard, then restores the previous value.
 class ScopedNumThreads {

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "cli/commands.h"
+#include "cli/core_share.h"
 #include "cli/distribution.h"
 #include "cli/job.h"
 #include "cli/json_log.h"
@@ -77,14 +78,16 @@ void warn(const std::string& message) {
   std::fprintf(stderr, "strata: warning: %s\n", message.c_str());
 }
 
-// The job's strategy (flags over the file), announced on one line. Call after set_num_threads: replicas
-// share the calling thread's cores.
-std::unique_ptr<distribute::Strategy> open_strategy(Job& job, const StrategyFlags& flags) {
+// The job's strategy (flags over the file), announced on one line with this process's threads and why. Call
+// after apply_core_share: replicas and pipeline stages share the process's threads.
+std::unique_ptr<distribute::Strategy> open_strategy(Job& job, const StrategyFlags& flags,
+                                                    const cluster::CoreShare& cores) {
   job.strategy = resolve_strategy(job.strategy, flags);
   std::unique_ptr<distribute::Strategy> strategy = make_job_strategy(job.strategy);
-  std::printf("%s\n", strategy_line(*strategy, job.batch_size).c_str());
+  std::printf("%s; %s\n", strategy_line(*strategy, job.batch_size).c_str(), cores.reason.c_str());
   std::fflush(stdout);
-  warn(replicas_warning(strategy->num_replicas_in_sync(), std::thread::hardware_concurrency()));
+  warn(replicas_warning(strategy->num_replicas_in_sync(), static_cast<unsigned>(cores.cores)));
+  if (job.strategy.name == "pipeline") warn(stages_warning(job.strategy.pipeline_stages, cores.threads));
   return strategy;
 }
 
@@ -138,7 +141,7 @@ std::shared_ptr<Sequential> make_model(const Job& job, distribute::Strategy& str
 // its own input (the training set shuffled with a seed of its own) until the chief's fit ends; the chief trains, as
 // many steps per epoch as the training set has batches, then evaluates. --checkpoint-dir keeps the ps shards (saved
 // by the chief at each epoch's end and every --checkpoint-every steps); a ps task restarted with it restores them.
-void run_parameter_server_task(Job& job, const TrainArgs& args) {
+void run_parameter_server_task(Job& job, const TrainArgs& args, const cluster::CoreShare& cores) {
   STRATA_CHECK(!args.resume, InvalidArgument,
                "--resume: under parameter_server a restarted ps task restores its shards from --checkpoint-dir by "
                "itself, and the chief is not resumed; start the job afresh");
@@ -169,7 +172,7 @@ void run_parameter_server_task(Job& job, const TrainArgs& args) {
   }
   if (!args.csv_log.empty() && task.task_type == "chief") check_output_file(args.csv_log, "--csv-log");
   if (!args.log_dir.empty() && task.task_type == "chief") check_output_directory(args.log_dir, "--log-dir");
-  const std::unique_ptr<distribute::Strategy> strategy = open_strategy(job, args.strategy);
+  const std::unique_ptr<distribute::Strategy> strategy = open_strategy(job, args.strategy, cores);
   auto& servers = static_cast<ps::ParameterServerStrategy&>(*strategy);
   if (servers.task_type() == "ps") {
     std::printf("serving variables on %s", task.address.c_str());
@@ -240,13 +243,13 @@ void run_parameter_server_task(Job& job, const TrainArgs& args) {
 }
 
 void run_train(const TrainArgs& args) {
-  if (args.threads > 0) set_num_threads(args.threads);
+  const cluster::CoreShare cores = apply_core_share(args.threads);
   Job job = load_job(args.job);
   if (args.epochs > 0) job.epochs = args.epochs;
   if (args.batch_size > 0) job.batch_size = args.batch_size;
   if (!args.checkpoint_dir.empty()) job.checkpoint_dir = args.checkpoint_dir;
   if (resolve_strategy(job.strategy, args.strategy).name == "parameter_server") {
-    run_parameter_server_task(job, args);
+    run_parameter_server_task(job, args, cores);
     return;
   }
   STRATA_CHECK(!args.resume || !job.checkpoint_dir.empty(), InvalidArgument,
@@ -280,7 +283,7 @@ void run_train(const TrainArgs& args) {
   }
   if (!args.csv_log.empty()) check_output_file(args.csv_log, "--csv-log");
   if (!args.log_dir.empty()) check_output_directory(args.log_dir, "--log-dir");
-  const std::unique_ptr<distribute::Strategy> strategy = open_strategy(job, args.strategy);
+  const std::unique_ptr<distribute::Strategy> strategy = open_strategy(job, args.strategy, cores);
 
   const data::Dataset train = train_dataset(job);
   const int64_t steps_per_epoch = job.lr_scaling.warmup_epochs > 0 ? batches_per_pass(train) : 0;
@@ -351,10 +354,10 @@ void run_train(const TrainArgs& args) {
 }
 
 void run_evaluate(const EvaluateArgs& args) {
-  if (args.threads > 0) set_num_threads(args.threads);
+  const cluster::CoreShare cores = apply_core_share(args.threads);
   Job job = load_job(args.job);
   if (args.batch_size > 0) job.batch_size = args.batch_size;
-  const std::unique_ptr<distribute::Strategy> strategy = open_strategy(job, args.strategy);
+  const std::unique_ptr<distribute::Strategy> strategy = open_strategy(job, args.strategy, cores);
   std::shared_ptr<Sequential> model = make_model(job, *strategy, 0);
   struct stat st {};
   STRATA_CHECK(::stat(args.checkpoint.c_str(), &st) == 0, IoError, "no checkpoint at '" << args.checkpoint << "'");
@@ -499,7 +502,8 @@ void add_train_commands(CLI::App& app) {
   train->add_option("--trace-steps", train_args->trace_steps,
                     "with --trace: the optimizer steps to record, FIRST:END (0-based, END excluded; default 1:21, "
                     "which leaves out the first step's set-up)");
-  train->add_option("--threads", train_args->threads, "CPU threads for the math (default: all cores)")
+  train->add_option("--threads", train_args->threads, "CPU threads for the math (default: this task's share of the cores it may run on: "
+                    "divided among the job's tasks on this host; STRATA_NUM_THREADS also sets it)")
       ->check(kPositiveInteger);
   train
       ->add_option("--verbose", train_args->verbose,
@@ -519,7 +523,8 @@ void add_train_commands(CLI::App& app) {
                    "a checkpoint directory (its latest ckpt-N), one ckpt-N directory, or a .safetensors file")
       ->required();
   evaluate->add_option("--batch-size", eval_args->batch_size, "override the job's batch_size")->check(kPositiveInteger);
-  evaluate->add_option("--threads", eval_args->threads, "CPU threads for the math (default: all cores)")
+  evaluate->add_option("--threads", eval_args->threads, "CPU threads for the math (default: this task's share of the cores it may run on: "
+                    "divided among the job's tasks on this host; STRATA_NUM_THREADS also sets it)")
       ->check(kPositiveInteger);
   add_strategy_options(evaluate, eval_args->strategy);
   evaluate->callback([eval_args] { run_evaluate(*eval_args); });

@@ -1,31 +1,45 @@
-// Per-thread intra-op thread counts and an OpenMP-backed parallel_for.
+// Per-thread intra-op thread counts, the process-wide default they fall back to, and an OpenMP-backed
+// parallel_for. Thread-safety: the default is an atomic; the per-thread count is thread_local.
 #include "strata/threading.h"
 
 #include <omp.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <thread>
+
+#include "core/cpu_limits.h"
 
 namespace strata {
 
 namespace {
-int default_threads() {
-  static const int value = [] {
-    if (const char* env = std::getenv("STRATA_NUM_THREADS")) {
-      const int n = std::atoi(env);
-      if (n > 0) return n;
-    }
-    return hardware_threads();
-  }();
-  return value;
+// STRATA_NUM_THREADS when it is a positive integer, else 0.
+int threads_from_environment() {
+  const char* env = std::getenv("STRATA_NUM_THREADS");
+  const int n = env != nullptr ? std::atoi(env) : 0;
+  return n > 0 ? n : 0;
 }
-thread_local int t_num_threads = 0;  // 0: default
+std::atomic<int> g_default_threads{0};  // 0: STRATA_NUM_THREADS, else usable_cores()
+thread_local int t_num_threads = 0;     // 0: default
 }  // namespace
 
 int hardware_threads() { return std::max(1u, std::thread::hardware_concurrency()); }
 
-int num_threads() { return t_num_threads > 0 ? t_num_threads : default_threads(); }
+int usable_cores() {
+  static const int cores = detail::usable_cores(detail::read_cpu_limits());
+  return cores;
+}
+
+int default_num_threads() {
+  if (const int set = g_default_threads.load(std::memory_order_relaxed); set > 0) return set;
+  static const int from_environment = threads_from_environment();
+  return from_environment > 0 ? from_environment : usable_cores();
+}
+
+void set_default_num_threads(int n) { g_default_threads.store(n > 0 ? n : 0, std::memory_order_relaxed); }
+
+int num_threads() { return t_num_threads > 0 ? t_num_threads : default_num_threads(); }
 
 void set_num_threads(int n) {
   t_num_threads = n > 0 ? n : 0;

@@ -111,7 +111,7 @@ TEST(TrainCommandTest, MirroredAndCentralStorageTrainToTheOneDeviceResult) {
   const std::string train = std::string(STRATA_BINARY) + " train " + job + " --threads 2 ";
   auto [rc1, one] = run(train + "--strategy one_device");
   ASSERT_EQ(rc1, 0) << one;
-  EXPECT_NE(one.find("strategy: OneDeviceStrategy, 1 replica (2 threads), global batch 32\n"), std::string::npos)
+  EXPECT_NE(one.find("strategy: OneDeviceStrategy, 1 replica (2 threads), global batch 32; 2 threads: --threads 2\n"), std::string::npos)
       << one;
   const auto expected = test_result(one);
   EXPECT_GT(expected.second, 0.8) << one;
@@ -120,7 +120,7 @@ TEST(TrainCommandTest, MirroredAndCentralStorageTrainToTheOneDeviceResult) {
   auto [rc2, mirrored] = run(train + "--strategy mirrored --replicas 2 --checkpoint-dir " + ckpt.string());
   ASSERT_EQ(rc2, 0) << mirrored;
   EXPECT_NE(mirrored.find("strategy: MirroredStrategy, 2 replicas (1 thread each), reduction_to_one_device all-reduce, global batch 32 "
-                          "(16 per replica)\n"),
+                          "(16 per replica); 2 threads: --threads 2\n"),
             std::string::npos)
       << mirrored;
   EXPECT_NE(mirrored.find("Epoch 2/2"), std::string::npos) << mirrored;

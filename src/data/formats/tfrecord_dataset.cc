@@ -446,7 +446,7 @@ class TFRecordNode : public DatasetNode {
   explicit TFRecordNode(std::shared_ptr<const Config> cfg) : cfg_(std::move(cfg)) {}
   std::unique_ptr<IteratorImpl> make_iterator() const override {
     int64_t n = cfg_->options.num_parallel_reads;
-    if (n == kAutotune) n = std::max(1, hardware_threads());
+    if (n == kAutotune) n = std::max(1, default_num_threads());
     n = std::min<int64_t>(n, static_cast<int64_t>(cfg_->files.size()));
     if (n <= 1) return std::make_unique<SequentialIterator>(cfg_);
     return std::make_unique<ParallelIterator>(cfg_, n);

@@ -16,7 +16,7 @@ uint64_t random_seed() {
 }
 
 int64_t resolve_parallelism(int64_t n, const char* what) {
-  if (n == kAutotune) return std::max(2, hardware_threads());
+  if (n == kAutotune) return std::max(2, default_num_threads());
   STRATA_CHECK(n >= 1, InvalidArgument, what << ": want a positive count or kAutotune, got " << n);
   return n;
 }
