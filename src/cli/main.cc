@@ -1,7 +1,8 @@
 // The `strata` command: parses the command line and runs one subcommand. Errors from strata are printed
 // as one line naming what went wrong, with exit status 1; usage errors exit with CLI11's status. Standard
 // output is flushed before any error is printed, so that when both streams go to one file the error is
-// the last line. A mistyped subcommand ("strata trian") is named, with the nearest known one.
+// the last line. A mistyped subcommand ("strata trian") is named, with the nearest known one. Under mpirun and
+// srun, where every rank writes to one place, each line is prefixed with the task (cli/tagged_output.h).
 //
 // Thread-safety: runs on the main thread.
 #include <algorithm>
@@ -12,6 +13,7 @@
 #include <vector>
 
 #include "cli/commands.h"
+#include "cli/tagged_output.h"
 #include "strata/error.h"
 
 namespace {
@@ -63,9 +65,7 @@ void check_subcommands(CLI::App& app, int argc, char** argv) {
   }
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int run(int argc, char** argv) {
   CLI::App app{"strata: train neural networks on one device, many devices, or many machines.", "strata"};
   app.require_subcommand(1);
   app.set_version_flag("--version", "strata 0.1.0");
@@ -92,4 +92,13 @@ int main(int argc, char** argv) {
     return fail(e.what());
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  strata::cli::start_tagged_output();  // before any thread starts: it forks
+  const int code = run(argc, argv);
+  strata::cli::finish_tagged_output();
+  return code;
 }

@@ -56,6 +56,15 @@ TEST(MultiWorkerCommandTest, UnderMpirunTheWorkersUseMpiAndGetWhatGlooGets) {
   ASSERT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("worker 0 of 2 (mpi)"), std::string::npos) << out;
   EXPECT_NE(out.find("worker 1 of 2 (mpi)"), std::string::npos) << out;
+  // Both ranks write to mpirun's one output: every line of theirs is tagged with its task, whole, and the progress
+  // bar (under mpirun's pseudo-terminal) prints lines, not carriage returns.
+  EXPECT_EQ(out.find('\r'), std::string::npos) << out;
+  const std::string lines = "\n" + out;
+  for (const char* tagged : {"[worker:0] strategy: ", "[worker:1] strategy: ", "[worker:0] test loss ",
+                             "[worker:1] test loss ", "[worker:0] Epoch 1/"}) {
+    EXPECT_NE(lines.find(std::string("\n") + tagged), std::string::npos) << tagged << " in\n" << out;
+  }
+  EXPECT_EQ(lines.find("\nstrategy: "), std::string::npos) << out;
   auto [rc_gloo, out_gloo] = run("timeout -k 5 120 " + std::string(STRATA_BINARY) + " launch --workers 2 -- " + train);
   ASSERT_EQ(rc_gloo, 0) << out_gloo;
   const std::regex line(R"(test loss [0-9.]+ - test accuracy [0-9.]+)");
