@@ -23,6 +23,7 @@ packages=(
   nlohmann-json3-dev libcli11-dev zlib1g-dev libdeflate-dev libisal-dev libyaml-cpp-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-numpy dataset-fashion-mnist
+  iproute2
 )
 [ "$mode" = "--bench" ] && packages+=(python3-torch)
 # libFuzzer: Debian's clang and its runtime (fuzz/ is built with clang, the rest with the default compiler).

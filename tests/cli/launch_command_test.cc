@@ -1,9 +1,10 @@
 // End-to-end tests of `strata launch` (src/cli/launch_command.cc): the real binary starts tiny shell tasks.
 // Each command runs under `timeout`, so a launcher that hangs fails its test instead of the suite.
-// Covered: the TF_CONFIG each task sees, line prefixing on both streams, the exit status of a failing task
-// and of one killed by a signal, SIGTERM passed to every task, SIGKILL for a task that ignores SIGTERM,
-// restarts, ps tasks stopped when the job is done, --port-base (and a port in use), and that no process
-// (task or task's child) is left behind on any of these paths.
+// Covered: the TF_CONFIG each task sees (and no other launcher's variables: torchrun's, mpirun's, SLURM's), line
+// prefixing on both streams, the exit status of a failing task and of one killed by a signal, SIGTERM passed to
+// every task, SIGKILL for a task that ignores SIGTERM, restarts, ps tasks stopped when the job is done,
+// --port-base (and a port in use), and that no process (task or task's child) is left behind on any of these
+// paths. Many machines: launch_multinode_test.cc and launch_netns_slow_test.cc.
 // Thread-safety: none needed; each test uses its own scratch directory.
 #include <arpa/inet.h>
 #include <gmock/gmock.h>
@@ -115,6 +116,16 @@ TEST(Launch, StaleClusterVariablesAreNotPassedOn) {
           launch("--workers 1", "echo \"rank=[$RANK$OMPI_COMM_WORLD_RANK] restart=$STRATA_LAUNCH_RESTART\""));
   ASSERT_EQ(rc, 0) << out;
   EXPECT_THAT(out, HasSubstr("[worker:0] rank=[] restart=0\n"));
+  // Inside an sbatch allocation or an srun step: the tasks get TF_CONFIG, not SLURM's task variables (the job's stay).
+  const auto [rc2, out2] =
+      run("LOCAL_WORLD_SIZE=2 SLURM_PROCID=1 SLURM_LOCALID=1 SLURM_NODEID=0 SLURM_NTASKS=2 SLURM_NTASKS_PER_NODE=2 "
+          "SLURM_STEP_NODELIST=n[1-2] SLURM_STEP_NUM_TASKS=2 SLURM_CPUS_PER_TASK=4 STRATA_SLURM_JOBS=worker:2 "
+          "SLURM_JOB_ID=77 " +
+          launch("--workers 1", "echo \"left=[$LOCAL_WORLD_SIZE$SLURM_PROCID$SLURM_LOCALID$SLURM_NODEID$SLURM_NTASKS"
+                                "$SLURM_NTASKS_PER_NODE$SLURM_STEP_NODELIST$SLURM_STEP_NUM_TASKS$SLURM_CPUS_PER_TASK"
+                                "$STRATA_SLURM_JOBS] job=$SLURM_JOB_ID\""));
+  ASSERT_EQ(rc2, 0) << out2;
+  EXPECT_THAT(out2, HasSubstr("[worker:0] left=[] job=77\n"));
 }
 
 TEST(Launch, PrefixesWholeLinesOnEachStream) {
