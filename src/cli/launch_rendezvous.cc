@@ -277,33 +277,41 @@ std::optional<cluster::ClusterSpec> Rendezvous::join(int round, const std::vecto
   std::vector<std::string> keys;
   for (int n = 0; n < options_.layout.nnodes; ++n) keys.push_back(prefix + std::to_string(n));
   bool announced = false;
+  // The nodes seen to have announced themselves: those still missing when the service stops answering (node 0
+  // gave up first) are the ones named.
+  std::vector<bool> seen(keys.size(), false);
+  seen[options_.node_rank] = true;
   for (;;) {
     if ((*interrupt = SignalScope::take_interrupt()) != 0) return std::nullopt;
     check_not_lost_or_left(round);
     const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now());
+    std::vector<std::string> missing_keys;
+    for (size_t n = 0; n < keys.size(); ++n) {
+      if (!seen[n]) missing_keys.push_back(keys[n]);
+    }
     try {
       if (!announced) client_->set(keys[options_.node_rank], format_node(options_.node_addr, ports));
       announced = true;
-      client_->wait(keys, std::clamp(left, milliseconds(1), kJoinSlice));
+      if (!missing_keys.empty()) client_->wait(missing_keys, std::clamp(left, milliseconds(1), kJoinSlice));
       break;
     } catch (const Timeout&) {
+      try {
+        for (size_t n = 0; n < keys.size(); ++n) seen[n] = seen[n] || client_->check({keys[n]});
+      } catch (const Error&) {
+      }
     } catch (const Unavailable&) {
       ::usleep(100000);  // the service did not answer: node 0 may be gone (the heartbeats will tell)
     }
     if (Clock::now() >= deadline) {
       std::vector<int> missing;
-      for (int n = 0; n < options_.layout.nnodes; ++n) {
-        bool here = false;
-        try {
-          here = client_->check({keys[n]});
-        } catch (const Error&) {
-        }
-        if (!here) missing.push_back(n);
+      for (size_t n = 0; n < keys.size(); ++n) {
+        if (!seen[n]) missing.push_back(static_cast<int>(n));
       }
       STRATA_THROW(Timeout, "launch: node" << (missing.size() == 1 ? " " : "s ") << join_ranks(missing) << " of "
                                            << options_.layout.nnodes << " did not join the rendezvous at " << master()
                                            << " within " << seconds_text(options_.rdzv_timeout) << " s"
                                            << (round > 0 ? " for restart " + std::to_string(round) : std::string())
+                                           << (announced ? "" : " (nor could this node announce itself)")
                                            << " (--rdzv-timeout)");
     }
   }

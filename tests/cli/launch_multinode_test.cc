@@ -288,7 +288,7 @@ TEST(LaunchMultiNode, ASignalToOneLauncherStopsEveryNode) {
   EXPECT_THAT(nodes.output(0), HasSubstr("strata launch: node 1: its launcher got SIGTERM; stopping this node's tasks"));
 }
 
-// Starts two nodes running `exec sleep 1000` with --node-timeout 2, kills node `victim`'s launcher with SIGKILL once
+// Starts two nodes running `exec sleep 1000` with --node-timeout 3, kills node `victim`'s launcher with SIGKILL once
 // every task runs, and returns the survivor's exit status, output and how long it took to end after the kill.
 struct AfterKill {
   int code = -1;
@@ -298,7 +298,7 @@ struct AfterKill {
 AfterKill kill_node(int victim) {
   Nodes nodes("mn_kill" + std::to_string(victim));
   const int port = free_port();
-  const std::string flags = "--workers-per-node 1 --node-timeout 2 --stop-timeout 2";
+  const std::string flags = "--workers-per-node 1 --node-timeout 3 --stop-timeout 2";
   const fs::path pids = nodes.scratch.dir / "pids";
   const std::string script = record_and_await(pids, 2) + "echo ready; exec sleep 1000";
   nodes.start(node_launch(2, 0, port, flags, script));
@@ -329,8 +329,8 @@ TEST(LaunchMultiNode, ANodeWhoseLauncherDiesIsNamedByTheOthersWithinTheNodeTimeo
   EXPECT_EQ(after.code, 1) << after.output;
   EXPECT_THAT(after.output, HasSubstr("strata launch: node 1 of 2 (127.0.0.1) was lost: no heartbeat for "));
   EXPECT_THAT(after.output, HasSubstr("strata: error: launch: node 1 of 2 (127.0.0.1) was lost:"));
-  // The node timeout (2 s), the heartbeat monitor's period and the stop: well under 2 + 2 + 3 s.
-  EXPECT_LT(after.seconds, 7.0) << after.output;
+  // The node timeout (3 s), the heartbeat monitor's period and the stop: well under 3 + 2 + 3 s.
+  EXPECT_LT(after.seconds, 8.0) << after.output;
   std::printf("node 1's launcher killed: node 0 ended %.2f s later\n", after.seconds);
 }
 
@@ -340,7 +340,7 @@ TEST(LaunchMultiNode, WhenNodeZerosLauncherDiesTheOthersNameIt) {
   EXPECT_THAT(after.output, HasSubstr("strata: error: launch: node 0 of 2 (the master, serving the rendezvous at "
                                       "127.0.0.1:"));
   EXPECT_THAT(after.output, HasSubstr(") is gone: no heartbeat answered for "));
-  EXPECT_LT(after.seconds, 7.0) << after.output;
+  EXPECT_LT(after.seconds, 8.0) << after.output;
   std::printf("node 0's launcher killed: node 1 ended %.2f s later\n", after.seconds);
 }
 
