@@ -1,9 +1,10 @@
 // `strata launch --workers N [--chief] [--ps M] [--max-restarts R] [--port-base P] -- COMMAND ARGS...`:
-// a local cluster on 127.0.0.1 (the flags and the loop are here; the task machinery is launch_tasks.h, the
-// multi-node rendezvous launch_rendezvous.h). One process per task (chief:0, worker:0..N-1, ps:0..M-1), each with its
-// own TF_CONFIG naming every task's address and its own task, and STRATA_LAUNCH_RESTART (0 on the first
-// run, k on the k-th restart). Every line a task writes is copied to the launcher's stdout or stderr with
-// the task's prefix ("[worker:1] ..."), whole lines only (a line longer than 64 KiB is cut into pieces).
+// a local cluster on 127.0.0.1, or with --nnodes one machine's part of a job on many (below). The flags and the
+// restart loop are here; the task machinery is launch_tasks.h, the multi-node rendezvous launch_rendezvous.h.
+// One process per task (chief:0, worker:0..N-1, ps:0..M-1), each with its own TF_CONFIG naming every task's
+// address and its own task, and STRATA_LAUNCH_RESTART (0 on the first run, k on the k-th restart). Every line a
+// task writes is copied to the launcher's stdout or stderr with the task's prefix ("[worker:1] ..."), whole lines
+// only (a line longer than 64 KiB is cut into pieces).
 //
 // When a task exits non-zero or is killed by a signal, the launcher says which and how, stops the others
 // (SIGTERM to each task's process group, SIGKILL after --stop-timeout seconds), and starts the whole cluster
@@ -106,19 +107,21 @@ void check_args(LaunchArgs& a) {
   }
   if (a.nnodes > 1) {
     STRATA_CHECK(a.workers < 0, InvalidArgument,
-                 "launch: with --nnodes " << a.nnodes << " give --workers-per-node K (worker tasks on each node), not "
-                                                         "--workers");
+                 "launch: with --nnodes " << a.nnodes
+                                          << " give --workers-per-node K (worker tasks on each node), not "
+                                             "--workers");
     STRATA_CHECK(a.workers_per_node >= 1, InvalidArgument,
                  "launch: --nnodes " << a.nnodes << " needs --workers-per-node K >= 1 (worker tasks on each node)"
                                      << (a.workers_per_node >= 0 ? ", got " + std::to_string(a.workers_per_node)
                                                                  : std::string()));
     STRATA_CHECK(!a.master_addr.empty(), InvalidArgument,
-                 "launch: --nnodes " << a.nnodes << " needs --master-addr HOST: node 0's address, where its launcher "
-                                                    "serves the rendezvous");
-    STRATA_CHECK(a.master_port >= 1 && a.master_port <= 65535, InvalidArgument,
                  "launch: --nnodes " << a.nnodes
-                                     << " needs --master-port P (1..65535): the port node 0 serves the rendezvous on"
-                                     << (a.master_port != 0 ? ", got " + std::to_string(a.master_port) : std::string()));
+                                     << " needs --master-addr HOST: node 0's address, where its launcher "
+                                        "serves the rendezvous");
+    STRATA_CHECK(
+        a.master_port >= 1 && a.master_port <= 65535, InvalidArgument,
+        "launch: --nnodes " << a.nnodes << " needs --master-port P (1..65535): the port node 0 serves the rendezvous on"
+                            << (a.master_port != 0 ? ", got " + std::to_string(a.master_port) : std::string()));
     cluster::parse_address(launch::host_port(a.master_addr, a.master_port), "launch --master-addr");
     if (!a.node_addr.empty()) cluster::parse_address(launch::host_port(a.node_addr, 1), "launch --node-addr");
     STRATA_CHECK(a.rdzv_timeout > 0 && a.rdzv_timeout <= 86400, InvalidArgument,
@@ -216,8 +219,7 @@ int run_local(const LaunchArgs& a, const std::string& executable) {
 // Many machines: this node's tasks, in a cluster agreed on at node 0's rendezvous.
 int run_node(const LaunchArgs& a, const std::string& executable) {
   const launch::NodeLayout layout = layout_of(a);
-  const std::string node_addr =
-      a.node_addr.empty() ? launch::route_address(a.master_addr, a.master_port) : a.node_addr;
+  const std::string node_addr = a.node_addr.empty() ? launch::route_address(a.master_addr, a.master_port) : a.node_addr;
   const std::string flags = "--nnodes " + std::to_string(a.nnodes) + " --workers-per-node " +
                             std::to_string(a.workers_per_node) + (a.chief ? " --chief" : "") + " --ps " +
                             std::to_string(a.ps) + " --max-restarts " + std::to_string(a.max_restarts);
@@ -253,9 +255,10 @@ int run_node(const LaunchArgs& a, const std::string& executable) {
     outcome = launch::run_tasks(options, executable, tasks, *spec, attempt, restarts, &rendezvous);
     if (!restart_after(a, outcome, restarts, " (every node)")) break;
   }
-  const std::vector<std::string> troubles =
-      rendezvous.leave(outcome.exit_code == 0 ? "its tasks ended well" : "exit status " + std::to_string(outcome.exit_code));
-  STRATA_CHECK(outcome.node_lost.empty(), Unavailable, "launch: " << outcome.node_lost << "; this node's tasks were stopped");
+  const std::vector<std::string> troubles = rendezvous.leave(
+      outcome.exit_code == 0 ? "its tasks ended well" : "exit status " + std::to_string(outcome.exit_code));
+  STRATA_CHECK(outcome.node_lost.empty(), Unavailable,
+               "launch: " << outcome.node_lost << "; this node's tasks were stopped");
   if (!troubles.empty()) {
     STRATA_CHECK(outcome.exit_code == 0, Unavailable, "launch: " << troubles.front());
     say(troubles.front() + " (after the job ended well)");
@@ -320,11 +323,13 @@ void add_launch_command(CLI::App& app) {
                      "ps:i on node i % nnodes)");
   launch->add_option("--node-addr", args->node_addr,
                      "This machine's address for its tasks (default: the local address of the route to --master-addr)");
-  launch->add_option("--rdzv-timeout", args->rdzv_timeout,
-                     "Seconds to wait for every node at the rendezvous (at the start and at each restart)")
+  launch
+      ->add_option("--rdzv-timeout", args->rdzv_timeout,
+                   "Seconds to wait for every node at the rendezvous (at the start and at each restart)")
       ->capture_default_str();
-  launch->add_option("--node-timeout", args->node_timeout,
-                     "Seconds without a heartbeat after which a node (or node 0's rendezvous) is declared lost")
+  launch
+      ->add_option("--node-timeout", args->node_timeout,
+                   "Seconds without a heartbeat after which a node (or node 0's rendezvous) is declared lost")
       ->capture_default_str();
   launch->add_option("command", args->command, "COMMAND ARGS... (after --)")->required();
   launch->callback([args] {

@@ -134,8 +134,9 @@ std::string route_address(const std::string& host, int port) {
   const bool named = routed && ::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0;
   if (fd >= 0) ::close(fd);
   STRATA_CHECK(named, Unavailable,
-               "launch: no route from this machine to the master " << host_port(host, port) << " (" << std::strerror(err)
-                                                                    << "); give this node's address with --node-addr");
+               "launch: no route from this machine to the master " << host_port(host, port) << " ("
+                                                                   << std::strerror(err)
+                                                                   << "); give this node's address with --node-addr");
   char text[INET6_ADDRSTRLEN] = {};
   if (local.ss_family == AF_INET6) {
     const auto* in6 = reinterpret_cast<const sockaddr_in6*>(&local);
@@ -179,9 +180,7 @@ std::string Rendezvous::node_name(int rank) const {
   return text;
 }
 
-std::string Rendezvous::key(const std::string& name) const {
-  return "launch/r" + std::to_string(round_) + "/" + name;
-}
+std::string Rendezvous::key(const std::string& name) const { return "launch/r" + std::to_string(round_) + "/" + name; }
 
 bool Rendezvous::connect(Clock::time_point deadline, int* interrupt) {
   const std::string me = "node:" + std::to_string(options_.node_rank);
@@ -215,10 +214,10 @@ bool Rendezvous::connect(Clock::time_point deadline, int* interrupt) {
   STRATA_CHECK(claims == 1, InvalidArgument,
                "launch: node rank " << options_.node_rank << " is taken: another launcher joined the rendezvous at "
                                     << master() << " as node " << options_.node_rank
-                                    << " (each node needs its own --node-rank 0.." << options_.layout.nnodes - 1 << ")");
+                                    << " (each node needs its own --node-rank 0.." << options_.layout.nnodes - 1
+                                    << ")");
   client_->set_on_lost([this](const cluster::LostTask& lost) { on_lost(lost); });
-  client_->start_heartbeats(
-      std::clamp<milliseconds>(options_.node_timeout / 5, milliseconds(100), milliseconds(1000)));
+  client_->start_heartbeats(std::clamp<milliseconds>(options_.node_timeout / 5, milliseconds(100), milliseconds(1000)));
   watcher_ = std::thread([this] { watch(); });
   return true;
 }
@@ -260,8 +259,8 @@ void Rendezvous::check_not_lost_or_left(int round) {
   }
   if (left_node < 0) return;
   std::lock_guard lock(mu_);
-  STRATA_THROW(Unavailable,
-               "launch: " << node_name(left_node) << " left the job (" << how << "), so the cluster cannot start again");
+  STRATA_THROW(Unavailable, "launch: " << node_name(left_node) << " left the job (" << how
+                                       << "), so the cluster cannot start again");
 }
 
 std::optional<cluster::ClusterSpec> Rendezvous::join(int round, const std::vector<int>& ports, int* interrupt) {
@@ -319,8 +318,9 @@ std::optional<cluster::ClusterSpec> Rendezvous::join(int round, const std::vecto
   for (int n = 0; n < options_.layout.nnodes; ++n) {
     const std::string text = client_->get(keys[n]);
     std::optional<NodeAddress> node = parse_node(text);
-    STRATA_CHECK(node.has_value(), DataCorrupt,
-                 "launch: node " << n << "'s announcement '" << text << "' at " << master() << " is not '<address> <ports>'");
+    STRATA_CHECK(
+        node.has_value(), DataCorrupt,
+        "launch: node " << n << "'s announcement '" << text << "' at " << master() << " is not '<address> <ports>'");
     nodes.push_back(std::move(*node));
   }
   cluster::ClusterSpec spec = layout_cluster(options_.layout, nodes);

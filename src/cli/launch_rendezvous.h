@@ -109,8 +109,8 @@ class Rendezvous final : public Peers {
     bool first_wins = false;  // compare_set against absent: the first writer's value stays
   };
 
-  std::string master() const;                // "HOST:P"
-  std::string node_name(int rank) const;     // "node 1 of 2 (10.0.0.2)"
+  std::string master() const;                      // "HOST:P"
+  std::string node_name(int rank) const;           // "node 1 of 2 (10.0.0.2)"
   std::string key(const std::string& name) const;  // "launch/r<round>/<name>"
   bool connect(std::chrono::steady_clock::time_point deadline, int* interrupt);
   void on_lost(const cluster::LostTask& lost);
@@ -125,15 +125,15 @@ class Rendezvous final : public Peers {
 
   std::mutex mu_;
   std::condition_variable cv_;
-  int round_ = -1;                       // GUARDED_BY(mu_): the round whose tasks run (the watcher polls it)
-  std::vector<std::string> hosts_;       // GUARDED_BY(mu_): each node's address, once known
-  std::deque<Publish> publish_;          // GUARDED_BY(mu_)
-  std::optional<Stop> remote_stop_;      // GUARDED_BY(mu_): the round's stop, written by another node
-  int nodes_done_ = 0;                   // GUARDED_BY(mu_)
-  bool chief_done_ = false;              // GUARDED_BY(mu_)
-  std::vector<std::string> lost_;        // GUARDED_BY(mu_): "node 1 of 2 (10.0.0.2) was lost: ..."
-  bool master_gone_ = false;             // GUARDED_BY(mu_): node 0's service stopped answering heartbeats
-  bool quit_ = false;                    // GUARDED_BY(mu_)
+  int round_ = -1;                   // GUARDED_BY(mu_): the round whose tasks run (the watcher polls it)
+  std::vector<std::string> hosts_;   // GUARDED_BY(mu_): each node's address, once known
+  std::deque<Publish> publish_;      // GUARDED_BY(mu_)
+  std::optional<Stop> remote_stop_;  // GUARDED_BY(mu_): the round's stop, written by another node
+  int nodes_done_ = 0;               // GUARDED_BY(mu_)
+  bool chief_done_ = false;          // GUARDED_BY(mu_)
+  std::vector<std::string> lost_;    // GUARDED_BY(mu_): "node 1 of 2 (10.0.0.2) was lost: ..."
+  bool master_gone_ = false;         // GUARDED_BY(mu_): node 0's service stopped answering heartbeats
+  bool quit_ = false;                // GUARDED_BY(mu_)
   std::thread watcher_;
 };
 

@@ -185,10 +185,9 @@ PortReservation::PortReservation(const std::string& host, const std::vector<std:
         STRATA_THROW(Unavailable, "launch: port " << want << " (for " << names[i] << ") is in use on " << host
                                                   << "; pick another --port-base, or leave it out to use free ports");
       }
-      STRATA_THROW(Unavailable, "launch: cannot bind " << host_port(host, want) << " for " << names[i] << ": "
-                                                       << std::strerror(err)
-                                                       << (err == EADDRNOTAVAIL ? " (is it an address of this machine?)"
-                                                                                : ""));
+      STRATA_THROW(Unavailable, "launch: cannot bind "
+                                    << host_port(host, want) << " for " << names[i] << ": " << std::strerror(err)
+                                    << (err == EADDRNOTAVAIL ? " (is it an address of this machine?)" : ""));
     }
     ports_.push_back(bound_port(fd));
     fds_.push_back(fd);
@@ -696,4 +695,3 @@ Outcome run_tasks(const TaskOptions& options, const std::string& executable, con
 }
 
 }  // namespace strata::cli::launch
-

@@ -89,8 +89,8 @@ struct TaskOptions {
 class Peers {
  public:
   struct Stop {
-    std::string why;        // "node 1: worker:3 exited with status 3"
-    int exit_code = 1;      // for this node's launcher
+    std::string why;          // "node 1: worker:3 exited with status 3"
+    int exit_code = 1;        // for this node's launcher
     bool restartable = true;  // a task failed (not a launcher's signal)
     bool node_lost = false;   // a node (or the rendezvous's node 0) is gone: `why` names it
   };

@@ -166,8 +166,9 @@ TEST(LaunchMultiNode, EveryTaskOfEveryNodeSeesTheJobsTfConfig) {
   ASSERT_EQ(codes, (std::vector<int>{0, 0})) << nodes.all_output();
   std::map<std::string, cluster::TaskInfo> seen;
   for (size_t node = 0; node < 2; ++node) {
-    EXPECT_THAT(nodes.output(node), HasSubstr("strata launch: node " + std::to_string(1 - node) + " of 2 at 127.0.0.1: " +
-                                              (node == 0 ? "worker:2, worker:3" : "worker:0, worker:1")));
+    EXPECT_THAT(nodes.output(node),
+                HasSubstr("strata launch: node " + std::to_string(1 - node) +
+                          " of 2 at 127.0.0.1: " + (node == 0 ? "worker:2, worker:3" : "worker:0, worker:1")));
     for (const auto& line : lines_of(nodes.output(node))) {
       const size_t at = line.find("] TF_CONFIG=");
       if (line.rfind("[", 0) != 0 || at == std::string::npos) continue;
@@ -194,8 +195,9 @@ TEST(LaunchMultiNode, AParameterServerJobOnTwoNodesEndsWithItsChief) {
   Nodes nodes("mn_ps");
   const int port = free_port();
   // ps tasks serve until stopped; the chief ends the job after a moment, the workers by themselves.
-  const std::string script = kIs + "echo \"TF_CONFIG=$TF_CONFIG\"; is ps 0 && exec sleep 1000; is ps 1 && exec sleep "
-                                   "1000; is chief 0 && sleep 0.5; exit 0";
+  const std::string script = kIs +
+                             "echo \"TF_CONFIG=$TF_CONFIG\"; is ps 0 && exec sleep 1000; is ps 1 && exec sleep "
+                             "1000; is chief 0 && sleep 0.5; exit 0";
   const std::string flags = "--workers-per-node 1 --chief --ps 2 --stop-timeout 2";
   nodes.start(node_launch(2, 0, port, flags, script));
   nodes.start(node_launch(2, 1, port, flags, script));
@@ -219,7 +221,8 @@ TEST(LaunchMultiNode, ANodeThatNeverComesIsNamedAfterTheRendezvousTimeout) {
   EXPECT_EQ(codes, (std::vector<int>{1, 1})) << nodes.all_output();
   for (size_t node = 0; node < 2; ++node) {
     EXPECT_THAT(nodes.output(node), HasSubstr("strata: error: launch: node 2 of 3 did not join the rendezvous at "
-                                              "127.0.0.1:" + std::to_string(port) + " within 2 s (--rdzv-timeout)"))
+                                              "127.0.0.1:" +
+                                              std::to_string(port) + " within 2 s (--rdzv-timeout)"))
         << nodes.all_output();
     EXPECT_THAT(nodes.output(node), Not(HasSubstr("started")));
   }
@@ -228,7 +231,8 @@ TEST(LaunchMultiNode, ANodeThatNeverComesIsNamedAfterTheRendezvousTimeout) {
   Nodes alone("mn_no_master");
   alone.start(node_launch(2, 1, free_port(), "--workers-per-node 1 --rdzv-timeout 1", "echo started"));
   EXPECT_EQ(alone.wait_all(), (std::vector<int>{1}));
-  EXPECT_THAT(alone.output(0), HasSubstr("strata: error: launch: node 0 of 2 did not join the rendezvous at 127.0.0.1:"));
+  EXPECT_THAT(alone.output(0),
+              HasSubstr("strata: error: launch: node 0 of 2 did not join the rendezvous at 127.0.0.1:"));
   EXPECT_THAT(alone.output(0), HasSubstr("within 1 s (--rdzv-timeout): nothing answered there"));
 }
 
@@ -255,9 +259,10 @@ TEST(LaunchMultiNode, MaxRestartsRestartsEveryNode) {
   Nodes nodes("mn_restart");
   const int port = free_port();
   // worker:3 fails in the first run, a moment after it started; every task says which run it is.
-  const std::string script = kIs + "echo \"run $STRATA_LAUNCH_RESTART\"; "
-                                   "is worker 3 && [ $STRATA_LAUNCH_RESTART = 0 ] && sleep 0.3 && exit 5; "
-                                   "[ $STRATA_LAUNCH_RESTART = 0 ] && exec sleep 1000; echo done";
+  const std::string script = kIs +
+                             "echo \"run $STRATA_LAUNCH_RESTART\"; "
+                             "is worker 3 && [ $STRATA_LAUNCH_RESTART = 0 ] && sleep 0.3 && exit 5; "
+                             "[ $STRATA_LAUNCH_RESTART = 0 ] && exec sleep 1000; echo done";
   nodes.start(node_launch(2, 0, port, "--workers-per-node 2 --max-restarts 1", script));
   nodes.start(node_launch(2, 1, port, "--workers-per-node 2 --max-restarts 1", script));
   const std::vector<int> codes = nodes.wait_all();
@@ -285,7 +290,8 @@ TEST(LaunchMultiNode, ASignalToOneLauncherStopsEveryNode) {
   const std::vector<int> codes = nodes.wait_all();
   EXPECT_EQ(codes, (std::vector<int>{128 + SIGTERM, 128 + SIGTERM})) << nodes.all_output();
   EXPECT_THAT(nodes.output(1), HasSubstr("strata launch: got SIGTERM; passing it to every task\n"));
-  EXPECT_THAT(nodes.output(0), HasSubstr("strata launch: node 1: its launcher got SIGTERM; stopping this node's tasks"));
+  EXPECT_THAT(nodes.output(0),
+              HasSubstr("strata launch: node 1: its launcher got SIGTERM; stopping this node's tasks"));
 }
 
 // Starts two nodes running `exec sleep 1000` with --node-timeout 3, kills node `victim`'s launcher with SIGKILL once
@@ -356,7 +362,9 @@ TEST(LaunchMultiNode, NodesMustAgreeOnTheJobAndEachHaveItsOwnRank) {
     EXPECT_EQ(codes, (std::vector<int>{1, 1})) << nodes.all_output();
     EXPECT_THAT(nodes.output(1), HasSubstr("strata: error: launch: node 1 was started with --nnodes 2 "
                                            "--workers-per-node 3 --ps 0 --max-restarts 0, but the rendezvous at "
-                                           "127.0.0.1:" + std::to_string(port) + " holds a job of --nnodes 2 "
+                                           "127.0.0.1:" +
+                                           std::to_string(port) +
+                                           " holds a job of --nnodes 2 "
                                            "--workers-per-node 2 --ps 0 --max-restarts 0"))
         << nodes.all_output();
     EXPECT_THAT(nodes.output(0), HasSubstr("node 1 of 2 did not join the rendezvous"));
@@ -371,7 +379,8 @@ TEST(LaunchMultiNode, NodesMustAgreeOnTheJobAndEachHaveItsOwnRank) {
     const std::vector<int> codes = nodes.wait_all();
     EXPECT_EQ(codes[2], 1) << nodes.all_output();
     EXPECT_THAT(nodes.output(2), HasSubstr("strata: error: launch: node rank 1 is taken: another launcher joined the "
-                                           "rendezvous at 127.0.0.1:" + std::to_string(port) + " as node 1"))
+                                           "rendezvous at 127.0.0.1:" +
+                                           std::to_string(port) + " as node 1"))
         << nodes.all_output();
   }
 }
@@ -404,7 +413,8 @@ TEST(LaunchMultiNode, BadFlagsAreClearErrors) {
   EXPECT_THAT(error("--nnodes 0 --workers 1"), HasSubstr("launch: --nnodes must be >= 1, got 0"));
   EXPECT_THAT(error(""), HasSubstr("launch: --workers N is required"));
   // One node: --workers-per-node is --workers, and the rendezvous flags change nothing.
-  const auto [rc, out] = run("timeout 60 " + kStrata + " launch --nnodes 1 --workers-per-node 2 --master-addr 10.9.9.9 "
+  const auto [rc, out] = run("timeout 60 " + kStrata +
+                             " launch --nnodes 1 --workers-per-node 2 --master-addr 10.9.9.9 "
                              "--master-port 9 -- sh -c 'echo \"$TF_CONFIG\"'");
   ASSERT_EQ(rc, 0) << out;
   EXPECT_THAT(out, HasSubstr("[worker:1] {\"cluster\":{\"worker\":[\"127.0.0.1:"));

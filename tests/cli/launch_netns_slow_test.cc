@@ -134,8 +134,8 @@ TEST(LaunchTwoMachines, FourWorkersOnTwoMachinesTrainToWhatOneProcessGets) {
   if (!machines.error().empty()) GTEST_SKIP() << "cannot create the namespaces: " << machines.error();
   TinyJob t("netns_train");  // 512 examples: 16 steps an epoch at the global batch of 32, 2 epochs
   const fs::path reference = t.s.dir / "reference", ckpt = t.s.dir / "ckpt";
-  const auto [rc_one, one] = run("timeout -k 5 120 " + kStrata + " train " + t.job + " --threads 1 --checkpoint-dir " +
-                                 reference.string());
+  const auto [rc_one, one] =
+      run("timeout -k 5 120 " + kStrata + " train " + t.job + " --threads 1 --checkpoint-dir " + reference.string());
   ASSERT_EQ(rc_one, 0) << one;
 
   const std::string script = "echo \"TF_CONFIG=$TF_CONFIG\"; exec " + kStrata + " train " + t.job +
@@ -199,13 +199,15 @@ struct Struck {
 Struck strike_mid_job(const TwoMachines& machines, const std::string& name,
                       const std::function<void(BackgroundProcess& node1)>& strike) {
   TinyJob t(name, 2048);  // 64 steps an epoch; far more epochs than the test waits for
-  const std::string script = "exec " + kStrata + " train " + t.job +
-                             " --strategy multi_worker_mirrored --threads 1 --epochs 100";
+  const std::string script =
+      "exec " + kStrata + " train " + t.job + " --strategy multi_worker_mirrored --threads 1 --epochs 100";
   BackgroundProcess node0(node_launch(machines, 0, "--node-timeout 3", script), t.s.dir / "node0.log");
   BackgroundProcess node1(node_launch(machines, 1, "--node-timeout 3", script), t.s.dir / "node1.log");
   Struck s;
   if (!node0.wait_for_output("[worker:0] Epoch 2/", kDeadline)) {
-    ADD_FAILURE() << "the job did not reach its second epoch:\n" << node0.output() << "---- node 1:\n" << node1.output();
+    ADD_FAILURE() << "the job did not reach its second epoch:\n"
+                  << node0.output() << "---- node 1:\n"
+                  << node1.output();
     return s;
   }
   strike(node1);
