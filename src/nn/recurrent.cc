@@ -168,7 +168,6 @@ RecurrentResult GRU::run_sequence(const Variable& input, const std::vector<Varia
   const Variable projected = project_inputs(input, kernel_, input_bias);
   const ActivationSpec& act = options_.activation;
   const ActivationSpec& rec = options_.recurrent_activation;
-  const bool fused = act.name() == "tanh" && rec.name() == "sigmoid";
   // Reset-before needs the recurrent kernel's z, r columns and its h columns apart.
   const Variable recurrent_zr = reset_after ? Variable() : slice_axis(recurrent_kernel_, 1, 0, 2 * u);
   const Variable recurrent_h = reset_after ? Variable() : slice_axis(recurrent_kernel_, 1, 2 * u, 3 * u);

@@ -3,6 +3,12 @@
 // Thread-safety: update() only touches the chunk it is given; see strata/optim/optimizer.h.
 #include "strata/optim/optimizers.h"
 
+// GCC 12's AVX-512 intrinsics read a deliberately undefined register (_mm512_undefined_*) and, inlined here, warn
+// that it "may be used uninitialized" (GCC bug 105593, fixed in GCC 13). The pragma precedes the header: the
+// warning is placed at the header's lines.
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #include <immintrin.h>
 
 #include <algorithm>

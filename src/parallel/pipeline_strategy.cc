@@ -80,7 +80,10 @@ std::vector<StageLayers> PipelineStrategy::split(const std::vector<std::shared_p
   layout_.clear();
   for (const StageLayers& piece : pieces) {
     layout_ += layout_.empty() ? "[" : " [";
-    for (size_t i = 0; i < piece.size(); ++i) layout_ += (i ? " " : "") + piece[i]->name();
+    for (size_t i = 0; i < piece.size(); ++i) {
+      if (i > 0) layout_ += ' ';
+      layout_ += piece[i]->name();
+    }
     layout_ += "]";
   }
   return pieces;

@@ -37,7 +37,7 @@ void on_every_rank(Grid& g, const std::function<void(int, Communicator&)>& fn) {
 }
 
 TEST(HierarchicalTest, EveryCollectiveGivesTheFlatGroupsResultInGlobalRankOrder) {
-  for (const auto [workers, local] : {std::pair{2, 2}, std::pair{3, 2}, std::pair{2, 3}, std::pair{1, 2}}) {
+  for (const auto& [workers, local] : {std::pair{2, 2}, std::pair{3, 2}, std::pair{2, 3}, std::pair{1, 2}}) {
     SCOPED_TRACE(std::to_string(workers) + " x " + std::to_string(local));
     Grid g = make_grid(workers, local);
     const int n = workers * local;

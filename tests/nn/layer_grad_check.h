@@ -19,7 +19,7 @@ inline void check_layer_gradients(nn::Layer& layer, const std::vector<Tensor>& i
   std::vector<Variable> xs, sources;
   for (size_t i = 0; i < inputs.size(); ++i) {
     const bool is_float = inputs[i].dtype() == DType::kFloat32;
-    xs.emplace_back(inputs[i].clone(), /*trainable=*/is_float, "x" + std::to_string(i));
+    xs.emplace_back(inputs[i].clone(), /*trainable=*/is_float, std::string("x").append(std::to_string(i)));
     if (is_float) sources.push_back(xs.back());
   }
   GradientTape tape;

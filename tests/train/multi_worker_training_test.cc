@@ -32,7 +32,7 @@ using namespace test_jobs;
 
 TEST(MultiWorkerTest, WorkersTrainToWhatOneProcessDoesWithTheSameGlobalBatch) {
   const auto reference = train(default_strategy(), 1000);
-  for (const auto [workers, local] : {std::pair{2, 1}, std::pair{3, 1}, std::pair{2, 2}}) {
+  for (const auto& [workers, local] : {std::pair{2, 1}, std::pair{3, 1}, std::pair{2, 2}}) {
     SCOPED_TRACE(std::to_string(workers) + " workers x " + std::to_string(local) + " local replicas");
     std::vector<Trained> results(static_cast<size_t>(workers));
     on_every_worker(workers, local, [&](int w, MultiWorkerMirroredStrategy& strategy) {
@@ -68,7 +68,7 @@ TEST(MultiWorkerTest, WorkersTrainToWhatOneProcessDoesWithTheSameGlobalBatch) {
 
 TEST(MultiWorkerTest, ACustomLoopGivesWhatOneProcessGives) {
   const auto reference = train_custom(default_strategy(), 77);
-  for (const auto [workers, local] : {std::pair{2, 1}, std::pair{2, 2}}) {
+  for (const auto& [workers, local] : {std::pair{2, 1}, std::pair{2, 2}}) {
     SCOPED_TRACE(std::to_string(workers) + " workers x " + std::to_string(local) + " local replicas");
     std::vector<std::pair<std::vector<Tensor>, std::vector<double>>> results(static_cast<size_t>(workers));
     on_every_worker(workers, local, [&](int w, MultiWorkerMirroredStrategy& strategy) {

@@ -246,7 +246,7 @@ template <class F, class... Args>
 auto Strategy::run(F&& fn, const Args&... args) {
   using R = std::invoke_result_t<F&, decltype(detail::replica_arg(args, 0))...>;
   if constexpr (std::is_void_v<R>) {
-    run_replicas([&](int r) { fn(detail::replica_arg(args, r)...); });
+    run_replicas([&]([[maybe_unused]] int r) { fn(detail::replica_arg(args, r)...); });
   } else {
     using V = std::decay_t<R>;
     std::vector<std::optional<V>> results(static_cast<size_t>(num_local_replicas()));

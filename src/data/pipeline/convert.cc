@@ -1,6 +1,12 @@
 // to_float: one pass from integer (or float) tensors to scaled float32 (see strata/data/convert.h).
 #include "strata/data/convert.h"
 
+// GCC 12's AVX-512 intrinsics read a deliberately undefined register (_mm512_undefined_*) and, inlined here, warn
+// that it "may be used uninitialized" (GCC bug 105593, fixed in GCC 13). The pragma precedes the header: the
+// warning is placed at the header's lines.
+#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#endif
 #if defined(__x86_64__)
 #include <immintrin.h>
 #endif
