@@ -333,14 +333,6 @@ std::optional<cluster::ClusterSpec> Rendezvous::join(int round, const std::vecto
   return spec;
 }
 
-void Rendezvous::queue(Publish publish) {
-  {
-    std::lock_guard lock(mu_);
-    publish_.push_back(std::move(publish));
-  }
-  cv_.notify_all();
-}
-
 std::optional<Peers::Stop> Rendezvous::stop() {
   std::lock_guard lock(mu_);
   if (!lost_.empty()) return Stop{.why = lost_.front(), .exit_code = 1, .restartable = false, .node_lost = true};
@@ -351,14 +343,15 @@ void Rendezvous::publish_stop(const std::string& why, int exit_code, bool restar
   std::lock_guard lock(mu_);
   const Stop stop{.why = "node " + std::to_string(options_.node_rank) + ": " + why,
                   .exit_code = exit_code,
-                  .restartable = restartable};
+                  .restartable = restartable,
+                  .node_lost = false};
   publish_.push_back({key("stop"), format_stop(options_.node_rank, stop), true});
   cv_.notify_all();
 }
 
 void Rendezvous::publish_workers_done() {
   std::lock_guard lock(mu_);
-  publish_.push_back({key("done/" + std::to_string(options_.node_rank)), "1"});
+  publish_.push_back({key("done/" + std::to_string(options_.node_rank)), "1", false});
   cv_.notify_all();
 }
 
@@ -369,7 +362,7 @@ bool Rendezvous::all_workers_done() {
 
 void Rendezvous::publish_chief_done() {
   std::lock_guard lock(mu_);
-  publish_.push_back({key("chief_done"), "1"});
+  publish_.push_back({key("chief_done"), "1", false});
   cv_.notify_all();
 }
 

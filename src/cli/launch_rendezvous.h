@@ -117,7 +117,6 @@ class Rendezvous final : public Peers {
   void check_not_lost_or_left(int round);
   void watch();
   void stop_watcher();
-  void queue(Publish publish);
 
   Options options_;
   std::unique_ptr<cluster::CoordinationService> service_;  // node 0
