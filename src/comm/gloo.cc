@@ -571,9 +571,11 @@ std::shared_ptr<Communicator> make_gloo_communicator(std::shared_ptr<Store> stor
     STRATA_THROW(Unavailable, name << ": rank " << rank << " cannot listen on '" << options.hostname
                                    << "': " << e.what());
   }
+  const std::chrono::milliseconds connect_timeout =
+      options.connect_timeout.count() > 0 ? options.connect_timeout : options.timeout;
   auto context = std::make_shared<gloo::rendezvous::Context>(rank, size);
-  context->setTimeout(options.timeout);
-  detail::GlooStore rendezvous(group_store, options.timeout);
+  context->setTimeout(connect_timeout);  // collectives pass their own timeout to every operation
+  detail::GlooStore rendezvous(group_store, connect_timeout);
   auto missing_ranks = [&] {
     std::vector<int> missing;
     for (int q = 0; q < size; ++q) {
@@ -585,14 +587,14 @@ std::shared_ptr<Communicator> make_gloo_communicator(std::shared_ptr<Store> stor
     context->connectFullMesh(rendezvous, device);
   } catch (const Timeout& e) {
     const auto missing = missing_ranks();
-    STRATA_THROW(Timeout, name << ": rank " << rank << " could not connect within " << options.timeout.count()
+    STRATA_THROW(Timeout, name << ": rank " << rank << " could not connect within " << connect_timeout.count()
                                << " ms: "
                                << (missing.empty() ? std::string("every rank joined but the mesh did not form")
                                                    : rank_list(missing) + " never joined")
                                << " (" << e.what() << ")");
   } catch (const std::exception& e) {
     const auto missing = missing_ranks();
-    STRATA_THROW(Timeout, name << ": rank " << rank << " could not connect within " << options.timeout.count()
+    STRATA_THROW(Timeout, name << ": rank " << rank << " could not connect within " << connect_timeout.count()
                                << " ms" << (missing.empty() ? std::string() : ": " + rank_list(missing) + " never joined")
                                << " (gloo: " << e.what() << ")");
   }

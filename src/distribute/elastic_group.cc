@@ -23,6 +23,8 @@ using namespace std::chrono_literals;
 constexpr auto kPoll = 50ms;
 // A regroup waits the heartbeat timeout plus this for the failed member to be declared lost.
 constexpr auto kDeclareMargin = 2s;
+// Connecting a group's mesh may take at least this long before it fails (see connect()).
+constexpr std::chrono::milliseconds kMinConnectTime = 10s;
 // The job's current membership epoch (set by its rank 0), and a task's request to join.
 const std::string kEpochKey = "elastic/epoch";
 const std::string kJoinPrefix = "elastic/join/";
@@ -183,10 +185,15 @@ std::shared_ptr<comm::Communicator> ElasticGroup::connect() {
   // Each collective is bounded by the time the service takes to declare a member lost: Gloo cannot
   // interrupt a collective waiting on a dead peer's part (a send waits for the peer's matching receive whether or
   // not its connection closed), so the survivors' collectives must end by themselves that soon.
+  // Connecting is not bounded so tightly: a loaded machine may take more than a 1 s heartbeat timeout to form the
+  // mesh, and a member lost meanwhile is declared within the heartbeat timeout anyway.
   const auto bound = std::min(options_.timeout, options_.heartbeat_timeout);
-  comm_ = comm::make_gloo_communicator(
-      client_, rank_, size(),
-      {.timeout = bound, .hostname = options_.hostname, .prefix = "mwms/e" + std::to_string(epoch_)});
+  const auto connect_bound = std::min(options_.timeout, std::max(options_.heartbeat_timeout, kMinConnectTime));
+  comm_ = comm::make_gloo_communicator(client_, rank_, size(),
+                                       {.timeout = bound,
+                                        .connect_timeout = connect_bound,
+                                        .hostname = options_.hostname,
+                                        .prefix = "mwms/e" + std::to_string(epoch_)});
   return comm_;
 }
 

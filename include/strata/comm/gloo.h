@@ -31,8 +31,12 @@
 namespace strata::comm {
 
 struct GlooOptions {
-  // Bound on connecting the group and on every collective (Gloo's per-operation timeout).
+  // Bound on every collective (Gloo's per-operation timeout), and on connecting the group unless
+  // connect_timeout says otherwise.
   std::chrono::milliseconds timeout{std::chrono::seconds(30)};
+  // Bound on connecting the group (0: `timeout`). A group whose collectives must fail fast (an elastic group's, bounded
+  // by the heartbeat timeout) still needs room to connect on a loaded machine.
+  std::chrono::milliseconds connect_timeout{0};
   // The address this rank listens on and announces to its peers.
   std::string hostname = "127.0.0.1";
   // The group's keys live under "<prefix>/" in the store. A group rebuilt after a failure needs a fresh prefix;
