@@ -187,6 +187,14 @@ std::unique_ptr<distribute::Strategy> make_job_strategy(const StrategySpec& spec
     communication.timeout = std::chrono::milliseconds(static_cast<int64_t>(spec.collective_timeout_seconds * 1000));
   }
   communication.gradient_compression = spec.gradient_compression;
+  // A collective blocked on a lost worker cannot be cancelled: the command ends, naming the lost task.
+  communication.on_blocked_by_lost_task = [](const std::string& reason) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "strata: error: %s; a collective is still waiting for it, so this process exits\n",
+                 reason.c_str());
+    std::fflush(stderr);
+    std::_Exit(1);
+  };
   if (spec.bytes_per_pack > 0) communication.bytes_per_pack = spec.bytes_per_pack;
   if (spec.name == "multi_worker_mirrored") {  // replicas: per worker (one unless --replicas says more)
     auto strategy = std::make_unique<distribute::MultiWorkerMirroredStrategy>(

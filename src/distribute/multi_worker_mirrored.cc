@@ -25,8 +25,8 @@ namespace strata::distribute {
 namespace {
 constexpr const char* kName = "MultiWorkerMirroredStrategy";
 constexpr const char* kExitBarrier = "mwms/exit";
-// How long after a worker is declared lost a process still blocked on it ends (see connect()).
-constexpr std::chrono::seconds kLostExitDelay{1};
+// How long after a worker is declared lost a process still blocked on it is reported blocked (see connect()).
+constexpr std::chrono::seconds kBlockedDelay{1};
 
 // The tasks that are workers of the strategy ("chief:0", "worker:0", ...), as the coordination service names them.
 std::vector<std::string> worker_tasks(const cluster::TaskInfo& task) {
@@ -221,20 +221,17 @@ void MultiWorkerMirroredStrategy::connect() {
     comm_ = comm::make_gloo_communicator(client_, worker_index_, num_workers_,
                                          {.timeout = options_.timeout, .hostname = host, .prefix = "mwms"});
     // A worker declared lost ends the others' pending and later collectives at once, naming it. A collective
-    // already blocked in Gloo on the dead peer cannot be interrupted (Gloo cannot cancel a receive), so the
-    // process ends kLostExitDelay later unless the strategy is gone by then (the error reached the caller).
+    // already blocked in Gloo on the dead peer cannot be interrupted (Gloo cannot cancel a receive): when the
+    // strategy is still alive kBlockedDelay later (the error did not reach the caller), the program is told
+    // (options_.on_blocked_by_lost_task) and decides.
     std::weak_ptr<comm::Communicator> weak = comm_;
-    client_->set_on_lost([weak, alive = alive_](const cluster::LostTask& lost) {
+    client_->set_on_lost([weak, alive = alive_, blocked = options_.on_blocked_by_lost_task](const cluster::LostTask& lost) {
       const std::string reason = kName + std::string(": task ") + lost.task + " was lost (" + lost.reason + ")";
       if (auto comm = weak.lock()) comm->abort(reason);
-      std::thread([alive, reason] {
-        std::this_thread::sleep_for(kLostExitDelay);
-        if (!alive->load()) return;
-        std::fflush(stdout);
-        std::fprintf(stderr, "strata: error: %s; a collective is still waiting for it, so this process exits\n",
-                     reason.c_str());
-        std::fflush(stderr);
-        std::_Exit(1);
+      if (!blocked) return;
+      std::thread([alive, reason, blocked] {
+        std::this_thread::sleep_for(kBlockedDelay);
+        if (alive->load()) blocked(reason);
       }).detach();
     });
   }

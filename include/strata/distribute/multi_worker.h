@@ -71,6 +71,11 @@ struct CommunicationOptions {
   // A task silent this long is declared lost (TensorFlow's default: 10 s); heartbeats go every interval.
   std::chrono::milliseconds heartbeat_timeout{std::chrono::seconds(10)};
   std::chrono::milliseconds heartbeat_interval{std::chrono::seconds(1)};
+  // Called, on a background thread, when a task was declared lost and a second later this process is still blocked
+  // in a collective waiting for it: Gloo cannot cancel a receive, so the error cannot reach the caller. The library
+  // does nothing more (it never ends the process); a program decides (the strata CLI says why and exits 1). The
+  // argument names the lost task and why it was declared lost. Not called once the strategy is destroyed.
+  std::function<void(const std::string& reason)> on_blocked_by_lost_task;
 };
 
 // Elastic training (strata launch --min-workers): when a worker is lost the survivors go on without restarting.
