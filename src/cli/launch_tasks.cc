@@ -323,6 +323,7 @@ struct Task {
   int status = 0;  // wait status once !running
   Stream out, err;
   std::string tf_config;
+  bool hosts_coordinator = false;  // it serves the coordination service (as cluster resolution says of its TF_CONFIG)
   int restarts = 0;  // this task's own restarts (a parameter-server cluster restarts tasks alone)
 
   bool group_alive() const { return pid > 0 && (::kill(-pid, 0) == 0 || errno == EPERM); }
@@ -548,9 +549,7 @@ class Cluster {
     return std::any_of(tasks_.begin(), tasks_.end(),
                        [this](const Task& s) { return hosts_service(s) && !s.running && !failed(s.status); });
   }
-  bool hosts_service(const Task& t) const {
-    return t.type == "chief" || (!args_.chief && t.type == "worker" && t.index == 0);
-  }
+  static bool hosts_service(const Task& t) { return t.hosts_coordinator; }
   int workers_running() const {
     return static_cast<int>(std::count_if(tasks_.begin(), tasks_.end(), [](const Task& t) {
       return t.running && (t.type == "worker" || t.type == "chief");
@@ -607,6 +606,7 @@ class Cluster {
   void start(const cluster::ClusterSpec& spec) {
     for (Task& t : tasks_) {
       t.tf_config = cluster::make_tf_config(spec, t.type, t.index);
+      t.hosts_coordinator = cluster::resolve_tf_config(t.tf_config).hosts_coordinator;
       spawn(t, t.tf_config, attempt_);
     }
   }
