@@ -48,9 +48,7 @@ HostTasks host_tasks(const TaskInfo& task) {
   return tasks;
 }
 
-std::string plural(int n, const char* one, const char* many) {
-  return std::to_string(n) + " " + (n == 1 ? one : many);
-}
+std::string plural(int n, const char* one, const char* many) { return std::to_string(n) + " " + (n == 1 ? one : many); }
 
 }  // namespace
 
@@ -76,8 +74,7 @@ CoreShare share_host_cores(const TaskInfo& task, const detail::CpuLimits& limits
       std::ostringstream warning;
       warning << user->source << (user->source.rfind("--", 0) == 0 ? " " : "=") << user->threads;
       if (!bound && share.tasks_on_host > 1) {
-        warning << " in each of the " << share.tasks_on_host << " tasks on this host asks for " << wanted
-                << " threads";
+        warning << " in each of the " << share.tasks_on_host << " tasks on this host asks for " << wanted << " threads";
       } else {
         warning << " asks for " << wanted << " threads";
       }
@@ -91,6 +88,9 @@ CoreShare share_host_cores(const TaskInfo& task, const detail::CpuLimits& limits
   } else if (bound) {
     share.threads = share.cores;
     why << "the " << cores << " this task is bound to";
+  } else if (task.cpus_per_task) {  // SLURM's allocation for each task, when it did not bind the task itself
+    share.threads = static_cast<int>(std::clamp<int64_t>(*task.cpus_per_task, 1, share.cores));
+    why << "SLURM_CPUS_PER_TASK=" << *task.cpus_per_task;
   } else {
     share.threads = std::max(1, share.cores / tasks.computing);
     if (share.tasks_on_host == 1) {

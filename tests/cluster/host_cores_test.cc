@@ -18,8 +18,8 @@ using ::testing::HasSubstr;
 detail::CpuLimits cores(int n) { return {.affinity = n, .cpuset = n, .quota = std::nullopt}; }
 
 TaskInfo tf_task(const std::string& cluster_json, const std::string& type, int index) {
-  return resolve_tf_config(R"({"cluster": )" + cluster_json + R"(, "task": {"type": ")" + type +
-                           R"(", "index": )" + std::to_string(index) + "}}");
+  return resolve_tf_config(R"({"cluster": )" + cluster_json + R"(, "task": {"type": ")" + type + R"(", "index": )" +
+                           std::to_string(index) + "}}");
 }
 
 TEST(HostCoresTest, OneProcessTakesEveryCore) {
@@ -66,20 +66,43 @@ TEST(HostCoresTest, ParameterServerTasksThatWaitTakeOneThread) {
 }
 
 TEST(HostCoresTest, MpirunAndTorchrunLocalSizes) {
-  TaskInfo mpi = resolve_cluster({{"OMPI_COMM_WORLD_RANK", "1"}, {"OMPI_COMM_WORLD_SIZE", "4"},
-                                  {"OMPI_COMM_WORLD_LOCAL_RANK", "1"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
+  TaskInfo mpi = resolve_cluster({{"OMPI_COMM_WORLD_RANK", "1"},
+                                  {"OMPI_COMM_WORLD_SIZE", "4"},
+                                  {"OMPI_COMM_WORLD_LOCAL_RANK", "1"},
+                                  {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
   EXPECT_EQ(share_host_cores(mpi, cores(8), std::nullopt).threads, 4);
-  TaskInfo torch = resolve_cluster({{"RANK", "0"}, {"WORLD_SIZE", "3"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "1"},
-                                    {"LOCAL_RANK", "0"}, {"LOCAL_WORLD_SIZE", "3"}});
+  TaskInfo torch = resolve_cluster({{"RANK", "0"},
+                                    {"WORLD_SIZE", "3"},
+                                    {"MASTER_ADDR", "h"},
+                                    {"MASTER_PORT", "1"},
+                                    {"LOCAL_RANK", "0"},
+                                    {"LOCAL_WORLD_SIZE", "3"}});
   EXPECT_EQ(share_host_cores(torch, cores(6), std::nullopt).threads, 2);
   // No local size: the process is taken to be alone on its host.
   TaskInfo bare = resolve_cluster({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}});
   EXPECT_EQ(share_host_cores(bare, cores(2), std::nullopt).threads, 2);
 }
 
+TEST(HostCoresTest, SlurmTasksPerNodeAndCpusPerTask) {
+  Environment env = {{"SLURM_STEP_ID", "0"},
+                     {"SLURM_PROCID", "1"},
+                     {"SLURM_NTASKS", "4"},
+                     {"SLURM_LOCALID", "1"},
+                     {"SLURM_STEP_NODELIST", "n[1-2]"},
+                     {"SLURM_STEP_TASKS_PER_NODE", "2(x2)"},
+                     {"SLURMD_NODENAME", "n1"}};
+  EXPECT_EQ(share_host_cores(resolve_cluster(env), cores(8), std::nullopt).threads, 4);  // 8 cores, 2 tasks here
+  env["SLURM_CPUS_PER_TASK"] = "3";
+  const CoreShare share = share_host_cores(resolve_cluster(env), cores(8), std::nullopt);
+  EXPECT_EQ(share.threads, 3);
+  EXPECT_EQ(share.reason, "3 threads: SLURM_CPUS_PER_TASK=3");
+}
+
 TEST(HostCoresTest, ABindingIsTheTasksShareAlready) {
-  TaskInfo mpi = resolve_cluster({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"},
-                                  {"OMPI_COMM_WORLD_LOCAL_RANK", "0"}, {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
+  TaskInfo mpi = resolve_cluster({{"OMPI_COMM_WORLD_RANK", "0"},
+                                  {"OMPI_COMM_WORLD_SIZE", "2"},
+                                  {"OMPI_COMM_WORLD_LOCAL_RANK", "0"},
+                                  {"OMPI_COMM_WORLD_LOCAL_SIZE", "2"}});
   const CoreShare share = share_host_cores(mpi, {.affinity = 1, .cpuset = 2, .quota = std::nullopt}, std::nullopt);
   EXPECT_EQ(share.threads, 1);
   EXPECT_EQ(share.reason, "1 thread: the 1 core this task is bound to");

@@ -11,12 +11,11 @@
 // SLURM's task binding), that subset is already its share and is used whole. Otherwise the cores are
 // divided by the job's tasks on this host: from TF_CONFIG (the tasks whose address names this host:
 // `strata launch`, single or multi-node, writes it), mpirun's OMPI_COMM_WORLD_LOCAL_SIZE, torchrun's
-// LOCAL_WORLD_SIZE, or SLURM's tasks per node. Tasks that mostly wait — a ps, and the chief of a
-// parameter-server job, which only schedules — get one thread and are not counted against the others.
-// A user's own count (`--threads`, STRATA_NUM_THREADS) wins; when it asks for more threads than the host's
-// cores across its tasks there, `warning` says so with the numbers (on the first task of the host only, so
-// that a job prints it once per host).
-// Thread-safety: a pure function of its arguments.
+// LOCAL_WORLD_SIZE, or SLURM's tasks per node (SLURM_CPUS_PER_TASK, where set, is the task's share). Tasks that mostly
+// wait — a ps, and the chief of a parameter-server job, which only schedules — get one thread and are not counted
+// against the others. A user's own count (`--threads`, STRATA_NUM_THREADS) wins; when it asks for more threads than the
+// host's cores across its tasks there, `warning` says so with the numbers (on the first task of the host only, so that
+// a job prints it once per host). Thread-safety: a pure function of its arguments.
 #pragma once
 
 #include <optional>
@@ -37,11 +36,11 @@ struct ThreadSetting {
 };
 
 struct CoreShare {
-  int threads = 1;          // intra-op threads for this process's math
-  int cores = 1;            // cores this process may run on
-  int tasks_on_host = 1;    // the job's tasks on this host, this one included
-  std::string reason;       // "1 thread: 2 cores shared by 2 tasks on this host"
-  std::string warning;      // the user's own count oversubscribes the host ("" otherwise)
+  int threads = 1;        // intra-op threads for this process's math
+  int cores = 1;          // cores this process may run on
+  int tasks_on_host = 1;  // the job's tasks on this host, this one included
+  std::string reason;     // "1 thread: 2 cores shared by 2 tasks on this host"
+  std::string warning;    // the user's own count oversubscribes the host ("" otherwise)
 };
 
 CoreShare share_host_cores(const TaskInfo& task, const detail::CpuLimits& limits,
