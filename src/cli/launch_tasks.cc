@@ -10,6 +10,8 @@
 // async-signal-safe calls only until exec.
 #include "cli/launch_tasks.h"
 
+#include "cli/prefixed_lines.h"
+
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
@@ -43,19 +45,6 @@ namespace strata::cli::launch {
 using Clock = std::chrono::steady_clock;
 
 namespace {
-
-constexpr size_t kMaxLine = 64 * 1024;
-
-// Writes all of `text` to `fd`; a closed reader (EPIPE) drops it.
-void write_all(int fd, const std::string& text) {
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    done += static_cast<size_t>(n);
-  }
-}
 
 // ---- signals: handlers write the signal number into a pipe that the event loop polls.
 
@@ -272,23 +261,9 @@ namespace {
 struct Stream {
   int fd = -1;
   int out_fd = STDOUT_FILENO;
-  std::string partial;
+  PrefixedLines lines;
 
-  void emit(const std::string& prefix, const char* data, size_t n) {
-    std::string text;
-    partial.append(data, n);
-    size_t begin = 0;
-    for (size_t nl; (nl = partial.find('\n', begin)) != std::string::npos; begin = nl + 1) {
-      text += prefix;
-      text.append(partial, begin, nl + 1 - begin);
-    }
-    partial.erase(0, begin);
-    while (partial.size() >= kMaxLine) {  // a line without end: cut it
-      text += prefix + partial.substr(0, kMaxLine) + "\n";
-      partial.erase(0, kMaxLine);
-    }
-    if (!text.empty()) write_all(out_fd, text);
-  }
+  void emit(const std::string& prefix, const char* data, size_t n) { write_all(out_fd, lines.feed(prefix, data, n)); }
   // Reads what is there; returns false at end of file (and closes).
   bool pump(const std::string& prefix) {
     char buf[16384];
@@ -305,8 +280,7 @@ struct Stream {
     }
   }
   void close(const std::string& prefix) {
-    if (!partial.empty()) write_all(out_fd, prefix + partial + "\n");
-    partial.clear();
+    write_all(out_fd, lines.rest(prefix));
     if (fd >= 0) ::close(fd);
     fd = -1;
   }

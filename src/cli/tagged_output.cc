@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <string>
 
+#include "cli/prefixed_lines.h"
 #include "strata/cluster/cluster_resolver.h"
 
 namespace strata::cli {
@@ -28,24 +29,13 @@ long env_long(const char* name, long otherwise) {
   return *end == '\0' ? n : otherwise;
 }
 
-void write_all(int fd, const std::string& text) {
-  size_t done = 0;
-  while (done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return;
-    done += static_cast<size_t>(n);
-  }
-}
-
 // The helper: copies each pipe to its stream, a prefixed whole line at a time, until both pipes close.
 [[noreturn]] void run_helper(const std::string& prefix, int out_pipe, int err_pipe, int out_fd, int err_fd) {
   for (const int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT}) std::signal(sig, SIG_IGN);  // drain until EOF
   struct Channel {
     int in, out;
-    std::string partial;
+    PrefixedLines lines;
   } channels[2] = {{out_pipe, out_fd, {}}, {err_pipe, err_fd, {}}};
-  constexpr size_t kMaxLine = 64 * 1024;
   int open = 2;
   while (open > 0) {
     pollfd fds[2];
@@ -57,26 +47,14 @@ void write_all(int fd, const std::string& text) {
       char buf[16384];
       const ssize_t n = ::read(c.in, buf, sizeof buf);
       if (n < 0 && errno == EINTR) continue;
-      std::string text;
       if (n > 0) {
-        c.partial.append(buf, static_cast<size_t>(n));
-        size_t begin = 0;
-        for (size_t nl; (nl = c.partial.find('\n', begin)) != std::string::npos; begin = nl + 1) {
-          text += prefix;
-          text.append(c.partial, begin, nl + 1 - begin);
-        }
-        c.partial.erase(0, begin);
-        while (c.partial.size() >= kMaxLine) {  // a line without end: cut it
-          text += prefix + c.partial.substr(0, kMaxLine) + "\n";
-          c.partial.erase(0, kMaxLine);
-        }
-      } else {  // end of file (or an error): the last piece, then this channel is done
-        if (!c.partial.empty()) text = prefix + c.partial + "\n";
-        ::close(c.in);
-        c.in = -1;
-        --open;
+        write_all(c.out, c.lines.feed(prefix, buf, static_cast<size_t>(n)));
+        continue;
       }
-      if (!text.empty()) write_all(c.out, text);
+      write_all(c.out, c.lines.rest(prefix));  // end of file (or an error): the last piece, then this channel is done
+      ::close(c.in);
+      c.in = -1;
+      --open;
     }
   }
   ::_exit(0);
@@ -86,7 +64,10 @@ void write_all(int fd, const std::string& text) {
 
 std::string shared_output_tag() {
   const bool mpi = env_long("OMPI_COMM_WORLD_SIZE", 1) > 1;
-  const bool srun = std::getenv("SLURM_PROCID") != nullptr && env_long("SLURM_NTASKS", 1) > 1;
+  // An srun step (not the batch script itself, which has SLURM_PROCID too), as cluster resolution tells them apart.
+  const bool step = std::getenv("SLURM_STEP_ID") != nullptr || std::getenv("SLURM_STEPID") != nullptr;
+  const bool srun = step && std::getenv("SLURM_PROCID") != nullptr &&
+                    env_long("SLURM_STEP_NUM_TASKS", env_long("SLURM_NTASKS", 1)) > 1;
   if (!mpi && !srun) return "";
   try {
     return cluster::resolve_cluster_from_environment().name();

@@ -12,7 +12,7 @@
 
 namespace strata::cli {
 
-// The task's tag under mpirun (OMPI_COMM_WORLD_SIZE > 1) or srun (SLURM_PROCID with SLURM_NTASKS > 1):
+// The task's tag under mpirun (OMPI_COMM_WORLD_SIZE > 1) or an srun step of more than one task:
 // "worker:1"; "" when the output is not shared (a single process, or `strata launch`, which tags itself).
 std::string shared_output_tag();
 
