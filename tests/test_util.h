@@ -48,6 +48,15 @@ std::string message_of(F f) {
   return "";
 }
 
+// Expects f() to throw an E whose message contains every one of `parts`.
+template <class E, class F>
+void expect_error_containing(F f, std::initializer_list<std::string> parts) {
+  const std::string message = message_of<E>(f);
+  for (const auto& part : parts) {
+    EXPECT_NE(message.find(part), std::string::npos) << "'" << part << "' is not in: " << message;
+  }
+}
+
 // A TCP port on 127.0.0.1 that was free a moment ago (the OS picked it), for a cluster spec a test writes.
 inline int free_port() {
   const int fd = ::socket(AF_INET, SOCK_STREAM, 0);

@@ -11,6 +11,7 @@
 #include <gtest/gtest.h>
 
 #include "strata/error.h"
+#include "test_util.h"
 
 namespace strata::cluster {
 namespace {
@@ -20,12 +21,7 @@ using ::testing::HasSubstr;
 // Expects `f` to throw InvalidArgument whose message contains every one of `parts`.
 template <typename F>
 void expect_invalid(F&& f, std::initializer_list<std::string> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one containing '" << *parts.begin() << "'";
-  } catch (const InvalidArgument& e) {
-    for (const auto& part : parts) EXPECT_THAT(e.what(), HasSubstr(part));
-  }
+  test::expect_error_containing<InvalidArgument>(std::forward<F>(f), parts);
 }
 
 const char* kFull =

@@ -11,6 +11,7 @@
 #include "strata/cluster/cluster_resolver.h"
 #include "strata/cluster/slurm.h"
 #include "strata/error.h"
+#include "test_util.h"
 
 namespace strata::cluster {
 namespace {
@@ -22,12 +23,7 @@ using Hosts = std::vector<std::string>;
 // Expects `f` to throw InvalidArgument whose message contains every one of `parts`.
 template <typename F>
 void expect_invalid(F&& f, std::initializer_list<std::string> parts) {
-  try {
-    f();
-    ADD_FAILURE() << "no error; expected one containing '" << *parts.begin() << "'";
-  } catch (const InvalidArgument& e) {
-    for (const auto& part : parts) EXPECT_THAT(e.what(), HasSubstr(part));
-  }
+  test::expect_error_containing<InvalidArgument>(std::forward<F>(f), parts);
 }
 
 TEST(Hostlist, PlainNamesAndSingleHost) {
