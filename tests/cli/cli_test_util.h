@@ -1,11 +1,13 @@
 // Helpers of the end-to-end CLI tests: a scratch directory, tiny Fashion-MNIST-shaped IDX data sets and job
-// files, and running the real `strata` binary (STRATA_BINARY) as a shell command.
+// files, running the real `strata` binary (STRATA_BINARY) as a shell command, and comparing the weights it wrote.
 // Thread-safety: none needed; each test uses its own scratch directory.
 #pragma once
 
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +18,8 @@
 #include <utility>
 
 #include <gtest/gtest.h>
+
+#include "strata/io/safetensors.h"
 
 namespace strata::cli {
 
@@ -145,6 +149,22 @@ inline std::string last_line(const std::string& text) {
     if (!line.empty()) last = line;
   }
   return last;
+}
+
+// The weights of two safetensors files are the same tensors, equal to float tolerance (1e-4, relative above 1): what
+// a distributed run that trains to one process's result writes.
+inline void expect_same_weights(const fs::path& want_file, const fs::path& got_file) {
+  const io::NamedTensors want = io::load_safetensors(want_file.string());
+  const io::NamedTensors got = io::load_safetensors(got_file.string());
+  ASSERT_EQ(got.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    ASSERT_EQ(got[i].first, want[i].first);
+    const std::vector<float> g = got[i].second.to_vector<float>(), w = want[i].second.to_vector<float>();
+    ASSERT_EQ(g.size(), w.size()) << want[i].first;
+    for (size_t j = 0; j < w.size(); ++j) {
+      ASSERT_NEAR(g[j], w[j], 1e-4 * std::max(1.0f, std::abs(w[j]))) << want[i].first << " element " << j;
+    }
+  }
 }
 
 }  // namespace strata::cli

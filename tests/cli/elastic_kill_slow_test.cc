@@ -53,17 +53,7 @@ TEST(ElasticKillTest, AfterAKillAtStep20TheWeightsAreTheUninterruptedRunsTo1e4) 
   const auto [rc, out] = run_job(t, t.s.dir / "killed", 20, "--checkpoint-dir " + killed_ckpt.string());
   ASSERT_EQ(rc, 0) << out;
   ASSERT_NE(out.find("membership: worker:2 left"), std::string::npos) << out;
-  const io::NamedTensors want = io::load_safetensors((whole_ckpt / "ckpt-3" / "model.safetensors").string());
-  const io::NamedTensors got = io::load_safetensors((killed_ckpt / "ckpt-3" / "model.safetensors").string());
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < want.size(); ++i) {
-    ASSERT_EQ(got[i].first, want[i].first);
-    const std::vector<float> g = got[i].second.to_vector<float>(), w = want[i].second.to_vector<float>();
-    ASSERT_EQ(g.size(), w.size()) << want[i].first;
-    for (size_t j = 0; j < w.size(); ++j) {
-      ASSERT_NEAR(g[j], w[j], 1e-4 * std::max(1.0f, std::abs(w[j]))) << want[i].first << " element " << j;
-    }
-  }
+  expect_same_weights(whole_ckpt / "ckpt-3" / "model.safetensors", killed_ckpt / "ckpt-3" / "model.safetensors");
 }
 
 }  // namespace

@@ -20,6 +20,7 @@
 #include <set>
 
 #include "cli/cli_test_util.h"
+#include "cli/launch_test_util.h"
 #include "strata/cluster/cluster_resolver.h"
 
 namespace strata::cli {
@@ -34,34 +35,10 @@ std::string launch(const std::string& flags, const std::string& script) {
   return "timeout 60 " + kStrata + " launch " + flags + " -- sh -c '" + script + "'";
 }
 
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
-
 size_t count(const std::string& text, const std::string& what) {
   size_t n = 0;
   for (size_t pos = text.find(what); pos != std::string::npos; pos = text.find(what, pos + 1)) ++n;
   return n;
-}
-
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-// Every pid listed in `file` (one a line) must be gone: kill(pid, 0) fails with ESRCH.
-void expect_all_gone(const fs::path& file, size_t expected_pids) {
-  const std::vector<std::string> pids = lines_of(read_file(file));
-  EXPECT_EQ(pids.size(), expected_pids) << read_file(file);
-  for (const auto& p : pids) {
-    const pid_t pid = std::stoi(p);
-    errno = 0;
-    EXPECT_EQ(::kill(pid, 0), -1) << "process " << pid << " was left behind";
-    EXPECT_EQ(errno, ESRCH) << pid;
-  }
 }
 
 // A task's script that records its shell's pid and a background child's pid in `pids`.
@@ -139,7 +116,7 @@ TEST(Launch, PrefixesWholeLinesOnEachStream) {
     EXPECT_THAT(out, HasSubstr("[" + task + "] half line\n")) << out;
     EXPECT_THAT(out, HasSubstr("[" + task + "] second\n"));
     EXPECT_THAT(out, HasSubstr("[" + task + "] tail\n"));
-    EXPECT_THAT(read_file(err), HasSubstr("[" + task + "] oops\n"));
+    EXPECT_THAT(read_text(err), HasSubstr("[" + task + "] oops\n"));
   }
   EXPECT_THAT(out, Not(HasSubstr("oops")));  // stderr stays stderr
   for (const auto& line : lines_of(out)) EXPECT_EQ(line.rfind("[worker:", 0), 0u) << "unprefixed: " << line;
@@ -201,7 +178,7 @@ void expect_signal_passed_on(const std::string& sig, int number) {
   const auto [rc, out] = run("timeout 60 sh -c '" + std::regex_replace(script, std::regex("'"), "'\\''") + "'");
   ASSERT_EQ(rc, 0) << out;
   EXPECT_THAT(out, HasSubstr("launcher=" + std::to_string(128 + number)));
-  const std::string text = read_file(log);
+  const std::string text = read_text(log);
   EXPECT_THAT(text, HasSubstr("strata launch: got SIG" + sig + "; passing it to every task\n"));
   EXPECT_THAT(text, HasSubstr("[worker:0] got " + sig + "\n"));
   EXPECT_THAT(text, HasSubstr("[worker:1] got " + sig + "\n"));

@@ -23,9 +23,11 @@
 
 #include "cli/background_process.h"
 #include "cli/cli_test_util.h"
+#include "cli/launch_test_util.h"
 #include "cli/launch_rendezvous.h"
 #include "strata/cluster/cluster_resolver.h"
 #include "strata/error.h"
+#include "test_util.h"
 
 namespace strata::cli {
 namespace {
@@ -37,36 +39,10 @@ using Clock = std::chrono::steady_clock;
 const std::string kStrata = STRATA_BINARY;
 constexpr auto kDeadline = std::chrono::seconds(60);  // any launcher of these tests ends well before
 
-// A port on 127.0.0.1 that was free a moment ago (bound to port 0, then closed).
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof addr;
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
-
-// `s` as one word for sh -c.
-std::string quote(const std::string& s) {
-  std::string out = "'";
-  for (const char c : s) {
-    if (c == '\'') {
-      out += "'\\''";
-    } else {
-      out += c;
-    }
-  }
-  return out + "'";
-}
-
 // The launcher of node `rank` of a job at 127.0.0.1:port, running `sh -c SCRIPT`.
 std::string node_launch(int nnodes, int rank, int port, const std::string& flags, const std::string& script) {
   return kStrata + " launch --nnodes " + std::to_string(nnodes) + " --node-rank " + std::to_string(rank) +
-         " --master-addr 127.0.0.1 --master-port " + std::to_string(port) + " " + flags + " -- sh -c " + quote(script);
+         " --master-addr 127.0.0.1 --master-port " + std::to_string(port) + " " + flags + " -- sh -c " + shell_quote(script);
 }
 
 // One launcher per node, each its own background process with its own log.
@@ -98,30 +74,6 @@ struct Nodes {
     return text;
   }
 };
-
-std::vector<std::string> lines_of(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream in(text);
-  for (std::string line; std::getline(in, line);) lines.push_back(line);
-  return lines;
-}
-
-std::string read_text(const fs::path& path) {
-  std::ifstream in(path);
-  return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
-}
-
-// Every pid listed in `file` (one a line) must be gone.
-void expect_all_gone(const fs::path& file, size_t expected_pids) {
-  const std::vector<std::string> pids = lines_of(read_text(file));
-  EXPECT_EQ(pids.size(), expected_pids) << read_text(file);
-  for (const auto& p : pids) {
-    const pid_t pid = std::stoi(p);
-    errno = 0;
-    EXPECT_EQ(::kill(pid, 0), -1) << "process " << pid << " was left behind";
-    EXPECT_EQ(errno, ESRCH) << pid;
-  }
-}
 
 // Shell: record this task's pid in `pids`, then wait until `n` tasks have (so that all run before one fails).
 std::string record_and_await(const fs::path& pids, int n) {
@@ -158,7 +110,7 @@ TEST(LaunchLayout, TasksArePlacedByNode) {
 
 TEST(LaunchMultiNode, EveryTaskOfEveryNodeSeesTheJobsTfConfig) {
   Nodes nodes("mn_tf_config");
-  const int port = free_port();
+  const int port = test::free_port();
   const std::string script = "echo \"TF_CONFIG=$TF_CONFIG\"";
   nodes.start(node_launch(2, 1, port, "--workers-per-node 2", script));  // node 1 first: it waits for node 0
   nodes.start(node_launch(2, 0, port, "--workers-per-node 2", script));
@@ -193,7 +145,7 @@ TEST(LaunchMultiNode, EveryTaskOfEveryNodeSeesTheJobsTfConfig) {
 
 TEST(LaunchMultiNode, AParameterServerJobOnTwoNodesEndsWithItsChief) {
   Nodes nodes("mn_ps");
-  const int port = free_port();
+  const int port = test::free_port();
   // ps tasks serve until stopped; the chief ends the job after a moment, the workers by themselves.
   const std::string script = kIs +
                              "echo \"TF_CONFIG=$TF_CONFIG\"; is ps 0 && exec sleep 1000; is ps 1 && exec sleep "
@@ -211,7 +163,7 @@ TEST(LaunchMultiNode, AParameterServerJobOnTwoNodesEndsWithItsChief) {
 
 TEST(LaunchMultiNode, ANodeThatNeverComesIsNamedAfterTheRendezvousTimeout) {
   Nodes nodes("mn_missing");
-  const int port = free_port();
+  const int port = test::free_port();
   const auto start = Clock::now();
   // Nodes 0 and 1 of 3 come; node 2 never does.
   nodes.start(node_launch(3, 0, port, "--workers-per-node 1 --rdzv-timeout 2", "echo started"));
@@ -229,7 +181,7 @@ TEST(LaunchMultiNode, ANodeThatNeverComesIsNamedAfterTheRendezvousTimeout) {
   EXPECT_LT(seconds, 15.0);
   // Without node 0 there is no rendezvous: node 1 names it.
   Nodes alone("mn_no_master");
-  alone.start(node_launch(2, 1, free_port(), "--workers-per-node 1 --rdzv-timeout 1", "echo started"));
+  alone.start(node_launch(2, 1, test::free_port(), "--workers-per-node 1 --rdzv-timeout 1", "echo started"));
   EXPECT_EQ(alone.wait_all(), (std::vector<int>{1}));
   EXPECT_THAT(alone.output(0),
               HasSubstr("strata: error: launch: node 0 of 2 did not join the rendezvous at 127.0.0.1:"));
@@ -238,7 +190,7 @@ TEST(LaunchMultiNode, ANodeThatNeverComesIsNamedAfterTheRendezvousTimeout) {
 
 TEST(LaunchMultiNode, ATaskFailingOnOneNodeStopsTheTasksOfEveryNode) {
   Nodes nodes("mn_fail");
-  const int port = free_port();
+  const int port = test::free_port();
   const fs::path pids = nodes.scratch.dir / "pids";
   const std::string script = kIs + record_and_await(pids, 4) + "is worker 3 && exit 3; exec sleep 1000";
   const auto start = Clock::now();
@@ -257,7 +209,7 @@ TEST(LaunchMultiNode, ATaskFailingOnOneNodeStopsTheTasksOfEveryNode) {
 
 TEST(LaunchMultiNode, MaxRestartsRestartsEveryNode) {
   Nodes nodes("mn_restart");
-  const int port = free_port();
+  const int port = test::free_port();
   // worker:3 fails in the first run, a moment after it started; every task says which run it is.
   const std::string script = kIs +
                              "echo \"run $STRATA_LAUNCH_RESTART\"; "
@@ -281,7 +233,7 @@ TEST(LaunchMultiNode, MaxRestartsRestartsEveryNode) {
 
 TEST(LaunchMultiNode, ASignalToOneLauncherStopsEveryNode) {
   Nodes nodes("mn_signal");
-  const int port = free_port();
+  const int port = test::free_port();
   const std::string script = "echo ready; exec sleep 1000";
   nodes.start(node_launch(2, 0, port, "--workers-per-node 1", script));
   BackgroundProcess& node1 = nodes.start(node_launch(2, 1, port, "--workers-per-node 1", script));
@@ -303,7 +255,7 @@ struct AfterKill {
 };
 AfterKill kill_node(int victim) {
   Nodes nodes("mn_kill" + std::to_string(victim));
-  const int port = free_port();
+  const int port = test::free_port();
   const std::string flags = "--workers-per-node 1 --node-timeout 3 --stop-timeout 2";
   const fs::path pids = nodes.scratch.dir / "pids";
   const std::string script = record_and_await(pids, 2) + "echo ready; exec sleep 1000";
@@ -353,7 +305,7 @@ TEST(LaunchMultiNode, WhenNodeZerosLauncherDiesTheOthersNameIt) {
 TEST(LaunchMultiNode, NodesMustAgreeOnTheJobAndEachHaveItsOwnRank) {
   {
     Nodes nodes("mn_disagree");
-    const int port = free_port();
+    const int port = test::free_port();
     nodes.start(node_launch(2, 0, port, "--workers-per-node 2 --rdzv-timeout 2", "echo started"));
     ASSERT_TRUE(nodes.launchers[0]->wait_for_output("joined the rendezvous", kDeadline)) << nodes.all_output();
     // Node 1 comes with another layout; node 0 then misses it.
@@ -371,7 +323,7 @@ TEST(LaunchMultiNode, NodesMustAgreeOnTheJobAndEachHaveItsOwnRank) {
   }
   {
     Nodes nodes("mn_rank_twice");
-    const int port = free_port();
+    const int port = test::free_port();
     nodes.start(node_launch(3, 0, port, "--workers-per-node 1 --rdzv-timeout 2", "echo started"));
     nodes.start(node_launch(3, 1, port, "--workers-per-node 1 --rdzv-timeout 2", "echo started"));
     ASSERT_TRUE(nodes.launchers[1]->wait_for_output("joined the rendezvous", kDeadline)) << nodes.all_output();

@@ -22,6 +22,7 @@
 
 #include "cli/background_process.h"
 #include "cli/cli_test_util.h"
+#include "cli/launch_test_util.h"
 #include "strata/cluster/cluster_resolver.h"
 #include "strata/io/safetensors.h"
 
@@ -103,23 +104,10 @@ std::string cannot_run() {
   return "";
 }
 
-// `s` as one word for sh -c.
-std::string quote(const std::string& s) {
-  std::string out = "'";
-  for (const char c : s) {
-    if (c == '\'') {
-      out += "'\\''";
-    } else {
-      out += c;
-    }
-  }
-  return out + "'";
-}
-
 // Node `rank`'s launcher on its machine: `strata launch --nnodes 2 ... -- sh -c SCRIPT`.
 std::string node_launch(const TwoMachines& m, int rank, const std::string& flags, const std::string& script) {
   return m.on(rank) + kStrata + " launch --nnodes 2 --node-rank " + std::to_string(rank) +
-         " --master-addr 10.77.0.1 --master-port 29400 --workers-per-node 2 " + flags + " -- sh -c " + quote(script);
+         " --master-addr 10.77.0.1 --master-port 29400 --workers-per-node 2 " + flags + " -- sh -c " + shell_quote(script);
 }
 
 std::pair<double, double> test_result(const std::string& out) {
@@ -175,17 +163,7 @@ TEST(LaunchTwoMachines, FourWorkersOnTwoMachinesTrainToWhatOneProcessGets) {
   ASSERT_GE(loss, 0) << out0;
   EXPECT_NEAR(loss, one_loss, 2e-4) << out0 << one;
   EXPECT_EQ(accuracy, one_accuracy) << out0 << one;
-  const io::NamedTensors want = io::load_safetensors((reference / "ckpt-2" / "model.safetensors").string());
-  const io::NamedTensors got = io::load_safetensors((ckpt / "ckpt-2" / "model.safetensors").string());
-  ASSERT_EQ(got.size(), want.size());
-  for (size_t i = 0; i < want.size(); ++i) {
-    ASSERT_EQ(got[i].first, want[i].first);
-    const std::vector<float> g = got[i].second.to_vector<float>(), w = want[i].second.to_vector<float>();
-    ASSERT_EQ(g.size(), w.size()) << want[i].first;
-    for (size_t j = 0; j < w.size(); ++j) {
-      ASSERT_NEAR(g[j], w[j], 1e-4 * std::max(1.0f, std::abs(w[j]))) << want[i].first << " element " << j;
-    }
-  }
+  expect_same_weights(reference / "ckpt-2" / "model.safetensors", ckpt / "ckpt-2" / "model.safetensors");
 }
 
 // Starts a long job on both machines and, once the chief trains its second epoch, does `strike` (kill node 1's
