@@ -278,10 +278,12 @@ void worker_seeds() {
   parse.set_round_size(3);
   pb::RunFunctionRequest unknown = echo;
   unknown.set_function("no_such_function");
-  // A fake worker's reply (method 2): the status code byte, then the strata-error type, the message, the result.
+  // A fake worker's reply (method 2): the status code byte, then the status details (a strata error's class, as
+  // src/cluster/rpc_status.cc writes it), the message, the result.
   const auto reply = [](int code, const std::string& type, const std::string& message, const std::string& bytes) {
     std::string body(1, static_cast<char>(code));
-    for (const std::string* s : {&type, &message, &bytes}) body += fuzz::encode_call(0, *s).substr(1);
+    const std::string details = type.empty() ? "" : "strata-error:" + type;
+    for (const std::string* s : {&details, &message, &bytes}) body += fuzz::encode_call(0, *s).substr(1);
     return std::string(1, '\x02') + body;
   };
   seed("worker", "run-ping",

@@ -2,10 +2,11 @@
 // - the worker's handlers (src/ps/worker_server.cc): RunFunction and Ping requests, as a hostile coordinator could
 //   send them, to a WorkerServer with three functions: `echo` returns its arguments, `fail` throws the strata error
 //   its first argument byte picks, `step` parses its arguments as a step output (as a chief parses a result);
-// - the coordinator's end (src/ps/worker_client.cc, function_error.cc): WorkerClient::run and ping against a fake
-//   worker that answers with the status code, message, `strata-error` type and result bytes the input gives, as a
-//   hostile worker could; a result is then read as the chief reads it (StepOutput::parse, sum_metric_states, and the
-//   metrics' set_state), a function error rethrown as the type the worker named.
+// - the coordinator's end (src/ps/worker_client.cc, src/cluster/rpc_status.cc): WorkerClient::run and ping against a
+//   fake worker that answers with the status code, status details (a strata error's class, "strata-error:<class>"),
+//   message and result bytes the input gives, as a hostile worker could; a result is then read as the chief reads it
+//   (StepOutput::parse, sum_metric_states, and the metrics' set_state), a function error rethrown as the class the
+//   worker named.
 // Each input is a sequence of calls: a method byte, then its bytes (a 2-byte length first). Both servers are started
 // once per process on 127.0.0.1 and keep no state between inputs but counters. A strata::Error is the documented
 // answer to bad bytes; anything else escaping is a finding.
@@ -37,7 +38,7 @@ constexpr auto kCallDeadline = std::chrono::milliseconds(200);
 // What the fake worker answers next.
 struct Reply {
   grpc::StatusCode code = grpc::StatusCode::OK;
-  std::string message, error_type, result;
+  std::string message, details, result;
   bool running = false;
 };
 
@@ -48,12 +49,11 @@ class FakeWorker final : public pb::Worker::Service {
     std::lock_guard lock(mu_);
     reply_ = std::move(reply);
   }
-  grpc::Status RunFunction(grpc::ServerContext* context, const pb::RunFunctionRequest*,
+  grpc::Status RunFunction(grpc::ServerContext*, const pb::RunFunctionRequest*,
                            pb::RunFunctionResponse* resp) override {
     const Reply r = reply();
-    if (!r.error_type.empty()) context->AddTrailingMetadata("strata-error", r.error_type);
     if (r.code == grpc::StatusCode::OK) resp->set_result(r.result);
-    return {r.code, r.message};
+    return {r.code, r.message, r.details};
   }
   grpc::Status Ping(grpc::ServerContext*, const pb::PingRequest*, pb::PingResponse* resp) override {
     const Reply r = reply();
@@ -70,13 +70,6 @@ class FakeWorker final : public pb::Worker::Service {
   std::mutex mu_;
   Reply reply_;  // GUARDED_BY(mu_)
 };
-
-// Metadata values travel as HTTP/2 header text: a worker can send only printable ASCII there, so other bytes are
-// mapped into it (gRPC itself refuses to send the rest).
-std::string header_text(std::string s) {
-  for (char& c : s) c = static_cast<char>(0x20 + static_cast<unsigned char>(c) % 0x5f);
-  return s;
-}
 
 [[noreturn]] void throw_picked(const std::string& args) {
   const std::string what = "fuzzed failure";
@@ -170,7 +163,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 2: {  // a worker's answer to RunFunction, read by the coordinator
         Reply reply;
         reply.code = static_cast<grpc::StatusCode>(in.byte() % 17);
-        reply.error_type = header_text(in.string());
+        reply.details = in.string();  // binary metadata (grpc-status-details-bin): any bytes travel
         reply.message = in.string();
         reply.result = in.string();
         s.fake.script(reply);

@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "cluster/proto/coordination.grpc.pb.h"
+#include "cluster/rpc_status.h"
 #include "strata/cluster/coordination.h"
 #include "strata/error.h"
 
@@ -74,7 +75,7 @@ struct CoordinationClient::Impl {
   std::thread heartbeat;
 
   // Calls `method` with a deadline of `deadline` from now; a failed status becomes the strata error for
-  // it, naming `rpc`, `what` (the keys or the barrier) and the address.
+  // it (rpc_status.h), naming `rpc`, `what` (the keys or the barrier) and the address.
   template <class Request, class Response>
   Response call(grpc::Status (Coordination::Stub::*method)(grpc::ClientContext*, const Request&, Response*),
                 const char* rpc, const std::string& what, const Request& request, milliseconds deadline) {
@@ -83,21 +84,9 @@ struct CoordinationClient::Impl {
     Response response;
     const grpc::Status status = (stub.get()->*method)(&ctx, request, &response);
     if (status.ok()) return response;
-    const std::string head = std::string("coordination ") + rpc + (what.empty() ? "" : " of " + what);
-    switch (status.error_code()) {
-      case grpc::StatusCode::DEADLINE_EXCEEDED:
-        STRATA_THROW(Timeout, head << " timed out: no reply within " << deadline.count()
-                                   << " ms from the coordination service at " << address);
-      case grpc::StatusCode::UNAVAILABLE:
-        STRATA_THROW(Unavailable, head << " failed: the coordination service at " << address << " is unavailable ("
-                                       << status.error_message() << ")");
-      case grpc::StatusCode::INVALID_ARGUMENT:
-        STRATA_THROW(InvalidArgument,
-                     head << " refused by the coordination service at " << address << ": " << status.error_message());
-      default:
-        STRATA_THROW(Error, head << " failed at the coordination service at " << address << ": gRPC status "
-                                 << static_cast<int>(status.error_code()) << ": " << status.error_message());
-    }
+    throw_rpc_error(status, {.rpc = std::string("coordination ") + rpc + (what.empty() ? "" : " of " + what),
+                             .peer = "the coordination service at " + address,
+                             .deadline = deadline});
   }
 
   // The deadline of an RPC that waits up to `wait` on the service.

@@ -13,6 +13,7 @@
 #include <exception>
 #include <cstdint>
 #include <mutex>
+#include <optional>
 #include <string>
 
 #include "strata/comm/communicator.h"
@@ -48,31 +49,24 @@ inline const char* kind_name(OpKind kind) {
   return "?";
 }
 
-// The error of a finished operation, kept as (type, message) so that every waiter throws its own copy.
+// The error of a finished operation, kept as (code, message) so that every waiter throws its own copy.
 struct Failure {
-  enum class Type { kNone, kInvalidArgument, kTimeout, kError } type = Type::kNone;
+  std::optional<ErrorCode> code;  // none: the operation succeeded
   std::string message;
 
-  bool failed() const { return type != Type::kNone; }
-  std::exception_ptr as_exception_ptr() const {
+  // The failure of an operation that threw `error` (its strata class, or Error, and its message).
+  static Failure of(const std::exception_ptr& error) {
     try {
-      raise();
+      std::rethrow_exception(error);
+    } catch (const std::exception& e) {
+      return {error_code_of(error), e.what()};
     } catch (...) {
-      return std::current_exception();
+      return {ErrorCode::kUnknown, "a non-standard exception"};
     }
   }
-  [[noreturn]] void raise() const {
-    switch (type) {
-      case Type::kInvalidArgument:
-        throw InvalidArgument(message);
-      case Type::kTimeout:
-        throw Timeout(message);
-      case Type::kNone:
-      case Type::kError:
-        break;
-    }
-    throw Error(message);
-  }
+  bool failed() const { return code.has_value(); }
+  std::exception_ptr as_exception_ptr() const { return make_error(*code, message); }  // REQUIRES: failed()
+  [[noreturn]] void raise() const { throw_error(*code, message); }                    // REQUIRES: failed()
 };
 
 class Completion {

@@ -242,7 +242,7 @@ class GlooCommunicator final : public Communicator, public gloo_detail::Executor
 
   // REQUIRES: mu_ held (reads broken_).
   Failure not_run(const Op& op) const {
-    return {Failure::Type::kTimeout,
+    return {ErrorCode::kDeadlineExceeded,
             strata::detail::with_location(name_ + ": " + op_name(op) + " on rank " + std::to_string(rank()) +
                                               " was not run: the communicator is unusable since " + broken_ +
                                               "; rebuild the group under a fresh store prefix",
@@ -340,7 +340,7 @@ class GlooCommunicator final : public Communicator, public gloo_detail::Executor
     GlooCollectives::PostedSend posted;
     Failure failure = run(op, &posted);
     if (!is_p2p(op.kind)) recorder_.ended(op.seq, !failure.failed());
-    if (posted.buffer && failure.type == Failure::Type::kNone) {
+    if (posted.buffer && !failure.failed()) {
       {
         std::lock_guard<std::mutex> lock(send_mu_);
         sends_.push_back({std::move(op), std::move(posted)});
@@ -425,7 +425,7 @@ class GlooCommunicator final : public Communicator, public gloo_detail::Executor
       } catch (const std::exception& e) {
         failure = broken(pending.op, start, "Error", e.what());
       }
-      if (failure.type != Failure::Type::kNone) {
+      if (failure.failed()) {
         // Gloo may still hold the buffer: keep it (and the tensors it points into) until the context is gone.
         std::lock_guard<std::mutex> lock(send_mu_);
         graveyard_.push_back(std::move(pending));
@@ -444,7 +444,7 @@ class GlooCommunicator final : public Communicator, public gloo_detail::Executor
     try {
       const std::string problem = collectives_.check_arguments(op);
       if (!problem.empty()) {
-        return {Failure::Type::kInvalidArgument,
+        return {ErrorCode::kInvalidArgument,
                 strata::detail::with_location(name_ + ": " + op_name(op) + " on rank " + std::to_string(rank()) + ": " +
                                                   problem,
                                               __FILE__, __LINE__)};
@@ -494,7 +494,7 @@ class GlooCommunicator final : public Communicator, public gloo_detail::Executor
                   (aborted.empty() ? "" : ", aborted by " + aborted) + " (gloo: " + gloo_message + ")";
       }
     }
-    return {std::string(what) == "Timeout" ? Failure::Type::kTimeout : Failure::Type::kError, message};
+    return {std::string(what) == "Timeout" ? ErrorCode::kDeadlineExceeded : ErrorCode::kUnknown, message};
   }
 
   struct PendingSend {

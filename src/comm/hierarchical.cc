@@ -160,12 +160,8 @@ class HierarchicalCommunicator final : public Communicator {
       Failure failure;
       try {
         op.body();
-      } catch (const InvalidArgument& e) {
-        failure = {Failure::Type::kInvalidArgument, e.what()};
-      } catch (const Timeout& e) {
-        failure = {Failure::Type::kTimeout, e.what()};
-      } catch (const std::exception& e) {
-        failure = {Failure::Type::kError, e.what()};
+      } catch (...) {
+        failure = Failure::of(std::current_exception());
       }
       // Local rank 0 failing across the workers leaves the others waiting for its broadcast: end it for them.
       if (failure.failed() && local_->rank() == 0) local_->abort("local rank 0 failed: " + failure.message);

@@ -22,26 +22,6 @@
 namespace strata::comm {
 namespace local_detail {
 
-void rethrow_copy(const std::exception_ptr& error) {
-  try {
-    std::rethrow_exception(error);
-  } catch (const ShapeError& e) {
-    throw ShapeError(e.what());
-  } catch (const InvalidArgument& e) {
-    throw InvalidArgument(e.what());
-  } catch (const Timeout& e) {
-    throw Timeout(e.what());
-  } catch (const Unavailable& e) {
-    throw Unavailable(e.what());
-  } catch (const IoError& e) {
-    throw IoError(e.what());
-  } catch (const DataCorrupt& e) {
-    throw DataCorrupt(e.what());
-  } catch (const Error& e) {
-    throw Error(e.what());
-  }
-}
-
 std::string op_name(const Op& op) { return std::string(kind_name(op.kind)) + " #" + std::to_string(op.seq); }
 
 std::string p2p_status(const RankStatus& s, int64_t seq) {

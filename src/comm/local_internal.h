@@ -38,10 +38,6 @@ using Kind = detail::OpKind;
 using detail::kind_name;
 inline bool is_p2p(Kind kind) { return kind == Kind::kSend || kind == Kind::kRecv; }
 
-// Throws a new exception of the same strata type and message as `error`, so that every waiter owns what it
-// catches (the stored one stays with the Work, whichever thread drops the Work last).
-[[noreturn]] void rethrow_copy(const std::exception_ptr& error);
-
 class LocalWork final : public Work {
  public:
   // How Work::wait(timeout) names the operation ("local group of 3: all_reduce #2 on rank 0"); the text is
@@ -61,7 +57,9 @@ class LocalWork final : public Work {
       std::unique_lock<std::mutex> lock(mu_);
       cv_.wait(lock, [&] { return is_completed(); });
     }
-    if (error_) rethrow_copy(error_);
+    // A copy, so every waiter owns what it catches: the stored one stays with the Work,
+    // whichever thread drops the Work last.
+    if (error_) strata::rethrow_copy(error_);
   }
 
   void wait(std::chrono::milliseconds timeout) override {
@@ -75,7 +73,7 @@ class LocalWork final : public Work {
                                                 << " ms of Work::wait (it goes on running under its own timeout)");
       }
     }
-    if (error_) rethrow_copy(error_);
+    if (error_) strata::rethrow_copy(error_);  // a copy, as in wait()
   }
 
   std::exception_ptr exception() const override { return is_completed() ? error_ : nullptr; }

@@ -281,7 +281,7 @@ class MpiCommunicator final : public Communicator {
     std::ostringstream message;
     message << "mpi: " << kind_name(op.kind) << " #" << op.seq << " on rank " << rank_ << " of " << name_
             << " was not run: " << broken_;
-    return {Failure::Type::kTimeout, message.str()};
+    return {ErrorCode::kDeadlineExceeded, message.str()};
   }
 
   static Op make_op(Kind kind, std::vector<Tensor> tensors, std::chrono::milliseconds timeout,
@@ -309,7 +309,7 @@ class MpiCommunicator final : public Communicator {
     }
     const std::string problem = check_arguments(op);
     if (!problem.empty()) {
-      work->finish({Failure::Type::kInvalidArgument,
+      work->finish({ErrorCode::kInvalidArgument,
                     std::string("mpi: ") + kind_name(op.kind) + " on rank " + std::to_string(rank_) + " of " + name_ +
                         ": " + problem});
       return work;
@@ -422,12 +422,9 @@ class MpiCommunicator final : public Communicator {
       op.work->finish({});
     } catch (const PostedMarker&) {
       // a send: poll_sends finishes its Work
-    } catch (const Timeout& e) {
+    } catch (...) {  // a Timeout, or any other error: each waiter throws its class and message
       if (recorded) recorder_.ended(op.seq, false);
-      op.work->finish({Failure::Type::kTimeout, e.what()});
-    } catch (const std::exception& e) {
-      if (recorded) recorder_.ended(op.seq, false);
-      op.work->finish({Failure::Type::kError, e.what()});
+      op.work->finish(Failure::of(std::current_exception()));
     }
   }
 
@@ -549,7 +546,7 @@ class MpiCommunicator final : public Communicator {
         rc = MPI_Test(&s.request, &done, MPI_STATUS_IGNORE);
       }
       if (rc != MPI_SUCCESS) {
-        s.op.work->finish({Failure::Type::kError, "mpi: send #" + std::to_string(s.op.seq) + ": " + mpi_error(rc)});
+        s.op.work->finish({ErrorCode::kUnknown, "mpi: send #" + std::to_string(s.op.seq) + ": " + mpi_error(rc)});
         it = sends_.erase(it);
       } else if (done) {
         s.op.work->finish({});
@@ -568,7 +565,7 @@ class MpiCommunicator final : public Communicator {
           std::lock_guard<std::mutex> lock(mu_);
           if (broken_.empty()) broken_ = message.str();
         }
-        s.op.work->finish({Failure::Type::kTimeout, message.str()});
+        s.op.work->finish({ErrorCode::kDeadlineExceeded, message.str()});
         it->release();  // the request stays outstanding: keep its memory
         it = sends_.erase(it);
       } else {

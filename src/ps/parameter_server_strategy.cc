@@ -147,8 +147,9 @@ int64_t ParameterServerStrategy::save_ps_checkpoint() {
   for (size_t i = 0; i < clients.size(); ++i) {
     try {
       shards += clients[i]->save(ps_checkpoint_dir(static_cast<int64_t>(i)));
-    } catch (const Unavailable& e) {
-      STRATA_THROW(Unavailable, "saving the shards of " << describe_ps(clients[i]->address()) << ": " << e.what());
+    } catch (const Error& e) {  // a ps down (Unavailable) or silent (Timeout) is named by its task
+      if (e.code() != ErrorCode::kUnavailable && e.code() != ErrorCode::kDeadlineExceeded) throw;
+      STRATA_THROW_CODE(e.code(), "saving the shards of " << describe_ps(clients[i]->address()) << ": " << e.what());
     }
   }
   return shards;

@@ -22,6 +22,7 @@
 #include <thread>
 #include <unordered_set>
 
+#include "cluster/rpc_status.h"
 #include "kernels/kernels.h"
 #include "ps/proto/parameter_server.grpc.pb.h"
 #include "ps/tensor_coding.h"
@@ -342,7 +343,7 @@ class Service final : public pb::ParameterServer::WithRawCallbackMethod_Push<
       try {
         io::save_safetensors((fs::path(req->directory()) / shard_file(name)).string(), tensors, {{kShardKey, json}});
       } catch (const Error& e) {
-        return invalid(std::string("Save ") + name + ": " + e.what());
+        return cluster::to_grpc_status(e.code(), "Save " + name + ": " + e.what());
       }
     }
     resp->set_shards(static_cast<int64_t>(shards_.size()));
@@ -509,8 +510,7 @@ void ParameterServer::start(const std::string& address, const std::string& resto
     req.set_directory(restore_directory);
     pb::RestoreResponse resp;
     const grpc::Status status = service->Restore(nullptr, &req, &resp);
-    if (status.error_code() == grpc::StatusCode::DATA_LOSS) STRATA_THROW(DataCorrupt, "ps: " << status.error_message());
-    STRATA_CHECK(status.ok(), InvalidArgument, "ps: " << status.error_message());
+    if (!status.ok()) STRATA_THROW_CODE(cluster::error_code_of(status), "ps: " << status.error_message());
     impl_->restored = resp.shards();
   }
   grpc::ServerBuilder builder;
@@ -556,10 +556,12 @@ int64_t ParameterServer::rows_pushed() const { return impl_->service ? impl_->se
 struct ParameterServerClient::Impl {
   std::string address;
   std::chrono::milliseconds timeout;
+  std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<pb::ParameterServer::Stub> stub;
   std::unique_ptr<grpc::GenericStub> raw;  // the same channel, for requests encoded by hand (tensor_coding.h)
 
-  // Makes one call (`attempt(context)`) with the deadline; a failed status is an exception naming the address.
+  // Makes one call (`attempt(context)`) with the deadline; a failed status is the strata error for it
+  // (cluster/rpc_status.h) naming the call and the address.
   template <class Attempt>
   void run(const char* what, bool retry, Attempt attempt) {
     const auto deadline = std::chrono::system_clock::now() + timeout;
@@ -581,17 +583,15 @@ struct ParameterServerClient::Impl {
       backoff = std::min<std::chrono::milliseconds>(backoff * 2, std::chrono::seconds(1));
     }
     if (status.ok()) return;
-    switch (status.error_code()) {
-      case grpc::StatusCode::UNAVAILABLE:
-      case grpc::StatusCode::CANCELLED:
-      case grpc::StatusCode::DEADLINE_EXCEEDED:
-        STRATA_THROW(Unavailable, "ps at " << address << ": " << what << " failed after at most " << timeout.count()
-                                           << " ms: " << status.error_message());
-      case grpc::StatusCode::DATA_LOSS:
-        STRATA_THROW(DataCorrupt, "ps at " << address << ": " << status.error_message());
-      default:
-        STRATA_THROW(InvalidArgument, "ps at " << address << ": " << status.error_message());
+    // A deadline that passed while the ps could not be reached (down, restarting: the call waits for it, and gRPC
+    // reports the wait's end as DEADLINE_EXCEEDED) is an unavailable ps; one that passed while a reachable ps did not
+    // answer is a Timeout, as for every strata RPC.
+    if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && channel->GetState(false) != GRPC_CHANNEL_READY) {
+      status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "not reached within " + std::to_string(timeout.count()) +
+                                                               " ms (" + status.error_message() + ")");
     }
+    cluster::throw_rpc_error(status,
+                             {.rpc = std::string("ps ") + what, .peer = "the ps at " + address, .deadline = timeout});
   }
 
   template <class Request, class Response>
@@ -637,9 +637,9 @@ ParameterServerClient::ParameterServerClient(const std::string& address, std::ch
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
   args.SetMaxSendMessageSize(-1);
-  auto channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
-  impl_->stub = pb::ParameterServer::NewStub(channel);
-  impl_->raw = std::make_unique<grpc::GenericStub>(channel);
+  impl_->channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  impl_->stub = pb::ParameterServer::NewStub(impl_->channel);
+  impl_->raw = std::make_unique<grpc::GenericStub>(impl_->channel);
 }
 
 ParameterServerClient::~ParameterServerClient() = default;

@@ -8,7 +8,7 @@
 
 #include <mutex>
 
-#include "ps/function_error.h"
+#include "cluster/rpc_status.h"
 #include "ps/proto/worker.grpc.pb.h"
 
 namespace strata::ps::detail {
@@ -58,24 +58,10 @@ WorkerClient::~WorkerClient() = default;
 const std::string& WorkerClient::address() const { return impl_->address; }
 
 namespace {
-const char* code_name(grpc::StatusCode code) {
-  switch (code) {
-    case grpc::StatusCode::UNAVAILABLE:
-      return "UNAVAILABLE";
-    case grpc::StatusCode::DEADLINE_EXCEEDED:
-      return "DEADLINE_EXCEEDED";
-    case grpc::StatusCode::CANCELLED:
-      return "CANCELLED";
-    case grpc::StatusCode::UNIMPLEMENTED:
-      return "UNIMPLEMENTED (is it a strata worker?)";
-    default:
-      return nullptr;
-  }
-}
-
+// A failed call's status as a lost worker's reason: "UNAVAILABLE: failed to connect to all addresses".
 std::string status_text(const grpc::Status& status) {
-  const char* name = code_name(status.error_code());
-  return (name ? name : "gRPC status " + std::to_string(static_cast<int>(status.error_code()))) + ": " +
+  const bool unimplemented = status.error_code() == grpc::StatusCode::UNIMPLEMENTED;
+  return cluster::grpc_code_name(status.error_code()) + (unimplemented ? " (is it a strata worker?)" : "") + ": " +
          status.error_message();
 }
 }  // namespace
@@ -104,12 +90,11 @@ WorkerClient::Outcome WorkerClient::run(const std::string& function, int64_t ste
     out.result = std::move(*resp.mutable_result());
     return out;
   }
-  const auto& trailers = context.GetServerTrailingMetadata();
-  if (const auto it = trailers.find(kErrorTypeKey); it != trailers.end()) {
+  if (cluster::raised_by_server(status)) {  // the function's own error (or an unknown name), never the transport's
     out.kind = Outcome::kFunctionError;
-    out.error = exception_of(std::string(it->second.data(), it->second.size()),
-                             "worker at " + impl_->address + ": function '" + function + "' (step " +
-                                 std::to_string(step_id) + ") failed: " + status.error_message());
+    out.error = cluster::rpc_error(status, {.rpc = "function '" + function + "' (step " + std::to_string(step_id) + ")",
+                                            .peer = "the worker at " + impl_->address,
+                                            .deadline = timeout});
     return out;
   }
   out.kind = Outcome::kLost;

@@ -1,6 +1,7 @@
 // The worker service (strata/ps/worker_server.h) over proto/worker.proto: RunFunction looks the function up by name
-// and runs it under a per-worker lock, mapping its exception to a status (function_error.h); Ping answers at once,
-// saying whether a function is running.
+// and runs it under a per-worker lock, answering its exception as the status of its strata error
+// (cluster/rpc_status.h, which names the class, so the coordinator tells it from a lost worker); Ping answers at
+// once, saying whether a function is running.
 // Thread-safety: the function registry is guarded by Service::mu_; run_mu_ lets one function run at a time; gRPC runs
 // handlers on its threads.
 #include "strata/ps/worker_server.h"
@@ -11,7 +12,7 @@
 #include <map>
 #include <mutex>
 
-#include "ps/function_error.h"
+#include "cluster/rpc_status.h"
 #include "ps/proto/worker.grpc.pb.h"
 #include "strata/cluster/cluster_resolver.h"
 #include "strata/error.h"
@@ -47,9 +48,9 @@ class Service final : public pb::Worker::Service {
       if (const auto it = functions_.find(req->function()); it != functions_.end()) function = it->second;
     }
     if (!function) {
-      context->AddTrailingMetadata(detail::kErrorTypeKey, "InvalidArgument");
-      return {grpc::StatusCode::NOT_FOUND,
-              "no function named '" + req->function() + "' is registered on this worker (it has: " + names() + ")"};
+      return cluster::to_grpc_status(
+          ErrorCode::kInvalidArgument,
+          "no function named '" + req->function() + "' is registered on this worker (it has: " + names() + ")");
     }
     std::lock_guard run_lock(run_mu_);
     if (context->IsCancelled()) {  // the caller gave up while the function before ran: it re-runs this one elsewhere
@@ -63,9 +64,7 @@ class Service final : public pb::Worker::Service {
       return grpc::Status::OK;
     } catch (...) {
       ++functions_run_;
-      detail::FunctionError error = detail::function_error_of(std::current_exception());
-      context->AddTrailingMetadata(detail::kErrorTypeKey, error.type);
-      return error.status;
+      return cluster::to_grpc_status(std::current_exception());
     }
   }
 
@@ -87,7 +86,7 @@ class Service final : public pb::Worker::Service {
 
   std::mutex mu_;
   std::map<std::string, WorkerServer::StepFunction> functions_;  // GUARDED_BY(mu_)
-  std::mutex run_mu_;                                        // held while a function runs
+  std::mutex run_mu_;                                            // held while a function runs
   std::atomic<int64_t> functions_run_{0};
   std::atomic<bool> running_{false};  // a function runs (under run_mu_)
 };

@@ -21,12 +21,15 @@ namespace {
 
 using detail::run_callbacks;
 
-// The output of one scheduled step; an unreachable ps is named by its task.
+// The output of one scheduled step; an unreachable ps is named by its task. A ps that was reached but did not answer
+// within the workers' ps timeout (Timeout, as every strata RPC's deadline) is lost as well: fit fails with
+// Unavailable naming it, as for a ps that is down.
 ps::StepOutput fetch_step(const ps::ParameterServerStrategy& strategy, const ps::RemoteValue& step, int64_t epoch,
                           int64_t index) {
   try {
     return ps::StepOutput::parse(step.fetch());
-  } catch (const Unavailable& e) {
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kUnavailable && e.code() != ErrorCode::kDeadlineExceeded) throw;
     const std::string what = e.what();
     for (const std::string& address : strategy.ps_addresses()) {
       if (what.find(address) != std::string::npos) {

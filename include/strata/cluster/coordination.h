@@ -19,8 +19,9 @@
 // reply (on_lost callback, lost_tasks(), check_peers()). A lost task that beats again with the same
 // client stays lost (the others were told); a restarted task (a new client) is registered afresh.
 //
-// Every RPC has a deadline. A gRPC DEADLINE_EXCEEDED becomes strata::Timeout naming the RPC, the keys and
-// the address; UNAVAILABLE becomes strata::Unavailable naming the address.
+// Every RPC has a deadline. A failed RPC becomes the strata error of its gRPC status (one table for every RPC of
+// strata), naming the RPC, the keys and the address: DEADLINE_EXCEEDED is strata::Timeout (with the deadline waited
+// for), UNAVAILABLE and CANCELLED (a service shutting down) strata::Unavailable, INVALID_ARGUMENT InvalidArgument.
 //
 // Thread-safety: a CoordinationService is started and stopped from one thread; it serves any number of
 // clients at once. A CoordinationClient may be used from many threads at once (as every Store).

@@ -21,7 +21,8 @@
 // A sparse push (push_rows) updates as a dense gradient that is zero outside its rows would (for Adam every
 // slot decays, as in TensorFlow's non-lazy sparse update). Errors: NotFound-like InvalidArgument naming an unknown
 // shard, a shape or row that does not fit, a shard created again with another shape or optimizer; Unavailable
-// naming the address when the server cannot be reached within the client's timeout.
+// naming the address when the server cannot be reached within the client's timeout; Timeout when a server that was
+// reached does not answer within it (the status mapping of every strata RPC, src/cluster/rpc_status.h).
 // Thread-safety: a server serves any number of clients at once (one lock per shard); a client may be used from
 // many threads at once. A call cut off by UNAVAILABLE (a ps that died mid-call) is made again with backoff within the
 // timeout, except a push without a step id (applying it twice would not be dropped).
