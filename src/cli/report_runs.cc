@@ -6,8 +6,8 @@
 #include <set>
 
 #include "cli/report.h"
+#include "io/event_file_reader.h"
 #include "strata/error.h"
-#include "train/event_file_reader.h"
 
 namespace strata::cli {
 
@@ -33,7 +33,8 @@ std::vector<fs::path> event_files(const fs::path& dir) {
 std::map<std::string, Series> read_scalars(const std::vector<fs::path>& files) {
   std::map<std::string, std::map<int64_t, double>> by_tag;
   for (const fs::path& file : files) {
-    for (const detail::ScalarEvent& e : detail::read_scalar_events(file.string())) by_tag[e.tag][e.step] = e.value;
+    for (const io::detail::ScalarEvent& e : io::detail::read_scalar_events(file.string()))
+      by_tag[e.tag][e.step] = e.value;
   }
   std::map<std::string, Series> out;
   for (const auto& [tag, points] : by_tag) out[tag] = Series(points.begin(), points.end());

@@ -2,13 +2,13 @@
 #include <chrono>
 #include <filesystem>
 
+#include "io/event_writer.h"
 #include "strata/distribute/strategy.h"
 #include "strata/error.h"
 #include "strata/optim/optimizer.h"
 #include "strata/trace.h"
 #include "strata/train/callbacks.h"
 #include "strata/train/model.h"
-#include "train/event_writer.h"
 
 namespace strata::callbacks {
 
@@ -29,8 +29,8 @@ bool has_val_prefix(const std::string& name) { return name.rfind("val_", 0) == 0
 }  // namespace
 
 struct TensorBoard::Writers {
-  detail::EventFileWriter train;
-  std::unique_ptr<detail::EventFileWriter> validation;  // made at the first validation logs
+  io::detail::EventFileWriter train;
+  std::unique_ptr<io::detail::EventFileWriter> validation;  // made at the first validation logs
   explicit Writers(const std::string& dir) : train(dir) {}
 };
 
@@ -110,7 +110,7 @@ void TensorBoard::on_epoch_end(int64_t epoch, const Logs& logs) {
   if (!validation.empty()) {
     if (!writers_->validation) {
       writers_->validation =
-          std::make_unique<detail::EventFileWriter>((std::filesystem::path(log_dir_) / "validation").string());
+          std::make_unique<io::detail::EventFileWriter>((std::filesystem::path(log_dir_) / "validation").string());
       validation_file_ = writers_->validation->path();
     }
     writers_->validation->add_scalars(epoch, validation);

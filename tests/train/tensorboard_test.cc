@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "io/event_writer.h"
 #include "strata/error.h"
 #include "strata/nn/nn.h"
 #include "strata/optim/losses.h"
@@ -27,7 +28,6 @@
 #include "strata/train/model.h"
 #include "test_util.h"
 #include "train/event_reader.h"
-#include "train/event_writer.h"
 
 namespace strata {
 namespace {
@@ -253,7 +253,7 @@ TEST(TensorBoardTest, EventFileWriterRecordsReadBackAndADamagedOneIsCaught) {
   static TempDir dir;
   static std::string path;
   {
-    detail::EventFileWriter writer(dir.path.string());
+    io::detail::EventFileWriter writer(dir.path.string());
     writer.add_scalars(-2, {{"a", 1.5f}, {"b", -0.25f}});
     writer.add_scalars(1LL << 40, {{"c", 0.0f}});
     writer.add_scalars(7, {});  // nothing

@@ -270,7 +270,7 @@ class BackupAndRestore : public Callback {
 
 // TensorBoard event files under `log_dir`, as Keras's tf.keras.callbacks.TensorBoard writes them: two runs,
 // <log_dir>/train and <log_dir>/validation, each an events.out.tfevents.<unix seconds>.<hostname> file (see
-// src/train/event_writer.h) that `tensorboard --logdir <log_dir>` plots. At each epoch's end (step = the 0-based
+// src/io/event_writer.h) that `tensorboard --logdir <log_dir>` plots. At each epoch's end (step = the 0-based
 // epoch): the train run gets epoch_<name> for every log ("epoch_loss", "epoch_accuracy"), epoch_learning_rate
 // (the optimizer's current rate), epoch_examples_per_second (the examples the job trained over the epoch's training
 // time, validation excluded; across workers every worker's examples) and

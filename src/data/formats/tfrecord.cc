@@ -12,13 +12,10 @@
 #include <sstream>
 
 #include "data/compression/byte_streams.h"
-#include "data/formats/masked_crc32c.h"
+#include "io/tfrecord_framing.h"
 #include "strata/error.h"
 
 namespace strata::data {
-
-using detail::crc32c;
-using detail::mask_crc;
 
 namespace {
 std::string lowercase(std::string_view name) {
@@ -58,11 +55,9 @@ Compression detect_compression(const std::string& path) {
   unsigned char head[12] = {};
   const size_t n = std::fread(head, 1, sizeof head, f);
   std::fclose(f);
-  if (n == 12) {
-    uint32_t stored;
-    std::memcpy(&stored, head + 8, 4);
-    if (mask_crc(crc32c(head, 8)) == stored) return Compression::kNone;
-  }
+  uint64_t length;
+  if (n == 12 && io::detail::decode_record_header(reinterpret_cast<const char*>(head), &length))
+    return Compression::kNone;
   if (n >= 2 && head[0] == 0x1f && head[1] == 0x8b) return Compression::kGzip;
   if (n >= 2 && (head[0] & 0x0f) == 8 && (head[0] >> 4) <= 7 && ((head[0] << 8) | head[1]) % 31 == 0)
     return Compression::kZlib;
@@ -99,15 +94,12 @@ TFRecordWriter& TFRecordWriter::operator=(TFRecordWriter&&) noexcept = default;
 
 void TFRecordWriter::write(std::string_view record) {
   STRATA_CHECK(out_, InvalidArgument, "write to a moved-from TFRecordWriter");
-  char header[12];
-  const uint64_t length = record.size();
-  std::memcpy(header, &length, 8);  // little-endian hosts only (x86-64, aarch64)
-  const uint32_t length_crc = mask_crc(crc32c(header, 8));
-  std::memcpy(header + 8, &length_crc, 4);
-  const uint32_t data_crc = mask_crc(crc32c(record.data(), record.size()));
-  out_->write(header, 12);
+  char header[io::detail::kRecordHeaderBytes], footer[io::detail::kRecordFooterBytes];
+  io::detail::encode_record_header(record.size(), header);
+  io::detail::encode_record_footer(record.data(), record.size(), footer);
+  out_->write(header, sizeof header);
   out_->write(record.data(), record.size());
-  out_->write(&data_crc, 4);
+  out_->write(footer, sizeof footer);
   ++records_;
 }
 
@@ -168,10 +160,7 @@ bool TFRecordReader::read(std::string_view* record) {
       }
       const char* p = in.data();
       uint64_t length;
-      uint32_t length_crc;
-      std::memcpy(&length, p, 8);
-      std::memcpy(&length_crc, p + 8, 4);
-      if (mask_crc(crc32c(p, 8)) != length_crc) {
+      if (!io::detail::decode_record_header(p, &length)) {
         corrupt(at, "length CRC mismatch");
         // Resynchronise: the next offset whose 12 bytes form a valid header.
         in.consume(1);
@@ -181,9 +170,8 @@ bool TFRecordReader::read(std::string_view* record) {
             in.consume(n);
             return false;
           }
-          uint32_t c;
-          std::memcpy(&c, in.data() + 8, 4);
-          if (mask_crc(crc32c(in.data(), 8)) == c) break;
+          uint64_t skipped_length;
+          if (io::detail::decode_record_header(in.data(), &skipped_length)) break;
           in.consume(1);
         }
         continue;
@@ -203,12 +191,7 @@ bool TFRecordReader::read(std::string_view* record) {
         return false;
       }
       p = in.data();
-      // The data's CRC first, then the stored one after it: the bytes are read front to back, which the
-      // cache's prefetcher follows (loading the stored CRC first was a cache miss per record).
-      const uint32_t computed = mask_crc(crc32c(p + 12, length));
-      uint32_t data_crc;
-      std::memcpy(&data_crc, p + 12 + length, 4);
-      if (computed != data_crc) {
+      if (!io::detail::record_footer_matches(p + 12, length, p + 12 + length)) {
         corrupt(at, "data CRC mismatch (length " + std::to_string(length) + ")");
         in.consume(total);
         continue;

@@ -1,6 +1,6 @@
 // read_scalar_events: what EventFileWriter writes reads back (tags, steps, values, in order), other events are
 // skipped, and damage is a DataCorrupt naming the file.
-#include "train/event_file_reader.h"
+#include "io/event_file_reader.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -8,8 +8,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include "io/event_writer.h"
 #include "strata/error.h"
-#include "train/event_writer.h"
 
 namespace strata {
 namespace {
@@ -26,14 +26,14 @@ TEST(EventFileReaderTest, ReadsBackTheScalarsEventFileWriterWrote) {
   Folder f;
   std::string path;
   {
-    detail::EventFileWriter writer(f.dir.string());
+    io::detail::EventFileWriter writer(f.dir.string());
     writer.add_scalars(0, {{"epoch_loss", 0.75f}, {"epoch_accuracy", 0.5f}});
     writer.add_scalars(1, {{"epoch_loss", 0.25f}, {"epoch_zero", 0.0f}});
     writer.add_scalars(-3, {{"negative_step", -1.5f}});
     writer.close();
     path = writer.path();
   }
-  const std::vector<detail::ScalarEvent> events = detail::read_scalar_events(path);
+  const std::vector<io::detail::ScalarEvent> events = io::detail::read_scalar_events(path);
   ASSERT_EQ(events.size(), 5u) << "the version event has no scalars";
   EXPECT_EQ(events[0].tag, "epoch_loss");
   EXPECT_EQ(events[0].step, 0);
@@ -53,7 +53,7 @@ TEST(EventFileReaderTest, ADamagedRecordIsDataCorruptNamingTheFile) {
   Folder f;
   std::string path;
   {
-    detail::EventFileWriter writer(f.dir.string());
+    io::detail::EventFileWriter writer(f.dir.string());
     writer.add_scalars(0, {{"epoch_loss", 0.75f}});
     writer.close();
     path = writer.path();
@@ -64,7 +64,7 @@ TEST(EventFileReaderTest, ADamagedRecordIsDataCorruptNamingTheFile) {
     file.put('\x55');
   }
   try {
-    detail::read_scalar_events(path);
+    io::detail::read_scalar_events(path);
     FAIL() << "expected DataCorrupt";
   } catch (const DataCorrupt& e) {
     EXPECT_NE(std::string(e.what()).find(path), std::string::npos) << e.what();
