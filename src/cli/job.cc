@@ -545,12 +545,8 @@ int64_t check_test_data(const Job& job) {
   int64_t records = 0;
   try {
     for (data::Iterator it = test_source(job).make_iterator(); it.next();) ++records;
-  } catch (const DataCorrupt& e) {
-    STRATA_THROW(DataCorrupt, where << without_location(e.what()));
-  } catch (const IoError& e) {
-    STRATA_THROW(IoError, where << without_location(e.what()));
-  } catch (const InvalidArgument& e) {
-    STRATA_THROW(InvalidArgument, where << without_location(e.what()));
+  } catch (const Error& e) {  // the same class, its message naming the job file and section
+    STRATA_THROW_CODE(e.code(), where << without_location(e.what()));
   }
   return records;
 }
