@@ -33,12 +33,12 @@ struct GradientReducer::Plan {
 };
 
 GradientReducer::GradientReducer(comm::Communicator& comm, std::string owner, int64_t bytes_per_pack, Filter takes,
-                                 comm::Compression compression)
+                                 comm::Compression compression, std::chrono::milliseconds timeout)
     : comm_(comm),
       owner_(std::move(owner)),
       bytes_per_pack_(bytes_per_pack),
       takes_(std::move(takes)),
-      all_reduce_options_{.op = comm::ReduceOp::kSum, .compression = compression} {
+      all_reduce_options_{.op = comm::ReduceOp::kSum, .timeout = timeout, .compression = compression} {
   STRATA_CHECK(bytes_per_pack_ > 0, InvalidArgument, owner_ << ": bytes_per_pack must be > 0, got " << bytes_per_pack_);
 }
 
@@ -66,6 +66,10 @@ void GradientReducer::make_plan(Plan& p, const std::vector<Variable>& sources, s
     filled.back() += numel;
     p.members.back().push_back(k);
   }
+  if (filled.empty() && side > 0) {  // nothing to reduce, but values to sum: a bucket of their own
+    filled.push_back(0);
+    p.members.emplace_back();
+  }
   p.side = side;
   for (size_t b = 0; b < filled.size(); ++b) {
     for (size_t j = 0; j < p.members[b].size(); ++j) p.flag_of[p.members[b][j]] = static_cast<int>(filled[b] + j);
@@ -87,8 +91,6 @@ void GradientReducer::begin(const std::vector<Variable>& sources, float vote, co
     make_plan(*it->second, sources, side.size());
   }
   Plan& p = *it->second;
-  STRATA_CHECK(side.empty() || !p.buckets.empty(), InvalidArgument,
-               owner_ << ": " << side.size() << " side values but no gradient bucket to carry them");
   for (const auto& work : p.works) {  // the last call of this plan may still be reading its buckets
     if (work) work->wait();
   }
@@ -110,6 +112,14 @@ void GradientReducer::begin(const std::vector<Variable>& sources, float vote, co
   p.added.assign(sources.size(), nullptr);
   call_ = &p;
   ended_ = false;
+  issue_ready(p);  // a bucket without members (side values alone) is full already
+}
+
+void GradientReducer::issue_ready(Plan& p) {
+  while (p.next_issue < p.buckets.size() && p.pending[p.next_issue] == 0) {
+    p.works[p.next_issue] = comm_.all_reduce({p.buckets[p.next_issue]}, all_reduce_options_);
+    ++p.next_issue;
+  }
 }
 
 void GradientReducer::add(size_t index, const Tensor& grad) {
@@ -133,10 +143,7 @@ void GradientReducer::add(size_t index, const Tensor& grad) {
   }
   bucket[p.flag_of[index]] = grad.defined() ? 1.0f : 0.0f;
   --p.pending[static_cast<size_t>(b)];
-  while (p.next_issue < p.buckets.size() && p.pending[p.next_issue] == 0) {
-    p.works[p.next_issue] = comm_.all_reduce({p.buckets[p.next_issue]}, all_reduce_options_);
-    ++p.next_issue;
-  }
+  issue_ready(p);
 }
 
 void GradientReducer::end() {

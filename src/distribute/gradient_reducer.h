@@ -8,10 +8,11 @@
 // this replica has a gradient for it) and one `vote`, summed with the gradients, so that every replica learns
 // from the same bits which sources had a gradient on any replica and how many replicas voted.
 //
-// A call may also carry `side` values (Model::fit's metric states): they ride in the last bucket as float32 pairs
-// (hi, lo: each double to ~1e-14) and side_sums() gives their sums over the replicas — as close as float32 adds of
-// the hi parts allow, ~6e-8 relative per replica (integers below 2^24, such as counts, exact) — so that a small
-// exchange costs no collective of its own (on Gloo each collective a step adds costs milliseconds here).
+// A call may also carry `side` values (Model::fit's metric states, a pipeline replica's loss and rows): they ride in
+// the last bucket as float32 pairs (hi, lo: each double to ~1e-14) and side_sums() gives their sums over the
+// replicas — as close as float32 adds of the hi parts allow, ~6e-8 relative per replica (integers below 2^24, such as
+// counts, exact) — so that a small exchange costs no collective of its own (on Gloo each collective a step adds costs
+// milliseconds here). When no source is reduced, they get a bucket of their own, issued as the call begins.
 //
 // With `compression` (Compression::kBFloat16) each bucket's all-reduce sends bfloat16 and the sums read back are its
 // float32 widening (the flags and the vote, small integers, stay exact up to 256 replicas).
@@ -19,9 +20,11 @@
 // One call: begin(sources, vote); add(i, grad) once per source, as soon as it is final (it is copied into its
 // bucket; a full bucket's all-reduce is issued at once, buckets in plan order, the same order on every replica);
 // end(). Then wait_all() (or poll/wait per bucket), and read reduced(i) and votes(k).
-// Thread-safety: used by one replica thread, with its own communicator rank.
+// Thread-safety: used by one thread at a time (a replica's; a pipeline replica's stages take turns under a lock),
+// with its own communicator rank.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -38,13 +41,15 @@ class GradientReducer {
  public:
   using Filter = std::function<bool(const Variable&)>;
   // `owner` names the strategy in errors. `takes`: which sources are reduced (the others are left alone).
+  // `timeout` bounds each bucket's all-reduce (comm::kDefaultTimeout: the group's).
   GradientReducer(comm::Communicator& comm, std::string owner, int64_t bytes_per_pack, Filter takes,
-                  comm::Compression compression = comm::Compression::kNone);
+                  comm::Compression compression = comm::Compression::kNone,
+                  std::chrono::milliseconds timeout = comm::kDefaultTimeout);
   ~GradientReducer();
 
   // Starts a call for `sources` (the same list on every replica); `vote` is summed over the replicas per bucket,
   // `side` (as many values on every replica) over the replicas in the last bucket. InvalidArgument for side
-  // values with compression (bfloat16 would round them) or without a bucket to carry them.
+  // values with compression (bfloat16 would round them).
   void begin(const std::vector<Variable>& sources, float vote = 0, const std::vector<double>& side = {});
   // The gradient of sources[index] (undefined: none on this replica, counted as zeros).
   void add(size_t index, const Tensor& grad);
@@ -75,12 +80,14 @@ class GradientReducer {
   struct Plan;
   void make_plan(Plan& p, const std::vector<Variable>& sources, size_t side) const;
   const Plan& last() const;
+  // Issues every bucket whose members have all been added, in plan order, up to the first that is not full.
+  void issue_ready(Plan& p);
 
   comm::Communicator& comm_;
   const std::string owner_;
   const int64_t bytes_per_pack_;
   const Filter takes_;
-  const comm::AllReduceOptions all_reduce_options_;               // kSum, with the compression
+  const comm::AllReduceOptions all_reduce_options_;               // kSum, with the compression and timeout
   std::map<std::vector<uint64_t>, std::unique_ptr<Plan>> plans_;  // by the sources' ids
   Plan* call_ = nullptr;  // the call in progress, or the last ended one
   bool ended_ = false;

@@ -1,5 +1,7 @@
 // The pipeline executor (strata/parallel/pipeline.h): a stage runs its list of a checked schedule literally,
 // keeping per (virtual stage, micro-batch) the tape, the input and the output of its forward until its backward.
+// With replicas, each weight's gradient goes to the replicas' gradient reducer right after the stage's last action that
+// adds to it (known from the schedule), so its bucket's all-reduce overlaps the rest of the step's backward.
 // Thread-safety: a PipelineStage is one thread's; ThreadPipeline runs one thread per stage for each step and joins
 // them before it returns.
 #include "strata/parallel/pipeline.h"
@@ -10,8 +12,10 @@
 #include <exception>
 #include <limits>
 #include <map>
+#include <mutex>
 #include <thread>
 
+#include "distribute/gradient_reducer.h"
 #include "kernels/kernels.h"
 #include "strata/comm/local.h"
 #include "strata/error.h"
@@ -45,58 +49,114 @@ struct StepUpdate {
   double loss = 0;
 };
 
-// The step of `weights` from `grads` (one per weight, undefined where a weight has none) of a batch of `rows`
-// examples whose mean loss is `loss`; with `replicas`, the rows-weighted mean over every replica's (see
-// PipelineOptions::replicas) — one float32 collective holding each replica's gradients times its rows, which
-// weights have one, its rows times its loss, and its rows. A weight takes the step if some replica has its gradient.
-StepUpdate step_update(comm::Communicator* replicas, const std::vector<Variable>& weights,
-                       const std::vector<Tensor>& grads, int64_t rows, double loss, std::chrono::milliseconds timeout) {
+// The step of `weights` from `grads` (one per weight, undefined where a weight has none) of a batch whose mean loss
+// is `loss`, without replicas.
+StepUpdate local_update(const std::vector<Variable>& weights, const std::vector<Tensor>& grads, double loss) {
   StepUpdate out;
   out.loss = loss;
-  if (!replicas) {
-    for (size_t i = 0; i < weights.size(); ++i) {
-      if (!grads[i].defined()) continue;
-      out.grads.push_back(grads[i]);
-      out.vars.push_back(weights[i]);
-    }
-    return out;
-  }
-  int64_t numel = 0;
-  for (const Variable& w : weights) numel += w.value().numel();
-  const auto n = static_cast<int64_t>(weights.size());
-  Tensor flat = Tensor::zeros({numel + n + 2});
-  float* at = flat.data<float>();
-  float* flags = at + numel;
-  float* tail = flags + n;
-  const auto weight = static_cast<float>(rows);
   for (size_t i = 0; i < weights.size(); ++i) {
-    const int64_t size = weights[i].value().numel();
-    if (grads[i].defined()) {
-      const float* src = grads[i].data<float>();
-      for (int64_t k = 0; k < size; ++k) at[k] = src[k] * weight;
-      flags[i] = 1;
-    }
-    at += size;
-  }
-  tail[0] = rows > 0 && std::isfinite(loss) ? static_cast<float>(loss) * weight : 0.0f;
-  tail[1] = weight;
-  replicas->all_reduce({flat}, comm::AllReduceOptions{.op = comm::ReduceOp::kSum, .timeout = timeout})->wait();
-  const float total = tail[1];
-  out.loss = total > 0 ? tail[0] / total : std::nan("");
-  if (total <= 0) return out;  // no replica had an example: no step
-  int64_t offset = 0;
-  for (size_t i = 0; i < weights.size(); ++i) {
-    const int64_t size = weights[i].value().numel();
-    if (flags[i] > 0) {
-      out.grads.push_back(kernels::affine(flat.slice(offset, offset + size).reshape(weights[i].shape()), 1 / total, 0));
-      out.vars.push_back(weights[i]);
-    }
-    offset += size;
+    if (!grads[i].defined()) continue;
+    out.grads.push_back(grads[i]);
+    out.vars.push_back(weights[i]);
   }
   return out;
 }
 
 }  // namespace
+
+// The replicas' sum of a pipeline's gradients (PipelineOptions::replicas) through the gradient reducer that
+// MultiWorkerMirroredStrategy uses (distribute/gradient_reducer.h): each weight's gradient goes into its bucket as
+// soon as its stage has run that weight's last backward action of the step, and a full bucket's all-reduce starts
+// while the stages go on with the rest of the step. With replicas a micro-batch's loss is scaled by its rows (not by
+// rows / batch), so a replica's gradients are those of its examples' summed loss; the side values are that summed
+// loss and the rows, and the step divides the sums by the total rows: the rows-weighted mean over the replicas. A
+// weight that no replica has a gradient for (every reducer flag 0) takes no step; no step at all when no replica had
+// an example (the loss is then NaN).
+// Thread-safety: add() and set_loss() from any stage thread (a ThreadPipeline's stages share one reduction);
+// start() and finish() from one thread while no stage runs.
+class ReplicaReduction {
+ public:
+  // `weights` in the order the update lists them; `final_time[i]`: when weight i's gradient is final in a step,
+  // relative to the others (the simulated schedule's time, or the action's index on one stage). The buckets are
+  // planned in that order, the weights final first in the first bucket, the same on every replica.
+  ReplicaReduction(comm::Communicator& replicas, std::vector<Variable> weights, const std::vector<double>& final_time,
+                   int64_t bytes_per_pack, std::chrono::milliseconds timeout)
+      : weights_(std::move(weights)),
+        source_of_(weights_.size()),
+        reducer_(
+            replicas, "pipeline", bytes_per_pack, [](const Variable&) { return true; }, comm::Compression::kNone,
+            timeout) {
+    std::vector<size_t> order(weights_.size());
+    for (size_t i = 0; i < order.size(); ++i) order[i] = i;
+    // The reducer plans from the back of its list: the latest final first.
+    std::stable_sort(order.begin(), order.end(), [&](size_t a, size_t b) { return final_time[a] > final_time[b]; });
+    for (size_t k = 0; k < order.size(); ++k) {
+      source_of_[order[k]] = k;
+      sources_.push_back(weights_[order[k]]);
+    }
+  }
+
+  // A step begins on this replica, with `rows` examples (none: its loss is 0 already).
+  void start(int64_t rows) {
+    std::lock_guard<std::mutex> lock(mu_);
+    rows_ = rows;
+    loss_ = 0;
+    loss_set_ = rows == 0;
+    begun_ = false;
+  }
+  // The replica's summed loss, from the stage holding the loss once its last forward ran (0 where no stage of the
+  // group holds it): before any weight's gradient is final, since every backward waits for the loss's forward.
+  void set_loss(double summed_loss) {
+    std::lock_guard<std::mutex> lock(mu_);
+    loss_ = std::isfinite(summed_loss) ? summed_loss : 0.0;
+    loss_set_ = true;
+  }
+  // weights[weight]'s gradient of this step, final (undefined: none on this replica); copied into its bucket.
+  void add(size_t weight, const Tensor& grad) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!begun_) begin_locked();
+    reducer_.add(source_of_[weight], grad);
+  }
+  // After every weight was added: the step, once the sums are in.
+  StepUpdate finish() {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (!begun_) begin_locked();  // no weight here: the loss and rows still travel
+    reducer_.end();
+    {
+      trace::Span span("comm", "gradient wait");
+      reducer_.wait_all();
+    }
+    const std::vector<double> sums = reducer_.side_sums();
+    const double total = sums[1];
+    StepUpdate out;
+    out.loss = total > 0 ? sums[0] / total : std::nan("");
+    if (total <= 0) return out;  // no replica had an example: no step
+    const auto scale = static_cast<float>(1.0 / total);
+    for (size_t i = 0; i < weights_.size(); ++i) {
+      const Tensor sum = reducer_.reduced(source_of_[i], weights_[i].shape());
+      if (!sum.defined()) continue;
+      out.grads.push_back(kernels::affine(sum, scale, 0));
+      out.vars.push_back(weights_[i]);
+    }
+    return out;
+  }
+
+ private:
+  void begin_locked() {
+    STRATA_CHECK(loss_set_, Error, "pipeline: a gradient was final before the step's loss was known");
+    reducer_.begin(sources_, 0, {loss_, static_cast<double>(rows_)});
+    begun_ = true;
+  }
+
+  std::mutex mu_;
+  const std::vector<Variable> weights_;  // in the update's order
+  std::vector<size_t> source_of_;        // per weight: its index among the reducer's sources
+  std::vector<Variable> sources_;        // the latest final first
+  distribute::detail::GradientReducer reducer_;
+  int64_t rows_ = 0;
+  double loss_ = 0;
+  bool loss_set_ = false, begun_ = false;
+};
 
 std::vector<StageLayers> split_at(const std::vector<std::shared_ptr<nn::Layer>>& layers,
                                   const std::vector<int>& bounds) {
@@ -211,12 +271,21 @@ struct PipelineStage::Impl {
   std::map<int, StageLayers> chunks;  // this stage's virtual stages
   std::map<int, Shape> input_shapes;  // every virtual stage v > 0: v's input for one example (no batch axis)
   std::shared_ptr<losses::Loss> loss;
-  std::shared_ptr<optim::Optimizer> optimizer;  // null: the gradients wait in `pending_*`
+  std::shared_ptr<optim::Optimizer> optimizer;  // null: the gradients wait in `pending_*` (or go to `reduction`)
   std::shared_ptr<comm::Communicator> comm;
   PipelineOptions options;
   std::vector<Variable> weights;
   // Per own virtual stage, per layer: indices into `weights`.
   std::map<int, std::vector<std::vector<size_t>>> layer_weights_of;
+  // From the schedule: per weight, the index of the stage's last action that adds to its gradient; per action, the
+  // weights whose gradient is final after it; the last forward of the last virtual stage (-1: not on this stage).
+  std::vector<size_t> final_action;
+  std::vector<std::vector<size_t>> final_after;
+  int last_loss_forward = -1;
+  // With replicas: where each weight's final gradient goes, as weight reduction_offset + w of the reduction. The
+  // stage's own (with its optimizer), or its ThreadPipeline's, shared by the stages.
+  std::shared_ptr<ReplicaReduction> reduction;
+  size_t reduction_offset = 0;
   StageTiming timing;
 
   // Per step.
@@ -237,16 +306,24 @@ struct PipelineStage::Impl {
   std::vector<Variable> pending_vars;
 
   // After the schedule: the step's gradients applied with the stage's optimizer (reduced over the replicas first,
-  // when there are any), or left in `pending_*` for a ThreadPipeline's.
-  void finish_step(int64_t batch) {
+  // when there are any), or left for a ThreadPipeline's (in `pending_*`, or in its reduction).
+  void finish_step() {
     if (!optimizer) {
-      pending_grads = grads;  // one per weight, undefined where the step gave none
-      pending_vars = weights;
+      if (!reduction) {
+        pending_grads = grads;  // one per weight, undefined where the step gave none
+        pending_vars = weights;
+      }
       return;
     }
-    StepUpdate update = step_update(options.replicas, weights, grads, batch, step_loss, options.timeout);
+    StepUpdate update = reduction ? reduction->finish() : local_update(weights, grads, step_loss);
     step_loss = update.loss;
     if (!update.vars.empty()) optimizer->apply_gradients(update.grads, update.vars);
+  }
+
+  // With replicas: weight w's gradient of this step is final; it goes into its bucket.
+  void hand_over(size_t w) {
+    reduction->add(reduction_offset + w, grads[w]);
+    grads[w] = Tensor();
   }
 
   int last_virtual_stage() const { return schedule.virtual_stages() - 1; }
@@ -286,7 +363,10 @@ struct PipelineStage::Impl {
       f.input = Variable(in, /*trainable=*/false);
     }
     f.y_micro = y_micro;
-    f.loss_share = static_cast<float>(static_cast<double>(y_micro.dim(0)) / static_cast<double>(batch));
+    // With replicas, the summed loss of the micro-batch's rows: the replicas' reduction weights them.
+    f.loss_share = options.replicas
+                       ? static_cast<float>(y_micro.dim(0))
+                       : static_cast<float>(static_cast<double>(y_micro.dim(0)) / static_cast<double>(batch));
     f.rng = default_generator().state();
     Tensor out;
     if (recomputes) {  // the values only; the graph is made again before the backward
@@ -507,6 +587,33 @@ PipelineStage::PipelineStage(const std::vector<StageLayers>& virtual_stages, int
       }
     }
   }
+  // A weight's gradient is final after the last kBackward or kBackwardWeight of its virtual stage.
+  const std::vector<Action>& actions = s.schedule.actions[stage];
+  s.final_action.assign(s.weights.size(), 0);
+  s.final_after.assign(actions.size(), {});
+  for (const auto& [v, per_layer] : s.layer_weights_of) {
+    size_t last = 0;
+    for (size_t i = 0; i < actions.size(); ++i) {
+      const ActionKind kind = actions[i].kind;
+      if (actions[i].virtual_stage == v && (kind == ActionKind::kBackward || kind == ActionKind::kBackwardWeight))
+        last = i;
+    }
+    for (const auto& layer : per_layer) {
+      for (size_t w : layer) s.final_action[w] = last;
+    }
+  }
+  for (size_t w = 0; w < s.weights.size(); ++w) s.final_after[s.final_action[w]].push_back(w);
+  for (size_t i = 0; i < actions.size(); ++i) {
+    if (actions[i].kind == ActionKind::kForward && actions[i].virtual_stage == s.last_virtual_stage())
+      s.last_loss_forward = static_cast<int>(i);
+  }
+  if (s.options.replicas) {  // the stage's own, until a ThreadPipeline gives it the pipeline's
+    STRATA_CHECK(s.options.bytes_per_pack > 0, InvalidArgument,
+                 "pipeline: bytes_per_pack must be > 0, got " << s.options.bytes_per_pack);
+    s.reduction = std::make_shared<ReplicaReduction>(*s.options.replicas, s.weights,
+                                                     std::vector<double>(s.final_action.begin(), s.final_action.end()),
+                                                     s.options.bytes_per_pack, s.options.timeout);
+  }
 }
 
 PipelineStage::~PipelineStage() = default;
@@ -521,9 +628,14 @@ void PipelineStage::Impl::run_step(const Tensor& x, const Tensor& y) {
   const int64_t batch = y.dim(0);
   grads.assign(weights.size(), Tensor());
   step_loss = 0;
+  if (reduction && optimizer) {  // the stage's own reduction (a ThreadPipeline starts its own)
+    reduction->start(batch);
+    if (!holds(last_virtual_stage())) reduction->set_loss(0);
+  }
   if (batch == 0 && options.replicas) {  // this replica's share is empty: it only takes the replicas' step
     timing = StageTiming{};
-    finish_step(batch);
+    for (size_t w = 0; w < weights.size(); ++w) hand_over(w);
+    finish_step();
     return;
   }
   STRATA_CHECK(batch >= micro_batches, InvalidArgument,
@@ -538,7 +650,9 @@ void PipelineStage::Impl::run_step(const Tensor& x, const Tensor& y) {
   kept_bytes = peak_kept_bytes = 0;
   const auto start = Clock::now();
   double compute = 0;
-  for (const Action& a : schedule.actions[stage]) {
+  const std::vector<Action>& actions = schedule.actions[stage];
+  for (size_t i = 0; i < actions.size(); ++i) {
+    const Action& a = actions[i];
     const int v = a.virtual_stage, m = a.micro_batch;
     const auto t0 = Clock::now();
     switch (a.kind) {
@@ -567,13 +681,17 @@ void PipelineStage::Impl::run_step(const Tensor& x, const Tensor& y) {
         recv(v, m, /*gradient=*/true, rows(m));
         break;
     }
+    if (reduction) {
+      if (static_cast<int>(i) == last_loss_forward) reduction->set_loss(step_loss);
+      for (size_t w : final_after[i]) hand_over(w);
+    }
   }
   for (const auto& w : sends) w->wait();
   timing.step_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   timing.compute_seconds = compute;
   timing.peak_activations = peak_activations;
   timing.peak_activation_bytes = peak_kept_bytes;
-  finish_step(batch);
+  finish_step();
 }
 
 float PipelineStage::train_step(const Tensor& x, const Tensor& y) {
@@ -596,8 +714,7 @@ float PipelineStage::train_step(const Tensor& x, const Tensor& y) {
 struct ThreadPipeline::Impl {
   std::vector<std::unique_ptr<PipelineStage>> stages;
   std::shared_ptr<optim::Optimizer> optimizer;
-  comm::Communicator* replicas = nullptr;  // PipelineOptions::replicas
-  std::chrono::milliseconds timeout{0};
+  std::shared_ptr<ReplicaReduction> reduction;  // with PipelineOptions::replicas: every stage's gradients
   int threads_per_stage = 1;
   // Each stage thread's random numbers (e.g. Dropout's), carried from step to step: a fresh thread's default
   // generator would start over every step.
@@ -613,14 +730,26 @@ ThreadPipeline::ThreadPipeline(const std::vector<StageLayers>& virtual_stages, S
   const int n = schedule.stages;
   auto group = comm::make_local_group(n);
   impl_->optimizer = std::move(optimizer);
-  impl_->replicas = options.replicas;
-  impl_->timeout = options.timeout;
   impl_->threads_per_stage = std::max(1, num_threads() / n);  // the constructing thread's cores, shared out
   for (int i = 0; i < n; ++i) {
     impl_->stages.push_back(
         std::make_unique<PipelineStage>(virtual_stages, i, schedule, loss, *impl_->optimizer, group[i], options));
     impl_->stages.back()->impl_->optimizer.reset();
     impl_->generators.push_back(default_generator().split(default_generator().state().stream + 1 + i));
+  }
+  if (options.replicas) {  // one reduction for every stage's weights, bucketed in the order they become final
+    const Simulation simulated = simulate(schedule);
+    std::vector<Variable> weights;
+    std::vector<double> final_time;
+    for (int i = 0; i < n; ++i) {
+      PipelineStage::Impl& s = *impl_->stages[i]->impl_;
+      s.reduction_offset = weights.size();
+      weights.insert(weights.end(), s.weights.begin(), s.weights.end());
+      for (size_t action : s.final_action) final_time.push_back(simulated.end[i][action]);
+    }
+    impl_->reduction = std::make_shared<ReplicaReduction>(*options.replicas, std::move(weights), final_time,
+                                                          options.bytes_per_pack, options.timeout);
+    for (auto& stage : impl_->stages) stage->impl_->reduction = impl_->reduction;
   }
 }
 
@@ -635,6 +764,7 @@ float ThreadPipeline::train_step(const Tensor& x, const Tensor& y) {
   const int n = static_cast<int>(impl_->stages.size());
   std::vector<std::exception_ptr> errors(n);
   std::vector<float> losses(n, std::nanf(""));
+  if (impl_->reduction) impl_->reduction->start(y.dim(0));
   std::vector<std::thread> threads;
   for (int i = 0; i < n; ++i) {
     threads.emplace_back([&, i] {
@@ -657,18 +787,23 @@ float ThreadPipeline::train_step(const Tensor& x, const Tensor& y) {
       first = i;
   }
   if (first >= 0) std::rethrow_exception(errors[first]);
-  std::vector<Tensor> grads;
-  std::vector<Variable> vars;
-  double loss = std::nan("");
-  for (const auto& stage : impl_->stages) {
-    PipelineStage::Impl& s = *stage->impl_;
-    grads.insert(grads.end(), s.pending_grads.begin(), s.pending_grads.end());
-    vars.insert(vars.end(), s.pending_vars.begin(), s.pending_vars.end());
-    s.pending_grads.clear();
-    s.pending_vars.clear();
-    if (stage->holds_loss()) loss = s.step_loss;
+  StepUpdate update;
+  if (impl_->reduction) {
+    update = impl_->reduction->finish();
+  } else {
+    std::vector<Tensor> grads;
+    std::vector<Variable> vars;
+    double loss = std::nan("");
+    for (const auto& stage : impl_->stages) {
+      PipelineStage::Impl& s = *stage->impl_;
+      grads.insert(grads.end(), s.pending_grads.begin(), s.pending_grads.end());
+      vars.insert(vars.end(), s.pending_vars.begin(), s.pending_vars.end());
+      s.pending_grads.clear();
+      s.pending_vars.clear();
+      if (stage->holds_loss()) loss = s.step_loss;
+    }
+    update = local_update(vars, grads, loss);
   }
-  StepUpdate update = step_update(impl_->replicas, vars, grads, y.dim(0), loss, impl_->timeout);
   if (!update.vars.empty()) impl_->optimizer->apply_gradients(update.grads, update.vars);
   return static_cast<float>(update.loss);
 }

@@ -1,7 +1,7 @@
 // GradientReducer (distribute/gradient_reducer.h): side values ride in the last bucket and come back summed over
 // the replicas (float32 hi/lo pairs: each value exact to ~1e-14, the sum to float32's rounding of it, ~6e-8
-// relative; counts below 2^24 exact), beside the gradients' sums;
-// compressed buckets refuse them.
+// relative; counts below 2^24 exact), beside the gradients' sums, or in a bucket of their own when no gradient is
+// reduced; compressed buckets refuse them.
 #include "distribute/gradient_reducer.h"
 
 #include <gtest/gtest.h>
@@ -42,6 +42,33 @@ TEST(GradientReducerTest, SideValuesComeBackSummedOverTheReplicasWithTheGradient
     }
     EXPECT_EQ(got[static_cast<size_t>(r)][1], 60004.0);  // counts exact
     EXPECT_EQ(grads[static_cast<size_t>(r)], std::vector<float>(5, 3.0f));
+  }
+}
+
+TEST(GradientReducerTest, SideValuesWithoutGradientsGetABucketOfTheirOwn) {
+  // A pipeline stage without weights still sums its replicas' loss and rows.
+  auto group = comm::make_local_group(2);
+  const std::vector<Variable> vars = {Variable(Tensor::full({3}, 0.0))};
+  std::vector<std::vector<double>> got(2);
+  std::vector<size_t> buckets(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      const auto i = static_cast<size_t>(r);
+      GradientReducer reducer(*group[i], "test", 1 << 20, [](const Variable&) { return false; });
+      reducer.begin(vars, 0, {1.25 + r, 10.0 * (r + 1)});
+      reducer.add(0, Tensor::full({3}, 1.0));  // not taken: left alone
+      reducer.end();
+      reducer.wait_all();
+      buckets[i] = reducer.num_buckets();
+      got[i] = reducer.side_sums();
+      EXPECT_FALSE(reducer.reduced(0, vars[0].shape()).defined());
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (size_t r = 0; r < 2; ++r) {
+    EXPECT_EQ(buckets[r], 1u);
+    EXPECT_EQ(got[r], (std::vector<double>{3.5, 30.0}));
   }
 }
 

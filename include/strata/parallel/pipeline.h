@@ -19,6 +19,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <vector>
@@ -63,10 +64,17 @@ struct PipelineOptions {
   // not owned: it outlives the pipeline). Every replica runs the whole pipeline on its own share of the global batch,
   // and before the optimizer step the gradients are summed over the group weighted by each replica's examples, so
   // every replica takes the same step: that of one pipeline on the replicas' batches together (and the step's loss
-  // is theirs together). A replica whose share is empty takes the step too. A ThreadPipeline reduces all its
-  // stages' gradients in one collective; a PipelineStage with its own optimizer (stages as processes) its own
-  // stage's, so its group joins that stage of every replica.
+  // is theirs together). A replica whose share is empty takes the step too. The gradients go through the same
+  // bucketed reducer as MultiWorkerMirroredStrategy's, each weight's as soon as its stage has run the step's last
+  // backward action that adds to it, so that the buckets' all-reduces overlap the rest of the stages' backward; the
+  // replicas' rows and loss ride in the last bucket. A ThreadPipeline reduces all its stages' gradients in one
+  // reduction; a PipelineStage with its own optimizer (stages as processes) its own stage's, so its group joins that
+  // stage of every replica.
   comm::Communicator* replicas = nullptr;
+  // With replicas: the gradients are all-reduced in buckets of about this many bytes, the weights whose gradients
+  // are final first in the first bucket (as CommunicationOptions::bytes_per_pack; a larger weight is a bucket of its
+  // own). Smaller buckets start earlier, at the cost of a collective each.
+  int64_t bytes_per_pack = 25 << 20;
 };
 
 // What one stage measured in its last step.
