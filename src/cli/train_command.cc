@@ -430,7 +430,8 @@ void add_strategy_options(CLI::App* command, StrategyFlags& flags) {
       ->check(kPositiveInteger);
   command
       ->add_option("--bytes-per-pack", flags.bytes_per_pack,
-                   "multi_worker_mirrored: gradients are all-reduced in buckets of about N bytes, each started as "
+                   "multi_worker_mirrored, and pipeline replicas on several workers: gradients are all-reduced in "
+                   "buckets of about N bytes, each started as "
                    "soon as backward has filled it (default 26214400, PyTorch DDP's 25 MiB); a number above the "
                    "model's size sends all gradients in one all-reduce after backward")
       ->check(kPositiveInteger);
@@ -502,8 +503,10 @@ void add_train_commands(CLI::App& app) {
   train->add_option("--trace-steps", train_args->trace_steps,
                     "with --trace: the optimizer steps to record, FIRST:END (0-based, END excluded; default 1:21, "
                     "which leaves out the first step's set-up)");
-  train->add_option("--threads", train_args->threads, "CPU threads for the math (default: this task's share of the cores it may run on: "
-                    "divided among the job's tasks on this host; STRATA_NUM_THREADS also sets it)")
+  train
+      ->add_option("--threads", train_args->threads,
+                   "CPU threads for the math (default: this task's share of the cores it may run on: "
+                   "divided among the job's tasks on this host; STRATA_NUM_THREADS also sets it)")
       ->check(kPositiveInteger);
   train
       ->add_option("--verbose", train_args->verbose,
@@ -523,8 +526,10 @@ void add_train_commands(CLI::App& app) {
                    "a checkpoint directory (its latest ckpt-N), one ckpt-N directory, or a .safetensors file")
       ->required();
   evaluate->add_option("--batch-size", eval_args->batch_size, "override the job's batch_size")->check(kPositiveInteger);
-  evaluate->add_option("--threads", eval_args->threads, "CPU threads for the math (default: this task's share of the cores it may run on: "
-                    "divided among the job's tasks on this host; STRATA_NUM_THREADS also sets it)")
+  evaluate
+      ->add_option("--threads", eval_args->threads,
+                   "CPU threads for the math (default: this task's share of the cores it may run on: "
+                   "divided among the job's tasks on this host; STRATA_NUM_THREADS also sets it)")
       ->check(kPositiveInteger);
   add_strategy_options(evaluate, eval_args->strategy);
   evaluate->callback([eval_args] { run_evaluate(*eval_args); });

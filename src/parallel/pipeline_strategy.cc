@@ -56,6 +56,10 @@ std::vector<std::string> PipelineStrategy::all_gather_across_workers(const std::
 
 comm::Communicator* PipelineStrategy::replica_group() const { return workers_ ? &workers_->communicator(0) : nullptr; }
 
+const distribute::CommunicationOptions* PipelineStrategy::replica_communication() const {
+  return workers_ ? &workers_->communication_options() : nullptr;
+}
+
 std::string PipelineStrategy::backend() const { return workers_ ? workers_->backend() : ""; }
 
 std::vector<StageLayers> PipelineStrategy::split(const std::vector<std::shared_ptr<nn::Layer>>& layers,

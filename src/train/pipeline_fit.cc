@@ -27,6 +27,10 @@ void Model::pipelined_train_step(parallel::PipelineStrategy& strategy, const dat
                                                        << "; stages are cut from a Sequential model's layers");
     parallel::PipelineOptions options{.example_shape = Shape(x.shape().begin() + 1, x.shape().end())};
     options.replicas = strategy.replica_group();  // across workers: one pipeline replica each
+    if (const distribute::CommunicationOptions* communication = strategy.replica_communication()) {
+      options.bytes_per_pack = communication->bytes_per_pack;  // --bytes-per-pack, as for multi_worker_mirrored
+      options.timeout = communication->timeout;                // --collective-timeout
+    }
     if (strategy.options().recompute) {
       for (int s = 0; s < strategy.schedule().stages; ++s) options.recompute_stages.push_back(s);
     }

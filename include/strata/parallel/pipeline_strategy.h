@@ -69,6 +69,8 @@ class PipelineStrategy final : public distribute::Strategy {
   // The group of the workers' pipeline replicas, one rank per worker, for PipelineOptions::replicas; null on one
   // worker.
   comm::Communicator* replica_group() const;
+  // How the replicas' gradients travel (bucket size, the collectives' timeout); null on one worker.
+  const distribute::CommunicationOptions* replica_communication() const;
   // "gloo" or "mpi" across workers, "" on one.
   std::string backend() const;
 
