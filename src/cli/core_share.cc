@@ -7,7 +7,6 @@
 #include <optional>
 #include <sstream>
 
-#include "core/cpu_limits.h"
 #include "strata/threading.h"
 
 namespace strata::cli {
@@ -19,8 +18,7 @@ cluster::CoreShare apply_core_share(int threads_flag) {
   } else if (const char* env = std::getenv("STRATA_NUM_THREADS"); env != nullptr && std::atoi(env) > 0) {
     user = cluster::ThreadSetting{std::atoi(env), "STRATA_NUM_THREADS"};
   }
-  const cluster::CoreShare share =
-      cluster::share_host_cores(cluster::resolve_cluster_from_environment(), detail::read_cpu_limits(), user);
+  const cluster::CoreShare share = cluster::share_host_cores(cluster::resolve_cluster_from_environment(), user);
   set_default_num_threads(share.threads);
   set_num_threads(0);  // this thread follows the default too
   if (!share.warning.empty()) {

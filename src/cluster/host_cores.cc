@@ -56,6 +56,10 @@ bool mostly_waits(const ClusterSpec& cluster, const std::string& type) {
   return type == "ps" || (type == "chief" && cluster.has("ps"));
 }
 
+CoreShare share_host_cores(const TaskInfo& task, const std::optional<ThreadSetting>& user) {
+  return share_host_cores(task, detail::read_cpu_limits(), user);
+}
+
 CoreShare share_host_cores(const TaskInfo& task, const detail::CpuLimits& limits,
                            const std::optional<ThreadSetting>& user) {
   CoreShare share;

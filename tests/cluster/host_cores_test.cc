@@ -98,6 +98,13 @@ TEST(HostCoresTest, SlurmTasksPerNodeAndCpusPerTask) {
   EXPECT_EQ(share.reason, "3 threads: SLURM_CPUS_PER_TASK=3");
 }
 
+TEST(HostCoresTest, ThisProcessGetsAtLeastOneThreadAndNoMoreThanItsCores) {
+  const CoreShare share = share_host_cores(TaskInfo{});
+  EXPECT_GE(share.threads, 1);
+  EXPECT_EQ(share.threads, share.cores);
+  EXPECT_EQ(share.cores, detail::usable_cores(detail::read_cpu_limits()));
+}
+
 TEST(HostCoresTest, ABindingIsTheTasksShareAlready) {
   TaskInfo mpi = resolve_cluster({{"OMPI_COMM_WORLD_RANK", "0"},
                                   {"OMPI_COMM_WORLD_SIZE", "2"},

@@ -2,8 +2,7 @@
 // processes never oversubscribe the machine (each taking every core made a 2-worker job on 2 cores 30x
 // slower than one thread each).
 //
-//   const cluster::CoreShare share = cluster::share_host_cores(cluster::resolve_cluster_from_environment(),
-//                                                              detail::read_cpu_limits(), std::nullopt);
+//   const cluster::CoreShare share = cluster::share_host_cores(cluster::resolve_cluster_from_environment());
 //   set_default_num_threads(share.threads);    // "1 thread: 2 cores shared by 2 tasks on this host"
 //
 // The cores are the ones this process may run on (its affinity mask, lowered to its cgroup's CPU quota).
@@ -43,6 +42,10 @@ struct CoreShare {
   std::string warning;    // the user's own count oversubscribes the host ("" otherwise)
 };
 
+// This process's share, from the CPU limits the kernel and the cgroup set for it now. A program that links strata
+// applies it with set_default_num_threads(share.threads) (strata/threading.h), as the CLI does.
+CoreShare share_host_cores(const TaskInfo& task, const std::optional<ThreadSetting>& user = std::nullopt);
+// The same for given limits (tests; core/cpu_limits.h reads them).
 CoreShare share_host_cores(const TaskInfo& task, const detail::CpuLimits& limits,
                            const std::optional<ThreadSetting>& user);
 
