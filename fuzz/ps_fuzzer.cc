@@ -1,8 +1,9 @@
-// Fuzzes the parameter server's handlers (src/ps/server.cc, tensor_coding.cc) with untrusted requests: each input is a
-// sequence of calls (a method byte, then the request's protobuf bytes) made in order to a server of its own, over
-// gRPC on 127.0.0.1, so pushes and pulls meet the shards earlier calls created. Save and Restore always use this
-// process's scratch directory (the directory in the request is replaced), so the fuzzer writes nowhere else. A
-// request that is not valid protobuf is not sent; Pull and Push, raw methods on the server, get the bytes as they are.
+// Fuzzes the parameter server's handlers (src/ps/server.cc, shard_state.cc, tensor_coding.cc) with untrusted
+// requests: each input is a sequence of calls (a method byte, then the request's protobuf bytes) made in order to a
+// server of its own, over gRPC on 127.0.0.1, so pushes and pulls meet the shards earlier calls created. Save and
+// Restore always use this process's scratch directory (the directory in the request is replaced), so the fuzzer
+// writes nowhere else. A request that is not valid protobuf is not sent; Pull and Push, raw methods on the server,
+// get the bytes as they are.
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 

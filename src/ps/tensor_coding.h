@@ -1,4 +1,5 @@
-// Encodes a ps message that carries one tensor into a gRPC byte buffer without copying the tensor's bytes, in the
+// The ps's tensor codec: a TensorBytes message (proto/parameter_server.proto) to and from a float32 Tensor, and a
+// ps message that carries one tensor encoded into a gRPC byte buffer without copying the tensor's bytes, in the
 // same protobuf wire format the generated code reads (as TensorFlow's grpc_tensor_coding does for its RecvTensor).
 // Thread-safety: pure functions; the buffer keeps its own reference to the tensor's memory.
 #pragma once
@@ -6,9 +7,24 @@
 #include <google/protobuf/message_lite.h>
 #include <grpcpp/support/byte_buffer.h>
 
+#include <memory>
+#include <string>
+
 #include "strata/tensor.h"
 
 namespace strata::ps {
+namespace proto {
+class TensorBytes;  // proto/parameter_server.proto (declared here: tests include this header without the build dir)
+}  // namespace proto
+
+// `t`'s shape and bytes into `out` (a copy of the bytes).
+void to_bytes(const Tensor& t, proto::TensorBytes* out);
+
+// The float32 tensor of shape `t.shape()` over `data` (t.data() unless given) in `out`, or an error text when the
+// bytes do not fit the shape ("" when they do). With `owner` (it keeps `data` alive) or `borrow` (the caller keeps it
+// alive while the tensor is used), the tensor is `data`'s bytes themselves when they are float-aligned, not a copy.
+std::string from_bytes(const proto::TensorBytes& t, Tensor* out, const std::string* data = nullptr,
+                       std::shared_ptr<const void> owner = nullptr, bool borrow = false);
 
 // `head` serialized, followed by a second occurrence of its TensorBytes field number `field` that holds only
 // `t`'s bytes (TensorBytes.data). Protobuf merges repeated occurrences of a message field when it parses, so the

@@ -1,0 +1,209 @@
+// The parameter server's client (ParameterServerClient, strata/ps/server.h) over the gRPC service of
+// proto/parameter_server.proto: each call with the client's deadline, retried with backoff when a ps was cut off and
+// retrying does no harm, its failure the strata error of its status (cluster/rpc_status.h). Push and Pull carry their
+// tensor's bytes without a copy (tensor_coding.h).
+// Thread-safety: the stubs are thread-safe; a client may be used from many threads at once.
+#include <grpcpp/generic/generic_stub.h>
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <thread>
+
+#include "cluster/rpc_status.h"
+#include "ps/proto/parameter_server.grpc.pb.h"
+#include "ps/tensor_coding.h"
+#include "strata/error.h"
+#include "strata/ps/server.h"
+#include "strata/trace.h"
+
+namespace strata::ps {
+namespace pb = strata::ps::proto;
+
+struct ParameterServerClient::Impl {
+  std::string address;
+  std::chrono::milliseconds timeout;
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<pb::ParameterServer::Stub> stub;
+  std::unique_ptr<grpc::GenericStub> raw;  // the same channel, for requests encoded by hand (tensor_coding.h)
+
+  // Makes one call (`attempt(context)`) with the deadline; a failed status is the strata error for it
+  // (cluster/rpc_status.h) naming the call and the address.
+  template <class Attempt>
+  void run(const char* what, bool retry, Attempt attempt) {
+    const auto deadline = std::chrono::system_clock::now() + timeout;
+    std::chrono::milliseconds backoff(20);
+    grpc::Status status;
+    for (;;) {
+      grpc::ClientContext context;
+      context.set_deadline(deadline);
+      context.set_wait_for_ready(true);  // a ps still starting is waited for, within the deadline
+      status = attempt(context);
+      // A call cut off by a ps that died or shut down (UNAVAILABLE, or CANCELLED by its server, at once rather than
+      // at the deadline) is made again, within the deadline, when making it twice does no harm: the ps may be
+      // restarting from its checkpoint.
+      const bool cut_off =
+          status.error_code() == grpc::StatusCode::UNAVAILABLE || status.error_code() == grpc::StatusCode::CANCELLED;
+      if (!cut_off || !retry) break;
+      if (std::chrono::system_clock::now() + backoff >= deadline) break;
+      std::this_thread::sleep_for(backoff);
+      backoff = std::min<std::chrono::milliseconds>(backoff * 2, std::chrono::seconds(1));
+    }
+    if (status.ok()) return;
+    // A deadline that passed while the ps could not be reached (down, restarting: the call waits for it, and gRPC
+    // reports the wait's end as DEADLINE_EXCEEDED) is an unavailable ps; one that passed while a reachable ps did not
+    // answer is a Timeout, as for every strata RPC.
+    if (status.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED && channel->GetState(false) != GRPC_CHANNEL_READY) {
+      status = grpc::Status(grpc::StatusCode::UNAVAILABLE, "not reached within " + std::to_string(timeout.count()) +
+                                                               " ms (" + status.error_message() + ")");
+    }
+    cluster::throw_rpc_error(status,
+                             {.rpc = std::string("ps ") + what, .peer = "the ps at " + address, .deadline = timeout});
+  }
+
+  template <class Request, class Response>
+  Response call(grpc::Status (pb::ParameterServer::Stub::*method)(grpc::ClientContext*, const Request&, Response*),
+                const char* what, const Request& request, bool retry = true) {
+    Response response;
+    run(what, retry, [&](grpc::ClientContext& context) { return (stub.get()->*method)(&context, request, &response); });
+    return response;
+  }
+
+  // `call` for a request encoded by hand, to method `what` of the ParameterServer service.
+  template <class Response>
+  Response call_raw(const char* what, const grpc::ByteBuffer& request, bool retry) {
+    const std::string method = std::string("/") + pb::ParameterServer::service_full_name() + "/" + what;
+    Response response;
+    run(what, retry, [&](grpc::ClientContext& context) {
+      grpc::CompletionQueue queue;
+      auto rpc = raw->PrepareUnaryCall(&context, method, request, &queue);
+      rpc->StartCall();
+      grpc::ByteBuffer reply;
+      grpc::Status status;
+      rpc->Finish(&reply, &status, nullptr);
+      void* tag = nullptr;
+      bool ok = false;
+      queue.Next(&tag, &ok);
+      queue.Shutdown();
+      while (queue.Next(&tag, &ok)) {
+      }
+      if (status.ok() && !grpc::SerializationTraits<Response>::Deserialize(&reply, &response).ok()) {
+        return grpc::Status(grpc::StatusCode::DATA_LOSS, std::string(what) + ": a malformed response");
+      }
+      return status;
+    });
+    return response;
+  }
+};
+
+ParameterServerClient::ParameterServerClient(const std::string& address, std::chrono::milliseconds timeout)
+    : impl_(std::make_unique<Impl>()) {
+  STRATA_CHECK(timeout.count() > 0, InvalidArgument, "ps client: timeout must be positive");
+  impl_->address = address;
+  impl_->timeout = timeout;
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(-1);
+  args.SetMaxSendMessageSize(-1);
+  impl_->channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  impl_->stub = pb::ParameterServer::NewStub(impl_->channel);
+  impl_->raw = std::make_unique<grpc::GenericStub>(impl_->channel);
+}
+
+ParameterServerClient::~ParameterServerClient() = default;
+
+const std::string& ParameterServerClient::address() const { return impl_->address; }
+
+namespace {
+void check_float(const char* what, const Tensor& t) {
+  STRATA_CHECK(t.defined() && t.dtype() == DType::kFloat32 && t.device().is_cpu(), InvalidArgument,
+               "ps client: " << what << " takes a float32 host tensor");
+}
+// Takes the response's bytes over without copying them: the string's buffer moves into the tensor's owner.
+Tensor tensor_of(pb::TensorBytes* bytes, const std::string& address) {
+  auto owner = std::make_shared<std::string>();
+  owner->swap(*bytes->mutable_data());
+  Tensor out;
+  const std::string* data = owner.get();
+  const std::string bad = from_bytes(*bytes, &out, data, std::move(owner));
+  STRATA_CHECK(bad.empty(), DataCorrupt, "ps at " << address << " sent a malformed tensor: " << bad);
+  return out;
+}
+}  // namespace
+
+bool ParameterServerClient::create(const std::string& name, const Tensor& initial, const OptimizerSpec& optimizer) {
+  check_float("create", initial);
+  pb::CreateRequest req;
+  req.set_name(name);
+  to_bytes(initial.clone(), req.mutable_initial());
+  auto* spec = req.mutable_optimizer();
+  spec->set_name(optimizer.name);
+  spec->set_learning_rate(optimizer.learning_rate);
+  spec->set_momentum(optimizer.momentum);
+  spec->set_beta_1(optimizer.beta_1);
+  spec->set_beta_2(optimizer.beta_2);
+  spec->set_epsilon(optimizer.epsilon);
+  spec->set_initial_accumulator(optimizer.initial_accumulator);
+  return impl_->call(&pb::ParameterServer::Stub::Create, "Create", req).created();
+}
+
+Tensor ParameterServerClient::pull(const std::string& name) {
+  trace::Span span("comm", "ps pull");
+  pb::PullRequest req;
+  req.set_name(name);
+  pb::PullResponse resp = impl_->call(&pb::ParameterServer::Stub::Pull, "Pull", req);
+  return tensor_of(resp.mutable_value(), impl_->address);
+}
+
+Tensor ParameterServerClient::pull_rows(const std::string& name, const std::vector<int64_t>& rows) {
+  trace::Span span("comm", "ps pull rows");
+  pb::PullRequest req;
+  req.set_name(name);
+  for (int64_t r : rows) req.add_rows(r);
+  pb::PullResponse resp = impl_->call(&pb::ParameterServer::Stub::Pull, "Pull", req);
+  return tensor_of(resp.mutable_value(), impl_->address);
+}
+
+bool ParameterServerClient::push(const std::string& name, const Tensor& gradient, const std::string& step_id,
+                                 const SyncRound& round) {
+  check_float("push", gradient);
+  return push_request(name, nullptr, gradient, step_id, round);
+}
+
+ParameterServerClient::Stats ParameterServerClient::stats() {
+  const pb::StatsResponse r = impl_->call(&pb::ParameterServer::Stub::Stats, "Stats", pb::StatsRequest());
+  return {.shards = r.shards(), .pushes_applied = r.pushes_applied(), .pushes_dropped = r.pushes_dropped()};
+}
+
+int64_t ParameterServerClient::save(const std::string& directory) {
+  pb::SaveRequest req;
+  req.set_directory(directory);
+  return impl_->call(&pb::ParameterServer::Stub::Save, "Save", req).shards();
+}
+
+int64_t ParameterServerClient::restore(const std::string& directory) {
+  pb::RestoreRequest req;
+  req.set_directory(directory);
+  return impl_->call(&pb::ParameterServer::Stub::Restore, "Restore", req).shards();
+}
+
+bool ParameterServerClient::push_rows(const std::string& name, const std::vector<int64_t>& rows, const Tensor& gradient,
+                                      const std::string& step_id, const SyncRound& round) {
+  check_float("push_rows", gradient);
+  return push_request(name, &rows, gradient, step_id, round);
+}
+
+bool ParameterServerClient::push_request(const std::string& name, const std::vector<int64_t>* rows,
+                                         const Tensor& gradient, const std::string& step_id, const SyncRound& round) {
+  trace::Span span("comm", rows ? "ps push rows" : "ps push", gradient.numel() * 4);  // float32
+  // The gradient's bytes go out from its own memory (tensor_coding.h): the request holds only its shape.
+  pb::PushRequest head;
+  head.set_name(name);
+  for (int64_t d : gradient.shape()) head.mutable_gradient()->add_shape(d);
+  if (rows) head.mutable_rows()->Add(rows->begin(), rows->end());
+  head.set_step_id(step_id);
+  head.set_round(round.id);
+  head.set_round_size(round.size);
+  const grpc::ByteBuffer request = encode_with_tensor_bytes(head, pb::PushRequest::kGradientFieldNumber, gradient);
+  return impl_->call_raw<pb::PushResponse>("Push", request, /*retry=*/!step_id.empty()).applied();
+}
+
+}  // namespace strata::ps
