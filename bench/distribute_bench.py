@@ -9,7 +9,7 @@ shuffled each epoch, with Adam and sparse categorical cross-entropy from logits.
 Mirrored splits each global batch of 128 into two replicas of 64, each a thread with one core, and sums
 their gradients in buckets that start reducing during backward; OneDevice runs the batch of 128 with 2
 intra-op threads. PyTorch slices batches of 128 from one tensor with torch.set_num_threads(2) and
-OpenBLAS pinned to 1 (DEPENDENCIES.md). Every configuration runs `--rounds` times, alternating, and the
+OpenBLAS pinned to 1 (its pthread pool ignores OpenMP's settings). Every configuration runs `--rounds` times, alternating, and the
 best run of each counts (single runs on this 2-core machine vary by tens of percent). Ratios above 1.0
 mean Mirrored is faster; the issue's targets are >= 1.2 against OneDevice and >= 3 against PyTorch.
 

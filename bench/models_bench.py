@@ -84,7 +84,7 @@ def torch_worker(model_name, threads, data_dir, batch=64, warmup_steps=200):
 
 
 def run_torch(model_name, threads, data_dir):
-    # OpenBLAS pinned to 1 (DEPENDENCIES.md): with its own pool at n threads beside OpenMP's, PyTorch's
+    # OpenBLAS pinned to 1 (its pthread pool ignores OpenMP's settings): with its own pool at n threads beside OpenMP's, PyTorch's
     # 2-thread MLP ran 3x slower than at 1 thread on this machine.
     env = dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS="1")
     out = subprocess.run([sys.executable, __file__, "--torch-worker", model_name, str(threads), "--data", data_dir],

@@ -78,7 +78,7 @@ def torch_worker(model_name, threads, batch, warmup, steps):
 
 
 def pinned_env(threads):
-    # OpenBLAS pinned to 1 (DEPENDENCIES.md): its own pool beside OpenMP's oversubscribes the cores.
+    # OpenBLAS pinned to 1 (its pthread pool ignores OpenMP's settings): its own pool beside OpenMP's oversubscribes the cores.
     return dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS="1")
 
 

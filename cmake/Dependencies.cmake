@@ -1,5 +1,5 @@
 # Finds the Debian packages strata builds on (scripts/setup.sh installs them). Each find is the way
-# ../shared/DEPENDENCIES.md measured to work on Debian 12.
+# was measured to work on Debian 12.
 find_package(Threads REQUIRED)
 find_package(OpenMP REQUIRED)
 find_package(dnnl CONFIG REQUIRED)  # needs ocl-icd-opencl-dev beside libdnnl-dev

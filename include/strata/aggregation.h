@@ -1,6 +1,6 @@
 // The gradient-aggregation seam: how a distribution strategy's replica context sees gradients.
 //
-// DESIGN.md keeps `nn` and `optim` below `distribute`: they never include it. Instead, while a replica
+// The layering (docs/architecture.md) keeps `nn` and `optim` below `distribute`: they never include it. Instead, while a replica
 // runs, the strategy installs a GradientAggregator on the replica's thread, and
 //   - GradientTape::gradient reports each source's gradient the moment it is final (backward order),
 //     so a strategy can start reducing a bucket of gradients while backward goes on (PyTorch DDP,

@@ -1,4 +1,4 @@
-// The test that proves a strategy (DESIGN.md): K steps on N replicas with per-replica batch B give the
+// The test that proves a strategy (docs/architecture.md): K steps on N replicas with per-replica batch B give the
 // weights of K steps on one replica with batch N*B — for an MLP and a small CNN, SGD and Adam, custom
 // loops and Model::fit, an uneven last batch and a replica with no rows; evaluate's metrics match too.
 #include <gtest/gtest.h>
