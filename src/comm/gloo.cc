@@ -6,7 +6,7 @@
 // order, one at a time (ExecState::mu), by the communicator's worker thread or by a thread that waits on one of
 // them (it runs the queue up to its operation itself: a Gloo call made on another thread than the waiting one was
 // measured 2-4x slower on 2 cores), with Gloo's options-style functions only (gloo::allreduce, broadcast,
-// allgather, barrier; mixing them with the older algorithm classes stalled 10-20x when measured on Debian 12's Gloo), each with its
+// allgather, barrier; mixing them with the older algorithm classes stalled 10-20x on Debian 12's Gloo), each with its
 // timeout (per call, or the group's) and a tag of its sequence number. A bucket of several tensors is copied into
 // one flat buffer (Gloo's several-input all-reduce reduces copies of one buffer, not a list of different ones); one
 // tensor is reduced in place. All-reduce uses Gloo's ring: every element is reduced along one path and then copied
