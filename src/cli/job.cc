@@ -428,53 +428,34 @@ std::shared_ptr<optim::Optimizer> make_optimizer(const Job& job) {
     if (s.has("global_clipnorm")) {
       common.global_clipnorm = static_cast<float>(s.number("global_clipnorm", 0, kPositive));
     }
-    auto fill = [&](auto& o) {
-      if (has_lr) o.learning_rate = static_cast<float>(lr);
-      o.clipnorm = common.clipnorm;
-      o.clipvalue = common.clipvalue;
-      o.global_clipnorm = common.global_clipnorm;
-    };
-    if (name == "sgd") {
-      optim::SGDOptions o;
-      fill(o);
-      o.momentum = static_cast<float>(s.number("momentum", 0, kFraction));
-      o.nesterov = s.flag("nesterov", false);
-      optimizer = std::make_shared<optim::SGD>(o);
-    } else if (name == "adam" || name == "adamw") {
-      optim::AdamWOptions w;
-      optim::AdamOptions a;
-      fill(a);
-      a.beta_1 = static_cast<float>(s.number("beta_1", 0.9, kFraction));
-      a.beta_2 = static_cast<float>(s.number("beta_2", 0.999, kFraction));
-      a.epsilon = static_cast<float>(s.number("epsilon", 1e-7, kPositive));
-      a.amsgrad = s.flag("amsgrad", false);
-      if (name == "adam") {
-        optimizer = std::make_shared<optim::Adam>(a);
-      } else {
-        fill(w);
-        w.beta_1 = a.beta_1;
-        w.beta_2 = a.beta_2;
-        w.epsilon = a.epsilon;
-        w.amsgrad = a.amsgrad;
-        w.weight_decay = static_cast<float>(s.number("weight_decay", 0.004, kNonNegative));
-        optimizer = std::make_shared<optim::AdamW>(w);
-      }
-    } else if (name == "rmsprop") {
-      optim::RMSpropOptions o;
-      fill(o);
-      o.rho = static_cast<float>(s.number("rho", 0.9, kFraction));
-      o.momentum = static_cast<float>(s.number("momentum", 0, kFraction));
-      o.centered = s.flag("centered", false);
-      optimizer = std::make_shared<optim::RMSprop>(o);
-    } else if (name == "adagrad") {
-      optim::AdagradOptions o;
-      fill(o);
-      o.initial_accumulator_value = static_cast<float>(s.number("initial_accumulator_value", 0.1, kNonNegative));
-      optimizer = std::make_shared<optim::Adagrad>(o);
-    } else {
+    if (name != "sgd" && name != "adam" && name != "adamw" && name != "rmsprop" && name != "adagrad") {
       STRATA_THROW(InvalidArgument, s.where(s.get("name")) << "optimizer.name: unknown optimizer '" << name
                                                            << "'; known: sgd, adam, adamw, rmsprop, adagrad");
     }
+    // The optimizer's config (optim's registry): its defaults, then the keys the section gives.
+    optim::OptimizerConfig config = optim::default_config(name);
+    if (has_lr) config.learning_rate = static_cast<float>(lr);
+    config.clipnorm = common.clipnorm;
+    config.clipvalue = common.clipvalue;
+    config.global_clipnorm = common.global_clipnorm;
+    auto& h = config.hyperparameters;
+    if (name == "sgd") {
+      h["momentum"] = s.number("momentum", 0, kFraction);
+      h["nesterov"] = s.flag("nesterov", false);
+    } else if (name == "adam" || name == "adamw") {
+      h["beta_1"] = s.number("beta_1", 0.9, kFraction);
+      h["beta_2"] = s.number("beta_2", 0.999, kFraction);
+      h["epsilon"] = s.number("epsilon", 1e-7, kPositive);
+      h["amsgrad"] = s.flag("amsgrad", false);
+      if (name == "adamw") config.weight_decay = static_cast<float>(s.number("weight_decay", 0.004, kNonNegative));
+    } else if (name == "rmsprop") {
+      h["rho"] = s.number("rho", 0.9, kFraction);
+      h["momentum"] = s.number("momentum", 0, kFraction);
+      h["centered"] = s.flag("centered", false);
+    } else {
+      h["initial_accumulator_value"] = s.number("initial_accumulator_value", 0.1, kNonNegative);
+    }
+    optimizer = optim::from_config(config);
     s.finish();
   }
   return optimizer;

@@ -1,5 +1,5 @@
 // The per-element update rules of SGD, Adam/AdamW, RMSprop and Adagrad (Keras 3's update_step, one
-// fused loop each), their construction and lookup by name.
+// fused loop each) and their construction, each with its config (made from one by registry.cc).
 // Thread-safety: update() only touches the chunk it is given; see strata/optim/optimizer.h.
 #include "strata/optim/optimizers.h"
 
@@ -12,17 +12,27 @@
 #include <immintrin.h>
 
 #include <algorithm>
-#include <cctype>
 #include <cmath>
+#include <map>
+#include <string>
 
 namespace strata::optim {
 
 namespace {
 
+// The config (Keras's get_config) of optimizer `name` made with options `o` and its own `hyperparameters`.
 template <class O>
-OptimizerConfig config_of(const O& o) {
-  return {o.learning_rate, o.clipnorm, o.clipvalue, o.global_clipnorm, o.weight_decay};
+OptimizerConfig config_of(const O& o, const char* name, std::map<std::string, double> hyperparameters) {
+  return {.name = name,
+          .learning_rate = o.learning_rate,
+          .clipnorm = o.clipnorm,
+          .clipvalue = o.clipvalue,
+          .global_clipnorm = o.global_clipnorm,
+          .weight_decay = o.weight_decay,
+          .hyperparameters = std::move(hyperparameters)};
 }
+
+double flag(bool b) { return b ? 1.0 : 0.0; }
 
 void check_unit(const char* who, const char* what, float value, bool allow_one = false) {
   STRATA_CHECK(value >= 0.0f && (allow_one ? value <= 1.0f : value < 1.0f), InvalidArgument,
@@ -38,7 +48,7 @@ void check_epsilon(const char* who, float epsilon) {
 // ---- SGD
 
 SGD::SGD(Options options)
-    : Optimizer(config_of(options),
+    : Optimizer(config_of(options, "sgd", {{"momentum", options.momentum}, {"nesterov", flag(options.nesterov)}}),
                 options.momentum != 0.0f ? std::vector<SlotSpec>{{"momentum", 0.0f}} : std::vector<SlotSpec>{}),
       options_(std::move(options)) {
   check_unit("SGD", "momentum", options_.momentum, true);
@@ -84,6 +94,10 @@ std::vector<Optimizer::SlotSpec> adam_slots(bool amsgrad) {
   return s;
 }
 
+std::map<std::string, double> adam_hyperparameters(const AdamOptions& o) {
+  return {{"beta_1", o.beta_1}, {"beta_2", o.beta_2}, {"epsilon", o.epsilon}, {"amsgrad", flag(o.amsgrad)}};
+}
+
 void check_adam(const char* who, const AdamOptions& o) {
   check_unit(who, "beta_1", o.beta_1);
   check_unit(who, "beta_2", o.beta_2);
@@ -91,7 +105,7 @@ void check_adam(const char* who, const AdamOptions& o) {
 }
 }  // namespace
 
-Adam::Adam(Options options) : Adam(options, config_of(options)) {}
+Adam::Adam(Options options) : Adam(options, config_of(options, "adam", adam_hyperparameters(options))) {}
 
 Adam::Adam(const Options& options, OptimizerConfig config)
     : Optimizer(std::move(config), adam_slots(options.amsgrad)), options_(options) {
@@ -196,7 +210,7 @@ AdamOptions adam_part(const AdamWOptions& o) {
 
 OptimizerConfig adamw_config(const AdamWOptions& o) {
   STRATA_CHECK(o.weight_decay >= 0.0f, InvalidArgument, "AdamW: weight_decay must be >= 0, got " << o.weight_decay);
-  return config_of(o);
+  return config_of(o, "adamw", adam_hyperparameters(adam_part(o)));
 }
 }  // namespace
 
@@ -220,7 +234,13 @@ std::vector<Optimizer::SlotSpec> rmsprop_slots(const RMSpropOptions& o) {
 }  // namespace
 
 RMSprop::RMSprop(Options options)
-    : Optimizer(config_of(options), rmsprop_slots(options)), options_(std::move(options)) {
+    : Optimizer(config_of(options, "rmsprop",
+                          {{"rho", options.rho},
+                           {"momentum", options.momentum},
+                           {"epsilon", options.epsilon},
+                           {"centered", flag(options.centered)}}),
+                rmsprop_slots(options)),
+      options_(std::move(options)) {
   check_unit("RMSprop", "rho", options_.rho, true);
   check_unit("RMSprop", "momentum", options_.momentum, true);
   check_epsilon("RMSprop", options_.epsilon);
@@ -273,7 +293,10 @@ void RMSprop::update(float* var_, const float* grad_, const std::array<float*, k
 // ---- Adagrad
 
 Adagrad::Adagrad(Options options)
-    : Optimizer(config_of(options), {{"accumulator", options.initial_accumulator_value}}),
+    : Optimizer(config_of(options, "adagrad",
+                          {{"initial_accumulator_value", options.initial_accumulator_value},
+                           {"epsilon", options.epsilon}}),
+                {{"accumulator", options.initial_accumulator_value}}),
       options_(std::move(options)) {
   STRATA_CHECK(options_.initial_accumulator_value >= 0.0f, InvalidArgument,
                "Adagrad: initial_accumulator_value must be >= 0, got " << options_.initial_accumulator_value);
@@ -298,23 +321,6 @@ void Adagrad::update(float* var_, const float* grad_, const std::array<float*, k
     acc[i] += g * g;
     var[i] = var[i] * keep - lr * g / std::sqrt(acc[i] + eps);
   }
-}
-
-// ---- lookup
-
-std::shared_ptr<Optimizer> get(const std::string& name, float lr) {
-  std::string key;
-  for (char c : name) {
-    if (c != '_') key += static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
-  }
-  const bool given = lr > 0.0f;
-  if (key == "sgd") return std::make_shared<SGD>(LearningRate(given ? lr : 0.01));
-  if (key == "adam") return std::make_shared<Adam>(LearningRate(given ? lr : 0.001));
-  if (key == "adamw") return std::make_shared<AdamW>(LearningRate(given ? lr : 0.001));
-  if (key == "rmsprop") return std::make_shared<RMSprop>(LearningRate(given ? lr : 0.001));
-  if (key == "adagrad") return std::make_shared<Adagrad>(LearningRate(given ? lr : 0.001));
-  STRATA_THROW(InvalidArgument,
-               "optim::get: unknown optimizer '" << name << "'; known: sgd, adam, adamw, rmsprop, adagrad");
 }
 
 }  // namespace strata::optim

@@ -12,7 +12,7 @@
 #include "distribute/devices.h"
 #include "ps/worker_client.h"
 #include "strata/error.h"
-#include "strata/optim/optimizers.h"
+#include "strata/optim/optimizer.h"
 
 namespace strata::ps {
 
@@ -23,8 +23,10 @@ struct ParameterServerStrategy::Stop {
 };
 
 OptimizerSpec optimizer_spec_of(const optim::Optimizer& optimizer) {
+  // What the ps is sent is the optimizer's config (optim's registry, Keras's get_config) in the ps's wire form; the
+  // ps makes the shard's optimizer back from it with optim::from_config.
   const optim::OptimizerConfig& config = optimizer.config();
-  const std::string name = optimizer.name();
+  const std::string& name = config.name;
   STRATA_CHECK(config.learning_rate.is_constant(), InvalidArgument,
                "ParameterServerStrategy: the ps applies updates at a constant learning rate; optimizer '"
                    << name << "' has a schedule");
@@ -32,24 +34,30 @@ OptimizerSpec optimizer_spec_of(const optim::Optimizer& optimizer) {
                InvalidArgument,
                "ParameterServerStrategy: the ps does not clip gradients or decay weights; optimizer '"
                    << name << "' asks for clipnorm, clipvalue, global_clipnorm or weight_decay");
+  STRATA_CHECK(name == "sgd" || name == "adam" || name == "adagrad", InvalidArgument,
+               "ParameterServerStrategy: the ps applies sgd, adam or adagrad updates, not '" << name << "'");
+  auto hyperparameter = [&](const char* key) {
+    const auto it = config.hyperparameters.find(key);
+    STRATA_CHECK(it != config.hyperparameters.end(), InvalidArgument,
+                 "ParameterServerStrategy: optimizer '" << name << "' has no " << key << " in its config");
+    return it->second;
+  };
   OptimizerSpec spec;
   spec.name = name;
   spec.learning_rate = optimizer.learning_rate();
-  if (const auto* sgd = dynamic_cast<const optim::SGD*>(&optimizer)) {
-    STRATA_CHECK(!sgd->options().nesterov, InvalidArgument,
+  if (name == "sgd") {
+    STRATA_CHECK(hyperparameter("nesterov") == 0.0, InvalidArgument,
                  "ParameterServerStrategy: the ps applies SGD with plain momentum, not nesterov");
-    spec.momentum = sgd->options().momentum;
-  } else if (const auto* adam = dynamic_cast<const optim::Adam*>(&optimizer); adam != nullptr && name == "adam") {
-    STRATA_CHECK(!adam->options().amsgrad, InvalidArgument, "ParameterServerStrategy: the ps applies Adam without amsgrad");
-    spec.beta_1 = adam->options().beta_1;
-    spec.beta_2 = adam->options().beta_2;
-    spec.epsilon = adam->options().epsilon;
-  } else if (const auto* adagrad = dynamic_cast<const optim::Adagrad*>(&optimizer)) {
-    spec.initial_accumulator = adagrad->options().initial_accumulator_value;
-    spec.epsilon = adagrad->options().epsilon;
+    spec.momentum = hyperparameter("momentum");
+  } else if (name == "adam") {
+    STRATA_CHECK(hyperparameter("amsgrad") == 0.0, InvalidArgument,
+                 "ParameterServerStrategy: the ps applies Adam without amsgrad");
+    spec.beta_1 = hyperparameter("beta_1");
+    spec.beta_2 = hyperparameter("beta_2");
+    spec.epsilon = hyperparameter("epsilon");
   } else {
-    STRATA_THROW(InvalidArgument, "ParameterServerStrategy: the ps applies sgd, adam or adagrad updates, not '"
-                                      << name << "'");
+    spec.initial_accumulator = hyperparameter("initial_accumulator_value");
+    spec.epsilon = hyperparameter("epsilon");
   }
   return spec;
 }

@@ -23,30 +23,26 @@
 #include "strata/cluster/cluster_resolver.h"
 #include "strata/error.h"
 #include "strata/io/safetensors.h"
-#include "strata/optim/optimizers.h"
+#include "strata/optim/optimizers.h"  // optim::from_config
 
 namespace strata::ps {
 namespace pb = strata::ps::proto;
 namespace {
 
-std::unique_ptr<optim::Optimizer> make_optimizer(const pb::OptimizerSpec& s) {
-  const auto lr = static_cast<float>(s.learning_rate());
-  if (s.name() == "sgd")
-    return std::make_unique<optim::SGD>(
-        optim::SGDOptions{.learning_rate = lr, .momentum = static_cast<float>(s.momentum())});
-  if (s.name() == "adam") {
-    return std::make_unique<optim::Adam>(optim::AdamOptions{.learning_rate = lr,
-                                                            .beta_1 = static_cast<float>(s.beta_1()),
-                                                            .beta_2 = static_cast<float>(s.beta_2()),
-                                                            .epsilon = static_cast<float>(s.epsilon())});
+// The optimizer `spec` names, made by optim's registry from the config the spec carries; null for a name the ps
+// does not apply. InvalidArgument (from optim::from_config) for a hyperparameter the optimizer refuses.
+std::shared_ptr<optim::Optimizer> make_optimizer(const pb::OptimizerSpec& s) {
+  optim::OptimizerConfig config{.name = s.name(), .learning_rate = static_cast<float>(s.learning_rate())};
+  if (s.name() == "sgd") {
+    config.hyperparameters = {{"momentum", s.momentum()}};
+  } else if (s.name() == "adam") {
+    config.hyperparameters = {{"beta_1", s.beta_1()}, {"beta_2", s.beta_2()}, {"epsilon", s.epsilon()}};
+  } else if (s.name() == "adagrad") {
+    config.hyperparameters = {{"initial_accumulator_value", s.initial_accumulator()}, {"epsilon", s.epsilon()}};
+  } else {
+    return nullptr;
   }
-  if (s.name() == "adagrad") {
-    return std::make_unique<optim::Adagrad>(
-        optim::AdagradOptions{.learning_rate = lr,
-                              .initial_accumulator_value = static_cast<float>(s.initial_accumulator()),
-                              .epsilon = static_cast<float>(s.epsilon())});
-  }
-  return nullptr;
+  return optim::from_config(config);
 }
 
 // A shard's file name: its name with every byte outside [A-Za-z0-9_.-] as %XX, then ".safetensors".

@@ -33,6 +33,7 @@
 #include <array>
 #include <cstdint>
 #include <limits>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -47,14 +48,21 @@
 
 namespace strata::optim {
 
-// The options every optimizer shares (each optimizer's Options struct carries the same fields so that
-// designated initialisers can name them).
+// An optimizer's configuration, as Keras's get_config(): its name, the options every optimizer shares (each
+// optimizer's Options struct carries the same fields so that designated initialisers can name them), and its own
+// hyperparameters by Keras's names. Optimizer::config() returns it and optim::from_config (optimizers.h) makes the
+// same optimizer from it, so one config describes an optimizer to the job file, the ps and the strategy alike.
 struct OptimizerConfig {
+  std::string name;  // "sgd", "adam", "adamw", "rmsprop", "adagrad" (Optimizer::name())
   LearningRate learning_rate = 0.001;
   std::optional<float> clipnorm{};         // clip each variable's gradient to this L2 norm
   std::optional<float> clipvalue{};        // clip each gradient element to [-clipvalue, clipvalue]
   std::optional<float> global_clipnorm{};  // clip all gradients together to this global L2 norm
   std::optional<float> weight_decay{};     // decoupled: var -= var * weight_decay * lr before the update
+  // The optimizer's own hyperparameters, flags as 0 or 1: sgd {momentum, nesterov}; adam and adamw {beta_1, beta_2,
+  // epsilon, amsgrad} (adamw's weight_decay is the field above); rmsprop {rho, momentum, epsilon, centered}; adagrad
+  // {initial_accumulator_value, epsilon}. from_config gives a missing one the optimizer's default.
+  std::map<std::string, double> hyperparameters;
 };
 
 class Optimizer {
@@ -84,6 +92,7 @@ class Optimizer {
   // Replaces the schedule by a constant (what a LearningRateScheduler callback does).
   void set_learning_rate(float lr) { config_.learning_rate = LearningRate(lr); }
   void set_learning_rate(LearningRate lr) { config_.learning_rate = std::move(lr); }
+  // Its configuration (Keras's get_config): optim::from_config(config()) makes the same optimizer with fresh state.
   const OptimizerConfig& config() const { return config_; }
 
   // The slot names of this optimizer ("m", "v", ...), in state() order.

@@ -38,7 +38,7 @@ class SGD final : public Optimizer {
   explicit SGD(LearningRate lr) : SGD(Options{.learning_rate = std::move(lr)}) {}
   std::string name() const override { return "sgd"; }
   std::shared_ptr<Optimizer> clone() const override;
-  // The options it was made with (a parameter server reads them to apply the same updates).
+  // The options it was made with (config() holds the same, by Keras's names).
   const Options& options() const { return options_; }
 
  protected:
@@ -64,7 +64,7 @@ class Adam : public Optimizer {
   explicit Adam(LearningRate lr) : Adam(Options{.learning_rate = std::move(lr)}) {}
   std::string name() const override { return "adam"; }
   std::shared_ptr<Optimizer> clone() const override;
-  // The options it was made with (a parameter server reads them to apply the same updates).
+  // The options it was made with (config() holds the same, by Keras's names).
   const Options& options() const { return options_; }
 
  protected:
@@ -134,7 +134,7 @@ class Adagrad final : public Optimizer {
   explicit Adagrad(LearningRate lr) : Adagrad(Options{.learning_rate = std::move(lr)}) {}
   std::string name() const override { return "adagrad"; }
   std::shared_ptr<Optimizer> clone() const override;
-  // The options it was made with (a parameter server reads them to apply the same updates).
+  // The options it was made with (config() holds the same, by Keras's names).
   const Options& options() const { return options_; }
 
  protected:
@@ -145,8 +145,24 @@ class Adagrad final : public Optimizer {
   Options options_;
 };
 
-// An optimizer by name ("sgd", "adam", "adamw", "rmsprop", "adagrad"; any case, class names too)
-// with Keras's defaults and learning rate `lr` (lr <= 0: that optimizer's default). Unknown names
+// ---- the registry (src/optim/registry.cc): every optimizer above, made from its config (Keras's from_config and
+// get_config). The job file's `optimizer:` section, the parameter server's shards and ParameterServerStrategy all
+// make and describe optimizers through it.
+//
+//   optim::OptimizerConfig c = optim::default_config("adam");   // {adam, 0.001, beta_1: 0.9, ...}
+//   c.hyperparameters["beta_1"] = 0.8;
+//   auto adam = optim::from_config(c);                          // adam->config() is c
+//
+// Names are "sgd", "adam", "adamw", "rmsprop", "adagrad", in any case, with or without underscores ("RMSprop").
+
+// The optimizer `config` describes, with fresh state: config.learning_rate (a schedule too), the shared options, and
+// each hyperparameter of config.hyperparameters (a missing one takes the optimizer's default; adamw's weight_decay
+// too). InvalidArgument naming an unknown name, a hyperparameter the optimizer does not take, a flag other than 0
+// or 1, or a value the optimizer refuses (its constructor's check, e.g. "Adam: beta_1 must be in [0, 1), got 1.5").
+std::shared_ptr<Optimizer> from_config(const OptimizerConfig& config);
+// The config of optimizer `name` with Keras's defaults (its learning rate too); InvalidArgument for an unknown name.
+OptimizerConfig default_config(const std::string& name);
+// from_config(default_config(name)) with learning rate `lr` (lr <= 0: that optimizer's default). Unknown names
 // throw InvalidArgument listing the known ones.
 std::shared_ptr<Optimizer> get(const std::string& name, float lr = -1.0f);
 

@@ -64,8 +64,10 @@ struct ParameterServerStrategyOptions {
   int64_t checkpoint_every_steps = 0;
 };
 
-// The ps's update for `optimizer` (the job's, as compiled on the chief): SGD with momentum, Adam or Adagrad at a
-// constant learning rate and without clipping or weight decay. InvalidArgument naming what the ps cannot apply.
+// The ps's update for `optimizer` (the job's, as compiled on the chief): its config (optim::OptimizerConfig, which
+// the ps turns back into an optimizer with optim::from_config) as the ps's OptimizerSpec. The ps applies SGD with
+// momentum, Adam or Adagrad at a constant learning rate and without clipping or weight decay; InvalidArgument naming
+// what it cannot apply.
 OptimizerSpec optimizer_spec_of(const optim::Optimizer& optimizer);
 
 class ParameterServerStrategy final : public distribute::Strategy {

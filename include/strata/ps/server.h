@@ -39,7 +39,8 @@
 
 namespace strata::ps {
 
-// The optimizer a shard is updated with (the job's, as on the workers).
+// The optimizer a shard is updated with (the job's, as on the workers): the wire form of its optim::OptimizerConfig
+// (optimizer_spec_of makes it; the ps makes the shard's optimizer back with optim::from_config).
 struct OptimizerSpec {
   std::string name = "sgd";  // "sgd", "adam", "adagrad"
   double learning_rate = 0.01;
