@@ -11,6 +11,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -57,17 +59,25 @@ void expect_error_containing(F f, std::initializer_list<std::string> parts) {
   }
 }
 
-// A TCP port on 127.0.0.1 that was free a moment ago (the OS picked it), for a cluster spec a test writes.
+// A TCP port on 127.0.0.1 that was free a moment ago (the OS picked it), for a cluster spec a test writes. Never
+// one it returned before in this process: a port just closed may be picked again at once, and two tasks of one
+// cluster spec given the same port fail ("tasks ps:0 and ps:1 both use address ...").
 inline int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
-  socklen_t len = sizeof addr;
-  ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  ::close(fd);
-  return ntohs(addr.sin_port);
+  static std::mutex mu;
+  static std::set<int> given;
+  const std::lock_guard<std::mutex> lock(mu);
+  for (;;) {
+    const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    EXPECT_EQ(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr), 0);
+    socklen_t len = sizeof addr;
+    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
+    ::close(fd);
+    const int port = ntohs(addr.sin_port);
+    if (given.insert(port).second) return port;
+  }
 }
 
 // This test binary run again as a helper process that runs only the test `test_name` ("Suite.Name"), with
