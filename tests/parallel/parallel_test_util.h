@@ -1,5 +1,5 @@
 // What the model-parallel tests share: models with fixed random weights, labels, the loss, the unsplit model's
-// training for reference, and the comparison of weights to 1e-5 relative.
+// training for reference, the comparison of weights to 1e-5 relative, and running one function per thread.
 // Thread-safety: plain functions; each call builds its own layers.
 #pragma once
 
@@ -10,6 +10,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "strata/gradient_tape.h"
@@ -21,6 +22,24 @@
 namespace strata::parallel::test_util {
 
 using Layers = std::vector<std::shared_ptr<nn::Layer>>;
+
+// Runs fn(0) .. fn(n - 1) on n threads at once (ranks, replicas or stages) and returns what each threw ("" when it
+// threw nothing).
+inline std::vector<std::string> on_threads(int n, const std::function<void(int)>& fn) {
+  std::vector<std::string> errors(static_cast<size_t>(n));
+  std::vector<std::thread> threads;
+  for (int i = 0; i < n; ++i) {
+    threads.emplace_back([&, i] {
+      try {
+        fn(i);
+      } catch (const std::exception& e) {
+        errors[static_cast<size_t>(i)] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  return errors;
+}
 
 // Builds `layers` on one example of `example_shape`, then gives every weight a value in [-0.5, 0.5] drawn from
 // `seed`: the same weights every time.

@@ -100,27 +100,18 @@ TEST(PipelineOverlapTest, SmallBucketsTrainTheUnsplitModelOnEverySchedule) {
     for (int r = 0; r < 2; ++r) comms.push_back(std::make_unique<IssueRecorder>(group[r]));
     std::vector<std::vector<Tensor>> weights(2);
     std::vector<std::vector<float>> losses(2);
-    std::vector<std::string> errors(2);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < 2; ++r) {
-      threads.emplace_back([&, r] {
-        try {
-          auto layers = make_mlp();
-          PipelineOptions options{.example_shape = {kFeatures}, .timeout = 20s};
-          options.replicas = comms[r].get();
-          options.bytes_per_pack = kSmallPack;
-          ThreadPipeline pipe(cut(layers, schedule), schedule, test_util::logits_loss(), sgd(), options);
-          const auto [first, end] = shares[r];
-          for (int k = 0; k < kSteps; ++k) {
-            losses[r].push_back(pipe.train_step(inputs(k).slice(first, end), labels(k).slice(first, end)));
-          }
-          weights[r] = test_util::weight_values(layers);
-        } catch (const std::exception& e) {
-          errors[r] = e.what();
-        }
-      });
-    }
-    for (auto& t : threads) t.join();
+    const std::vector<std::string> errors = test_util::on_threads(2, [&](int r) {
+      auto layers = make_mlp();
+      PipelineOptions options{.example_shape = {kFeatures}, .timeout = 20s};
+      options.replicas = comms[r].get();
+      options.bytes_per_pack = kSmallPack;
+      ThreadPipeline pipe(cut(layers, schedule), schedule, test_util::logits_loss(), sgd(), options);
+      const auto [first, end] = shares[r];
+      for (int k = 0; k < kSteps; ++k) {
+        losses[r].push_back(pipe.train_step(inputs(k).slice(first, end), labels(k).slice(first, end)));
+      }
+      weights[r] = test_util::weight_values(layers);
+    });
     for (int r = 0; r < 2; ++r) {
       ASSERT_EQ(errors[r], "") << "replica " << r;
       test_util::expect_same_weights(weights[r], want, name);
@@ -203,27 +194,18 @@ TEST(PipelineOverlapTest, AStepWithoutAnExampleOnAnyReplicaUpdatesNoWeight) {
   const Schedule schedule = schedule_named("1f1b");
   std::vector<std::vector<Tensor>> before(2), after(2);
   std::vector<float> empty_loss(2, 0.0f);
-  std::vector<std::string> errors(2);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < 2; ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        auto layers = make_mlp();
-        PipelineOptions options{.example_shape = {kFeatures}, .timeout = 20s};
-        options.replicas = group[r].get();
-        options.bytes_per_pack = kSmallPack;
-        ThreadPipeline pipe(cut(layers, schedule), schedule, test_util::logits_loss(), sgd(), options);
-        const int64_t first = r * 12;
-        pipe.train_step(inputs(0).slice(first, first + 12), labels(0).slice(first, first + 12));
-        before[r] = test_util::weight_values(layers);
-        empty_loss[r] = pipe.train_step(inputs(1).slice(0, 0), labels(1).slice(0, 0));
-        after[r] = test_util::weight_values(layers);
-      } catch (const std::exception& e) {
-        errors[r] = e.what();
-      }
-    });
-  }
-  for (auto& t : threads) t.join();
+  const std::vector<std::string> errors = test_util::on_threads(2, [&](int r) {
+    auto layers = make_mlp();
+    PipelineOptions options{.example_shape = {kFeatures}, .timeout = 20s};
+    options.replicas = group[r].get();
+    options.bytes_per_pack = kSmallPack;
+    ThreadPipeline pipe(cut(layers, schedule), schedule, test_util::logits_loss(), sgd(), options);
+    const int64_t first = r * 12;
+    pipe.train_step(inputs(0).slice(first, first + 12), labels(0).slice(first, first + 12));
+    before[r] = test_util::weight_values(layers);
+    empty_loss[r] = pipe.train_step(inputs(1).slice(0, 0), labels(1).slice(0, 0));
+    after[r] = test_util::weight_values(layers);
+  });
   for (int r = 0; r < 2; ++r) {
     ASSERT_EQ(errors[r], "") << "replica " << r;
     EXPECT_TRUE(std::isnan(empty_loss[r])) << empty_loss[r];
@@ -252,31 +234,21 @@ TEST(PipelineOverlapTest, AStageWithoutWeightsStillCarriesTheReplicasLoss) {
   for (int r = 0; r < kReplicas; ++r) models.push_back(make_model());
   std::vector<std::vector<Tensor>> stage0_weights(kReplicas);
   std::vector<std::vector<float>> losses(kReplicas);
-  std::vector<std::string> errors(kReplicas * kStages);
-  std::vector<std::thread> threads;
-  for (int r = 0; r < kReplicas; ++r) {
-    for (int s = 0; s < kStages; ++s) {
-      threads.emplace_back([&, r, s] {
-        try {
-          PipelineOptions options{.example_shape = {kFeatures}, .timeout = 20s};
-          options.replicas = stage_groups[s][r].get();
-          options.bytes_per_pack = kSmallPack;
-          PipelineStage stage(split_at(models[r], {2}), s, one_f_one_b(kStages, kMicroBatches),
-                              test_util::logits_loss(), sgd(), pipeline_groups[r][s], options);
-          EXPECT_EQ(stage.trainable_variables().empty(), s == 1);
-          const auto [first, end] = shares[r];
-          for (int k = 0; k < kSteps; ++k) {
-            const float loss = stage.train_step(inputs(k).slice(first, end), labels(k).slice(first, end));
-            if (s == 1) losses[r].push_back(loss);
-          }
-          if (s == 0) stage0_weights[r] = test_util::weight_values({models[r][0], models[r][1]});
-        } catch (const std::exception& e) {
-          errors[r * kStages + s] = e.what();
-        }
-      });
+  const std::vector<std::string> errors = test_util::on_threads(kReplicas * kStages, [&](int i) {
+    const int r = i / kStages, s = i % kStages;
+    PipelineOptions options{.example_shape = {kFeatures}, .timeout = 20s};
+    options.replicas = stage_groups[s][r].get();
+    options.bytes_per_pack = kSmallPack;
+    PipelineStage stage(split_at(models[r], {2}), s, one_f_one_b(kStages, kMicroBatches), test_util::logits_loss(),
+                        sgd(), pipeline_groups[r][s], options);
+    EXPECT_EQ(stage.trainable_variables().empty(), s == 1);
+    const auto [first, end] = shares[r];
+    for (int k = 0; k < kSteps; ++k) {
+      const float loss = stage.train_step(inputs(k).slice(first, end), labels(k).slice(first, end));
+      if (s == 1) losses[r].push_back(loss);
     }
-  }
-  for (auto& t : threads) t.join();
+    if (s == 0) stage0_weights[r] = test_util::weight_values({models[r][0], models[r][1]});
+  });
   const std::vector<Tensor> want = test_util::train_unsplit(make_model(), sgd(), kSteps, inputs, labels);
   for (int r = 0; r < kReplicas; ++r) {
     SCOPED_TRACE("replica " + std::to_string(r));
