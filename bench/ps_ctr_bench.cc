@@ -23,7 +23,8 @@
 #include "strata/optim/optimizers.h"
 #include "strata/ps/cluster_coordinator.h"
 #include "strata/random.h"
-#include "strata/train/remote_trainer.h"
+#include "strata/train/model.h"
+#include "strata/ps/remote_trainer.h"
 
 namespace {
 

@@ -18,7 +18,7 @@
 #include "strata/data/tfrecord.h"
 #include "strata/io/checkpoint.h"
 #include "strata/io/safetensors.h"
-#include "strata/train/remote_trainer.h"
+#include "strata/ps/remote_trainer.h"
 
 using namespace strata;
 namespace fs = std::filesystem;

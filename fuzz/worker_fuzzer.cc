@@ -25,7 +25,7 @@
 #include "strata/error.h"
 #include "strata/optim/metrics.h"
 #include "strata/ps/worker_server.h"
-#include "strata/train/remote_trainer.h"
+#include "strata/ps/remote_trainer.h"
 
 using namespace strata;
 namespace pb = strata::ps::proto;

@@ -64,6 +64,7 @@
 #include "strata/distribute/strategies.h"
 #include "strata/ps/cluster_coordinator.h"
 #include "strata/ps/partitioner.h"
+#include "strata/ps/remote_trainer.h"
 #include "strata/ps/remote_value.h"
 #include "strata/ps/server.h"
 #include "strata/ps/sharded_variable.h"
@@ -76,4 +77,3 @@
 #include "strata/distribute/values.h"
 #include "strata/train/callbacks.h"
 #include "strata/train/model.h"
-#include "strata/train/remote_trainer.h"

@@ -11,6 +11,7 @@
 
 #include "distribute/all_reduce_aggregator.h"
 #include "distribute/elastic_group.h"
+#include "distribute/elastic_step_runner.h"
 #include "distribute/replica_collectives.h"
 #include "strata/cluster/coordination.h"
 #include "strata/comm/gloo.h"
@@ -300,6 +301,11 @@ GradientAggregator* MultiWorkerMirroredStrategy::aggregator(int replica) {
 void MultiWorkerMirroredStrategy::on_replica_failure(const std::string& reason) {
   if (comm_) comm_->abort(name() + ": " + reason);
   Strategy::on_replica_failure(reason);
+}
+
+std::unique_ptr<StepRunner> MultiWorkerMirroredStrategy::make_step_runner(TrainingProgram& program) {
+  if (elastic()) return std::make_unique<ElasticStepRunner>(*this, program);
+  return std::make_unique<ReplicaStepRunner>(*this, program);
 }
 
 }  // namespace strata::distribute

@@ -5,20 +5,18 @@
 #include <chrono>
 #include <cmath>
 #include <future>
+#include <typeinfo>
 
 #include "strata/data/autoshard.h"
-#include "strata/distribute/multi_worker.h"
 #include "strata/distribute/strategy.h"
 #include "strata/error.h"
 #include "strata/gradient_tape.h"
 #include "strata/ops.h"
-#include "strata/parallel/pipeline_strategy.h"
-#include "strata/ps/parameter_server_strategy.h"
 #include "strata/threading.h"
 #include "strata/trace.h"
 #include "strata/train/callbacks.h"
 #include "train/run_callbacks.h"
-#include "train/step_rows.h"
+#include "train/worker_state.h"
 
 namespace strata {
 
@@ -172,11 +170,10 @@ double Model::update_trackers(const data::Element& batch, const StepResult& step
   return share;
 }
 
-thread_local int64_t detail::t_step_global_rows = 0;
-
 std::pair<int64_t, int64_t> Model::step_rows(const Tensor& x) const {
   const int64_t rows = x.rank() >= 1 ? x.dim(0) : 1;
-  return {rows, detail::t_step_global_rows > 0 ? detail::t_step_global_rows : rows};
+  const int64_t global_rows = distribute::step_global_rows();
+  return {rows, global_rows > 0 ? global_rows : rows};
 }
 
 namespace {
@@ -184,6 +181,9 @@ bool empty_batch(const data::Element& batch) { return batch.size() >= 1 && batch
 }  // namespace
 
 double Model::train_step(const data::Element& batch) {
+  if (const distribute::ReplicaContext* ctx = distribute::get_replica_context()) {
+    if (const std::optional<double> loss = ctx->strategy().run_train_step(*this, batch)) return *loss;
+  }
   const std::vector<Variable> vars = trainable_variables();
   if (empty_batch(batch)) {
     // A replica that got no rows of an uneven last batch still takes part: zero gradients, reduced as usual.
@@ -314,7 +314,6 @@ const distribute::Strategy* Model::owning_strategy() const {
 
 void Model::reset_metrics() {
   job_states_.clear();
-  committed_job_states_.clear();
   if (loss_tracker_) loss_tracker_->reset_state();
   for (const auto& m : metrics_) m->reset_state();
   for (Trackers& t : replica_trackers_) {
@@ -358,11 +357,11 @@ FitPosition Model::job_fit_position() const {
   if (strategy == nullptr || strategy->num_workers() == 1) return p;
   // Every worker is at the same step, so all hold metric states or none. Summed exactly (not the float32 sums
   // that rode with the gradients): a resume continues from them. Except in elastic training, where a collective
-  // between steps would be a place a lost worker ends the job: there the sums that rode with the last step serve.
-  const auto* workers = dynamic_cast<const distribute::MultiWorkerMirroredStrategy*>(strategy);
+  // between steps would be a place a lost worker ends the job (its runner says so): there the sums that rode with
+  // the last step serve.
+  const bool ride = fit_state_.runner != nullptr && !fit_state_.runner->collectives_between_steps();
   if (!p.metric_states.empty()) {
-    sum_states_across_workers(*strategy, p.metric_states,
-                              workers != nullptr && workers->elastic() ? job_states_ : std::vector<double>{});
+    sum_states_across_workers(*strategy, p.metric_states, ride ? job_states_ : std::vector<double>{});
   }
   if (fit_state_.own_input) {
     p.worker_input_states = strategy->all_gather_across_workers(p.input_state);
@@ -432,6 +431,26 @@ void Model::merge_replica_trackers() {
   }
 }
 
+std::shared_ptr<losses::Loss> Model::compiled_loss() const {
+  check_compiled("a training step");
+  return loss_;
+}
+
+std::shared_ptr<optim::Optimizer> Model::compiled_optimizer() const {
+  check_compiled("a training step");
+  return optimizer_;
+}
+
+void Model::track_step_loss(double loss, int64_t rows) { loss_tracker_->update(loss, static_cast<double>(rows)); }
+
+void Model::track_predictions(const Tensor& y_true, const Tensor& y_pred) {
+  for (const auto& m : metrics_) m->update_state(y_true, y_pred, Tensor());
+}
+
+int64_t Model::broadcast_state_from_chief() { return detail::broadcast_state_from_chief(*this); }
+
+bool Sequential::runs_layers_in_order() const { return typeid(*this) == typeid(Sequential); }
+
 distribute::Strategy& Model::input_strategy() const {
   distribute::Strategy& current = distribute::get_strategy();
   if (&current != &distribute::default_strategy()) return current;
@@ -439,31 +458,6 @@ distribute::Strategy& Model::input_strategy() const {
   if (vars.empty() || vars.front().owner() == 0) return current;
   distribute::Strategy* owner = distribute::find_strategy(vars.front().owner());
   return owner != nullptr ? *owner : current;  // a strategy gone: strategy_for says so at the first batch
-}
-
-void Model::distributed_steps(distribute::Strategy& strategy, const distribute::StepGroup& steps, bool training) {
-  const auto step = [&](const data::Element& b) { training ? train_step(b) : test_step(b); };
-  job_states_.clear();  // the group's last training step may bring the job's states with its gradients
-  if (auto* pipeline = dynamic_cast<parallel::PipelineStrategy*>(&strategy); pipeline && training) {
-    for (const auto& b : steps.batches) pipelined_train_step(*pipeline, b[0]);
-    return;
-  }
-  if (auto* workers = dynamic_cast<distribute::MultiWorkerMirroredStrategy*>(&strategy);
-      workers && workers->elastic() && training) {
-    elastic_train_steps(*workers, steps);
-    return;
-  }
-  if (&strategy == &distribute::default_strategy()) {  // one replica, plain variables: no replica machinery
-    for (const auto& b : steps.batches) step(b[0]);
-    return;
-  }
-  strategy.run_replicas([&](int replica) {
-    for (size_t k = 0; k < steps.size(); ++k) {
-      detail::ScopedStepRows rows(steps.global_rows[k]);
-      step(steps.batches[k][replica]);
-    }
-  });
-  merge_replica_trackers();
 }
 
 // ---- the loops
@@ -522,31 +516,49 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
                "fit: epochs, initial_epoch and steps_per_epoch must not be negative");
   STRATA_CHECK(options.steps_per_execution >= 1, InvalidArgument,
                "fit: steps_per_execution must be at least 1, got " << options.steps_per_execution);
-  // Under a parameter-server strategy the chief schedules the steps onto the workers and a worker serves them.
-  if (auto* servers = dynamic_cast<ps::ParameterServerStrategy*>(&input_strategy())) {
-    return servers->is_chief() ? fit_as_coordinator(*servers, dataset, options) : fit_as_worker(*servers, dataset);
+  // The strategy's runner runs the steps (strata/distribute/training_program.h); a task that only serves steps
+  // another task schedules (a ps worker) serves them here until that fit ends.
+  distribute::Strategy& strategy_of_input = input_strategy();
+  const std::unique_ptr<distribute::StepRunner> runner = strategy_of_input.make_step_runner(*this);
+  if (const std::optional<int64_t> served = runner->serve(dataset)) {
+    History history;
+    history.steps_served = *served;
+    return history;
   }
+  const bool reads_input = runner->reads_input();
   const int64_t cardinality = dataset.cardinality();
-  STRATA_CHECK(options.steps_per_epoch > 0 || cardinality != data::Dataset::kInfinite, InvalidArgument,
+  int64_t steps_per_epoch = options.steps_per_epoch;
+  if (!reads_input) {  // the steps run elsewhere, on other tasks' input: as many as asked, or the dataset's size
+    STRATA_CHECK(built(), InvalidArgument,
+                 "fit: under " << strategy_of_input.name() << " this task reads no batch to build model '" << name()
+                               << "' from: build it (build_for) before fit");
+    if (steps_per_epoch == 0) {
+      STRATA_CHECK(cardinality > 0, InvalidArgument,
+                   "fit: under " << strategy_of_input.name()
+                                 << " give steps_per_epoch (as TensorFlow requires): the dataset's size is "
+                                 << (cardinality == data::Dataset::kInfinite ? "infinite" : "unknown"));
+      steps_per_epoch = cardinality;
+    }
+  }
+  STRATA_CHECK(steps_per_epoch > 0 || cardinality != data::Dataset::kInfinite, InvalidArgument,
                "fit: the dataset repeats forever, so give steps_per_epoch");
   const std::vector<std::shared_ptr<Callback>> callbacks =
-      fit_callbacks(options, options.steps_per_epoch > 0 ? options.steps_per_epoch : std::max<int64_t>(cardinality, 0));
+      fit_callbacks(options, steps_per_epoch > 0 ? steps_per_epoch : std::max<int64_t>(cardinality, 0));
 
   const ActiveFit active = start_fit();
+  fit_state_.runner = runner.get();
   History history;
   run_callbacks(callbacks, [](Callback& cb) { cb.on_train_begin(Logs()); });
-  auto* elastic = dynamic_cast<distribute::MultiWorkerMirroredStrategy*>(&input_strategy());
-  if (elastic != nullptr && !elastic->elastic()) elastic = nullptr;
-  if (elastic != nullptr && elastic->joining()) join_elastic_group(*elastic);  // a restarted worker, mid-job
+  FitPosition resume;
+  resume.epochs_done = options.initial_epoch;
+  const bool resume_requested = resume_.has_value();
+  if (resume_) resume = std::move(*resume_);
+  resume_.reset();
+  runner->begin_fit(resume, resume_requested);  // may refuse it, or replace it (an elastic joiner: the chief's)
   // Across workers each reads its share of the dataset (strata/distribute/input.h); with one, the dataset itself.
-  distribute::Strategy& strategy_of_input = input_strategy();
   distribute::WorkerInput input(strategy_of_input, dataset);
   const data::Dataset& mine = input.dataset();
   fit_state_.own_input = input.own_batches();
-  FitPosition resume;
-  resume.epochs_done = options.initial_epoch;
-  if (resume_) resume = std::move(*resume_);
-  resume_.reset();
   take_worker_share(resume, input, strategy_of_input);
 
   // With steps_per_epoch an iterator lives across epochs (Keras); otherwise each epoch is one pass, and
@@ -593,7 +605,9 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
     run_callbacks(callbacks, [&](Callback& cb) { cb.on_epoch_begin(epoch, Logs()); });
     const double epoch_start = now_seconds();
     double waited = 0;
-    if (options.steps_per_epoch == 0) {
+    if (!reads_input) {
+      // no input here: the steps run on other tasks' batches
+    } else if (steps_per_epoch == 0) {
       if (!iterator) {
         auto pass = next_pass.valid() ? next_pass.get() : open_pass();
         iterator.emplace(std::move(pass.first));
@@ -604,14 +618,15 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
     } else if (!iterator) {
       iterator.emplace(mine.make_iterator());
     }
-    fit_state_.iterator = &*iterator;
+    fit_state_.iterator = iterator ? &*iterator : nullptr;
+    runner->begin_epoch(epoch, steps_per_epoch > 0 ? steps_per_epoch - steps : 0);
     bool ran_out = false;
-    while (!ran_out && (options.steps_per_epoch == 0 || steps < options.steps_per_epoch)) {
+    while (!ran_out && (steps_per_epoch == 0 || steps < steps_per_epoch)) {
       // The next group of steps: up to steps_per_execution batches, no more than the epoch has left.
-      const int64_t want = options.steps_per_epoch == 0 ? options.steps_per_execution
-                                                        : std::min(options.steps_per_execution, options.steps_per_epoch - steps);
+      const int64_t want = steps_per_epoch == 0 ? options.steps_per_execution
+                                                : std::min(options.steps_per_execution, steps_per_epoch - steps);
       std::vector<data::Element> batches;
-      while (static_cast<int64_t>(batches.size()) < want) {
+      while (reads_input && static_cast<int64_t>(batches.size()) < want) {
         const double t0 = now_seconds();
         trace::set_step(step());  // the next step's spans, from its input wait on
         std::optional<data::Element> batch = [&] {
@@ -625,31 +640,40 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
       }
       // When workers read their own batches, the group has the steps any of them has data for.
       if (strategy == nullptr && !batches.empty()) strategy = &strategy_for("fit", batches.front());
-      const distribute::StepGroup steps_of_group = input.group(std::move(batches), want);
+      distribute::StepGroup steps_of_group;
+      if (reads_input) {
+        steps_of_group = input.group(std::move(batches), want);
+      } else {  // steps without batches: they run on other tasks' input
+        trace::set_step(step());
+        steps_of_group.batches.resize(static_cast<size_t>(want));
+        steps_of_group.global_rows.resize(static_cast<size_t>(want));
+      }
       const int64_t group = static_cast<int64_t>(steps_of_group.size());
       ran_out = group < want;
-      if (ran_out && options.steps_per_epoch > 0) {
+      if (ran_out && steps_per_epoch > 0) {
         std::fprintf(stderr, "fit: the dataset ran out after %lld of %lld steps in epoch %lld; stopping\n",
-                     static_cast<long long>(steps + group), static_cast<long long>(options.steps_per_epoch),
+                     static_cast<long long>(steps + group), static_cast<long long>(steps_per_epoch),
                      static_cast<long long>(epoch + 1));
         exhausted = true;
       }
       if (group == 0) break;
-      if (strategy == nullptr) {  // this worker's own share ended before the others': nothing to build the model from
+      if (reads_input && strategy == nullptr) {  // this worker's own share ended before the others': nothing to build the model from
         STRATA_CHECK(built(), InvalidArgument,
                      "fit: this worker's share of the dataset is empty, so the model cannot be built from its first "
                      "batch; build it (build_for) before fit");
         strategy = &strategy_for("fit", steps_of_group.batches.front()[0]);
       }
       run_callbacks(callbacks, [&](Callback& cb) { cb.on_train_batch_begin(steps, Logs()); });
-      distributed_steps(*strategy, steps_of_group, /*training=*/true);
+      job_states_.clear();  // the group's last training step may bring the job's states with its gradients
+      runner->run_steps(steps_of_group);
       steps += group;
       fit_state_.step_in_epoch = steps;
-      if (elastic != nullptr && elastic->join_pending()) admit_elastic_joiners(*elastic);
+      runner->end_group();
       const Logs logs = metric_logs();
       run_callbacks(callbacks, [&](Callback& cb) { cb.on_train_batch_end(steps - 1, logs); });
       if (stop_training) break;
     }
+    runner->end_epoch(stop_training);
     const double elapsed = now_seconds() - epoch_start;
     input_wait_fraction_ = elapsed > 0 ? waited / elapsed : 0;
     Logs logs = metric_logs();
@@ -665,15 +689,16 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
     // The epoch is done: a checkpoint from on_epoch_end resumes at the next one.
     fit_state_.epochs_done = epoch + 1;
     fit_state_.step_in_epoch = 0;
-    fit_state_.iterator_finished = options.steps_per_epoch == 0;
+    fit_state_.iterator_finished = steps_per_epoch == 0;
     run_callbacks(callbacks, [&](Callback& cb) { cb.on_epoch_end(epoch, logs); });
-    if (options.steps_per_epoch == 0) {
+    if (steps_per_epoch == 0) {
       fit_state_.iterator = nullptr;
       iterator.reset();  // each epoch is a pass of its own
     }
   }
   trace::set_step(trace::kNoStep);
   run_callbacks(callbacks, [](Callback& cb) { cb.on_train_end(Logs()); });
+  runner->end_fit();
   return history;
 }
 
@@ -708,7 +733,8 @@ Logs Model::evaluate(const data::Dataset& dataset, const EvaluateOptions& option
                    "batch; build it (build_for) before evaluate");
       strategy = &strategy_for("evaluate", step.batches.front()[0]);
     }
-    distributed_steps(*strategy, step, /*training=*/false);
+    job_states_.clear();
+    distribute::run_steps_on_replicas(*strategy, *this, step, /*training=*/false);
     const Logs logs = metric_logs();
     run_callbacks(callbacks, [&](Callback& cb) { cb.on_test_batch_end(steps, logs); });
     ++steps;

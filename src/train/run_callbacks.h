@@ -1,5 +1,5 @@
-// fit's and evaluate's way of telling every callback one event, shared by the loops of src/train (model.cc and
-// parameter_server_fit.cc). Private to the train layer.
+// fit's and evaluate's way of telling every callback one event, used by the loops of src/train/model.cc. Private
+// to the train layer.
 // Thread-safety: called from the thread that drives fit.
 #pragma once
 

@@ -1,5 +1,5 @@
 // What every worker of a job must hold alike, sent from the chief: after BackupAndRestore restored a checkpoint on
-// every worker, and to a worker that joins an elastic group mid-training (src/train/elastic_fit.cc).
+// every worker, and to a worker that joins an elastic group mid-training (src/distribute/elastic_step_runner.cc).
 // Thread-safety: fit's driving thread; a collective over the model's strategy, called by every worker alike.
 #pragma once
 

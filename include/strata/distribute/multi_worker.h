@@ -134,6 +134,9 @@ class MultiWorkerMirroredStrategy final : public Strategy {
   std::vector<double> sum_across_workers(const std::vector<double>& values) const override;
   void broadcast_from_chief(const std::vector<Tensor>& tensors) const override;
   std::vector<std::string> all_gather_across_workers(const std::string& bytes) const override;
+  // Elastic training steps through ElasticStepRunner (every step commits everywhere or nowhere); otherwise the
+  // replicas step in sync.
+  std::unique_ptr<StepRunner> make_step_runner(TrainingProgram& program) override;
 
   // ---- elastic training (ElasticOptions): how Model::fit drives a step that must commit everywhere or nowhere
   bool elastic() const { return elastic_ != nullptr; }

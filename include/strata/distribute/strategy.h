@@ -42,6 +42,7 @@
 #include "strata/aggregation.h"
 #include "strata/comm/local.h"
 #include "strata/distribute/input.h"
+#include "strata/distribute/training_program.h"
 #include "strata/distribute/values.h"
 #include "strata/tensor.h"
 #include "strata/variable.h"
@@ -150,6 +151,15 @@ class Strategy {
   DistributedDataset experimental_distribute_dataset(const data::Dataset& dataset) const;
   DistributedDataset distribute_datasets_from_function(
       const std::function<data::Dataset(const InputContext&)>& dataset_fn) const;
+
+  // ---- the extension point for Model::fit (strata/distribute/training_program.h)
+  // What runs fit's training steps of `program` under this strategy (made once per fit). The default steps every
+  // local replica in sync (ReplicaStepRunner).
+  virtual std::unique_ptr<StepRunner> make_step_runner(TrainingProgram& program);
+  // Called by a program's train_step in this strategy's replica context: a step this strategy runs its own way (a
+  // pipeline's stages), returning the loss; nullopt (the default) lets the program step as usual. So a custom loop's
+  // strategy.run([&](auto& b) { return model.train_step(b); }, batch) steps as fit does.
+  virtual std::optional<double> run_train_step(TrainingProgram& program, const data::Element& batch);
 
   // ---- for Model::fit and the strategies
   // Runs fn(replica) on every replica's thread with its replica context, and waits; rethrows the first

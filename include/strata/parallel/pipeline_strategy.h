@@ -1,12 +1,14 @@
-// PipelineStrategy: Model::fit trains a Sequential model as a pipeline of stages (threads of this process), with
+// PipelineStrategy: a Sequential model's training steps run as a pipeline of stages (threads of this process), with
 // micro-batches run in the order of a schedule (strata/parallel/schedule.h); evaluate and predict run the whole
-// model on the calling thread, as under OneDeviceStrategy.
+// model on the calling thread, as under OneDeviceStrategy. The strategy takes over the model's train_step
+// (run_train_step), so Model::fit and a custom loop's strategy.run of it both pipeline.
 //
 //   parallel::PipelineStrategy strategy({.stages = 2, .micro_batches = 4, .schedule = "1f1b"});
 //   auto scope = strategy.scope();
 //   Sequential model({...});
 //   model.compile(...);
 //   model.fit(train, {.epochs = 5});   // each global batch: 4 micro-batches through 2 stages
+//   strategy.run([&](const data::Element& b) { return model.train_step(b); }, batch);  // one more, pipelined
 //
 // The layers are cut into stages * chunks consecutive virtual stages, at `bounds` when given, else balanced by
 // their measured time (or parameter count). The weights after each step are the unsplit model's (see
@@ -23,6 +25,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -66,6 +69,10 @@ class PipelineStrategy final : public distribute::Strategy {
   std::vector<double> sum_across_workers(const std::vector<double>& values) const override;
   void broadcast_from_chief(const std::vector<Tensor>& tensors) const override;
   std::vector<std::string> all_gather_across_workers(const std::string& bytes) const override;
+  // The program's training step on `batch` (x, y) through the stages: the pipeline is made at the first step and kept
+  // while the program, its loss and its optimizer stay the same; the loss and the predictions feed its trackers.
+  // InvalidArgument for a model that is not a plain stack of layers, or a batch with sample weights.
+  std::optional<double> run_train_step(distribute::TrainingProgram& program, const data::Element& batch) override;
   // The group of the workers' pipeline replicas, one rank per worker, for PipelineOptions::replicas; null on one
   // worker.
   comm::Communicator* replica_group() const;
@@ -102,6 +109,14 @@ class PipelineStrategy final : public distribute::Strategy {
   std::string layout_;
   // Across workers: their communicator, coordination and heartbeats (one local replica each); null on one worker.
   std::unique_ptr<distribute::MultiWorkerMirroredStrategy> workers_;
+  // The stages run_train_step runs, and what they were made for.
+  std::shared_ptr<ThreadPipeline> pipeline_;
+  struct PipelineKey {
+    const void* program = nullptr;
+    const void* loss = nullptr;
+    const void* optimizer = nullptr;
+    bool operator==(const PipelineKey&) const = default;
+  } pipeline_key_;
 };
 
 }  // namespace strata::parallel

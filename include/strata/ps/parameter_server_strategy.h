@@ -81,6 +81,9 @@ class ParameterServerStrategy final : public distribute::Strategy {
   // The chief's and each worker's local copy (one replica, as OneDeviceStrategy); fit puts them on the ps.
   Variable create_variable(const Tensor& initial_value, const VariableOptions& options) override;
   bool is_chief() const override { return task_.task_type == "chief"; }
+  // Model::fit's steps: on the chief, scheduled onto the workers; on a worker, served for the chief until its fit
+  // ends (src/ps/step_runners.h).
+  std::unique_ptr<distribute::StepRunner> make_step_runner(distribute::TrainingProgram& program) override;
 
   const cluster::TaskInfo& task() const { return task_; }
   const std::string& task_type() const { return task_.task_type; }

@@ -13,6 +13,9 @@
 //   GradientTape tape; auto loss = loss_fn(y, model(x, true));
 //   optimizer.apply_gradients(tape.gradient(loss, model.trainable_variables()), model.trainable_variables());
 //
+// A Model is the distribute::TrainingProgram its strategy's step runner trains (strata/distribute/training_program.h):
+// fit is one loop of epochs, callbacks and position over that runner, whatever the strategy.
+//
 // Thread-safety: one thread drives fit/evaluate/predict of a model at a time.
 #pragma once
 
@@ -26,6 +29,7 @@
 
 #include "strata/data/dataset.h"
 #include "strata/distribute/strategy.h"
+#include "strata/distribute/training_program.h"
 #include "strata/nn/functional.h"
 #include "strata/nn/layer.h"
 #include "strata/optim/losses.h"
@@ -33,20 +37,6 @@
 #include "strata/optim/optimizer.h"
 #include "strata/optim/optimizers.h"
 #include "strata/train/callbacks.h"
-
-namespace strata::parallel {
-class PipelineStrategy;
-class ThreadPipeline;
-}  // namespace strata::parallel
-
-namespace strata::distribute {
-class MultiWorkerMirroredStrategy;
-struct StepGroup;
-}  // namespace strata::distribute
-
-namespace strata::ps {
-class ParameterServerStrategy;
-}
 
 namespace strata {
 
@@ -98,31 +88,15 @@ struct History {
   // The examples each epoch trained on, over every worker (the loss tracker's count): every example of the data
   // once per epoch, whatever failed and was run again (elastic training) or resumed.
   std::vector<int64_t> examples;
-  // On a ParameterServerStrategy worker (whose fit has no epochs of its own): the training steps it ran.
+  // On a task that serves steps another task's fit schedules (a parameter-server worker, whose fit has no
+  // epochs of its own): the training steps it ran.
   int64_t steps_served = 0;
 };
 
-// Where fit stands between two steps: what a training checkpoint records so that a fit resumed from it
-// continues exactly as the uninterrupted run would (the same batches in the same order, the same running
-// metrics), not merely from the start of the epoch.
-struct FitPosition {
-  int64_t epochs_done = 0;    // epochs completed
-  int64_t step_in_epoch = 0;  // steps done in the epoch after them
-  // The training iterator's save_state() (empty: the checkpoint holds none, e.g. one written outside fit
-  // or by an older strata; a resumed fit then starts the next epoch with a fresh pass).
-  std::string input_state;
-  // The iterator had ended (its pass completed): a resumed fit restores it only to carry the dataset's
-  // pass count (so the next pass reshuffles as it would have), then opens the next pass.
-  bool input_finished = false;
-  // The loss tracker's state, then each compiled metric's (metrics::Metric::state), mid-epoch. Across workers:
-  // the job's (summed over the workers); a resumed chief takes them, the other workers start from zero.
-  std::vector<std::vector<double>> metric_states;
-  // Across workers that each read their own share of the data (FILE or OFF auto-shard policy): every worker's
-  // iterator state, in worker order (input_state is then unused). A resumed job needs as many workers.
-  std::vector<std::string> worker_input_states;
-};
+// Where fit stands between two steps (what a training checkpoint records): see distribute::FitPosition.
+using FitPosition = distribute::FitPosition;
 
-class Model : public nn::Layer {
+class Model : public nn::Layer, public distribute::TrainingProgram {
  public:
   explicit Model(std::string name = "");
   // A functional model: `output` computed from `inputs` (nn::Input) through layer calls.
@@ -144,7 +118,7 @@ class Model : public nn::Layer {
                std::vector<MetricSpec> metrics = {});
   // By Keras names: compile("sparse_categorical_crossentropy", "adam", {"accuracy"}).
   void compile(const std::string& loss, const std::string& optimizer, std::vector<MetricSpec> metrics = {});
-  bool compiled() const { return loss_ != nullptr; }
+  bool compiled() const override { return loss_ != nullptr; }
   optim::Optimizer& optimizer() const;
   const losses::Loss& loss() const;
 
@@ -158,29 +132,26 @@ class Model : public nn::Layer {
   // every replica of the model's strategy with that replica's part of the global batch (then the loss is
   // the replica's share: the shares sum to the global batch's loss), and subclasses may override it
   // (Keras's train_step). The loss tracker and metrics (the replica's own, under a strategy) are updated.
-  virtual double train_step(const data::Element& batch);
+  // A strategy that runs steps its own way (a pipeline of stages) takes the step over (Strategy::run_train_step).
+  double train_step(const data::Element& batch) override;
   // One evaluation step: updates the loss tracker and metrics; returns the loss (share), like train_step.
-  virtual double test_step(const data::Element& batch);
+  double test_step(const data::Element& batch) override;
   // A training step's loss and the gradients of trainable_variables() (in that order; zeros for a variable the
   // loss does not depend on) on a batch, without applying them: a parameter-server worker pushes them to the ps
   // instead. The loss tracker and metrics see the step as in train_step.
-  struct Gradients {
-    double loss = 0;
-    std::vector<Tensor> gradients;
-  };
-  Gradients compute_gradients(const data::Element& batch);
+  Gradients compute_gradients(const data::Element& batch) override;
 
   // Current values of the loss tracker and the metrics ("loss", then each metric by its compile name).
   Logs metric_logs() const;
   // The strategy whose scope made the model's variables, or nullptr (plain variables, or none yet).
   const distribute::Strategy* owning_strategy() const;
-  void reset_metrics();
+  void reset_metrics() override;
   // The compiled metrics (not the loss tracker), in compile order, for strategies to merge.
   const std::vector<std::shared_ptr<metrics::Metric>>& metrics() const { return metrics_; }
   // The loss tracker's state, then each compiled metric's (metrics::Metric::state; additive across batches and
   // workers), and setting them back (InvalidArgument when the count differs from the compiled trackers').
-  std::vector<std::vector<double>> tracker_states() const;
-  void set_tracker_states(const std::vector<std::vector<double>>& states);
+  std::vector<std::vector<double>> tracker_states() const override;
+  void set_tracker_states(const std::vector<std::vector<double>>& states) override;
 
   // The Keras table: layer (type), output shape, params; then the totals. Also printed by print_summary.
   std::string summary() const;
@@ -216,7 +187,7 @@ class Model : public nn::Layer {
   // Set during on_train_begin: fit continues from this position (BackupAndRestore passes the restored one).
   void set_resume_position(FitPosition position) { resume_ = std::move(position); }
   // Where the fit in progress stands on this worker. REQUIRES: called from a fit callback.
-  FitPosition fit_position() const;
+  FitPosition fit_position() const override;
   // Where the job's fit stands, as save_checkpoint records it: fit_position() with, across workers, the metric
   // states summed and (when each reads its own share) every worker's iterator state. Collective across workers.
   FitPosition job_fit_position() const;
@@ -235,6 +206,22 @@ class Model : public nn::Layer {
   void build_impl(const std::vector<Shape>&) override {}
   Variable call(const std::vector<Variable>& inputs, bool training) override;
   Variable call(const Variable& input, bool training) override;
+
+  // ---- distribute::TrainingProgram: what the strategy's step runner uses.
+  nn::Layer& program_layer() override { return *this; }
+  const nn::Layer& program_layer() const override { return *this; }
+  std::string program_name() const override { return name(); }
+  bool program_built() const override { return built(); }
+  bool runs_layers_in_order() const override { return false; }
+  std::shared_ptr<losses::Loss> compiled_loss() const override;
+  std::shared_ptr<optim::Optimizer> compiled_optimizer() const override;
+  // Folds replicas 1..N-1's metric states into the model's (and resets theirs).
+  void merge_replica_trackers() override;
+  void track_step_loss(double loss, int64_t rows) override;
+  void track_predictions(const Tensor& y_true, const Tensor& y_pred) override;
+  const std::vector<double>& job_tracker_states() const override { return job_states_; }
+  void set_job_tracker_states(std::vector<double> states) override { job_states_ = std::move(states); }
+  int64_t broadcast_state_from_chief() override;
 
  private:
   // The loss (plus regularization) of a batch (x, y[, sample_weight]) and the predictions it came from.
@@ -255,11 +242,6 @@ class Model : public nn::Layer {
   distribute::Strategy& strategy_for(const char* what, const data::Element& sample);
   // The strategy strategy_for will choose, before any batch is read (how the input is split depends on it).
   distribute::Strategy& input_strategy() const;
-  // Runs the group's steps, in order: on the default strategy directly, otherwise all of them in one hand-off
-  // to the replicas; then folds the replicas' metrics in.
-  void distributed_steps(distribute::Strategy& strategy, const distribute::StepGroup& steps, bool training);
-  // Folds replicas 1..N-1's metric states into the model's (and resets theirs).
-  void merge_replica_trackers();
   // Feeds a step's loss and predictions to the loss tracker and the metrics; returns the loss.
   double update_trackers(const data::Element& batch, const StepResult& step);
   // The loss tracker and metrics this replica's thread updates (the model's own on replica 0).
@@ -276,24 +258,6 @@ class Model : public nn::Layer {
   void check_built(const char* what) const;
   // fit's callbacks: a progress bar (verbose > 0) of `steps_per_epoch` steps, then the caller's; each told the model.
   std::vector<std::shared_ptr<Callback>> fit_callbacks(const FitOptions& options, int64_t steps_per_epoch);
-  // fit under a ParameterServerStrategy (src/train/parameter_server_fit.cc): the chief schedules the steps onto the
-  // workers; a worker serves them on `dataset`, its own input, until the chief's fit ends.
-  History fit_as_coordinator(ps::ParameterServerStrategy& strategy, const data::Dataset& dataset,
-                             const FitOptions& options);
-  History fit_as_worker(ps::ParameterServerStrategy& strategy, const data::Dataset& dataset);
-  // A training step under a PipelineStrategy (src/train/pipeline_fit.cc): the batch through the strategy's stages,
-  // the loss and metrics fed to the trackers. The pipeline is made at the first step and kept while the strategy,
-  // loss and optimizer stay the same.
-  void pipelined_train_step(parallel::PipelineStrategy& strategy, const data::Element& batch);
-  // The group's training steps under an elastic MultiWorkerMirroredStrategy (src/train/elastic_fit.cc): a step
-  // that does not commit on every worker is run again, after the survivors regroup, on the same global batch
-  // split over them, with the metrics as they stood before it.
-  void elastic_train_steps(distribute::MultiWorkerMirroredStrategy& strategy, const distribute::StepGroup& steps);
-  // A restarted worker of an elastic job, before fit's loop: joins the group, takes the chief's weights, optimizer
-  // state and input position, and resumes from there.
-  void join_elastic_group(distribute::MultiWorkerMirroredStrategy& strategy);
-  // The members, after a step whose decision asks for it: admit the joiners and send them that state.
-  void admit_elastic_joiners(distribute::MultiWorkerMirroredStrategy& strategy);
   // The examples the job's loss tracker has counted since the epoch began, over every worker.
   int64_t job_examples() const;
 
@@ -307,17 +271,6 @@ class Model : public nn::Layer {
   // Across workers, the job's tracker states as the last training step of the group summed them with its gradients
   // (every state of every tracker, in order); empty when they did not ride, and metric_logs sums them itself.
   std::vector<double> job_states_;
-  // Elastic training: the job's tracker states after the last committed step of the epoch (what job_states_ said
-  // then), from which the survivors of a lost worker go on counting.
-  std::vector<double> committed_job_states_;
-  // The stages pipelined_train_step runs, and what they were made for.
-  std::shared_ptr<parallel::ThreadPipeline> pipeline_;
-  struct PipelineKey {
-    uint64_t strategy = 0;
-    const void* loss = nullptr;
-    const void* optimizer = nullptr;
-    bool operator==(const PipelineKey&) const = default;
-  } pipeline_key_;
 
   std::optional<FitPosition> resume_;   // set by a callback during on_train_begin
   FitPosition restored_position_;        // what the last restore_checkpoint read
@@ -327,6 +280,7 @@ class Model : public nn::Layer {
     const data::Iterator* iterator = nullptr;
     bool iterator_finished = false;
     bool own_input = false;  // each worker reads its own share (distribute::WorkerInput::own_batches)
+    const distribute::StepRunner* runner = nullptr;  // what runs the steps
     int64_t epochs_done = 0, step_in_epoch = 0;
   } fit_state_;
   // Marks a fit active (fit_position answers) until the guard goes, whatever way fit leaves; clears stop_training and
@@ -351,6 +305,8 @@ class Sequential : public Model {
 
  protected:
   Variable call(const Variable& input, bool training) override;
+  // Sequential itself (a subclass may override call).
+  bool runs_layers_in_order() const override;
 };
 
 }  // namespace strata

@@ -1,4 +1,4 @@
-// Sparse rows in parameter-server training (strata/train/remote_trainer.h): a model whose first layer is an Embedding
+// Sparse rows in parameter-server training (strata/ps/remote_trainer.h): a model whose first layer is an Embedding
 // pulls and pushes only its batch's rows of the table, counted on the ps, and ends with the same ps values as dense
 // pulls and pushes, with SGD and with Adam (whose slots decay on every row: the ps's sparse update is the dense one's),
 // in synchronous rounds too.
@@ -16,9 +16,10 @@
 #include "strata/optim/optimizers.h"
 #include "strata/ps/cluster_coordinator.h"
 #include "strata/random.h"
-#include "strata/train/remote_trainer.h"
+#include "strata/train/model.h"
+#include "strata/ps/remote_trainer.h"
 #include "test_util.h"
-#include "train/ps_cluster.h"
+#include "strategies/ps_cluster.h"
 
 namespace strata::ps {
 namespace {

@@ -1,7 +1,7 @@
-// Parameter-server training of a Model (strata/train/remote_trainer.h): the chief's variables on the ps, a worker's
+// Parameter-server training of a model (strata/ps/remote_trainer.h): the chief's variables on the ps, a worker's
 // training step, and the bytes a step returns.
 // Thread-safety: see the header; run_step holds the trainer's lock for the whole step.
-#include "strata/train/remote_trainer.h"
+#include "strata/ps/remote_trainer.h"
 
 #include <algorithm>
 #include <cstring>
@@ -12,12 +12,14 @@
 #include "ps/proto/step_output.pb.h"
 #include "strata/error.h"
 #include "strata/nn/core_layers.h"
+#include "strata/nn/layer.h"
 #include "strata/trace.h"
 
 namespace strata::ps {
 
 namespace {
-void check_built(const Model& model, const char* what) {
+void check_built(const distribute::TrainingProgram& program, const char* what) {
+  const nn::Layer& model = program.program_layer();
   STRATA_CHECK(model.built(), InvalidArgument,
                what << ": model '" << model.name()
                     << "' is not built, so it has no variables yet: call build_for(input_shape) first");
@@ -52,14 +54,16 @@ namespace {
 // The Embedding that reads a plain Sequential's input: its first layer, or the first layer of a Sequential there.
 // (A subclass of Sequential may override call, so only Sequential itself is read.)
 const nn::Embedding* input_embedding(const nn::Layer& layer) {
-  if (typeid(layer) != typeid(Sequential) || layer.layers().empty()) return nullptr;
+  const auto* stack = dynamic_cast<const distribute::TrainingProgram*>(&layer);
+  if (stack == nullptr || !stack->runs_layers_in_order() || layer.layers().empty()) return nullptr;
   const nn::Layer& first = *layer.layers().front();
   if (const auto* embedding = dynamic_cast<const nn::Embedding*>(&first)) return embedding;
   return input_embedding(first);
 }
 }  // namespace
 
-std::vector<int64_t> input_embedding_tables(const Model& model) {
+std::vector<int64_t> input_embedding_tables(const distribute::TrainingProgram& program) {
+  const nn::Layer& model = program.program_layer();
   const nn::Embedding* embedding = input_embedding(model);
   if (embedding == nullptr || !embedding->built()) return {};
   const std::vector<Variable> vars = model.trainable_variables();
@@ -86,7 +90,8 @@ std::string model_state_name(const std::string& prefix, int64_t index) {
   return prefix + "/state_" + std::to_string(index);
 }
 
-std::vector<Variable> model_states(const Model& model) {
+std::vector<Variable> model_states(const distribute::TrainingProgram& program) {
+  const nn::Layer& model = program.program_layer();
   std::vector<Variable> out;
   for (const Variable& v : model.non_trainable_variables()) {
     if (v.dtype() == DType::kFloat32 && v.shape().size() >= 1 && v.shape()[0] >= 1) out.push_back(v);
@@ -94,24 +99,25 @@ std::vector<Variable> model_states(const Model& model) {
   return out;
 }
 
-std::vector<Variable> ps_variables_of(const Model& model) {
-  std::vector<Variable> vars = model.trainable_variables();
-  const std::vector<Variable> states = model_states(model);
+std::vector<Variable> ps_variables_of(const distribute::TrainingProgram& program) {
+  std::vector<Variable> vars = program.program_layer().trainable_variables();
+  const std::vector<Variable> states = model_states(program);
   vars.insert(vars.end(), states.begin(), states.end());
   return vars;
 }
 
-std::vector<ShardedVariable> create_model_variables(const Model& model, const Partitioner& partitioner,
+std::vector<ShardedVariable> create_model_variables(const distribute::TrainingProgram& program,
+                                                    const Partitioner& partitioner,
                                                     const std::vector<std::shared_ptr<ParameterServerClient>>& servers,
                                                     const OptimizerSpec& optimizer, const std::string& prefix) {
-  check_built(model, "create_model_variables");
+  check_built(program, "create_model_variables");
   std::vector<ShardedVariable> out;
-  const std::vector<Variable> vars = model.trainable_variables();
+  const std::vector<Variable> vars = program.program_layer().trainable_variables();
   for (size_t i = 0; i < vars.size(); ++i) {
     out.emplace_back(model_variable_name(prefix, static_cast<int64_t>(i)), vars[i].value(), partitioner,
                      placed(servers, i), optimizer);
   }
-  const std::vector<Variable> states = model_states(model);
+  const std::vector<Variable> states = model_states(program);
   for (size_t i = 0; i < states.size(); ++i) {
     out.emplace_back(model_state_name(prefix, static_cast<int64_t>(i)), states[i].value(), partitioner,
                      placed(servers, vars.size() + i), kStateUpdate);
@@ -119,10 +125,10 @@ std::vector<ShardedVariable> create_model_variables(const Model& model, const Pa
   return out;
 }
 
-void pull_model_variables(Model& model, const std::vector<ShardedVariable>& variables) {
-  check_built(model, "pull_model_variables");
-  const std::vector<Variable> vars = ps_variables_of(model);
-  check_matches(vars, variables, model.name());
+void pull_model_variables(distribute::TrainingProgram& program, const std::vector<ShardedVariable>& variables) {
+  check_built(program, "pull_model_variables");
+  const std::vector<Variable> vars = ps_variables_of(program);
+  check_matches(vars, variables, program.program_layer().name());
   pull_into(vars, variables);
 }
 
@@ -168,7 +174,7 @@ std::vector<std::vector<double>> sum_metric_states(const std::vector<StepOutput>
   return sum;
 }
 
-RemoteTrainer::RemoteTrainer(std::shared_ptr<Model> model, const DatasetFn& dataset_fn, int64_t worker_index,
+RemoteTrainer::RemoteTrainer(std::shared_ptr<distribute::TrainingProgram> model, const DatasetFn& dataset_fn, int64_t worker_index,
                              const Partitioner& partitioner,
                              std::vector<std::shared_ptr<ParameterServerClient>> servers, RemoteTrainerOptions options)
     : model_(std::move(model)), worker_index_(worker_index), dataset_([&] {
@@ -177,10 +183,10 @@ RemoteTrainer::RemoteTrainer(std::shared_ptr<Model> model, const DatasetFn& data
       }()) {
   STRATA_CHECK(model_ != nullptr, InvalidArgument, "RemoteTrainer: no model");
   STRATA_CHECK(model_->compiled(), InvalidArgument,
-               "RemoteTrainer: model '" << model_->name() << "' is not compiled: compile it with the chief's loss "
+               "RemoteTrainer: model '" << model_->program_layer().name() << "' is not compiled: compile it with the chief's loss "
                                         << "and metrics");
   check_built(*model_, "RemoteTrainer");
-  const std::vector<Variable> vars = model_->trainable_variables();
+  const std::vector<Variable> vars = model_->program_layer().trainable_variables();
   for (size_t i = 0; i < vars.size(); ++i) {
     variables_.push_back(ShardedVariable::existing(model_variable_name(options.prefix, static_cast<int64_t>(i)),
                                                    vars[i].shape(), partitioner, placed(servers, i)));
@@ -285,7 +291,7 @@ StepOutput RemoteTrainer::run_step(const StepContext& step_context) {
   const int64_t step_id = step_context.step_id;
   std::lock_guard lock(mu_);
   trace::set_step(steps_run_);  // a worker's trace window counts the steps it ran
-  const std::vector<Variable> vars = model_->trainable_variables();
+  const std::vector<Variable> vars = model_->program_layer().trainable_variables();
   const data::Element batch = [&] {
     trace::Span span("input", "input wait");
     return next_batch();
@@ -299,7 +305,7 @@ StepOutput RemoteTrainer::run_step(const StepContext& step_context) {
   const std::vector<Tensor> before = pulled_states.get();
   for (size_t i = 0; i < states.size(); ++i) Variable(states[i]).assign(before[i]);
   model_->reset_metrics();  // the output holds this step's batch alone: the chief sums the steps it gets back
-  Model::Gradients step = model_->compute_gradients(batch);
+  distribute::TrainingProgram::Gradients step = model_->compute_gradients(batch);
   const std::string id = "step:" + std::to_string(step_id);
   // What the step did to the states (BatchNormalization's moving statistics), sent as `before - after` to an update
   // of learning rate 1: the ps adds the step's change to whatever the states hold by then (TensorFlow's

@@ -20,7 +20,7 @@
 #include "strata/optim/optimizers.h"
 #include "strata/random.h"
 #include "strata/train/model.h"
-#include "strata/train/remote_trainer.h"
+#include "strata/ps/remote_trainer.h"
 #include "test_util.h"
 
 namespace strata::ps {

@@ -1,7 +1,7 @@
-// Asynchronous parameter-server training of a Model, the piece between the ps services (strata/ps/*) and a
-// ParameterServerStrategy under Model::fit. The chief puts every trainable variable of its model on the ps servers
-// as a ShardedVariable; each worker holds its own copy of the model (same architecture, compiled with the same loss
-// and metrics) and its own input (TensorFlow's create_per_worker_dataset: a dataset made from the worker's index),
+// Asynchronous parameter-server training of a model (a distribute::TrainingProgram, e.g. a Model), the piece between
+// the ps services (strata/ps/*) and a ParameterServerStrategy under Model::fit. The chief puts every trainable
+// variable of its model on the ps servers as a ShardedVariable; each worker holds its own copy of the model (same
+// architecture, compiled with the same loss and metrics) and its own input (TensorFlow's create_per_worker_dataset: a dataset made from the worker's index),
 // and serves the training step as a function of its WorkerServer. A step pulls every variable, takes the worker's
 // next batch, computes the loss and gradients with a GradientTape, and pushes every gradient under the step's id: the
 // ps applies it at once with the job's optimizer and drops it when that step was applied before (a step re-run after
@@ -42,7 +42,7 @@
 // non-lazy sparse update): sparse and dense steps give the same ps values. RemoteTrainerOptions::sparse_embeddings =
 // false moves every variable whole.
 //
-// It lives in layer train, not ps, because it holds a Model (ps is below train).
+// It holds the model as a TrainingProgram (strata/distribute/training_program.h), so ps needs nothing of train.
 // Thread-safety: a RemoteTrainer runs one step at a time (run_step serialises its callers); the free functions may be
 // called from any thread, not while the model is being trained.
 #pragma once
@@ -60,7 +60,7 @@
 #include "strata/ps/server.h"
 #include "strata/ps/sharded_variable.h"
 #include "strata/ps/worker_server.h"
-#include "strata/train/model.h"
+#include "strata/distribute/training_program.h"
 
 namespace strata::ps {
 
@@ -76,24 +76,24 @@ std::string model_state_name(const std::string& prefix, int64_t index);
 // A model's states: its non-trainable float32 variables of rank >= 1 (BatchNormalization's moving mean and
 // variance), which live on the ps beside the trainable ones. A step sends what it changed in them as `before - after`
 // to an update of learning rate 1 (kStateUpdate), so the ps adds each step's change to what the states hold by then.
-std::vector<Variable> model_states(const Model& model);
+std::vector<Variable> model_states(const distribute::TrainingProgram& model);
 inline const OptimizerSpec kStateUpdate{.name = "sgd", .learning_rate = 1.0};
 // What a model keeps on the ps: its trainable variables, then its states.
-std::vector<Variable> ps_variables_of(const Model& model);
+std::vector<Variable> ps_variables_of(const distribute::TrainingProgram& model);
 
 // Creates every trainable variable of `model` (REQUIRES: built) on `servers` as a ShardedVariable holding the model's
 // current values, updated there with `optimizer`, in trainable_variables() order; then the model's states (updated
 // with kStateUpdate): ps_variables_of's order. Variable k's shard i lives on servers[(k + i) % servers.size()], so
 // variables of one shard spread round-robin over the servers, as TensorFlow places them. Creating them again with the same layout and optimizer changes nothing
 // (a restarted chief may call it again).
-std::vector<ShardedVariable> create_model_variables(const Model& model, const Partitioner& partitioner,
+std::vector<ShardedVariable> create_model_variables(const distribute::TrainingProgram& model, const Partitioner& partitioner,
                                                     const std::vector<std::shared_ptr<ParameterServerClient>>& servers,
                                                     const OptimizerSpec& optimizer, const std::string& prefix = "model");
 
 // Assigns the current ps values of `variables` (create_model_variables': one per variable of ps_variables_of(model),
 // in order) to the model's variables, pulled in parallel. InvalidArgument when the counts or shapes differ (naming the
 // variable): the model is not the one the variables were made from.
-void pull_model_variables(Model& model, const std::vector<ShardedVariable>& variables);
+void pull_model_variables(distribute::TrainingProgram& model, const std::vector<ShardedVariable>& variables);
 
 // What a training step returns to the chief: the batch's loss and the tracker states of that batch alone
 // (Model::tracker_states: the loss tracker's, then each compiled metric's), which add up across steps and workers.
@@ -114,7 +114,7 @@ std::vector<std::vector<double>> sum_metric_states(const std::vector<StepOutput>
 // The trainable variables of `model` (indices into trainable_variables()) that are the table of an nn::Embedding
 // fed by the model's input x: the first layer of a Sequential (looking into a Sequential that is the first layer).
 // Empty for other models: a functional or subclassed model's wiring is not read, and its variables move whole.
-std::vector<int64_t> input_embedding_tables(const Model& model);
+std::vector<int64_t> input_embedding_tables(const distribute::TrainingProgram& model);
 
 struct RemoteTrainerOptions {
   std::string prefix = "model";  // as create_model_variables
@@ -130,7 +130,7 @@ class RemoteTrainer {
   // `model`: this worker's copy, built and compiled with the chief's loss and metrics (its optimizer is not used: the
   // ps applies the updates). `dataset_fn(worker_index)` makes this worker's input, batched; it is called once, here.
   // The variables are the chief's (by name, with the partitioner's layout); none is created here.
-  RemoteTrainer(std::shared_ptr<Model> model, const DatasetFn& dataset_fn, int64_t worker_index,
+  RemoteTrainer(std::shared_ptr<distribute::TrainingProgram> model, const DatasetFn& dataset_fn, int64_t worker_index,
                 const Partitioner& partitioner, std::vector<std::shared_ptr<ParameterServerClient>> servers,
                 RemoteTrainerOptions options = {});
 
@@ -151,7 +151,7 @@ class RemoteTrainer {
 
   int64_t steps_run() const;
   int64_t worker_index() const { return worker_index_; }
-  Model& model() const { return *model_; }
+  distribute::TrainingProgram& model() const { return *model_; }
 
  private:
   // The next batch, restarting the input at its end. REQUIRES: mu_ held.
@@ -165,7 +165,7 @@ class RemoteTrainer {
   void push_step(const std::vector<Tensor>& gradients, const std::vector<int64_t>& rows, const std::string& step_id,
                  const SyncRound& round);
 
-  std::shared_ptr<Model> model_;
+  std::shared_ptr<distribute::TrainingProgram> model_;
   int64_t worker_index_;
   data::Dataset dataset_;
   std::vector<ShardedVariable> variables_;

@@ -1,10 +1,7 @@
-// Model's training steps under an elastic MultiWorkerMirroredStrategy (strata/distribute/multi_worker.h): every
-// step commits on every worker or on none; a step that did not commit leaves the model and the metrics as they
-// were, the survivors regroup (a new membership epoch and communicator), and the step runs again on the same
-// global batch split over them, so every example of the epoch is trained on once and the mathematics do not change.
-// A restarted worker joins at a step boundary: the members admit it and the chief sends it the weights, the
-// optimizer state and the input position, from which its fit goes on as from a checkpoint.
-// Thread-safety: fit's driving thread (one local replica per worker, run on it).
+// ElasticStepRunner (elastic_step_runner.h): steps that commit everywhere or nowhere, regroups and joins.
+// Thread-safety: fit's driving thread.
+#include "distribute/elastic_step_runner.h"
+
 #include <chrono>
 #include <exception>
 #include <sstream>
@@ -12,14 +9,10 @@
 #include <vector>
 
 #include "strata/distribute/input.h"
-#include "strata/distribute/multi_worker.h"
 #include "strata/error.h"
 #include "strata/trace.h"
-#include "strata/train/model.h"
-#include "train/step_rows.h"
-#include "train/worker_state.h"
 
-namespace strata {
+namespace strata::distribute {
 
 namespace {
 
@@ -64,43 +57,48 @@ FitPosition decode_position(const std::string& bytes) {
 
 }  // namespace
 
-void Model::join_elastic_group(distribute::MultiWorkerMirroredStrategy& strategy) {
-  STRATA_CHECK(built(), InvalidArgument,
-               "elastic training: model '" << name() << "' must be built (build_for) before a restarted worker joins");
+void ElasticStepRunner::begin_fit(FitPosition& resume, bool /*requested*/) {
+  if (!strategy_.joining()) return;  // a worker that started with the job
+  STRATA_CHECK(program_.program_built(), InvalidArgument,
+               "elastic training: model '" << program_.program_name()
+                                           << "' must be built (build_for) before a restarted worker joins");
   trace::Span span("membership", "join");  // the new group, then the chief's state received
-  strategy.join();
+  strategy_.join();
   const auto start = std::chrono::steady_clock::now();
-  const int64_t sent = detail::broadcast_state_from_chief(*this);  // the weights and optimizer state, the members'
-  const std::string bytes = strategy.all_gather_across_workers("")[0];
-  FitPosition p = decode_position(bytes);
-  p.metric_states = tracker_states();  // this worker's share so far: nothing
-  set_resume_position(p);
-  strategy.joined(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
-                  sent + static_cast<int64_t>(bytes.size()));
+  const int64_t sent = program_.broadcast_state_from_chief();  // the weights and optimizer state, the members'
+  const std::string bytes = strategy_.all_gather_across_workers("")[0];
+  resume = decode_position(bytes);
+  resume.metric_states = program_.tracker_states();  // this worker's share so far: nothing
+  strategy_.joined(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+                   sent + static_cast<int64_t>(bytes.size()));
 }
 
-void Model::admit_elastic_joiners(distribute::MultiWorkerMirroredStrategy& strategy) {
+void ElasticStepRunner::begin_epoch(int64_t, int64_t) { committed_job_states_.clear(); }
+
+void ElasticStepRunner::end_group() {
+  if (!strategy_.join_pending()) return;
   trace::Span span("membership", "admit joiners");  // the new group, then the state sent to the joiners
-  strategy.admit_joiners();
+  strategy_.admit_joiners();
   const auto start = std::chrono::steady_clock::now();
-  const int64_t sent = detail::broadcast_state_from_chief(*this);
+  const int64_t sent = program_.broadcast_state_from_chief();
   std::string position;
-  if (strategy.is_chief()) {
-    position = encode_position(fit_state_.epochs_done, fit_state_.step_in_epoch, fit_state_.iterator_finished,
-                               fit_state_.iterator != nullptr ? fit_state_.iterator->save_state() : "");
+  if (strategy_.is_chief()) {
+    const FitPosition p = program_.fit_position();
+    position = encode_position(p.epochs_done, p.step_in_epoch, p.input_finished, p.input_state);
   }
-  const std::string chiefs = strategy.all_gather_across_workers(position)[0];
-  strategy.joined(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
-                  sent + static_cast<int64_t>(chiefs.size()));
+  const std::string chiefs = strategy_.all_gather_across_workers(position)[0];
+  strategy_.joined(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(),
+                   sent + static_cast<int64_t>(chiefs.size()));
 }
 
-void Model::elastic_train_steps(distribute::MultiWorkerMirroredStrategy& strategy, const distribute::StepGroup& steps) {
+void ElasticStepRunner::run_steps(const StepGroup& steps) {
+  MultiWorkerMirroredStrategy& strategy = strategy_;
   STRATA_CHECK(steps.global.size() == steps.size(), InvalidArgument,
                "elastic training: every worker must read the same global batches (auto-shard policy DATA), so that "
                "the survivors of a lost worker can split its share among them; this dataset's workers read their "
                "own files");
   for (size_t k = 0; k < steps.size(); ++k) {
-    const std::vector<std::vector<double>> before = tracker_states();
+    const std::vector<std::vector<double>> before = program_.tracker_states();
     data::Element batch = steps.batches[k][0];
     int fruitless = 0;  // regroups of this step that lost no member: a failure that is not a lost worker recurs
     for (;;) {
@@ -108,14 +106,14 @@ void Model::elastic_train_steps(distribute::MultiWorkerMirroredStrategy& strateg
       std::exception_ptr failure;
       try {
         strategy.run_replicas([&](int) {  // one replica per worker: on this thread, in its replica context
-          detail::ScopedStepRows rows(steps.global_rows[k]);
-          train_step(batch);
+          ScopedStepRows rows(steps.global_rows[k]);
+          program_.train_step(batch);
         });
       } catch (...) {
         failure = std::current_exception();
       }
       if (!failure) {
-        if (!job_states_.empty()) committed_job_states_ = job_states_;
+        if (!program_.job_tracker_states().empty()) committed_job_states_ = program_.job_tracker_states();
         break;
       }
       if (!from_the_group(failure)) std::rethrow_exception(failure);
@@ -130,15 +128,14 @@ void Model::elastic_train_steps(distribute::MultiWorkerMirroredStrategy& strateg
         for (auto& state : job) {
           for (double& v : state) v = strategy.is_chief() ? committed_job_states_[at++] : (at++, 0.0);
         }
-        set_tracker_states(job);
+        program_.set_tracker_states(job);
       } else {
-        set_tracker_states(before);
+        program_.set_tracker_states(before);
       }
-      job_states_ = committed_job_states_;
-      batch = distribute::split_batch_share(steps.global[k], strategy.num_replicas_in_sync(), strategy.worker_index(),
-                                            1)[0];
+      program_.set_job_tracker_states(committed_job_states_);
+      batch = split_batch_share(steps.global[k], strategy.num_replicas_in_sync(), strategy.worker_index(), 1)[0];
     }
   }
 }
 
-}  // namespace strata
+}  // namespace strata::distribute

@@ -5,7 +5,7 @@
 // Synchronous rounds (max_staleness = 0): two workers end with the weights of one model trained on both workers'
 // batches together, for Adam and for SGD with momentum; a worker lost mid-round leaves its round to the other, which
 // completes it from the values before the round, and the ps applies every step once.
-#include "strata/train/remote_trainer.h"
+#include "strata/ps/remote_trainer.h"
 
 #include <gtest/gtest.h>
 
@@ -25,8 +25,9 @@
 #include "strata/optim/optimizers.h"
 #include "strata/ps/cluster_coordinator.h"
 #include "strata/random.h"
+#include "strata/train/model.h"
 #include "test_util.h"
-#include "train/ps_cluster.h"
+#include "strategies/ps_cluster.h"
 
 namespace strata::ps {
 namespace {

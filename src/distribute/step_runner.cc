@@ -1,0 +1,42 @@
+// The default step runner (strata/distribute/training_program.h): a group's steps on every local replica in sync,
+// and the strategy's defaults for the extension point.
+// Thread-safety: run_steps_on_replicas is called by fit's (or evaluate's) thread; the step-rows value is per thread.
+#include "strata/distribute/strategy.h"
+#include "strata/distribute/training_program.h"
+
+namespace strata::distribute {
+
+namespace {
+thread_local int64_t t_step_global_rows = 0;
+}  // namespace
+
+int64_t step_global_rows() { return t_step_global_rows; }
+ScopedStepRows::ScopedStepRows(int64_t rows) { t_step_global_rows = rows; }
+ScopedStepRows::~ScopedStepRows() { t_step_global_rows = 0; }
+
+void run_steps_on_replicas(Strategy& strategy, TrainingProgram& program, const StepGroup& steps, bool training) {
+  const auto step = [&](const data::Element& batch) { training ? program.train_step(batch) : program.test_step(batch); };
+  if (&strategy == &default_strategy()) {  // one replica, plain variables: no replica machinery
+    for (const auto& batches : steps.batches) step(batches[0]);
+    return;
+  }
+  strategy.run_replicas([&](int replica) {
+    for (size_t k = 0; k < steps.size(); ++k) {
+      ScopedStepRows rows(steps.global_rows[k]);
+      step(steps.batches[k][replica]);
+    }
+  });
+  program.merge_replica_trackers();
+}
+
+void ReplicaStepRunner::run_steps(const StepGroup& steps) {
+  run_steps_on_replicas(strategy_, program_, steps, /*training=*/true);
+}
+
+std::unique_ptr<StepRunner> Strategy::make_step_runner(TrainingProgram& program) {
+  return std::make_unique<ReplicaStepRunner>(*this, program);
+}
+
+std::optional<double> Strategy::run_train_step(TrainingProgram&, const data::Element&) { return std::nullopt; }
+
+}  // namespace strata::distribute

@@ -1,0 +1,143 @@
+// ParameterServerStrategy's step runners (step_runners.h): the chief schedules, a worker serves.
+// Thread-safety: see step_runners.h.
+#include "ps/step_runners.h"
+
+#include <cstdio>
+#include <future>
+#include <memory>
+#include <mutex>
+
+#include "strata/distribute/input.h"
+#include "strata/error.h"
+#include "strata/nn/layer.h"
+#include "strata/ps/remote_trainer.h"
+#include "strata/ps/worker_server.h"
+
+namespace strata::ps {
+
+namespace {
+
+// The output of one scheduled step; an unreachable ps is named by its task. A ps that was reached but did not answer
+// within the workers' ps timeout (Timeout, as every strata RPC's deadline) is lost as well: fit fails with
+// Unavailable naming it, as for a ps that is down.
+StepOutput fetch_step(const ParameterServerStrategy& strategy, const RemoteValue& step, int64_t epoch, size_t index) {
+  try {
+    return StepOutput::parse(step.fetch());
+  } catch (const Error& e) {
+    if (e.code() != ErrorCode::kUnavailable && e.code() != ErrorCode::kDeadlineExceeded) throw;
+    const std::string what = e.what();
+    for (const std::string& address : strategy.ps_addresses()) {
+      if (what.find(address) != std::string::npos) {
+        STRATA_THROW(Unavailable, "fit: " << strategy.describe_ps(address) << " is unavailable (epoch " << epoch + 1
+                                          << ", step " << index + 1 << "): " << what);
+      }
+    }
+    throw;
+  }
+}
+
+}  // namespace
+
+void CoordinatorStepRunner::begin_fit(distribute::FitPosition&, bool requested) {
+  STRATA_CHECK(!requested, InvalidArgument,
+               "fit: resuming the chief from a checkpoint is not supported under ParameterServerStrategy; its "
+               "checkpoint_dir keeps the ps shards, which a restarted ps task restores by itself");
+  const std::shared_ptr<optim::Optimizer> optimizer = program_.compiled_optimizer();
+  variables_ = create_model_variables(program_, strategy_.partitioner(), strategy_.servers(),
+                                      optimizer_spec_of(*optimizer));
+  // Workers still starting would count as lost and miss the first steps (under max_staleness = 0, the first rounds).
+  for (const std::string& why : strategy_.wait_for_workers(strategy_.options().coordinator.unavailable_timeout)) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "fit: training without %s until it comes up\n", why.c_str());
+  }
+}
+
+void CoordinatorStepRunner::begin_epoch(int64_t epoch, int64_t steps_left) {
+  epoch_ = epoch;
+  scheduled_.clear();
+  fetched_ = 0;
+  epoch_states_.clear();
+  ClusterCoordinator& coordinator = strategy_.coordinator();
+  scheduled_.reserve(static_cast<size_t>(steps_left));
+  for (int64_t i = 0; i < steps_left; ++i) scheduled_.push_back(coordinator.schedule(kTrainStep));
+}
+
+void CoordinatorStepRunner::run_steps(const distribute::StepGroup& steps) {
+  for (size_t k = 0; k < steps.size(); ++k) {
+    STRATA_CHECK(fetched_ < scheduled_.size(), Error, "fit: more steps asked of the coordinator than were scheduled");
+    const size_t index = fetched_++;
+    const StepOutput out = fetch_step(strategy_, scheduled_[index], epoch_, index);
+    // The epoch's logs are those of the steps back so far, in the order they were scheduled.
+    epoch_states_ = epoch_states_.empty() ? out.metric_states
+                                          : sum_metric_states({StepOutput{0, epoch_states_}, out});
+    program_.set_tracker_states(epoch_states_);
+    ++steps_done_;
+  }
+}
+
+void CoordinatorStepRunner::end_group() {
+  const int64_t every = strategy_.options().checkpoint_dir.empty() ? 0 : strategy_.options().checkpoint_every_steps;
+  if (every > 0 && steps_done_ / every != checkpointed_at_ / every) {  // a multiple of `every` passed in the group
+    strategy_.save_ps_checkpoint();
+    checkpointed_at_ = steps_done_;
+  }
+}
+
+void CoordinatorStepRunner::end_epoch(bool stopped) {
+  if (stopped) strategy_.coordinator().join();  // the steps scheduled after the one that stopped still run
+  pull_model_variables(program_, variables_);   // validation, callbacks and evaluate see the trained weights
+  if (!strategy_.options().checkpoint_dir.empty()) strategy_.save_ps_checkpoint();
+}
+
+void CoordinatorStepRunner::end_fit() {
+  // A worker that does not answer (down, restarting) is reported, not waited for.
+  for (const std::string& why : strategy_.run_on_every_worker(kEndFit, std::chrono::seconds(10))) {
+    std::fflush(stdout);
+    std::fprintf(stderr, "fit: could not tell %s that training ended\n", why.c_str());
+  }
+}
+
+std::optional<int64_t> WorkerStepRunner::serve(const data::Dataset& dataset) {
+  STRATA_CHECK(strategy_.task_type() == "worker", InvalidArgument,
+               "fit: " << strategy_.task().name()
+                       << " is a ps task: it serves variables (ParameterServerStrategy::join) and trains nothing");
+  const nn::Layer& model = program_.program_layer();
+  STRATA_CHECK(model.built(), InvalidArgument,
+               "fit: a parameter-server worker attaches to the chief's variables by shape: build model '"
+                   << model.name() << "' (build_for) before fit");
+  // The trainer attaches to the chief's variables at the first step: by then the chief has made them. (A WorkerServer
+  // runs one function at a time, so the first step makes it alone; after stop() no function runs.)
+  const std::shared_ptr<distribute::TrainingProgram> program(&program_, [](distribute::TrainingProgram*) {});
+  const std::vector<std::shared_ptr<ParameterServerClient>>& servers = strategy_.servers();
+  std::unique_ptr<RemoteTrainer> trainer;
+  std::promise<void> ended;
+  std::once_flag end_once;
+  WorkerServer server;
+  server.register_function(kTrainStep, [&](const StepContext& step, const std::string&) {
+    if (!trainer) {
+      trainer = std::make_unique<RemoteTrainer>(
+          program, [&dataset](int64_t) { return dataset; }, strategy_.task_index(), strategy_.partitioner(), servers);
+    }
+    return trainer->run_step(step).serialize();  // with its synchronous round under max_staleness = 0
+  });
+  server.register_function(kEndFit, [&](int64_t, const std::string&) {
+    std::call_once(end_once, [&] { ended.set_value(); });
+    return std::string();
+  });
+  server.start(strategy_.task().address);
+  ended.get_future().wait();
+  server.stop();
+  return trainer ? trainer->steps_run() : 0;
+}
+
+void WorkerStepRunner::run_steps(const distribute::StepGroup&) {
+  STRATA_THROW(Error, "fit: a parameter-server worker serves the chief's steps; it runs none of its own");
+}
+
+std::unique_ptr<distribute::StepRunner> ParameterServerStrategy::make_step_runner(
+    distribute::TrainingProgram& program) {
+  if (is_chief()) return std::make_unique<CoordinatorStepRunner>(*this, program);
+  return std::make_unique<WorkerStepRunner>(*this, program);
+}
+
+}  // namespace strata::ps
