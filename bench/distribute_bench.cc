@@ -3,9 +3,10 @@
 // for MirroredStrategy and OneDeviceStrategy beside the same training in PyTorch.
 //
 //   distribute_bench --strategy one_device|mirrored|central_storage|independent|multi_worker_mirrored|parameter_server
+//                               |local_sgd
 //                    --replicas N --threads T
 //                    [--batch 128] [--epochs 1] [--data DIR] [--cross-device-ops ring] [--bucket-kb K]
-//                    [--steps-per-execution S] [--gradient-compression none|bf16]
+//                    [--steps-per-execution S] [--gradient-compression none|bf16] [--sync-every H] [--outer-step none|nesterov]
 //
 // --batch is the global batch; --threads the cores in all (one_device: its intra-op threads; the others:
 // split evenly over the replicas).
@@ -14,6 +15,9 @@
 // process, each with threads/N cores, its own model and its own half (1/N) of the data at batch/N, that
 // never communicate or wait for each other. No synchronous strategy with N replicas can beat their
 // combined images/s, since it does the same work plus the all-reduce and the lock-step.
+//
+// --strategy local_sgd (LocalSGDStrategy, the cluster from TF_CONFIG like multi_worker_mirrored): each worker takes
+// --sync-every local steps, then the workers average their weights (--outer-step nesterov: DiLoCo's outer step).
 //
 // --strategy parameter_server runs under `strata launch --chief --workers N --ps M`: the chief's fit schedules
 // 60000 / batch steps per epoch (each a batch of --batch on one worker, which reads the whole training set in an
@@ -29,6 +33,7 @@
 
 #include "strata/data/convert.h"
 #include "strata/data/dataset.h"
+#include "strata/distribute/local_sgd.h"
 #include "strata/distribute/multi_worker.h"
 #include "strata/distribute/strategies.h"
 #include "strata/nn/nn.h"
@@ -47,6 +52,8 @@ int main(int argc, char** argv) {
   int64_t bucket_kb = 0;  // 0: the strategy's default
   std::string gradient_compression = "none";  // multi_worker_mirrored: how gradients travel
   int64_t epochs = 1, batch = 128, steps_per_execution = 1;
+  int sync_every = 8;            // local_sgd: local steps between weight averages
+  bool outer_nesterov = false;   // local_sgd: DiLoCo's outer step
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--strategy") strategy_name = argv[i + 1];
@@ -59,6 +66,8 @@ int main(int argc, char** argv) {
     else if (flag == "--bucket-kb") bucket_kb = std::stoll(argv[i + 1]);
     else if (flag == "--steps-per-execution") steps_per_execution = std::stoll(argv[i + 1]);
     else if (flag == "--gradient-compression") gradient_compression = argv[i + 1];
+    else if (flag == "--sync-every") sync_every = std::stoi(argv[i + 1]);
+    else if (flag == "--outer-step") outer_nesterov = std::string(argv[i + 1]) == "nesterov";
   }
   auto make_model = [] {
     return Sequential(std::vector<nn::LayerRef>{nn::Conv2D(32, 3, "relu"), nn::MaxPool2D(2), nn::Flatten(),
@@ -128,6 +137,9 @@ int main(int argc, char** argv) {
     if (bucket_kb > 0) options.bytes_per_pack = bucket_kb << 10;
     strategy = std::make_unique<distribute::MultiWorkerMirroredStrategy>(cluster::resolve_cluster_from_environment(),
                                                                          options, replicas);
+  } else if (strategy_name == "local_sgd") {
+    strategy = std::make_unique<distribute::LocalSGDStrategy>(
+        distribute::LocalSGDOptions{.sync_every = sync_every, .outer_nesterov = outer_nesterov});
   } else if (strategy_name == "parameter_server") {
     auto servers = std::make_unique<ps::ParameterServerStrategy>(cluster::resolve_cluster_from_environment());
     if (servers->task_type() == "ps") servers->join();  // until the launcher stops it

@@ -177,19 +177,25 @@ class SlowLink:
             subprocess.run(["ip", "netns", "del", ns], capture_output=True)
 
 
-def run_gloo_slow_link(children, args, link, bucket_kb=0, compression="none"):
-    """The 2 gloo workers, one in each namespace, talking over the 1 Gbit/s link."""
+def run_slow_link(children, args, link, strategy, extra):
+    """The 2 workers of `strategy` (TF_CONFIG, gloo), one in each namespace, talking over the 1 Gbit/s link; worker
+    0's JSON (images/s of the steady epoch, test accuracy after both)."""
     ports = [free_port(), free_port()]
     cluster = {"worker": [f"{ip}:{port}" for ip, port in zip(link.ips, ports)]}
-    extra = ["--bucket-kb", str(bucket_kb)] if bucket_kb else []
-    extra += ["--gradient-compression", compression] if compression != "none" else []
     procs = []
     for i in range(WORKERS):
         env = dict(pinned_env(1), TF_CONFIG=json.dumps({"cluster": cluster, "task": {"type": "worker", "index": i}}))
         procs.append(children.start(["ip", "netns", "exec", link.ns[i]] +
-                                    bench_args(args.binary, "multi_worker_mirrored", 1, 1, args.data) + extra, env))
-    outs = children.wait_all(procs, "strata gloo over 1 Gbit/s")
-    return last_json(outs[0])["images_per_s"]
+                                    bench_args(args.binary, strategy, 1, 1, args.data) + extra, env))
+    outs = children.wait_all(procs, f"strata {strategy} over 1 Gbit/s")
+    return last_json(outs[0])
+
+
+def run_gloo_slow_link(children, args, link, bucket_kb=0, compression="none"):
+    """The 2 gloo workers, one in each namespace, talking over the 1 Gbit/s link."""
+    extra = ["--bucket-kb", str(bucket_kb)] if bucket_kb else []
+    extra += ["--gradient-compression", compression] if compression != "none" else []
+    return run_slow_link(children, args, link, "multi_worker_mirrored", extra)["images_per_s"]
 
 
 def run_ddp(children, args):
@@ -210,6 +216,8 @@ def main():
     parser.add_argument("--rounds", type=int, default=2, help="runs of each configuration; the best counts")
     parser.add_argument("--time-limit", type=float, default=900, help="seconds for the whole run")
     parser.add_argument("--no-slow-link", action="store_true", help="skip the 1 Gbit/s network-namespace runs")
+    parser.add_argument("--local-sgd-only", action="store_true",
+                        help="only the 1 Gbit/s comparison of LocalSGDStrategy with MultiWorkerMirroredStrategy")
     parser.add_argument("--ddp-worker", type=int, metavar="RANK", default=None)
     parser.add_argument("--port", type=int)
     args = parser.parse_args()
@@ -217,6 +225,9 @@ def main():
         ddp_worker(args.ddp_worker, WORKERS, args.port, args.data)
         return 0
     args.binary = find_binary("distribute_bench", args.binary)
+    if args.local_sgd_only:
+        local_sgd_slow_link(args)
+        return 0
     if args.strata is None:
         args.strata = os.path.join(os.path.dirname(os.path.dirname(args.binary)), "strata")
     if not os.path.exists(args.strata):
@@ -255,6 +266,7 @@ def main():
     gloo_step_ceiling(args, ceiling, best["strata gloo"])
     if not args.no_slow_link:
         slow_link(args, ceiling)
+        local_sgd_slow_link(args)
     return 0
 
 
@@ -326,6 +338,40 @@ def slow_link(args, ceiling):
         print(f"overlap hides {hidden * 100:.0f}% of the time a step spends beyond computing")
     for name in ("one bucket", "256 KiB buckets"):
         print(f"{name}: bf16 compression / float32: {best[name + ', bf16'] / best[name]:.2f} images/s")
+
+
+def local_sgd_slow_link(args):
+    """LocalSGDStrategy beside MultiWorkerMirroredStrategy over the 1 Gbit/s link: H local steps between weight
+    averages (H = 1 trains as MultiWorkerMirroredStrategy does, averaging weights instead of gradients), images/s of
+    the second epoch and test accuracy after both (Adam: each worker keeps its own slots)."""
+    link = SlowLink()
+    if not link.ok:
+        print(f"# LocalSGD over 1 Gbit/s: skipped, network namespaces cannot be made here ({link.why})")
+        return
+    runs = [("MultiWorkerMirrored", "multi_worker_mirrored", [])]
+    runs += [(f"LocalSGD H={h}", "local_sgd", ["--sync-every", str(h)]) for h in (1, 8, 32)]
+    runs += [("LocalSGD H=8, DiLoCo outer step", "local_sgd", ["--sync-every", "8", "--outer-step", "nesterov"])]
+    children = Children(time.monotonic() + args.time_limit)
+    best = {}
+    try:
+        for _ in range(args.rounds):
+            for name, strategy, extra in runs:
+                out = run_slow_link(children, args, link, strategy, extra + ["--epochs", "1"])
+                if name not in best or out["images_per_s"] > best[name]["images_per_s"]:
+                    best[name] = out
+    except RuntimeError as e:
+        print(f"# LocalSGD over 1 Gbit/s: failed: {e}")
+        return
+    finally:
+        children.kill_all()
+        link.remove()
+    print(f"# 2 workers x 1 thread in 2 network namespaces over a veth link limited to 1 Gbit/s (tc tbf); CNN, Adam, "
+          f"global batch {BATCH}; 2 epochs (images/s of the second); best of {args.rounds}")
+    base = best["MultiWorkerMirrored"]["images_per_s"]
+    for name, _, _ in runs:
+        out = best[name]
+        print(f"{name:<32} {out['images_per_s']:10.0f} images/s ({out['images_per_s'] / base:.2f}x)  "
+              f"test accuracy {out['test_accuracy']:.4f}")
 
 
 if __name__ == "__main__":

@@ -76,9 +76,10 @@ class TrainingProgram {
   // The model as a layer: its name, variables and sublayers (for the layers above nn; distribute uses the two below).
   virtual nn::Layer& program_layer() = 0;
   virtual const nn::Layer& program_layer() const = 0;
-  // The model's name, and whether it is built (has its variables).
+  // The model's name, whether it is built, and every variable it has (trainable and not).
   virtual std::string program_name() const = 0;
   virtual bool program_built() const = 0;
+  virtual std::vector<Variable> program_variables() const = 0;
   // Whether the model is a plain stack: its sublayers, called one after another on x, are the whole model (a
   // Sequential itself, not a subclass that may override call). Pipeline stages and sparse ps pulls rely on it.
   virtual bool runs_layers_in_order() const = 0;

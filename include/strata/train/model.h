@@ -212,6 +212,7 @@ class Model : public nn::Layer, public distribute::TrainingProgram {
   const nn::Layer& program_layer() const override { return *this; }
   std::string program_name() const override { return name(); }
   bool program_built() const override { return built(); }
+  std::vector<Variable> program_variables() const override { return variables(); }
   bool runs_layers_in_order() const override { return false; }
   std::shared_ptr<losses::Loss> compiled_loss() const override;
   std::shared_ptr<optim::Optimizer> compiled_optimizer() const override;
