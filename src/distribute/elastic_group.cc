@@ -10,7 +10,7 @@
 #include <thread>
 
 #include "strata/cluster/coordination.h"
-#include "strata/comm/gloo.h"
+#include "strata/comm/backends.h"
 #include "strata/error.h"
 
 namespace strata::distribute::detail {
@@ -74,6 +74,9 @@ ElasticGroup::ElasticGroup(std::shared_ptr<cluster::CoordinationClient> client, 
   STRATA_CHECK(options_.min_workers >= 1 && options_.min_workers <= static_cast<int>(tasks_.size()), InvalidArgument,
                "elastic group: min_workers " << options_.min_workers << " must be in [1, " << tasks_.size()
                                              << "] (the job's workers)");
+  STRATA_CHECK(comm::backend_traits(options_.backend).can_rebuild, InvalidArgument,
+               "elastic group: backend '" << options_.backend << "' cannot make a new group after losing a member; "
+                                          "elastic training needs one that can (gloo)");
 }
 
 ElasticGroup::~ElasticGroup() = default;
@@ -189,11 +192,13 @@ std::shared_ptr<comm::Communicator> ElasticGroup::connect() {
   // mesh, and a member lost meanwhile is declared within the heartbeat timeout anyway.
   const auto bound = std::min(options_.timeout, options_.heartbeat_timeout);
   const auto connect_bound = std::min(options_.timeout, std::max(options_.heartbeat_timeout, kMinConnectTime));
-  comm_ = comm::make_gloo_communicator(client_, rank_, size(),
-                                       {.timeout = bound,
-                                        .connect_timeout = connect_bound,
-                                        .hostname = options_.hostname,
-                                        .prefix = "mwms/e" + std::to_string(epoch_)});
+  comm_ = comm::make_communicator(options_.backend, {.store = client_,
+                                                    .rank = rank_,
+                                                    .size = size(),
+                                                    .timeout = bound,
+                                                    .connect_timeout = connect_bound,
+                                                    .hostname = options_.hostname,
+                                                    .prefix = "mwms/e" + std::to_string(epoch_)});
   return comm_;
 }
 

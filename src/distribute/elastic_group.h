@@ -45,7 +45,10 @@ class ElasticGroup {
     std::chrono::milliseconds timeout{std::chrono::seconds(300)};
     // The service's: a regroup waits this long (plus a margin) for the failed member to be declared lost.
     std::chrono::milliseconds heartbeat_timeout{std::chrono::seconds(10)};
-    std::string hostname = "127.0.0.1";  // where this task's Gloo listens
+    std::string hostname = "127.0.0.1";  // where this task's communicator listens
+    // The backend each membership epoch's communicator is made on: one of comm's registry that can rebuild groups
+    // (comm::BackendTraits::can_rebuild; InvalidArgument otherwise).
+    std::string backend = "gloo";
   };
 
   // `tasks`: every worker task of the job in rank order ("chief:0", "worker:0", ...); `self` is one of them.

@@ -9,22 +9,17 @@
 namespace strata::distribute {
 
 LocalSGDStrategy::LocalSGDStrategy(LocalSGDOptions options, CommunicationOptions communication)
-    : Strategy({"/cpu:0"}), options_(options) {
-  check(options_);
-  workers_ = std::make_unique<MultiWorkerMirroredStrategy>(std::move(communication));
-  if (workers_->num_workers() == 1) workers_.reset();
-}
+    : LocalSGDStrategy(options, cluster::resolve_cluster_from_environment(), std::move(communication)) {}
 
 LocalSGDStrategy::LocalSGDStrategy(LocalSGDOptions options, const cluster::TaskInfo& task,
                                    CommunicationOptions communication)
-    : Strategy({"/cpu:0"}), options_(options) {
-  check(options_);
-  if (task.num_workers > 1) workers_ = std::make_unique<MultiWorkerMirroredStrategy>(task, std::move(communication), 1);
-}
+    // The options are checked before the workers connect.
+    : WorkerGroupStrategy((checked(options), task), std::move(communication), "local_sgd", "LocalSGDStrategy"),
+      options_(options) {}
 
 LocalSGDStrategy::~LocalSGDStrategy() = default;
 
-void LocalSGDStrategy::check(const LocalSGDOptions& options) {
+const LocalSGDOptions& LocalSGDStrategy::checked(const LocalSGDOptions& options) {
   STRATA_CHECK(options.sync_every >= 1, InvalidArgument,
                "LocalSGDStrategy: sync_every must be at least 1 (local steps between weight averages), got "
                    << options.sync_every);
@@ -33,33 +28,15 @@ void LocalSGDStrategy::check(const LocalSGDOptions& options) {
                InvalidArgument,
                "LocalSGDStrategy: the outer step needs outer_learning_rate > 0 and 0 <= outer_momentum < 1, got "
                    << options.outer_learning_rate << " and " << options.outer_momentum);
+  return options;
 }
 
-int LocalSGDStrategy::num_workers() const { return workers_ ? workers_->num_workers() : 1; }
-int LocalSGDStrategy::worker_index() const { return workers_ ? workers_->worker_index() : 0; }
-std::string LocalSGDStrategy::backend() const { return workers_ ? workers_->backend() : "local"; }
-
-Variable LocalSGDStrategy::create_variable(const Tensor& initial_value, const VariableOptions& options) {
-  Tensor value = initial_value.clone();
-  if (workers_) workers_->broadcast_from_chief({value});
-  return make_distributed_variable({value}, options, id());
-}
-
-std::vector<double> LocalSGDStrategy::sum_across_workers(const std::vector<double>& values) const {
-  return workers_ ? workers_->sum_across_workers(values) : values;
-}
-
-void LocalSGDStrategy::broadcast_from_chief(const std::vector<Tensor>& tensors) const {
-  if (workers_) workers_->broadcast_from_chief(tensors);
-}
-
-std::vector<std::string> LocalSGDStrategy::all_gather_across_workers(const std::string& bytes) const {
-  return workers_ ? workers_->all_gather_across_workers(bytes) : std::vector<std::string>{bytes};
-}
+std::string LocalSGDStrategy::backend() const { return worker_group() ? worker_group()->backend() : "local"; }
 
 void LocalSGDStrategy::average(const std::vector<Variable>& variables, std::vector<Tensor>& anchor,
                                std::vector<Tensor>& momentum) {
-  if (!workers_) return;
+  cluster::WorkerGroup* group = worker_group();
+  if (group == nullptr) return;
   std::vector<Tensor> values;
   int64_t bytes = 0;
   for (const Variable& v : variables) {
@@ -70,8 +47,8 @@ void LocalSGDStrategy::average(const std::vector<Variable>& variables, std::vect
   }
   if (!values.empty()) {
     comm::AllReduceOptions reduce{.op = comm::ReduceOp::kMean};
-    reduce.timeout = workers_->communication_options().timeout;
-    workers_->communicator(0).all_reduce(values, reduce)->wait();
+    reduce.timeout = communication_options().timeout;
+    group->communicator().all_reduce(values, reduce)->wait();
   }
   for (size_t i = 0; i < variables.size(); ++i) {
     Variable v = variables[i];

@@ -3,20 +3,13 @@
 // aggregator over the workers' communicator.
 // Thread-safety: one driving thread; the heartbeat thread only aborts the communicator (Communicator::abort may be
 // called from any thread).
-#include <atomic>
-#include <cstdio>
-#include <cstdlib>
 #include <exception>
-#include <thread>
 
 #include "distribute/all_reduce_aggregator.h"
 #include "distribute/elastic_group.h"
 #include "distribute/elastic_step_runner.h"
 #include "distribute/replica_collectives.h"
-#include "strata/cluster/coordination.h"
-#include "strata/comm/gloo.h"
 #include "strata/comm/hierarchical.h"
-#include "strata/comm/mpi.h"
 #include "strata/distribute/multi_worker.h"
 #include "strata/distribute/strategies.h"
 #include "strata/trace.h"
@@ -25,19 +18,6 @@ namespace strata::distribute {
 
 namespace {
 constexpr const char* kName = "MultiWorkerMirroredStrategy";
-constexpr const char* kExitBarrier = "mwms/exit";
-// How long after a worker is declared lost a process still blocked on it is reported blocked (see connect()).
-constexpr std::chrono::seconds kBlockedDelay{1};
-
-// The tasks that are workers of the strategy ("chief:0", "worker:0", ...), as the coordination service names them.
-std::vector<std::string> worker_tasks(const cluster::TaskInfo& task) {
-  std::vector<std::string> tasks;
-  for (const char* type : {"chief", "worker"}) {
-    const int64_t n = task.cluster.num_tasks(type);
-    for (int64_t i = 0; i < n; ++i) tasks.push_back(std::string(type) + ":" + std::to_string(i));
-  }
-  return tasks;
-}
 
 void check_implementation(const std::string& implementation) {
   if (implementation == "nccl") {
@@ -179,84 +159,47 @@ const MembershipChange& MultiWorkerMirroredStrategy::took_new_group() {
   return last_change_;
 }
 
-void MultiWorkerMirroredStrategy::connect() {
-  const bool mpi =
-      options_.implementation == "mpi" || (options_.implementation == "auto" && task_.source == cluster::Source::kMpi);
-  if (mpi) {
-    comm_ = comm::make_mpi_communicator({.timeout = options_.timeout});
-    STRATA_CHECK(comm_->size() == num_workers_ && comm_->rank() == worker_index_, InvalidArgument,
-                 kName << ": MPI says rank " << comm_->rank() << " of " << comm_->size() << ", the cluster says worker "
-                       << worker_index_ << " of " << num_workers_);
-  } else {
-    STRATA_CHECK(!task_.coordinator_address.empty(), InvalidArgument,
-                 kName << ": the cluster (" << cluster::source_name(task_.source)
-                       << ") names no coordinator address for the gloo backend; under mpirun use "
-                          "implementation 'mpi' or 'auto'");
-    if (task_.hosts_coordinator) {
-      service_ = std::make_unique<cluster::CoordinationService>();
-      service_->start(task_.coordinator_address,
-                      {.heartbeat_timeout = options_.heartbeat_timeout, .tasks = worker_tasks(task_)});
-    }
-    client_ = std::make_shared<cluster::CoordinationClient>(
-        task_.coordinator_address, task_.name(),
-        cluster::CoordinationClient::Options{.connect_timeout = options_.timeout,
-                                             .store_timeout = options_.timeout,
-                                             .service_timeout = options_.heartbeat_timeout});
-    client_->start_heartbeats(options_.heartbeat_interval);
-    const std::string host =
-        task_.address.empty() ? std::string("127.0.0.1") : cluster::parse_address(task_.address, task_.name()).host;
-    if (elastic_options_.min_workers != 0) {
-      elastic_ = std::make_unique<detail::ElasticGroup>(
-          client_, worker_tasks(task_), task_.name(),
-          detail::ElasticGroup::Options{.min_workers = elastic_options_.min_workers,
-                                        .timeout = options_.timeout,
-                                        .heartbeat_timeout = options_.heartbeat_timeout,
-                                        .hostname = host});
-      // No handler for lost tasks: a member's collective on a killed peer fails by itself (its connections close),
-      // one on a stopped peer at the collective timeout, and the survivors regroup. Aborting the communicator here
-      // would close this member's own connections under a running collective, which then could only time out.
-      comm_ = elastic_->start();
-      if (!comm_) num_workers_ = 1;  // a restarted worker: alone until it joins (Model::fit joins)
-      return;
-    }
-    comm_ = comm::make_gloo_communicator(client_, worker_index_, num_workers_,
-                                         {.timeout = options_.timeout, .hostname = host, .prefix = "mwms"});
-    // A worker declared lost ends the others' pending and later collectives at once, naming it. A collective
-    // already blocked in Gloo on the dead peer cannot be interrupted (Gloo cannot cancel a receive): when the
-    // strategy is still alive kBlockedDelay later (the error did not reach the caller), the program is told
-    // (options_.on_blocked_by_lost_task) and decides.
-    std::weak_ptr<comm::Communicator> weak = comm_;
-    client_->set_on_lost([weak, alive = alive_, blocked = options_.on_blocked_by_lost_task](const cluster::LostTask& lost) {
-      const std::string reason = kName + std::string(": task ") + lost.task + " was lost (" + lost.reason + ")";
-      if (auto comm = weak.lock()) comm->abort(reason);
-      if (!blocked) return;
-      std::thread([alive, reason, blocked] {
-        std::this_thread::sleep_for(kBlockedDelay);
-        if (alive->load()) blocked(reason);
-      }).detach();
-    });
+cluster::WorkerGroupOptions worker_group_options(const CommunicationOptions& options, std::string prefix,
+                                                 const std::string& strategy) {
+  cluster::WorkerGroupOptions group{.backend = options.implementation == "ring"  ? std::string("gloo")
+                                               : options.implementation == "mpi" ? std::string("mpi")
+                                                                                 : std::string("auto"),
+                                    .timeout = options.timeout,
+                                    .heartbeat_timeout = options.heartbeat_timeout,
+                                    .heartbeat_interval = options.heartbeat_interval,
+                                    .prefix = std::move(prefix)};
+  if (options.on_blocked_by_lost_task) {
+    group.on_blocked_by_lost_task = [blocked = options.on_blocked_by_lost_task, strategy](const std::string& reason) {
+      blocked(strategy + ": " + reason);
+    };
   }
+  return group;
 }
 
-MultiWorkerMirroredStrategy::~MultiWorkerMirroredStrategy() {
-  alive_->store(false);
-  if (!client_) return;
-  // The chief serves the coordination service: at a normal end every worker waits (briefly) until all are done
-  // with it. Not while an error unwinds: a failed peer would hold this one for the heartbeat timeout.
-  if (std::uncaught_exceptions() == 0) {
-    try {
-      client_->barrier(kExitBarrier, num_workers_, options_.heartbeat_timeout);
-    } catch (const Error&) {
-      // A worker failed or is gone: nothing to wait for.
-    }
+void MultiWorkerMirroredStrategy::connect() {
+  cluster::WorkerGroupOptions group = worker_group_options(options_, "mwms");
+  // Elastic: no communicator of the group's own, and no handler for lost tasks: a member's collective on a killed
+  // peer fails by itself (its connections close), one on a stopped peer at the collective timeout, and the survivors
+  // regroup. Aborting the communicator would close this member's own connections under a running collective, which
+  // then could only time out.
+  group.without_communicator = elastic_options_.min_workers != 0;
+  group_ = cluster::WorkerGroup::init(task_, std::move(group));
+  if (elastic_options_.min_workers != 0) {
+    elastic_ = std::make_unique<detail::ElasticGroup>(
+        group_->client(), group_->member_tasks(), task_.name(),
+        detail::ElasticGroup::Options{.min_workers = elastic_options_.min_workers,
+                                      .timeout = options_.timeout,
+                                      .heartbeat_timeout = options_.heartbeat_timeout,
+                                      .hostname = group_->hostname(),
+                                      .backend = group_->backend()});
+    comm_ = elastic_->start();
+    if (!comm_) num_workers_ = 1;  // a restarted worker: alone until it joins (Model::fit joins)
+    return;
   }
-  client_->set_on_lost(nullptr);
-  try {
-    client_->disconnect();
-  } catch (const Error&) {
-    // The service is gone (the chief ended the job, or died): nobody is left to tell.
-  }
+  comm_ = group_->shared_communicator();
 }
+
+MultiWorkerMirroredStrategy::~MultiWorkerMirroredStrategy() = default;
 
 std::string MultiWorkerMirroredStrategy::backend() const { return comm_ ? comm_->backend() : "local"; }
 

@@ -11,7 +11,8 @@
 //   model.compile(...);
 //   model.fit(train, {.epochs = 2});   // weights averaged every 8 steps and at the end of every epoch
 //
-// The workers connect as MultiWorkerMirroredStrategy's do (the coordination service, Gloo or MPI, heartbeats);
+// The workers connect as a worker group (strata/cluster/worker_group.h: the coordination service, Gloo or MPI,
+// heartbeats), as MultiWorkerMirroredStrategy's do;
 // variables start from the chief's values; each worker reads its share of every global batch; the logs are the
 // job's (the workers' tracker states summed). Optimizer slots stay each worker's own (as DiLoCo's inner AdamW's).
 // A lost worker ends the job as under MultiWorkerMirroredStrategy (no elastic membership here).
@@ -25,7 +26,7 @@
 
 #include "strata/cluster/cluster_resolver.h"
 #include "strata/distribute/multi_worker.h"
-#include "strata/distribute/strategy.h"
+#include "strata/distribute/worker_group_strategy.h"
 
 namespace strata::distribute {
 
@@ -38,7 +39,7 @@ struct LocalSGDOptions {
   float outer_momentum = 0.9f;
 };
 
-class LocalSGDStrategy final : public Strategy {
+class LocalSGDStrategy final : public WorkerGroupStrategy {
  public:
   // The cluster from the environment (TF_CONFIG, mpirun or torchrun; none: one worker, which never averages).
   explicit LocalSGDStrategy(LocalSGDOptions options = {}, CommunicationOptions communication = {});
@@ -47,13 +48,6 @@ class LocalSGDStrategy final : public Strategy {
   ~LocalSGDStrategy() override;
 
   std::string name() const override { return "LocalSGDStrategy"; }
-  int num_workers() const override;
-  int worker_index() const override;
-  // On several workers: the chief's initial value on every worker.
-  Variable create_variable(const Tensor& initial_value, const VariableOptions& options) override;
-  std::vector<double> sum_across_workers(const std::vector<double>& values) const override;
-  void broadcast_from_chief(const std::vector<Tensor>& tensors) const override;
-  std::vector<std::string> all_gather_across_workers(const std::string& bytes) const override;
   // Local steps on fit's thread, the weights averaged every sync_every steps (src/distribute/local_sgd.cc).
   std::unique_ptr<StepRunner> make_step_runner(TrainingProgram& program) override;
 
@@ -70,10 +64,9 @@ class LocalSGDStrategy final : public Strategy {
   void average(const std::vector<Variable>& variables, std::vector<Tensor>& anchor, std::vector<Tensor>& momentum);
 
  private:
-  static void check(const LocalSGDOptions& options);
+  // `options`, or InvalidArgument saying what is wrong with them.
+  static const LocalSGDOptions& checked(const LocalSGDOptions& options);
   LocalSGDOptions options_;
-  // Across workers: their communicator, coordination and heartbeats (one local replica each); null on one worker.
-  std::unique_ptr<MultiWorkerMirroredStrategy> workers_;
   int64_t syncs_ = 0;
   int64_t sync_bytes_ = 0;
 };

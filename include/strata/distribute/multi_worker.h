@@ -18,13 +18,14 @@
 // the same global batch would (the equivalence the tests check); under FILE each worker reads its own files and
 // its share of the global batch, and shards of unequal size never deadlock.
 //
-// Communication (CommunicationOptions): "auto" picks the mpi backend under mpirun and gloo otherwise; gloo
-// connects through the job's coordination service, which the chief (worker 0 without a chief, rank 0 under
-// torchrun) serves on its own TF_CONFIG address. Every task sends heartbeats; a task silent for the heartbeat
-// timeout is declared lost, and every other worker's pending collective then fails at once with an error naming
-// it, instead of waiting for the collective timeout; a collective already blocked inside Gloo on the lost peer
-// cannot be interrupted, so if the strategy still exists 1 s later the process prints that error and exits with
-// status 1 (TensorFlow's workers end too when a peer is lost). A worker killed outright is usually noticed at
+// Communication (CommunicationOptions) goes through a worker group (strata/cluster/worker_group.h): "auto" picks the
+// mpi backend under mpirun and gloo otherwise; gloo connects through the job's coordination service, which the chief
+// (worker 0 without a chief, rank 0 under torchrun) serves on its own TF_CONFIG address. Every task sends heartbeats;
+// a task silent for the heartbeat timeout is declared lost, and every other worker's pending collective then fails at
+// once with an error naming it, instead of waiting for the collective timeout; a collective already blocked inside
+// Gloo on the lost peer cannot be interrupted, so if the strategy still exists 1 s later
+// CommunicationOptions::on_blocked_by_lost_task is called (the strata CLI prints that error and exits with status 1,
+// as TensorFlow's workers end when a peer is lost). A worker killed outright is usually noticed at
 // once (its connections close). A worker that never comes ends the others' start-up with a Timeout naming it.
 // After any such failure the strategy is unusable: restart the job (BackupAndRestore resumes it where the last
 // checkpoint stood) — unless training is elastic (ElasticOptions, `strata launch --min-workers`): then every step
@@ -35,7 +36,6 @@
 // Thread-safety: as Strategy (one driving thread per process).
 #pragma once
 
-#include <atomic>
 #include <chrono>
 #include <cstdint>
 #include <functional>
@@ -44,12 +44,8 @@
 #include <vector>
 
 #include "strata/cluster/cluster_resolver.h"
+#include "strata/cluster/worker_group.h"
 #include "strata/distribute/strategy.h"
-
-namespace strata::cluster {
-class CoordinationService;
-class CoordinationClient;
-}  // namespace strata::cluster
 
 namespace strata::distribute {
 
@@ -77,6 +73,11 @@ struct CommunicationOptions {
   // argument names the lost task and why it was declared lost. Not called once the strategy is destroyed.
   std::function<void(const std::string& reason)> on_blocked_by_lost_task;
 };
+
+// The worker group a strategy spanning processes makes from `options` (implementation "ring" is backend gloo),
+// its communicator's keys under `prefix`; a blocked-by-lost-task report names `strategy`.
+cluster::WorkerGroupOptions worker_group_options(const CommunicationOptions& options, std::string prefix,
+                                                 const std::string& strategy = "MultiWorkerMirroredStrategy");
 
 // Elastic training (strata launch --min-workers): when a worker is lost the survivors go on without restarting.
 struct ElasticOptions {
@@ -179,15 +180,14 @@ class MultiWorkerMirroredStrategy final : public Strategy {
   CommunicationOptions options_;
   int num_workers_ = 1;
   int worker_index_ = 0;
-  std::unique_ptr<cluster::CoordinationService> service_;  // on the task that hosts it
-  std::shared_ptr<cluster::CoordinationClient> client_;
+  // The worker group (coordination service, client, heartbeats, communicator); null for a single worker.
+  std::unique_ptr<cluster::WorkerGroup> group_;
   // Across the workers, one rank per worker (null for a single worker); replaced by an elastic regroup.
   std::shared_ptr<comm::Communicator> comm_;
   // One rank per replica of the job, for each local replica: comm_ itself with one local replica, else the local
   // group and comm_ as one hierarchical group (empty for a single worker: the local group serves).
   std::vector<std::shared_ptr<comm::Communicator>> replica_comms_;
   std::vector<std::unique_ptr<GradientAggregator>> aggregators_;
-  std::shared_ptr<std::atomic<bool>> alive_ = std::make_shared<std::atomic<bool>>(true);  // false once destroyed
   // Elastic: the group's members and votes (null when not elastic).
   ElasticOptions elastic_options_;
   std::unique_ptr<detail::ElasticGroup> elastic_;

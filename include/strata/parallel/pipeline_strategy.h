@@ -18,8 +18,8 @@
 // worker process runs the whole pipeline on its own threads over its share of each global batch, and the stages'
 // gradients are all-reduced across the workers before the optimizer step (PipelineOptions::replicas), so N workers
 // train exactly as one pipeline on the whole batches. Variables start from the chief's values; the input is shared
-// out, metrics summed and checkpoints written by the chief as under MultiWorkerMirroredStrategy, whose
-// communication (Gloo through the coordination service, heartbeats, a lost worker named) it uses.
+// out, metrics summed and checkpoints written by the chief as under MultiWorkerMirroredStrategy, over a worker group
+// as MultiWorkerMirroredStrategy's (Gloo through the coordination service, heartbeats, a lost worker named).
 //
 // Thread-safety: as every strategy, driven by one thread.
 #pragma once
@@ -32,6 +32,7 @@
 #include "strata/cluster/cluster_resolver.h"
 #include "strata/distribute/multi_worker.h"
 #include "strata/distribute/strategy.h"
+#include "strata/distribute/worker_group_strategy.h"
 #include "strata/parallel/pipeline.h"
 #include "strata/parallel/schedule.h"
 
@@ -52,7 +53,7 @@ struct PipelineStrategyOptions {
   bool recompute = false;
 };
 
-class PipelineStrategy final : public distribute::Strategy {
+class PipelineStrategy final : public distribute::WorkerGroupStrategy {
  public:
   // InvalidArgument for a schedule that cannot run with these counts (the message says why).
   explicit PipelineStrategy(PipelineStrategyOptions options = {});
@@ -62,13 +63,6 @@ class PipelineStrategy final : public distribute::Strategy {
                    distribute::CommunicationOptions communication = {});
   ~PipelineStrategy() override;
   std::string name() const override { return "PipelineStrategy"; }
-  // On several workers: the chief's initial value on every worker.
-  Variable create_variable(const Tensor& initial_value, const VariableOptions& options) override;
-  int num_workers() const override;
-  int worker_index() const override;
-  std::vector<double> sum_across_workers(const std::vector<double>& values) const override;
-  void broadcast_from_chief(const std::vector<Tensor>& tensors) const override;
-  std::vector<std::string> all_gather_across_workers(const std::string& bytes) const override;
   // The program's training step on `batch` (x, y) through the stages: the pipeline is made at the first step and kept
   // while the program, its loss and its optimizer stay the same; the loss and the predictions feed its trackers.
   // InvalidArgument for a model that is not a plain stack of layers, or a batch with sample weights.
@@ -107,8 +101,6 @@ class PipelineStrategy final : public distribute::Strategy {
   Schedule schedule_;
   Measured measured_;
   std::string layout_;
-  // Across workers: their communicator, coordination and heartbeats (one local replica each); null on one worker.
-  std::unique_ptr<distribute::MultiWorkerMirroredStrategy> workers_;
   // The stages run_train_step runs, and what they were made for.
   std::shared_ptr<ThreadPipeline> pipeline_;
   struct PipelineKey {
