@@ -7,6 +7,7 @@
 //                    --replicas N --threads T
 //                    [--batch 128] [--epochs 1] [--data DIR] [--cross-device-ops ring] [--bucket-kb K]
 //                    [--steps-per-execution S] [--gradient-compression none|bf16] [--sync-every H] [--outer-step none|nesterov]
+//                    [--trace FILE]
 //
 // --batch is the global batch; --threads the cores in all (one_device: its intra-op threads; the others:
 // split evenly over the replicas).
@@ -18,6 +19,9 @@
 //
 // --strategy local_sgd (LocalSGDStrategy, the cluster from TF_CONFIG like multi_worker_mirrored): each worker takes
 // --sync-every local steps, then the workers average their weights (--outer-step nesterov: DiLoCo's outer step).
+//
+// --trace FILE writes a Chrome trace of 100 steady-state steps (steps 600..699, in the measured epoch) to FILE, for
+// bench/trace_breakdown.py: where each replica's time goes.
 //
 // --strategy parameter_server runs under `strata launch --chief --workers N --ps M`: the chief's fit schedules
 // 60000 / batch steps per epoch (each a batch of --batch on one worker, which reads the whole training set in an
@@ -41,6 +45,7 @@
 #include "strata/optim/optimizers.h"
 #include "strata/ps/parameter_server_strategy.h"
 #include "strata/random.h"
+#include "strata/trace.h"
 #include "strata/threading.h"
 #include "strata/train/model.h"
 
@@ -54,6 +59,7 @@ int main(int argc, char** argv) {
   int64_t epochs = 1, batch = 128, steps_per_execution = 1;
   int sync_every = 8;            // local_sgd: local steps between weight averages
   bool outer_nesterov = false;   // local_sgd: DiLoCo's outer step
+  std::string trace_path;        // --trace
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--strategy") strategy_name = argv[i + 1];
@@ -68,6 +74,7 @@ int main(int argc, char** argv) {
     else if (flag == "--gradient-compression") gradient_compression = argv[i + 1];
     else if (flag == "--sync-every") sync_every = std::stoi(argv[i + 1]);
     else if (flag == "--outer-step") outer_nesterov = std::string(argv[i + 1]) == "nesterov";
+    else if (flag == "--trace") trace_path = argv[i + 1];
   }
   auto make_model = [] {
     return Sequential(std::vector<nn::LayerRef>{nn::Conv2D(32, 3, "relu"), nn::MaxPool2D(2), nn::Flatten(),
@@ -161,11 +168,13 @@ int main(int argc, char** argv) {
   }
   const data::Dataset train = prep(data::Split::kTrain, true, batch), test = prep(data::Split::kTest, false, batch);
   auto timer = std::make_shared<EpochTimer>();
+  if (!trace_path.empty()) trace::start({.path = trace_path, .first_step = 600, .end_step = 700});
   const History h = model->fit(train, {.epochs = epochs + 1,
                                        .steps_per_epoch = servers != nullptr ? (60000 + batch - 1) / batch : 0,
                                        .callbacks = {timer},
                                        .verbose = 0,
                                        .steps_per_execution = steps_per_execution});
+  if (!trace_path.empty()) trace::stop();
   const Logs logs = model->evaluate(test);
   std::printf("{\"strategy\": \"%s\", \"replicas\": %d, \"threads\": %d, \"batch\": %lld, \"images_per_s\": %.1f, "
               "\"input_wait\": %.4f, \"test_accuracy\": %.4f}\n",
