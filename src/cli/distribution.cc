@@ -12,6 +12,7 @@
 #include <sstream>
 #include <vector>
 
+#include "strata/distribute/local_sgd.h"
 #include "strata/distribute/multi_worker.h"
 #include "strata/distribute/strategies.h"
 #include "strata/error.h"
@@ -41,7 +42,8 @@ std::string format_rate(double lr) {
 
 void check_strategy_name(const std::string& name, const std::string& where) {
   check_choice(name,
-               {"one_device", "mirrored", "central_storage", "multi_worker_mirrored", "parameter_server", "pipeline"},
+               {"one_device", "mirrored", "central_storage", "multi_worker_mirrored", "parameter_server", "pipeline",
+                "local_sgd"},
                where, "strategy");
 }
 
@@ -55,6 +57,10 @@ void check_lr_scaling(const std::string& rule, const std::string& where) {
 
 void check_pipeline_schedule(const std::string& name, const std::string& where) {
   check_choice(name, {"gpipe", "1f1b", "interleaved", "zb-h1"}, where, "pipeline schedule");
+}
+
+void check_outer_step(const std::string& name, const std::string& where) {
+  check_choice(name, {"none", "nesterov"}, where, "outer step");
 }
 
 StrategySpec resolve_strategy(const StrategySpec& from_job, const StrategyFlags& flags) {
@@ -89,9 +95,10 @@ StrategySpec resolve_strategy(const StrategySpec& from_job, const StrategyFlags&
     const double seconds = *flags.collective_timeout_seconds;
     STRATA_CHECK(std::isfinite(seconds) && seconds > 0, InvalidArgument,
                  "--collective-timeout: must be a positive number of seconds, got " << seconds);
-    STRATA_CHECK(spec.name == "multi_worker_mirrored" || spec.name == "pipeline", InvalidArgument,
+    STRATA_CHECK(spec.name == "multi_worker_mirrored" || spec.name == "pipeline" || spec.name == "local_sgd",
+                 InvalidArgument,
                  "--collective-timeout " << seconds
-                                         << ": only multi_worker_mirrored and pipeline run collectives "
+                                         << ": only multi_worker_mirrored, pipeline and local_sgd run collectives "
                                             "across processes (this job's strategy is "
                                          << spec.name << ")");
     spec.collective_timeout_seconds = seconds;
@@ -152,6 +159,22 @@ StrategySpec resolve_strategy(const StrategySpec& from_job, const StrategyFlags&
                  "strategy is "
                      << spec.name << ")");
     spec.pipeline_recompute = true;
+  }
+  if (flags.sync_every) {
+    STRATA_CHECK(*flags.sync_every >= 1, InvalidArgument,
+                 "--sync-every: must be a positive number of steps, got " << *flags.sync_every);
+    STRATA_CHECK(spec.name == "local_sgd", InvalidArgument,
+                 "--sync-every " << *flags.sync_every
+                                 << ": only local_sgd takes local steps between weight averages (this job's strategy is "
+                                 << spec.name << ")");
+    spec.sync_every = *flags.sync_every;
+  }
+  if (!flags.outer_step.empty()) {
+    check_outer_step(flags.outer_step, "--outer-step");
+    STRATA_CHECK(spec.name == "local_sgd", InvalidArgument,
+                 "--outer-step " << flags.outer_step
+                                 << ": only local_sgd averages weights (this job's strategy is " << spec.name << ")");
+    spec.outer_step = flags.outer_step;
   }
   if (!flags.cross_device_ops.empty()) {
     check_cross_device_ops(flags.cross_device_ops, "--cross-device-ops");
@@ -234,6 +257,11 @@ std::unique_ptr<distribute::Strategy> make_job_strategy(const StrategySpec& spec
                                           .recompute = spec.pipeline_recompute},
         cluster::resolve_cluster_from_environment(), communication);  // under `strata launch`: a replica per worker
   }
+  if (spec.name == "local_sgd") {  // under `strata launch`: a replica per worker, weights averaged every sync_every
+    return std::make_unique<distribute::LocalSGDStrategy>(
+        distribute::LocalSGDOptions{.sync_every = spec.sync_every, .outer_nesterov = spec.outer_step == "nesterov"},
+        cluster::resolve_cluster_from_environment(), communication);
+  }
   return distribute::make_strategy(spec.name, replicas, spec.cross_device_ops);
 }
 
@@ -279,6 +307,12 @@ std::string strategy_line(const distribute::Strategy& strategy, int64_t global_b
     if (mw->num_workers() > 1 && mw->communication_options().gradient_compression != "none") {
       out << ", " << mw->communication_options().gradient_compression << " gradients on the wire";
     }
+  }
+  if (const auto* local = dynamic_cast<const distribute::LocalSGDStrategy*>(&strategy)) {
+    out << ", worker " << local->worker_index() << " of " << local->num_workers();
+    if (local->num_workers() > 1) out << " (" << local->backend() << ")";
+    out << ", weights averaged every " << local->options().sync_every << " steps";
+    if (local->options().outer_nesterov) out << " with DiLoCo's outer Nesterov step";
   }
   out << ", global batch " << global_batch;
   if (n > 1) {

@@ -33,7 +33,7 @@ namespace strata::cli {
 
 struct StrategySpec {
   std::string name = "one_device";  // one_device, mirrored, central_storage, multi_worker_mirrored, parameter_server,
-                                    // pipeline
+                                    // pipeline, local_sgd
   int replicas = 0;                 // 0: one_device 1; mirrored / central_storage one per core (num_threads())
   std::string cross_device_ops = distribute::kDefaultCrossDeviceOps;
   double collective_timeout_seconds = 0;  // multi_worker_mirrored: bound on every collective (0: its default)
@@ -51,6 +51,10 @@ struct StrategySpec {
   std::string pipeline_schedule = "1f1b";
   int pipeline_chunks = 0;
   bool pipeline_recompute = false;  // stages recompute activations instead of keeping them
+  // local_sgd: local steps between weight averages, and the outer step ("none": the plain average; "nesterov":
+  // DiLoCo's).
+  int sync_every = 8;
+  std::string outer_step = "none";
 };
 
 struct LrScalingSpec {
@@ -65,6 +69,7 @@ void check_strategy_name(const std::string& name, const std::string& where);
 void check_cross_device_ops(const std::string& name, const std::string& where);
 void check_lr_scaling(const std::string& rule, const std::string& where);
 void check_pipeline_schedule(const std::string& name, const std::string& where);
+void check_outer_step(const std::string& name, const std::string& where);
 
 // The command-line overrides; empty / unset leave the job's value.
 struct StrategyFlags {
@@ -78,6 +83,8 @@ struct StrategyFlags {
   std::optional<int> stages, micro_batches, chunks;  // when given, >= 1 (pipeline only)
   std::string schedule;                              // pipeline only
   bool recompute = false;                            // pipeline only
+  std::optional<int> sync_every;                     // when given, >= 1 (local_sgd only)
+  std::string outer_step;                            // local_sgd only: none or nesterov
 };
 // The job's strategy with the flags applied. A flag that contradicts the strategy it ends up with (say
 // --replicas 2 with one_device, or --cross-device-ops with central_storage) is an InvalidArgument; the

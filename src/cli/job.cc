@@ -241,6 +241,15 @@ Job load_job(const std::string& path) {
   check_pipeline_schedule(job.strategy.pipeline_schedule, top.where(top.get("schedule")) + "schedule");
   if (top.has("chunks")) job.strategy.pipeline_chunks = static_cast<int>(top.positive("chunks", 2));
   job.strategy.pipeline_recompute = top.flag("recompute", false);
+  for (const char* key : {"sync_every", "outer_step"}) {
+    STRATA_CHECK(!top.has(key) || job.strategy.name == "local_sgd", InvalidArgument,
+                 top.where(top.get(key)) << key << ": only strategy: local_sgd averages weights between local steps "
+                                                   "(this job's strategy is "
+                                         << job.strategy.name << ")");
+  }
+  job.strategy.sync_every = static_cast<int>(top.positive("sync_every", job.strategy.sync_every));
+  job.strategy.outer_step = top.string("outer_step", job.strategy.outer_step);
+  check_outer_step(job.strategy.outer_step, top.where(top.get("outer_step")) + "outer_step");
   job.strategy.cross_device_ops = top.string("cross_device_ops", distribute::kDefaultCrossDeviceOps);
   check_cross_device_ops(job.strategy.cross_device_ops, top.where(top.get("cross_device_ops")) + "cross_device_ops");
   STRATA_CHECK(!top.has("cross_device_ops") || job.strategy.name == "mirrored", InvalidArgument,

@@ -393,7 +393,7 @@ const CLI::Validator kVerbosity(
 void add_strategy_options(CLI::App* command, StrategyFlags& flags) {
   command->add_option("--strategy", flags.strategy,
                       "distribution strategy: one_device, mirrored, central_storage, multi_worker_mirrored, "
-                      "parameter_server or pipeline (overrides the job's `strategy:`; default one_device)");
+                      "parameter_server, pipeline or local_sgd (overrides the job's `strategy:`; default one_device)");
   command
       ->add_option("--replicas", flags.replicas,
                    "CPU replicas for mirrored / central_storage, each a thread with its share of the cores "
@@ -403,7 +403,8 @@ void add_strategy_options(CLI::App* command, StrategyFlags& flags) {
                       "how mirrored all-reduces gradients: reduction_to_one_device, ring or tree (overrides "
                       "`cross_device_ops:`; default reduction_to_one_device)");
   command->add_option("--collective-timeout", flags.collective_timeout_seconds,
-                      "multi_worker_mirrored, and pipeline on several workers: seconds any collective may wait for the "
+                      "multi_worker_mirrored, local_sgd, and pipeline on several workers: seconds any collective may "
+                      "wait for the "
                       "other workers before the job fails naming them (default 300)");
   command->add_option("--max-staleness", flags.max_staleness,
                       "parameter_server: a worker may start step v only when every worker has finished step v - N "
@@ -424,6 +425,14 @@ void add_strategy_options(CLI::App* command, StrategyFlags& flags) {
   command->add_flag("--recompute", flags.recompute,
                     "pipeline: stages keep only their input between a micro-batch's forward and backward and run the "
                     "forward again before the backward (less memory, one more forward)");
+  command
+      ->add_option("--sync-every", flags.sync_every,
+                   "local_sgd: local steps each worker takes between two averages of the workers' weights "
+                   "(overrides `sync_every:`; default 8)")
+      ->check(kPositiveInteger);
+  command->add_option("--outer-step", flags.outer_step,
+                      "local_sgd: none (the plain average) or nesterov (DiLoCo's outer step: SGD with Nesterov "
+                      "momentum 0.9 at rate 0.7 on the weights' change; overrides `outer_step:`; default none)");
   command
       ->add_option("--chunks", flags.chunks,
                    "pipeline, interleaved schedule: model chunks per stage (overrides `chunks:`; default 2)")

@@ -171,6 +171,38 @@ TEST(DistributionTest, MultiWorkerMirroredOutsideAClusterIsOneWorker) {
       << strategy_line(*two, 64);
 }
 
+TEST(DistributionTest, LocalSgdFromTheJobAndTheFlags) {
+  const Job job = load_job(job_file("strategy: local_sgd\nsync_every: 16\nouter_step: nesterov\n"));
+  EXPECT_EQ(job.strategy.name, "local_sgd");
+  EXPECT_EQ(job.strategy.sync_every, 16);
+  EXPECT_EQ(job.strategy.outer_step, "nesterov");
+  EXPECT_EQ(load_job(job_file("strategy: local_sgd\n")).strategy.sync_every, 8);
+  EXPECT_NE(load_error("sync_every: 4\n").find("sync_every: only strategy: local_sgd"), std::string::npos);
+  EXPECT_NE(load_error("strategy: local_sgd\nouter_step: adam\n").find("unknown outer step 'adam'"),
+            std::string::npos);
+  StrategySpec s = resolve_strategy(job.strategy, {.sync_every = 4, .outer_step = "none"});
+  EXPECT_EQ(s.sync_every, 4);
+  EXPECT_EQ(s.outer_step, "none");
+  s = resolve_strategy({}, {.strategy = "local_sgd", .collective_timeout_seconds = 30});
+  EXPECT_EQ(s.collective_timeout_seconds, 30);
+  auto error = [](const StrategySpec& spec, const StrategyFlags& flags) {
+    return test::message_of<InvalidArgument>([&] { resolve_strategy(spec, flags); });
+  };
+  EXPECT_NE(error({}, {.strategy = "mirrored", .sync_every = 4}).find("--sync-every 4: only local_sgd"),
+            std::string::npos);
+  EXPECT_NE(error({}, {.strategy = "local_sgd", .sync_every = 0}).find("--sync-every: must be a positive"),
+            std::string::npos);
+  EXPECT_NE(error({}, {.strategy = "local_sgd", .outer_step = "sgd"}).find("unknown outer step 'sgd'"),
+            std::string::npos);
+  // Outside a cluster: one worker, which never averages.
+  auto local = make_job_strategy({.name = "local_sgd", .sync_every = 4, .outer_step = "nesterov"});
+  EXPECT_EQ(local->name(), "LocalSGDStrategy");
+  EXPECT_EQ(local->num_workers(), 1);
+  EXPECT_NE(strategy_line(*local, 64).find("worker 0 of 1, weights averaged every 4 steps with DiLoCo's outer"),
+            std::string::npos)
+      << strategy_line(*local, 64);
+}
+
 TEST(DistributionTest, MakesTheStrategyAndDescribesIt) {
   ScopedNumThreads four(4);
   auto one = make_job_strategy({});
