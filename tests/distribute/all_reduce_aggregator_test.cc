@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include "forwarding_communicator.h"
 #include "strata/comm/local.h"
 #include "strata/distribute/strategies.h"
 #include "strata/gradient_tape.h"
@@ -15,29 +16,20 @@ namespace strata::distribute::detail {
 namespace {
 
 // A group of one that notes the step each all_reduce was issued in.
-class StepNotingGroup final : public comm::Communicator {
+class StepNotingGroup final : public test::ForwardingCommunicator {
  public:
-  int rank() const override { return 0; }
-  int size() const override { return 1; }
+  StepNotingGroup() : ForwardingCommunicator(comm::make_local_group(1)[0]) {}
+  using ForwardingCommunicator::all_reduce;
   std::string backend() const override { return "step-noting"; }
   std::shared_ptr<comm::Work> all_reduce(std::vector<Tensor> tensors, comm::ReduceOp op) override {
     steps.push_back(step_);
-    return inner_->all_reduce(std::move(tensors), op);
+    return inner()->all_reduce(std::move(tensors), op);
   }
-  std::shared_ptr<comm::Work> broadcast(std::vector<Tensor> tensors, int root) override {
-    return inner_->broadcast(std::move(tensors), root);
-  }
-  std::shared_ptr<comm::Work> all_gather(Tensor input, Tensor output) override {
-    return inner_->all_gather(std::move(input), std::move(output));
-  }
-  void barrier() override { inner_->barrier(); }
-  void abort(const std::string& reason) override { inner_->abort(reason); }
   void set_step(int64_t step) override { step_ = step; }
 
   std::vector<int64_t> steps;
 
  private:
-  const std::shared_ptr<comm::Communicator> inner_ = comm::make_local_group(1)[0];
   int64_t step_ = -1;
 };
 

@@ -1,5 +1,6 @@
 // What the model-parallel tests share: models with fixed random weights, labels, the loss, the unsplit model's
-// training for reference, the comparison of weights to 1e-5 relative, and running one function per thread.
+// training for reference, the comparison of weights to 1e-5 relative, running one function per thread, and the
+// small MLP job that pipeline replicas train (replica_job).
 // Thread-safety: plain functions; each call builds its own layers.
 #pragma once
 
@@ -17,6 +18,7 @@
 #include "strata/nn/nn.h"
 #include "strata/optim/losses.h"
 #include "strata/optim/optimizer.h"
+#include "strata/optim/optimizers.h"
 #include "test_util.h"
 
 namespace strata::parallel::test_util {
@@ -115,5 +117,24 @@ inline void expect_same_weights(const std::vector<Tensor>& got, const std::vecto
     }
   }
 }
+
+// The job pipeline replicas train in their tests: an MLP of kFeatures -> kClasses with fixed weights, kSteps global
+// batches of kBatch rows through kStages stages of kMicroBatches micro-batches, SGD with momentum.
+namespace replica_job {
+inline constexpr int64_t kFeatures = 12;
+inline constexpr int64_t kClasses = 5;
+inline constexpr int64_t kBatch = 24;
+inline constexpr int kSteps = 3;
+inline constexpr int kStages = 2;
+inline constexpr int kMicroBatches = 2;
+
+inline Tensor inputs(int step) { return test::random_tensor({kBatch, kFeatures}, 100 + static_cast<uint64_t>(step)); }
+inline Tensor labels(int step) { return test_util::labels(kBatch, static_cast<uint64_t>(step), kClasses); }
+inline Layers make_mlp() { return test_util::make_mlp(kFeatures, kClasses, 7); }
+inline const optim::SGD& sgd() {
+  static const optim::SGD optimizer({.learning_rate = 0.1f, .momentum = 0.9f});
+  return optimizer;
+}
+}  // namespace replica_job
 
 }  // namespace strata::parallel::test_util

@@ -17,6 +17,7 @@
 #include <string>
 #include <thread>
 
+#include "forwarding_communicator.h"
 #include "parallel/parallel_test_util.h"
 #include "strata/comm/local.h"
 #include "strata/optim/optimizers.h"
@@ -29,56 +30,28 @@ namespace {
 
 using namespace std::chrono_literals;
 
-constexpr int64_t kFeatures = 12;
-constexpr int64_t kClasses = 5;
-constexpr int64_t kBatch = 24;
-constexpr int kSteps = 3;
-constexpr int kStages = 2;
-constexpr int kMicroBatches = 2;
+using namespace test_util::replica_job;
 constexpr int64_t kSmallPack = 256;  // bytes: about one weight of the MLP per bucket
 
-Tensor inputs(int step) { return test::random_tensor({kBatch, kFeatures}, 100 + step); }
-Tensor labels(int step) { return test_util::labels(kBatch, step, kClasses); }
-std::vector<std::shared_ptr<nn::Layer>> make_mlp() { return test_util::make_mlp(kFeatures, kClasses, 7); }
-
-const optim::SGD& sgd() {
-  static const optim::SGD optimizer({.learning_rate = 0.1f, .momentum = 0.9f});
-  return optimizer;
-}
-
 // A rank of the replicas' group that counts the all-reduces issued through it and marks each issue on the trace.
-class IssueRecorder : public comm::Communicator {
+class IssueRecorder : public test::ForwardingCommunicator {
  public:
-  explicit IssueRecorder(std::shared_ptr<comm::Communicator> inner) : inner_(std::move(inner)) {}
-  using comm::Communicator::all_gather;
-  using comm::Communicator::all_reduce;
-  using comm::Communicator::barrier;
-  using comm::Communicator::broadcast;
+  using ForwardingCommunicator::ForwardingCommunicator;
+  using ForwardingCommunicator::all_reduce;
 
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  std::string backend() const override { return "recording " + inner_->backend(); }
+  std::string backend() const override { return "recording " + inner()->backend(); }
   std::shared_ptr<comm::Work> all_reduce(std::vector<Tensor> tensors, comm::ReduceOp op) override {
     return all_reduce(std::move(tensors), comm::AllReduceOptions{.op = op});
   }
   std::shared_ptr<comm::Work> all_reduce(std::vector<Tensor> tensors, const comm::AllReduceOptions& options) override {
     trace::Span span("test", "bucket issued");
     ++issued_;
-    return inner_->all_reduce(std::move(tensors), options);
+    return inner()->all_reduce(std::move(tensors), options);
   }
-  std::shared_ptr<comm::Work> broadcast(std::vector<Tensor> tensors, int root) override {
-    return inner_->broadcast(std::move(tensors), root);
-  }
-  std::shared_ptr<comm::Work> all_gather(Tensor input, Tensor output) override {
-    return inner_->all_gather(std::move(input), std::move(output));
-  }
-  void barrier() override { inner_->barrier(); }
-  void abort(const std::string& reason) override { inner_->abort(reason); }
 
   int issued() const { return issued_.load(); }
 
  private:
-  std::shared_ptr<comm::Communicator> inner_;
   std::atomic<int> issued_{0};
 };
 

@@ -23,21 +23,7 @@ namespace {
 
 using namespace std::chrono_literals;
 
-constexpr int64_t kFeatures = 12;
-constexpr int64_t kClasses = 5;
-constexpr int64_t kBatch = 24;
-constexpr int kSteps = 3;
-constexpr int kStages = 2;
-constexpr int kMicroBatches = 2;
-
-Tensor inputs(int step) { return test::random_tensor({kBatch, kFeatures}, 100 + step); }
-Tensor labels(int step) { return test_util::labels(kBatch, step, kClasses); }
-std::vector<std::shared_ptr<nn::Layer>> make_mlp() { return test_util::make_mlp(kFeatures, kClasses, 7); }
-
-const optim::SGD& sgd() {
-  static const optim::SGD optimizer({.learning_rate = 0.1f, .momentum = 0.9f});
-  return optimizer;
-}
+using namespace test_util::replica_job;
 
 std::vector<Tensor> train_unsplit() { return test_util::train_unsplit(make_mlp(), sgd(), kSteps, inputs, labels); }
 

@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "comm/comm_test_util.h"
+#include "forwarding_communicator.h"
 #include "kernels/kernels.h"
 #include "strata/comm/gloo.h"
 #include "strata/comm/local.h"
@@ -68,41 +69,38 @@ std::ostream& operator<<(std::ostream& os, const Counts& c) {
 
 // Forwards every call to `inner` and counts all-reduces and all-gathers (other collectives are counted as "other");
 // `reported_rank` >= 0 makes it claim that rank instead (for the out-of-range test). Used by its rank's thread only.
-class CountingCommunicator : public comm::Communicator {
+class CountingCommunicator : public test::ForwardingCommunicator {
  public:
   explicit CountingCommunicator(CommPtr inner, int reported_rank = -1)
-      : inner_(std::move(inner)), reported_rank_(reported_rank) {}
-  using comm::Communicator::all_gather;
-  using comm::Communicator::all_reduce;
-  using comm::Communicator::barrier;
-  using comm::Communicator::broadcast;
+      : ForwardingCommunicator(std::move(inner)), reported_rank_(reported_rank) {}
+  using ForwardingCommunicator::all_gather;
+  using ForwardingCommunicator::all_reduce;
+  using ForwardingCommunicator::barrier;
+  using ForwardingCommunicator::broadcast;
 
-  int rank() const override { return reported_rank_ >= 0 ? reported_rank_ : inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  std::string backend() const override { return "counting " + inner_->backend(); }
+  int rank() const override { return reported_rank_ >= 0 ? reported_rank_ : inner()->rank(); }
+  std::string backend() const override { return "counting " + inner()->backend(); }
   std::shared_ptr<comm::Work> all_reduce(std::vector<Tensor> tensors, comm::ReduceOp op) override {
     ++counts_.all_reduces;
-    return inner_->all_reduce(std::move(tensors), op);
+    return inner()->all_reduce(std::move(tensors), op);
   }
   std::shared_ptr<comm::Work> broadcast(std::vector<Tensor> tensors, int root) override {
     ++others_;
-    return inner_->broadcast(std::move(tensors), root);
+    return inner()->broadcast(std::move(tensors), root);
   }
   std::shared_ptr<comm::Work> all_gather(Tensor input, Tensor output) override {
     ++counts_.all_gathers;
-    return inner_->all_gather(std::move(input), std::move(output));
+    return inner()->all_gather(std::move(input), std::move(output));
   }
   void barrier() override {
     ++others_;
-    inner_->barrier();
+    inner()->barrier();
   }
-  void abort(const std::string& reason) override { inner_->abort(reason); }
 
   Counts counts() const { return counts_; }
   int others() const { return others_; }
 
  private:
-  CommPtr inner_;
   int reported_rank_;
   Counts counts_;
   int others_ = 0;
