@@ -103,6 +103,18 @@ StrategySpec resolve_strategy(const StrategySpec& from_job, const StrategyFlags&
                                          << spec.name << ")");
     spec.collective_timeout_seconds = seconds;
   }
+  if (flags.rendezvous_timeout_seconds) {
+    const double seconds = *flags.rendezvous_timeout_seconds;
+    STRATA_CHECK(std::isfinite(seconds) && seconds > 0, InvalidArgument,
+                 "--rendezvous-timeout: must be a positive number of seconds, got " << seconds);
+    STRATA_CHECK(spec.name == "multi_worker_mirrored" || spec.name == "pipeline" || spec.name == "local_sgd",
+                 InvalidArgument,
+                 "--rendezvous-timeout " << seconds
+                                         << ": only multi_worker_mirrored, pipeline and local_sgd meet the other "
+                                            "workers at start-up (this job's strategy is "
+                                         << spec.name << ")");
+    spec.rendezvous_timeout_seconds = seconds;
+  }
   if (!flags.gradient_compression.empty()) {
     check_choice(flags.gradient_compression, {"none", "bf16"}, "--gradient-compression", "gradient compression");
     STRATA_CHECK(spec.name == "multi_worker_mirrored" || flags.gradient_compression == "none", InvalidArgument,
@@ -208,6 +220,10 @@ std::unique_ptr<distribute::Strategy> make_job_strategy(const StrategySpec& spec
   distribute::CommunicationOptions communication;  // across worker processes
   if (spec.collective_timeout_seconds > 0) {
     communication.timeout = std::chrono::milliseconds(static_cast<int64_t>(spec.collective_timeout_seconds * 1000));
+  }
+  if (spec.rendezvous_timeout_seconds > 0) {
+    communication.rendezvous_timeout =
+        std::chrono::milliseconds(static_cast<int64_t>(spec.rendezvous_timeout_seconds * 1000));
   }
   communication.gradient_compression = spec.gradient_compression;
   // A collective blocked on a lost worker cannot be cancelled: the command ends, naming the lost task.

@@ -37,6 +37,7 @@ struct StrategySpec {
   int replicas = 0;                 // 0: one_device 1; mirrored / central_storage one per core (num_threads())
   std::string cross_device_ops = distribute::kDefaultCrossDeviceOps;
   double collective_timeout_seconds = 0;  // multi_worker_mirrored: bound on every collective (0: its default)
+  double rendezvous_timeout_seconds = 0;  // across workers: bound on the start-up rendezvous (0: 60 s)
   std::string gradient_compression = "none";  // multi_worker_mirrored: "none" or "bf16" on the wire
   int64_t bytes_per_pack = 0;                 // multi_worker_mirrored: gradient bucket size (0: the default)
   // parameter_server: where the ps shards are checkpointed ("" none) and how often besides each epoch's end.
@@ -77,6 +78,7 @@ struct StrategyFlags {
   std::optional<int> replicas;  // when given, >= 1 (`--replicas 0` is an error, not "the default")
   std::string cross_device_ops;
   std::optional<double> collective_timeout_seconds;  // when given, > 0
+  std::optional<double> rendezvous_timeout_seconds;  // when given, > 0
   std::string gradient_compression;                  // when given, none or bf16
   std::optional<int64_t> bytes_per_pack;             // when given, >= 1 (multi_worker_mirrored only)
   std::optional<int64_t> max_staleness;              // when given, >= 0 (parameter_server only)

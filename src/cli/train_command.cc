@@ -406,6 +406,10 @@ void add_strategy_options(CLI::App* command, StrategyFlags& flags) {
                       "multi_worker_mirrored, local_sgd, and pipeline on several workers: seconds any collective may "
                       "wait for the "
                       "other workers before the job fails naming them (default 300)");
+  command->add_option("--rendezvous-timeout", flags.rendezvous_timeout_seconds,
+                      "multi_worker_mirrored, local_sgd, and pipeline on several workers: seconds the start-up may "
+                      "wait for the other workers, saying every 10 s whom it waits for (default 60, or the "
+                      "collective timeout if shorter)");
   command->add_option("--max-staleness", flags.max_staleness,
                       "parameter_server: a worker may start step v only when every worker has finished step v - N "
                       "(0: synchronous rounds, each round's gradients applied as one mean; default: asynchronous)");

@@ -3,7 +3,10 @@
 // Thread-safety: see the header; the lost-task handler runs on the client's heartbeat thread.
 #include "strata/cluster/worker_group.h"
 
+#include <cmath>
+#include <cstdio>
 #include <exception>
+#include <sstream>
 #include <thread>
 
 #include "strata/comm/backends.h"
@@ -14,6 +17,28 @@ namespace strata::cluster {
 namespace {
 // How long after a task is declared lost a process still blocked on it is reported blocked.
 constexpr std::chrono::seconds kBlockedDelay{1};
+// The rendezvous' bound when none is given (docs/cluster.md), unless the collectives' timeout is shorter.
+constexpr std::chrono::seconds kDefaultRendezvousTimeout{60};
+
+using Clock = std::chrono::steady_clock;
+
+// "12 s", rounded to the nearest second ("1.5 s" under 10 s).
+std::string seconds_text(Clock::duration d) {
+  const double seconds = std::chrono::duration<double>(d).count();
+  std::ostringstream out;
+  out.precision(seconds < 10 ? 1 : 0);
+  out << std::fixed << (seconds < 10 ? std::round(seconds * 10) / 10 : std::round(seconds)) << " s";
+  return out.str();
+}
+
+// "worker:1" -> its address in the cluster ("" when the cluster does not list it).
+std::string address_of(const TaskInfo& task, const std::string& name) {
+  const size_t colon = name.find(':');
+  const auto it = task.cluster.jobs.find(name.substr(0, colon));
+  if (it == task.cluster.jobs.end()) return "";
+  const size_t index = std::stoul(name.substr(colon + 1));
+  return index < it->second.size() ? it->second[index] : "";
+}
 }  // namespace
 
 std::unique_ptr<WorkerGroup> WorkerGroup::init(const TaskInfo& task, WorkerGroupOptions options) {
@@ -51,17 +76,17 @@ void WorkerGroup::connect_through_service() {
     service_->start(task_.coordinator_address,
                     {.heartbeat_timeout = options_.heartbeat_timeout, .tasks = member_tasks()});
   }
-  client_ = std::make_shared<CoordinationClient>(
-      task_.coordinator_address, task_.name(),
-      CoordinationClient::Options{.connect_timeout = options_.timeout,
-                                  .store_timeout = options_.timeout,
-                                  .service_timeout = options_.heartbeat_timeout});
+  const Clock::time_point deadline = Clock::now() + rendezvous_timeout();
+  connect_client(deadline);
   client_->start_heartbeats(options_.heartbeat_interval);
-  if (options_.without_communicator) return;
+  if (options_.without_communicator) return;  // the caller's groups rendezvous their own way (elastic epochs)
+  wait_for_members(deadline);
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
   comm_ = comm::make_communicator(backend_, {.store = client_,
                                              .rank = rank_,
                                              .size = size_,
                                              .timeout = options_.timeout,
+                                             .connect_timeout = std::max(left, std::chrono::milliseconds(1000)),
                                              .hostname = hostname(),
                                              .prefix = options_.prefix});
   // A task declared lost ends the others' pending and later collectives at once, naming it; one already blocked on
@@ -76,6 +101,73 @@ void WorkerGroup::connect_through_service() {
       if (alive->load()) blocked(reason);
     }).detach();
   });
+}
+
+std::chrono::milliseconds WorkerGroup::rendezvous_timeout() const {
+  if (options_.rendezvous_timeout.count() > 0) return options_.rendezvous_timeout;
+  return std::min<std::chrono::milliseconds>(kDefaultRendezvousTimeout, options_.timeout);
+}
+
+void WorkerGroup::report_waiting(const std::string& message) const {
+  if (options_.on_waiting) {
+    options_.on_waiting(message);
+  } else {
+    std::fprintf(stderr, "strata: %s: %s\n", task_.name().c_str(), message.c_str());
+  }
+}
+
+void WorkerGroup::connect_client(Clock::time_point deadline) {
+  const Clock::time_point start = Clock::now();
+  const std::string host = member_tasks().front();  // the chief, or worker 0: the task that hosts the service
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    try {
+      client_ = std::make_shared<CoordinationClient>(
+          task_.coordinator_address, task_.name(),
+          CoordinationClient::Options{.connect_timeout = std::max(std::min(left, options_.progress_every),
+                                                                  std::chrono::milliseconds(1)),
+                                      .store_timeout = options_.timeout,
+                                      .service_timeout = options_.heartbeat_timeout});
+      return;
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::kUnavailable && e.code() != ErrorCode::kDeadlineExceeded) throw;
+      const std::string waiting = "waiting for the coordination service at " + task_.coordinator_address + " (" +
+                                  host + "): no answer after " + seconds_text(Clock::now() - start) + " of " +
+                                  seconds_text(rendezvous_timeout());
+      STRATA_CHECK(Clock::now() < deadline, Timeout,
+                   "worker group: " << waiting << " (rendezvous timeout); is " << host << " running?");
+      report_waiting(waiting);
+    }
+  }
+}
+
+void WorkerGroup::wait_for_members(Clock::time_point deadline) {
+  const Clock::time_point start = Clock::now();
+  const std::string prefix = options_.prefix + "/arrived/";
+  client_->set(prefix + task_.name(), task_.address);
+  std::vector<std::string> keys;
+  for (const std::string& member : member_tasks()) keys.push_back(prefix + member);
+  for (;;) {
+    const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+    try {
+      client_->wait(keys, std::max(std::min(left, options_.progress_every), std::chrono::milliseconds(1)));
+      return;
+    } catch (const Timeout&) {
+      std::string missing;
+      const std::vector<std::string> members = member_tasks();
+      for (size_t rank = 0; rank < members.size(); ++rank) {
+        if (client_->check({prefix + members[rank]})) continue;
+        const std::string address = address_of(task_, members[rank]);
+        missing += (missing.empty() ? "" : ", ") + members[rank] + " (rank " + std::to_string(rank) + ")" +
+                   (address.empty() ? "" : " at " + address);
+      }
+      const std::string waiting =
+          "waiting for " + missing + ": not here after " + seconds_text(Clock::now() - start) + " of " +
+          seconds_text(rendezvous_timeout());
+      STRATA_CHECK(Clock::now() < deadline, Timeout, "worker group: " << waiting << " (rendezvous timeout)");
+      report_waiting(waiting);
+    }
+  }
 }
 
 WorkerGroup::~WorkerGroup() {

@@ -165,6 +165,7 @@ cluster::WorkerGroupOptions worker_group_options(const CommunicationOptions& opt
                                                : options.implementation == "mpi" ? std::string("mpi")
                                                                                  : std::string("auto"),
                                     .timeout = options.timeout,
+                                    .rendezvous_timeout = options.rendezvous_timeout,
                                     .heartbeat_timeout = options.heartbeat_timeout,
                                     .heartbeat_interval = options.heartbeat_interval,
                                     .prefix = std::move(prefix)};

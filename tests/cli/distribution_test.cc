@@ -203,6 +203,21 @@ TEST(DistributionTest, LocalSgdFromTheJobAndTheFlags) {
       << strategy_line(*local, 64);
 }
 
+TEST(DistributionTest, TheRendezvousTimeoutReachesTheStrategy) {
+  const StrategySpec s = resolve_strategy({}, {.strategy = "multi_worker_mirrored", .rendezvous_timeout_seconds = 7});
+  EXPECT_EQ(s.rendezvous_timeout_seconds, 7);
+  auto mw = make_job_strategy(s);
+  EXPECT_EQ(dynamic_cast<const distribute::MultiWorkerMirroredStrategy&>(*mw).communication_options().rendezvous_timeout,
+            std::chrono::milliseconds(7000));
+  const auto error = [](const StrategyFlags& flags) {
+    return test::message_of<InvalidArgument>([&] { resolve_strategy({}, flags); });
+  };
+  EXPECT_NE(error({.strategy = "mirrored", .rendezvous_timeout_seconds = 5}).find("--rendezvous-timeout 5: only"),
+            std::string::npos);
+  EXPECT_NE(error({.strategy = "local_sgd", .rendezvous_timeout_seconds = -1}).find("must be a positive number"),
+            std::string::npos);
+}
+
 TEST(DistributionTest, MakesTheStrategyAndDescribesIt) {
   ScopedNumThreads four(4);
   auto one = make_job_strategy({});

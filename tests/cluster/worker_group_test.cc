@@ -8,6 +8,8 @@
 
 #include <atomic>
 #include <functional>
+#include <mutex>
+#include <regex>
 #include <thread>
 
 #include "strata/error.h"
@@ -104,6 +106,58 @@ TEST(WorkerGroupTest, ACollectiveBlockedOnALostTaskIsReportedAndEndsNamingIt) {
   const SilentPeer run = with_a_silent_peer(0ms);  // blocked in Gloo before the loss: it cannot be interrupted
   EXPECT_TRUE(run.reported);
   EXPECT_NE(run.error.find("worker:1"), std::string::npos) << run.error;
+}
+
+TEST(WorkerGroupTest, TheRendezvousSaysWhomItWaitsForAndWhere) {
+  std::vector<std::string> reports;
+  std::string late_address;
+  std::mutex mu;
+  on_every_worker(2, [&](int w, const TaskInfo& task) {
+    if (w == 1) {
+      late_address = task.address;
+      std::this_thread::sleep_for(1500ms);
+    }
+    auto group = WorkerGroup::init(task, {.timeout = 30s,
+                                          .progress_every = 300ms,
+                                          .on_waiting = [&](const std::string& message) {
+                                            std::lock_guard<std::mutex> lock(mu);
+                                            reports.push_back(task.name() + ": " + message);
+                                          }});
+    EXPECT_EQ(group->size(), 2);
+  });
+  ASSERT_FALSE(reports.empty());
+  EXPECT_NE(reports.front().find("worker:0: waiting for worker:1 (rank 1) at " + late_address), std::string::npos)
+      << reports.front();
+  EXPECT_TRUE(std::regex_search(reports.front(), std::regex(R"(: not here after [0-9.]+ s of 30 s$)")))
+      << reports.front();
+}
+
+TEST(WorkerGroupTest, AWorkerThatNeverComesEndsTheRendezvousNamingItWithinItsTimeout) {
+  const ClusterSpec spec = local_cluster(2);
+  const auto start = std::chrono::steady_clock::now();
+  const std::string error = test::message_of<Timeout>([&] {
+    WorkerGroup::init(worker_task(spec, 0), {.rendezvous_timeout = 1500ms, .on_waiting = [](const std::string&) {}});
+  });
+  EXPECT_LT(std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count(), 5.0);
+  EXPECT_NE(error.find("waiting for worker:1 (rank 1) at " + spec.jobs.at("worker")[1]), std::string::npos) << error;
+  EXPECT_NE(error.find("(rendezvous timeout)"), std::string::npos) << error;
+}
+
+TEST(WorkerGroupTest, AServiceThatNeverAnswersIsReportedAndEndsTheRendezvous) {
+  const ClusterSpec spec = local_cluster(2);  // worker:0 would serve the coordination service; it never starts
+  std::vector<std::string> reports;
+  const std::string error = test::message_of<Timeout>([&] {
+    WorkerGroup::init(worker_task(spec, 1),
+                      {.rendezvous_timeout = 1500ms,
+                       .progress_every = 500ms,
+                       .on_waiting = [&](const std::string& message) { reports.push_back(message); }});
+  });
+  ASSERT_FALSE(reports.empty());
+  EXPECT_NE(reports.front().find("waiting for the coordination service at " + spec.jobs.at("worker")[0] +
+                                 " (worker:0): no answer after"),
+            std::string::npos)
+      << reports.front();
+  EXPECT_NE(error.find("is worker:0 running?"), std::string::npos) << error;
 }
 
 TEST(WorkerGroupTest, BadGroupsAreClearErrors) {

@@ -7,6 +7,11 @@
 //   auto group = cluster::WorkerGroup::init(task, {.backend = "auto"});   // blocks until every worker connected
 //   group->communicator().all_reduce({grads}, comm::ReduceOp::kMean)->wait();
 //
+// The rendezvous talks: while it waits it reports, every progress_every, what it waits for and where ("waiting for
+// worker:1 at 127.0.0.1:2223: not here after 10 s of 60"; "waiting for the coordination service at
+// 127.0.0.1:2222 (chief:0): no answer after 10 s of 60"), and it gives up after rendezvous_timeout with a Timeout
+// saying the same, apart from the collectives' timeout.
+//
 // A lost task (its heartbeats stopped) aborts the communicator: every pending and later collective fails naming it.
 // A collective already blocked inside Gloo on the dead peer cannot be interrupted (Gloo cannot cancel a receive);
 // when the group is still alive a second later, options.on_blocked_by_lost_task is called and the program decides
@@ -33,8 +38,13 @@ namespace strata::cluster {
 struct WorkerGroupOptions {
   // A backend of comm's registry, or "auto": mpi for a job started by mpirun, else gloo.
   std::string backend = "auto";
-  // Bound on connecting (every worker reaching the service and the group) and on every collective.
+  // Bound on every collective.
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  // Bound on the rendezvous: every task reaching the service and the group (0: 60 s, or `timeout` if shorter).
+  std::chrono::milliseconds rendezvous_timeout{0};
+  // How often a waiting rendezvous reports what it waits for, through on_waiting (default: a line on stderr).
+  std::chrono::milliseconds progress_every{std::chrono::seconds(10)};
+  std::function<void(const std::string& message)> on_waiting;
   // A task silent this long is declared lost; heartbeats go every interval.
   std::chrono::milliseconds heartbeat_timeout{std::chrono::seconds(10)};
   std::chrono::milliseconds heartbeat_interval{std::chrono::seconds(1)};
@@ -77,6 +87,12 @@ class WorkerGroup {
  private:
   WorkerGroup(const TaskInfo& task, WorkerGroupOptions options);
   void connect_through_service();
+  // The rendezvous' steps: a client of the service, then every member's arrival; each reports while it waits and
+  // throws Timeout at `deadline`.
+  void connect_client(std::chrono::steady_clock::time_point deadline);
+  void wait_for_members(std::chrono::steady_clock::time_point deadline);
+  void report_waiting(const std::string& message) const;
+  std::chrono::milliseconds rendezvous_timeout() const;
 
   TaskInfo task_;
   WorkerGroupOptions options_;

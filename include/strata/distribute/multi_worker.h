@@ -62,8 +62,11 @@ struct CommunicationOptions {
   // at about 3 significant digits per gradient element, so for links that are slower than the workers' compute.
   // The replicas inside one worker reduce in float32 either way. Anything else is InvalidArgument.
   std::string gradient_compression = "none";
-  // Bound on start-up (every worker connecting) and on every collective (TensorFlow's timeout_seconds).
+  // Bound on every collective (TensorFlow's timeout_seconds).
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  // Bound on start-up, every worker reaching the others (0: 60 s, or `timeout` if shorter); while it waits, the
+  // rendezvous says every 10 s whom it waits for and where (cluster::WorkerGroupOptions).
+  std::chrono::milliseconds rendezvous_timeout{0};
   // A task silent this long is declared lost (TensorFlow's default: 10 s); heartbeats go every interval.
   std::chrono::milliseconds heartbeat_timeout{std::chrono::seconds(10)};
   std::chrono::milliseconds heartbeat_interval{std::chrono::seconds(1)};
