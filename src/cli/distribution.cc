@@ -249,8 +249,9 @@ std::unique_ptr<distribute::Strategy> make_job_strategy(const StrategySpec& spec
                     joined.c_str(), change.members.size(), static_cast<long long>(change.epoch), change.seconds,
                     change.state_seconds, static_cast<double>(change.state_bytes) / 1e6);
       } else {
-        std::printf("membership: %s left; %zu workers go on (membership epoch %lld), regrouped in %.2f s\n",
+        std::printf("membership: %s left; %zu %s (membership epoch %lld), regrouped in %.2f s\n",
                     left.empty() ? "no task" : left.c_str(), change.members.size(),
+                    change.members.size() == 1 ? "worker goes on" : "workers go on",
                     static_cast<long long>(change.epoch), change.seconds);
       }
       std::fflush(stdout);

@@ -435,13 +435,18 @@ class Cluster {
             }
             if (goes_on_without(t)) {
               t.dropped = true;
-              say(t.name + " " + how_it_ended(t.status) + "; " + std::to_string(workers_running()) +
-                  " workers go on without it (elastic, --min-workers " + std::to_string(args_.min_workers) + ")");
+              say(t.name + " " + how_it_ended(t.status) + "; " +
+                  (workers_running() == 1 ? std::string("1 worker goes on")
+                                          : std::to_string(workers_running()) + " workers go on") +
+                  " without it (elastic, --min-workers " + std::to_string(args_.min_workers) + ")");
               continue;
             }
             say(t.name + " " + how_it_ended(t.status) +
                 (args_.min_workers > 0 && t.type != "ps"
-                     ? "; " + std::to_string(workers_running()) + " workers remain, fewer than --min-workers " +
+                     ? "; " +
+                           (workers_running() == 1 ? std::string("1 worker remains")
+                                                   : std::to_string(workers_running()) + " workers remain") +
+                           ", fewer than --min-workers " +
                            std::to_string(args_.min_workers) + " or without the one serving the coordination service"
                      : ""));
             outcome.exit_code = exit_code(t.status);

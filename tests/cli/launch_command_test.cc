@@ -136,6 +136,13 @@ TEST(Launch, FailingTaskStopsTheOthersAndGivesItsStatus) {
   expect_all_gone(pids, 6);  // every task and the child each one left running
 }
 
+TEST(Launch, ALoneSurvivorIsOneWorkerNotOneWorkers) {
+  // Elastic, 2 workers, at least 2: worker 1 fails and worker 0 is left alone, fewer than --min-workers.
+  const auto [rc, out] = run(launch("--workers 2 --min-workers 2", kIs + "is worker 1 && exit 3; sleep 1000"));
+  EXPECT_EQ(rc, 3) << out;
+  EXPECT_THAT(out, HasSubstr("worker:1 exited with status 3; 1 worker remains, fewer than --min-workers 2")) << out;
+}
+
 TEST(Launch, TaskKilledBySignal) {
   const auto [rc, out] = run(launch("--workers 2", kIs + "is worker 1 && kill -9 $$; sleep 1000"));
   EXPECT_EQ(rc, 128 + 9) << out;
