@@ -333,11 +333,16 @@ void run_train(const TrainArgs& args) {
   if (!history.epochs.empty()) {
     std::string examples;
     for (int64_t n : history.examples) examples += " " + std::to_string(n);
+    // A run resumed past its first epoch lists only the epochs it ran: it says from which.
+    const std::string which = history.epochs.front() == 0
+                                  ? std::string()
+                                  : " (from epoch " + std::to_string(history.epochs.front() + 1) +
+                                        ", where this run resumed)";
     std::printf(
         "training ended after epoch %lld of %lld: %lld optimizer steps in all; examples trained per "
-        "epoch:%s\n",
+        "epoch%s:%s\n",
         static_cast<long long>(history.epochs.back() + 1), static_cast<long long>(job.epochs),
-        static_cast<long long>(model->step()), examples.c_str());
+        static_cast<long long>(model->step()), which.c_str(), examples.c_str());
   }
   if (const auto* pipeline = dynamic_cast<const parallel::PipelineStrategy*>(strategy.get());
       pipeline && pipeline->measured().steps > 0) {

@@ -137,6 +137,16 @@ TEST(ResumeCommandTest, ADivergedRunLeavesTheLastGoodCheckpointInPlace) {
   EXPECT_EQ(last_line(out2).find("nan"), std::string::npos) << out2;
 }
 
+TEST(ResumeCommandTest, AResumedRunSaysFromWhichEpochItCountedExamples) {
+  TinyRun r("examples");
+  ASSERT_EQ(run(train(r.job, r.ckpt, "--epochs 1")).first, 0);
+  auto [rc, out] = run(train(r.job, r.ckpt, "--resume --epochs 2"));
+  ASSERT_EQ(rc, 0) << out;
+  // Only epoch 2 ran here: its count alone would read as the whole job's.
+  EXPECT_NE(out.find("examples trained per epoch (from epoch 2, where this run resumed): 512\n"), std::string::npos)
+      << out;
+}
+
 TEST(ResumeCommandTest, ResumedMidEpochEndsBitwiseAsTheRunNeverStopped) {
   TinyRun r("exact");
   const fs::path whole = r.s.dir / "whole";
