@@ -91,30 +91,22 @@ StrategySpec resolve_strategy(const StrategySpec& from_job, const StrategyFlags&
                                   "pipeline, run it on several workers under `strata launch --workers N`");
     spec.replicas = replicas;
   }
-  if (flags.collective_timeout_seconds) {
-    const double seconds = *flags.collective_timeout_seconds;
-    STRATA_CHECK(std::isfinite(seconds) && seconds > 0, InvalidArgument,
-                 "--collective-timeout: must be a positive number of seconds, got " << seconds);
+  // A bound in seconds for the strategies whose workers are processes that meet and run collectives.
+  const auto cross_worker_seconds = [&](const char* flag, const std::optional<double>& value, const char* what,
+                                        double& into) {
+    if (!value) return;
+    STRATA_CHECK(std::isfinite(*value) && *value > 0, InvalidArgument,
+                 flag << ": must be a positive number of seconds, got " << *value);
     STRATA_CHECK(spec.name == "multi_worker_mirrored" || spec.name == "pipeline" || spec.name == "local_sgd",
                  InvalidArgument,
-                 "--collective-timeout " << seconds
-                                         << ": only multi_worker_mirrored, pipeline and local_sgd run collectives "
-                                            "across processes (this job's strategy is "
-                                         << spec.name << ")");
-    spec.collective_timeout_seconds = seconds;
-  }
-  if (flags.rendezvous_timeout_seconds) {
-    const double seconds = *flags.rendezvous_timeout_seconds;
-    STRATA_CHECK(std::isfinite(seconds) && seconds > 0, InvalidArgument,
-                 "--rendezvous-timeout: must be a positive number of seconds, got " << seconds);
-    STRATA_CHECK(spec.name == "multi_worker_mirrored" || spec.name == "pipeline" || spec.name == "local_sgd",
-                 InvalidArgument,
-                 "--rendezvous-timeout " << seconds
-                                         << ": only multi_worker_mirrored, pipeline and local_sgd meet the other "
-                                            "workers at start-up (this job's strategy is "
-                                         << spec.name << ")");
-    spec.rendezvous_timeout_seconds = seconds;
-  }
+                 flag << " " << *value << ": only multi_worker_mirrored, pipeline and local_sgd " << what
+                      << " (this job's strategy is " << spec.name << ")");
+    into = *value;
+  };
+  cross_worker_seconds("--collective-timeout", flags.collective_timeout_seconds,
+                       "run collectives across processes", spec.collective_timeout_seconds);
+  cross_worker_seconds("--rendezvous-timeout", flags.rendezvous_timeout_seconds,
+                       "meet the other workers at start-up", spec.rendezvous_timeout_seconds);
   if (!flags.gradient_compression.empty()) {
     check_choice(flags.gradient_compression, {"none", "bf16"}, "--gradient-compression", "gradient compression");
     STRATA_CHECK(spec.name == "multi_worker_mirrored" || flags.gradient_compression == "none", InvalidArgument,
