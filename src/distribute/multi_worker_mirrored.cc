@@ -1,16 +1,16 @@
-// MultiWorkerMirroredStrategy (strata/distribute/multi_worker.h): connecting the workers (coordination service,
-// heartbeats, a gloo or mpi communicator), the chief's initial values broadcast to every worker, and the gradient
-// aggregator over the workers' communicator.
+// MultiWorkerMirroredStrategy (strata/distribute/multi_worker.h): the workers joined as a worker group
+// (cluster::WorkerGroup: coordination service, heartbeats, a gloo or mpi communicator; elastic membership epochs on
+// top), the chief's initial values broadcast to every worker, and the gradient aggregator over the workers'
+// communicator.
 // Thread-safety: one driving thread; the heartbeat thread only aborts the communicator (Communicator::abort may be
 // called from any thread).
-#include <exception>
+#include "strata/distribute/multi_worker.h"
 
 #include "distribute/all_reduce_aggregator.h"
 #include "distribute/elastic_group.h"
 #include "distribute/elastic_step_runner.h"
 #include "distribute/replica_collectives.h"
 #include "strata/comm/hierarchical.h"
-#include "strata/distribute/multi_worker.h"
 #include "strata/distribute/strategies.h"
 #include "strata/trace.h"
 
