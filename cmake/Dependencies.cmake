@@ -21,6 +21,8 @@ find_package(Protobuf REQUIRED)  # CMake's module: protobuf::libprotobuf, protob
 # gRPC (libgrpc++-dev, protobuf-compiler-grpc): the coordination service; its protoc plugin generates stubs.
 find_package(gRPC CONFIG REQUIRED)
 find_program(GRPC_CPP_PLUGIN grpc_cpp_plugin REQUIRED)
+# OpenSSL (libssl-dev, which gRPC builds on): HMAC-SHA256 and SHA-256 of the job secret, and its random bytes.
+find_package(OpenSSL REQUIRED)
 # Gloo (libgloo-dev): collectives over TCP between processes; target `gloo` (not namespaced).
 find_package(Gloo CONFIG REQUIRED)
 # OpenMPI (libopenmpi-dev, openmpi-bin): the "mpi" comm backend for processes started by mpirun; MPI::MPI_CXX

@@ -19,7 +19,7 @@ packages=(
   build-essential cmake ninja-build ccache pkg-config git
   libdnnl-dev ocl-icd-opencl-dev libopenblas-dev
   libgloo-dev libopenmpi-dev openmpi-bin
-  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libssl-dev
   nlohmann-json3-dev libcli11-dev zlib1g-dev libdeflate-dev libisal-dev libyaml-cpp-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-numpy dataset-fashion-mnist

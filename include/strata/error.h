@@ -27,10 +27,11 @@ enum class ErrorCode {
   kDataLoss,          // DataCorrupt
   kDeadlineExceeded,  // Timeout
   kUnavailable,       // Unavailable
+  kUnauthenticated,   // Unauthenticated
 };
 inline constexpr ErrorCode kErrorCodes[] = {
     ErrorCode::kUnknown,  ErrorCode::kInvalidArgument,  ErrorCode::kShapeError, ErrorCode::kIoError,
-    ErrorCode::kDataLoss, ErrorCode::kDeadlineExceeded, ErrorCode::kUnavailable};
+    ErrorCode::kDataLoss, ErrorCode::kDeadlineExceeded, ErrorCode::kUnavailable, ErrorCode::kUnauthenticated};
 
 class Error : public std::runtime_error {
  public:
@@ -73,9 +74,15 @@ class Unavailable : public Error {
   using Error::Error;
   ErrorCode code() const noexcept override { return ErrorCode::kUnavailable; }
 };
+// A call did not prove that it comes from this job (no job secret, a wrong one, another job's): nothing was done.
+class Unauthenticated : public Error {
+ public:
+  using Error::Error;
+  ErrorCode code() const noexcept override { return ErrorCode::kUnauthenticated; }
+};
 
 // The name of the class of `code`: "Error", "InvalidArgument", "ShapeError", "IoError", "DataCorrupt", "Timeout",
-// "Unavailable".
+// "Unavailable", "Unauthenticated".
 const char* error_code_name(ErrorCode code);
 // The code whose error_code_name is `name`; nullopt for any other name.
 std::optional<ErrorCode> error_code_from_name(std::string_view name);

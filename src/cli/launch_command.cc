@@ -57,6 +57,7 @@
 #include "cli/commands.h"
 #include "cli/launch_rendezvous.h"
 #include "cli/launch_tasks.h"
+#include "cli/security_flags.h"
 #include "strata/cluster/cluster_resolver.h"
 #include "strata/error.h"
 
@@ -84,6 +85,7 @@ struct LaunchArgs {
   double rdzv_timeout = 60.0;
   double node_timeout = 10.0;
   std::vector<std::string> command;
+  SecurityFlags security;
 };
 
 std::chrono::milliseconds millis(double seconds) {
@@ -270,6 +272,13 @@ int run_node(const LaunchArgs& a, const std::string& executable) {
 int run_launch(LaunchArgs a) {
   check_args(a);
   const std::string executable = launch::find_executable(a.command.front());
+  // One machine: a fresh secret for the job unless one was given. Many: every node's launcher needs the same one,
+  // so it must be given (--job-secret-file; beyond loopback JobCredentials also asks for TLS or --insecure).
+  const cluster::JobCredentials credentials = hand_credentials_to_tasks(a.security, /*generate=*/a.nnodes == 1);
+  if (a.nnodes > 1) {  // refused now, not when node 0 starts the rendezvous service
+    const std::string master = a.master_addr + ":" + std::to_string(a.master_port);
+    credentials.check_address(master, "the rendezvous at " + master);
+  }
   launch::SignalScope signals;
   // Orphans of a task's group are re-parented to us, so they are ours to reap (and to wait out).
   ::prctl(PR_SET_CHILD_SUBREAPER, 1);
@@ -331,6 +340,7 @@ void add_launch_command(CLI::App& app) {
       ->add_option("--node-timeout", args->node_timeout,
                    "Seconds without a heartbeat after which a node (or node 0's rendezvous) is declared lost")
       ->capture_default_str();
+  add_security_options(launch, args->security);
   launch->add_option("command", args->command, "COMMAND ARGS... (after --)")->required();
   launch->callback([args] {
     const int code = run_launch(*args);

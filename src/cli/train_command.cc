@@ -18,6 +18,7 @@
 #include "cli/job.h"
 #include "cli/json_log.h"
 #include "cli/output_paths.h"
+#include "cli/security_flags.h"
 #include "cli/trace_flags.h"
 #include "strata/cluster/cluster_resolver.h"
 #include "strata/distribute/strategies.h"
@@ -50,6 +51,7 @@ struct TrainArgs {
   int threads = 0;
   int verbose = 1;
   StrategyFlags strategy;
+  SecurityFlags security;
 };
 
 struct EvaluateArgs {
@@ -243,6 +245,7 @@ void run_parameter_server_task(Job& job, const TrainArgs& args, const cluster::C
 }
 
 void run_train(const TrainArgs& args) {
+  apply_security_flags(args.security);  // before any service of the job starts
   const cluster::CoreShare cores = apply_core_share(args.threads);
   Job job = load_job(args.job);
   if (args.epochs > 0) job.epochs = args.epochs;
@@ -531,6 +534,7 @@ void add_train_commands(CLI::App& app) {
                    "0 silent, 1 progress bar (a line per epoch when not a terminal), 2 a line per epoch")
       ->check(kVerbosity);
   add_strategy_options(train, train_args->strategy);
+  add_security_options(train, train_args->security);
   train->callback([train_args] { run_train(*train_args); });
 
   auto eval_args = std::make_shared<EvaluateArgs>();

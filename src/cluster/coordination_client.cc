@@ -15,6 +15,7 @@
 #include <thread>
 
 #include "cluster/proto/coordination.grpc.pb.h"
+#include "cluster/rpc_credentials.h"
 #include "cluster/rpc_status.h"
 #include "strata/cluster/coordination.h"
 #include "strata/error.h"
@@ -166,7 +167,10 @@ CoordinationClient::CoordinationClient(const std::string& address, const std::st
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);  // find a service that comes up late quickly
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 1000);
-  impl_->channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  const std::shared_ptr<const JobCredentials> credentials =
+      options.credentials ? options.credentials : process_job_credentials();
+  impl_->channel = grpc::CreateCustomChannel(
+      address, channel_credentials(*credentials, address, "the coordination service"), args);
   const auto start = std::chrono::steady_clock::now();
   if (!impl_->channel->WaitForConnected(std::chrono::system_clock::now() + options.connect_timeout)) {
     const auto tried = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start);

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "cluster/proto/coordination.grpc.pb.h"
+#include "cluster/rpc_credentials.h"
 #include "strata/cluster/cluster_resolver.h"
 #include "strata/cluster/coordination.h"
 #include "strata/error.h"
@@ -165,6 +166,7 @@ class ServiceImpl final : public Coordination::Service {
 
   grpc::Status Barrier(grpc::ServerContext* ctx, const BarrierRequest* req, BarrierResponse* resp) override {
     if (req->task().empty()) return {grpc::StatusCode::INVALID_ARGUMENT, "barrier: the arriving task has no name"};
+    if (grpc::Status unknown = check_member("barrier", req->task()); !unknown.ok()) return unknown;
     std::vector<std::string> participants(req->tasks().begin(), req->tasks().end());
     std::sort(participants.begin(), participants.end());
     participants.erase(std::unique(participants.begin(), participants.end()), participants.end());
@@ -225,6 +227,7 @@ class ServiceImpl final : public Coordination::Service {
 
   grpc::Status Heartbeat(grpc::ServerContext*, const HeartbeatRequest* req, HeartbeatResponse* resp) override {
     if (req->task().empty()) return {grpc::StatusCode::INVALID_ARGUMENT, "heartbeat: the task has no name"};
+    if (grpc::Status unknown = check_member("heartbeat", req->task()); !unknown.ok()) return unknown;
     std::lock_guard lock(mu_);
     auto [it, created] = tasks_.try_emplace(req->task());
     TaskState& t = it->second;
@@ -292,6 +295,17 @@ class ServiceImpl final : public Coordination::Service {
     if (stopping_) return {grpc::StatusCode::UNAVAILABLE, "the coordination service is shutting down"};
     if (ctx->IsCancelled()) return {grpc::StatusCode::CANCELLED, "the caller cancelled"};
     return grpc::Status::OK;
+  }
+
+  // A service that knows the job's tasks takes heartbeats and barrier arrivals from them only: a name outside the
+  // cluster ("worker:7") would otherwise be registered, then declared lost, and stop the job.
+  grpc::Status check_member(const char* rpc, const std::string& task) const {
+    if (options_.tasks.empty() ||
+        std::find(options_.tasks.begin(), options_.tasks.end(), task) != options_.tasks.end()) {
+      return grpc::Status::OK;
+    }
+    return {grpc::StatusCode::INVALID_ARGUMENT,
+            std::string(rpc) + ": task " + task + " is not in this job's cluster (" + join(options_.tasks) + ")"};
   }
 
   static std::string describe(const std::vector<std::string>& participants, int num_tasks) {
@@ -385,10 +399,12 @@ void CoordinationService::start(const std::string& address, Options options) {
       "coordination service: heartbeat_timeout must be positive, got " << options.heartbeat_timeout.count() << " ms");
   const std::string where = listen_address(address);
   const auto heartbeat_timeout = options.heartbeat_timeout;
+  const std::shared_ptr<const JobCredentials> credentials =
+      options.credentials ? options.credentials : process_job_credentials();
   auto service = std::make_unique<ServiceImpl>(std::move(options));
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(where, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(where, server_credentials(*credentials, where, "the coordination service"), &port);
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // a port in use is an error, not a shared port
   builder.RegisterService(service.get());
   auto server = builder.BuildAndStart();

@@ -28,6 +28,8 @@ ErrorCode code_of_grpc(grpc::StatusCode code) {
       return ErrorCode::kUnavailable;
     case grpc::StatusCode::DATA_LOSS:
       return ErrorCode::kDataLoss;
+    case grpc::StatusCode::UNAUTHENTICATED:
+      return ErrorCode::kUnauthenticated;
     default:  // OK (no error to name), UNKNOWN, PERMISSION_DENIED, RESOURCE_EXHAUSTED, UNIMPLEMENTED, INTERNAL, ...
       return ErrorCode::kUnknown;
   }
@@ -43,6 +45,7 @@ std::string message_of(const grpc::Status& status, const RpcCall& call) {
     case ErrorCode::kUnavailable:
       return call.rpc + " failed: " + call.peer + " is unavailable (" + code_and_message + ")";
     case ErrorCode::kInvalidArgument:
+    case ErrorCode::kUnauthenticated:
       return call.rpc + " refused by " + call.peer + ": " + code_and_message;
     default:
       return call.rpc + " failed at " + call.peer + ": " + code_and_message;
@@ -66,6 +69,8 @@ grpc::StatusCode grpc_code_of(ErrorCode code) {
       return grpc::StatusCode::DEADLINE_EXCEEDED;
     case ErrorCode::kUnavailable:
       return grpc::StatusCode::UNAVAILABLE;
+    case ErrorCode::kUnauthenticated:
+      return grpc::StatusCode::UNAUTHENTICATED;
   }
   return grpc::StatusCode::UNKNOWN;
 }

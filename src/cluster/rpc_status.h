@@ -3,7 +3,8 @@
 // TensorFlow's grpc_util.h (FromGrpcStatus / ToGrpcStatus).
 //
 // strata -> gRPC: Error (kUnknown) UNKNOWN; InvalidArgument and ShapeError INVALID_ARGUMENT; IoError INTERNAL;
-// DataCorrupt (kDataLoss) DATA_LOSS; Timeout (kDeadlineExceeded) DEADLINE_EXCEEDED; Unavailable UNAVAILABLE.
+// DataCorrupt (kDataLoss) DATA_LOSS; Timeout (kDeadlineExceeded) DEADLINE_EXCEEDED; Unavailable UNAVAILABLE;
+// Unauthenticated UNAUTHENTICATED.
 // gRPC -> strata:
 //   INVALID_ARGUMENT, NOT_FOUND, ALREADY_EXISTS,     InvalidArgument (the peer cannot accept the request as it is)
 //   FAILED_PRECONDITION, OUT_OF_RANGE
@@ -12,8 +13,9 @@
 //   CANCELLED                                        Unavailable (the peer cut the call off: it is shutting down)
 //   ABORTED                                          Unavailable (the peer gave up on a conflict: try again)
 //   DATA_LOSS                                        DataCorrupt
+//   UNAUTHENTICATED                                  Unauthenticated (the call did not prove it is the job's)
 //   UNKNOWN, INTERNAL, UNIMPLEMENTED,                Error
-//   PERMISSION_DENIED, RESOURCE_EXHAUSTED, UNAUTHENTICATED
+//   PERMISSION_DENIED, RESOURCE_EXHAUSTED
 // A status made from a strata error (to_grpc_status) also names its class in the status details
 // ("strata-error:ShapeError"), so the class arrives exactly (ShapeError and IoError have no gRPC code of their own)
 // and a caller tells an error the server raised from one of the transport (raised_by_server).

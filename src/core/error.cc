@@ -21,6 +21,8 @@ const char* error_code_name(ErrorCode code) {
       return "Timeout";
     case ErrorCode::kUnavailable:
       return "Unavailable";
+    case ErrorCode::kUnauthenticated:
+      return "Unauthenticated";
   }
   return "Error";  // not a code of the enum: as kUnknown
 }
@@ -58,6 +60,8 @@ std::exception_ptr make_error(ErrorCode code, const std::string& message) {
       return std::make_exception_ptr(Timeout(message));
     case ErrorCode::kUnavailable:
       return std::make_exception_ptr(Unavailable(message));
+    case ErrorCode::kUnauthenticated:
+      return std::make_exception_ptr(Unauthenticated(message));
   }
   return std::make_exception_ptr(Error(message));
 }

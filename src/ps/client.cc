@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <thread>
 
+#include "cluster/rpc_credentials.h"
 #include "cluster/rpc_status.h"
 #include "ps/proto/parameter_server.grpc.pb.h"
 #include "ps/tensor_coding.h"
@@ -103,7 +104,9 @@ ParameterServerClient::ParameterServerClient(const std::string& address, std::ch
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
   args.SetMaxSendMessageSize(-1);
-  impl_->channel = grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  impl_->channel = grpc::CreateCustomChannel(
+      address, cluster::channel_credentials(*cluster::process_job_credentials(), address, "the ps"),
+      args);
   impl_->stub = pb::ParameterServer::NewStub(impl_->channel);
   impl_->raw = std::make_unique<grpc::GenericStub>(impl_->channel);
 }

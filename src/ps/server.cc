@@ -16,6 +16,7 @@
 #include <map>
 #include <mutex>
 
+#include "cluster/rpc_credentials.h"
 #include "cluster/rpc_status.h"
 #include "ps/proto/parameter_server.grpc.pb.h"
 #include "ps/shard_state.h"
@@ -336,7 +337,8 @@ void ParameterServer::start(const std::string& address, const std::string& resto
   }
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(where, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(
+      where, cluster::server_credentials(*cluster::process_job_credentials(), where, "the ps"), &port);
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // a port in use is an error, not a shared port
   builder.SetMaxReceiveMessageSize(-1);                     // shards and gradients of any size
   builder.SetMaxSendMessageSize(-1);

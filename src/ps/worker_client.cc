@@ -8,6 +8,7 @@
 
 #include <mutex>
 
+#include "cluster/rpc_credentials.h"
 #include "cluster/rpc_status.h"
 #include "ps/proto/worker.grpc.pb.h"
 
@@ -49,8 +50,10 @@ WorkerClient::WorkerClient(std::string address, std::chrono::milliseconds keepal
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, static_cast<int>(keepalive.count()));
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_HTTP2_MAX_PINGS_WITHOUT_DATA, 0);  // keep pinging through a long function call
-  impl_->stub =
-      pb::Worker::NewStub(grpc::CreateCustomChannel(impl_->address, grpc::InsecureChannelCredentials(), args));
+  impl_->stub = pb::Worker::NewStub(grpc::CreateCustomChannel(
+      impl_->address,
+      cluster::channel_credentials(*cluster::process_job_credentials(), impl_->address, "the worker"),
+      args));
 }
 
 WorkerClient::~WorkerClient() = default;

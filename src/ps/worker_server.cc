@@ -12,6 +12,7 @@
 #include <map>
 #include <mutex>
 
+#include "cluster/rpc_credentials.h"
 #include "cluster/rpc_status.h"
 #include "ps/proto/worker.grpc.pb.h"
 #include "strata/cluster/cluster_resolver.h"
@@ -121,7 +122,8 @@ void WorkerServer::start(const std::string& address) {
   const std::string where = cluster::listen_address(address);
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(where, grpc::InsecureServerCredentials(), &port);
+  builder.AddListeningPort(
+      where, cluster::server_credentials(*cluster::process_job_credentials(), where, "the worker"), &port);
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // a port in use is an error, not a shared port
   // The coordinator's keepalive pings (how it notices a worker machine that vanished mid-call) are welcome.
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);

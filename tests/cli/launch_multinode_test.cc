@@ -362,6 +362,11 @@ TEST(LaunchMultiNode, BadFlagsAreClearErrors) {
                     "--rdzv-timeout 1"),
               HasSubstr("launch: cannot bind 192.0.2.7:0 for worker:0: Cannot assign requested address (is it an "
                         "address of this machine?)"));
+  // Beyond loopback a job needs TLS with a secret (or mutual TLS), or --insecure.
+  EXPECT_THAT(error("--nnodes 2 --workers-per-node 1 --master-addr 192.0.2.7 --master-port 9"),
+              HasSubstr("the rendezvous at 192.0.2.7:9 is beyond loopback, and the job has no TLS: anyone who reaches "
+                        "it could drive the job. Give --tls-cert, --tls-key and --tls-ca (docs/cluster.md), or "
+                        "--insecure"));
   EXPECT_THAT(error("--nnodes 0 --workers 1"), HasSubstr("launch: --nnodes must be >= 1, got 0"));
   EXPECT_THAT(error(""), HasSubstr("launch: --workers N is required"));
   // One node: --workers-per-node is --workers, and the rendezvous flags change nothing.

@@ -2,7 +2,7 @@
 // joined by a veth pair, 10.77.0.1/24 and 10.77.0.2/24 (addresses that exist only inside the two namespaces this
 // test creates; nothing is sent anywhere else), each running its own `strata launch --nnodes 2 --workers-per-node 2`
 // through `ip netns exec`, with no --node-addr (each node finds its address from the route to the master).
-// Covered: the four workers train `strata train --strategy multi_worker_mirrored` to what one process gets with the
+// Covered: the four workers, with a job secret and mutual TLS, train `strata train --strategy multi_worker_mirrored` to what one process gets with the
 // same global batch (the equivalence tests' tolerances: the first epoch's loss to the digits shown, the test loss
 // to 2e-4 and the same accuracy, the weights to 1e-4 relative); a node whose launcher is killed (SIGKILL) mid-job
 // ends the other's launcher within the node timeout plus the stop, naming it; a node whose link goes down mid-job
@@ -110,6 +110,18 @@ std::string node_launch(const TwoMachines& m, int rank, const std::string& flags
          " --master-addr 10.77.0.1 --master-port 29400 --workers-per-node 2 " + flags + " -- sh -c " + shell_quote(script);
 }
 
+// A job secret (mode 600) and TLS for the two machines' job, in `dir`: a self-signed certificate for both
+// addresses, made by the openssl tool, that is also the CA (mutual TLS). The launcher flags that use them.
+std::string tls_flags(const fs::path& dir) {
+  const std::string key = (dir / "key.pem").string(), cert = (dir / "cert.pem").string();
+  const std::string secret = (dir / "job.secret").string();
+  const std::string make = "openssl req -x509 -newkey rsa:2048 -nodes -days 1 -subj /CN=strata-test -addext "
+                           "subjectAltName=IP:10.77.0.1,IP:10.77.0.2,IP:127.0.0.1 -keyout " + key + " -out " + cert +
+                           " >/dev/null 2>&1 && openssl rand -hex 32 > " + secret + " && chmod 600 " + secret;
+  EXPECT_EQ(std::system(make.c_str()), 0) << make;
+  return "--job-secret-file " + secret + " --tls-cert " + cert + " --tls-key " + key + " --tls-ca " + cert;
+}
+
 std::pair<double, double> test_result(const std::string& out) {
   std::smatch m;
   if (!std::regex_search(out, m, std::regex("test loss ([0-9.]+) - test accuracy ([0-9.]+)"))) return {-1, -1};
@@ -128,8 +140,9 @@ TEST(LaunchTwoMachines, FourWorkersOnTwoMachinesTrainToWhatOneProcessGets) {
 
   const std::string script = "echo \"TF_CONFIG=$TF_CONFIG\"; exec " + kStrata + " train " + t.job +
                              " --strategy multi_worker_mirrored --threads 1 --checkpoint-dir " + ckpt.string();
-  BackgroundProcess node1(node_launch(machines, 1, "", script), t.s.dir / "node1.log");
-  BackgroundProcess node0(node_launch(machines, 0, "", script), t.s.dir / "node0.log");
+  const std::string tls = tls_flags(t.s.dir);  // the job's services across the two machines talk TLS
+  BackgroundProcess node1(node_launch(machines, 1, tls, script), t.s.dir / "node1.log");
+  BackgroundProcess node0(node_launch(machines, 0, tls, script), t.s.dir / "node0.log");
   const std::optional<int> rc0 = node0.wait_for(kDeadline), rc1 = node1.wait_for(kDeadline);
   const std::string out0 = node0.output(), out1 = node1.output();
   ASSERT_EQ(rc0, std::optional<int>(0)) << out0 << "---- node 1:\n" << out1;
@@ -179,8 +192,9 @@ Struck strike_mid_job(const TwoMachines& machines, const std::string& name,
   TinyJob t(name, 2048);  // 64 steps an epoch; far more epochs than the test waits for
   const std::string script =
       "exec " + kStrata + " train " + t.job + " --strategy multi_worker_mirrored --threads 1 --epochs 100";
-  BackgroundProcess node0(node_launch(machines, 0, "--node-timeout 3", script), t.s.dir / "node0.log");
-  BackgroundProcess node1(node_launch(machines, 1, "--node-timeout 3", script), t.s.dir / "node1.log");
+  // (Unauthenticated, as --insecure allows beyond loopback.)
+  BackgroundProcess node0(node_launch(machines, 0, "--node-timeout 3 --insecure", script), t.s.dir / "node0.log");
+  BackgroundProcess node1(node_launch(machines, 1, "--node-timeout 3 --insecure", script), t.s.dir / "node1.log");
   Struck s;
   if (!node0.wait_for_output("[worker:0] Epoch 2/", kDeadline)) {
     ADD_FAILURE() << "the job did not reach its second epoch:\n"

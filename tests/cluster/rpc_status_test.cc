@@ -34,7 +34,7 @@ const std::vector<std::pair<grpc::StatusCode, ErrorCode>>& from_grpc() {
       {grpc::StatusCode::INTERNAL, ErrorCode::kUnknown},
       {grpc::StatusCode::UNAVAILABLE, ErrorCode::kUnavailable},
       {grpc::StatusCode::DATA_LOSS, ErrorCode::kDataLoss},
-      {grpc::StatusCode::UNAUTHENTICATED, ErrorCode::kUnknown},
+      {grpc::StatusCode::UNAUTHENTICATED, ErrorCode::kUnauthenticated},
   };
   return table;
 }
@@ -49,6 +49,7 @@ const std::vector<std::pair<ErrorCode, grpc::StatusCode>>& to_grpc() {
       {ErrorCode::kDataLoss, grpc::StatusCode::DATA_LOSS},
       {ErrorCode::kDeadlineExceeded, grpc::StatusCode::DEADLINE_EXCEEDED},
       {ErrorCode::kUnavailable, grpc::StatusCode::UNAVAILABLE},
+      {ErrorCode::kUnauthenticated, grpc::StatusCode::UNAUTHENTICATED},
   };
   return table;
 }

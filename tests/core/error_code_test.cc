@@ -27,6 +27,7 @@ const std::vector<Expected>& expected() {
       {ErrorCode::kDataLoss, typeid(DataCorrupt), "DataCorrupt"},
       {ErrorCode::kDeadlineExceeded, typeid(Timeout), "Timeout"},
       {ErrorCode::kUnavailable, typeid(Unavailable), "Unavailable"},
+      {ErrorCode::kUnauthenticated, typeid(Unauthenticated), "Unauthenticated"},
   };
   return table;
 }
@@ -57,6 +58,7 @@ TEST(ErrorCodeTest, EveryClassReportsItsOwnCode) {
   EXPECT_EQ(DataCorrupt("m").code(), ErrorCode::kDataLoss);
   EXPECT_EQ(Timeout("m").code(), ErrorCode::kDeadlineExceeded);
   EXPECT_EQ(Unavailable("m").code(), ErrorCode::kUnavailable);
+  EXPECT_EQ(Unauthenticated("m").code(), ErrorCode::kUnauthenticated);
   // Through a reference to the base, as a catch (const Error&) sees it.
   const ShapeError shape("m");
   const Error& base = shape;

@@ -34,6 +34,7 @@
 #include <string>
 #include <vector>
 
+#include "strata/cluster/job_credentials.h"
 #include "strata/comm/store.h"
 
 namespace strata::cluster {
@@ -52,6 +53,8 @@ class CoordinationService {
     // The job's tasks ("chief:0", "worker:1", ...), if known: a barrier that names no participants and
     // no count waits for all of them, and a barrier that names only a count can name who is missing.
     std::vector<std::string> tasks;
+    // Who may call it (null: the process's, process_job_credentials()).
+    std::shared_ptr<const JobCredentials> credentials;
   };
 
   CoordinationService();
@@ -86,6 +89,8 @@ class CoordinationClient : public comm::Store {
     // When no heartbeat has been answered for this long, on_lost is told that the service itself is
     // gone (task "coordination service at <address>"): the chief died or the network failed.
     std::chrono::milliseconds service_timeout{std::chrono::seconds(10)};
+    // How its calls prove they come from the job (null: the process's, process_job_credentials()).
+    std::shared_ptr<const JobCredentials> credentials;
   };
 
   // Connects to the service at `address` ("host:port") as `task` (e.g. "worker:1"): the name it has in
