@@ -221,10 +221,10 @@ void run_parameter_server_task(Job& job, const TrainArgs& args, const cluster::C
   recording.finish();
   fail_if_fired(*nan);
   if (!history.epochs.empty()) {
-    std::printf("training ended after epoch %lld of %lld: %lld steps on %lld workers\n",
+    std::printf("training ended after epoch %lld of %lld: %lld steps on %lld worker%s\n",
                 static_cast<long long>(history.epochs.back() + 1), static_cast<long long>(job.epochs),
                 static_cast<long long>(static_cast<int64_t>(history.epochs.size()) * steps_per_epoch),
-                static_cast<long long>(servers.num_worker_tasks()));
+                static_cast<long long>(servers.num_worker_tasks()), servers.num_worker_tasks() == 1 ? "" : "s");
   }
   // Where the steps ran: a call lost with its worker was re-run on another.
   const std::vector<ps::WorkerStatus> workers = servers.coordinator().worker_status();

@@ -22,6 +22,7 @@ namespace pb = strata::ps::proto;
 
 struct ParameterServerClient::Impl {
   std::string address;
+  std::string caller;
   std::chrono::milliseconds timeout;
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<pb::ParameterServer::Stub> stub;
@@ -96,10 +97,12 @@ struct ParameterServerClient::Impl {
   }
 };
 
-ParameterServerClient::ParameterServerClient(const std::string& address, std::chrono::milliseconds timeout)
+ParameterServerClient::ParameterServerClient(const std::string& address, std::chrono::milliseconds timeout,
+                                             const std::string& caller)
     : impl_(std::make_unique<Impl>()) {
   STRATA_CHECK(timeout.count() > 0, InvalidArgument, "ps client: timeout must be positive");
   impl_->address = address;
+  impl_->caller = caller;
   impl_->timeout = timeout;
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
@@ -205,6 +208,7 @@ bool ParameterServerClient::push_request(const std::string& name, const std::vec
   head.set_step_id(step_id);
   head.set_round(round.id);
   head.set_round_size(round.size);
+  head.set_caller(impl_->caller);
   const grpc::ByteBuffer request = encode_with_tensor_bytes(head, pb::PushRequest::kGradientFieldNumber, gradient);
   return impl_->call_raw<pb::PushResponse>("Push", request, /*retry=*/!step_id.empty()).applied();
 }

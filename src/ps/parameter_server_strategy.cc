@@ -122,7 +122,7 @@ Variable ParameterServerStrategy::create_variable(const Tensor& initial_value, c
 const std::vector<std::shared_ptr<ParameterServerClient>>& ParameterServerStrategy::servers() {
   if (servers_.empty()) {
     for (const std::string& a : ps_addresses_) {
-      servers_.push_back(std::make_shared<ParameterServerClient>(a, options_.ps_timeout));
+      servers_.push_back(std::make_shared<ParameterServerClient>(a, options_.ps_timeout, task_.name()));
     }
   }
   return servers_;

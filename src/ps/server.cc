@@ -11,6 +11,7 @@
 
 #include <atomic>
 #include <cctype>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -64,6 +65,20 @@ std::string shard_file(const std::string& name) {
 constexpr const char* kShardKey = "shard";  // the ShardRecord's JSON in a shard file's metadata
 
 grpc::Status invalid(const std::string& message) { return {grpc::StatusCode::INVALID_ARGUMENT, message}; }
+
+// "NaN" or "an infinity" (and how many such values) when the float32 gradient holds one; "" when all are finite.
+std::string non_finite(const Tensor& gradient) {
+  const float* g = gradient.data<float>();
+  const int64_t n = gradient.numel();
+  int64_t nans = 0, infinities = 0;
+  for (int64_t i = 0; i < n; ++i) {
+    if (std::isnan(g[i])) ++nans;
+    if (std::isinf(g[i])) ++infinities;
+  }
+  if (nans + infinities == 0) return "";
+  const std::string first = nans > 0 ? "NaN" : "an infinity";
+  return first + " (" + std::to_string(nans + infinities) + " of " + std::to_string(n) + " values non-finite)";
+}
 
 class Service final : public pb::ParameterServer::WithRawCallbackMethod_Push<
                           pb::ParameterServer::WithRawCallbackMethod_Pull<pb::ParameterServer::Service>> {
@@ -138,6 +153,12 @@ class Service final : public pb::ParameterServer::WithRawCallbackMethod_Push<
     // a round that keeps the gradient keeps a copy.
     if (const std::string bad = from_bytes(req.gradient(), &grad, nullptr, nullptr, /*borrow=*/true); !bad.empty()) {
       return invalid("Push " + req.name() + ": " + bad);
+    }
+    if (const std::string what = non_finite(grad); !what.empty()) {
+      return invalid((req.caller().empty() ? std::string("a task") : req.caller()) + " pushed " + what + " into " +
+                     req.name() + (req.step_id().empty() ? "" : " (push " + req.step_id() + ")") +
+                     ": refused, the shard keeps its value (a step that diverged: lower the learning rate or check "
+                     "the data; or a worker computing wrong)");
     }
     ShardState::PushResult result;
     try {

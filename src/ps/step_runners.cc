@@ -24,8 +24,12 @@ StepOutput fetch_step(const ParameterServerStrategy& strategy, const RemoteValue
   try {
     return StepOutput::parse(step.fetch());
   } catch (const Error& e) {
-    if (e.code() != ErrorCode::kUnavailable && e.code() != ErrorCode::kDeadlineExceeded) throw;
     const std::string what = e.what();
+    if (e.code() != ErrorCode::kUnavailable && e.code() != ErrorCode::kDeadlineExceeded) {
+      // The step's own failure (a refused push, a bad batch): where in the fit it happened.
+      throw_error(e.code(), "fit: epoch " + std::to_string(epoch + 1) + ", step " + std::to_string(index + 1) +
+                                " failed: " + what);
+    }
     for (const std::string& address : strategy.ps_addresses()) {
       if (what.find(address) != std::string::npos) {
         STRATA_THROW(Unavailable, "fit: " << strategy.describe_ps(address) << " is unavailable (epoch " << epoch + 1

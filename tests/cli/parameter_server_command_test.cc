@@ -149,6 +149,23 @@ TEST(ParameterServerCommandTest, AKilledPsIsRestoredFromItsCheckpointWithoutRest
   EXPECT_GT(test_accuracy(out), 0.5) << out;
 }
 
+// A worker whose step diverges (SGD at a learning rate of 3e38 overflows the weights) pushes NaN: the ps refuses it,
+// and the chief ends the job naming the worker, the variable and where in the fit, instead of blaming the data.
+TEST(ParameterServerCommandTest, ANonFinitePushIsRefusedAndTheChiefNamesTheWorkerAndTheVariable) {
+  TinyJob t("ps_nan_push", 512);
+  std::string job = tiny_job(t.s.dir);
+  job.replace(job.find("{name: adam, learning_rate: 0.01}"), 33, "{name: sgd, learning_rate: 3.0e+38}");
+  const std::string path = write_job(t.s.dir, job);
+  const auto [rc, out] = run("timeout -k 5 120 " + std::string(STRATA_BINARY) + " launch --chief --workers 1 --ps 1 -- " +
+                             STRATA_BINARY + " train " + path + " --strategy parameter_server --threads 1");
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex(R"(\[chief:0\] strata: error: fit: epoch 1, step \d+ failed: )"
+                                                R"(.*worker:0 pushed NaN \(\d+ of \d+ values non-finite\) into )"
+                                                R"(model/var_\d/part_0 \(push step:\d+\): refused)")))
+      << out;
+  EXPECT_EQ(out.find("the loss became NaN"), std::string::npos) << out;
+}
+
 TEST(ParameterServerCommandTest, WhatAParameterServerJobCannotDoIsAClearError) {
   TinyJob t("ps_errors", 64);
   const std::string train = std::string(STRATA_BINARY) + " train " + t.job + " --strategy parameter_server";

@@ -1,12 +1,14 @@
 // The parameter server over gRPC on 127.0.0.1: its updates equal the same optimizer applied locally (bit for bit),
 // a repeated step is applied once (within the bounded window of remembered step ids), sparse pushes equal dense ones with zero rows, pulls of rows, concurrent pushes,
-// and the errors a client gets (unknown shard, bad shapes and rows, a conflicting create, an unreachable ps).
+// and the errors a client gets (unknown shard, bad shapes and rows, a conflicting create, an unreachable ps, a NaN or
+// infinite gradient, refused naming the worker, shard and step).
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <condition_variable>
 #include <filesystem>
 #include <fstream>
@@ -70,6 +72,25 @@ TEST(ParameterServerTest, ARepeatedStepIsAppliedOnce) {
   EXPECT_EQ(values(ps.client->pull("w")), std::vector<float>(3, -4.0f));
   EXPECT_EQ(ps.server.pushes_applied(), 4);
   EXPECT_EQ(ps.server.pushes_dropped(), 1);
+}
+
+// A gradient holding NaN or an infinity is refused naming the pushing task, the shard and the step; the shard keeps
+// its value and the step id is not spent (the step may be pushed again once its gradient is finite).
+TEST(ParameterServerTest, ANonFinitePushIsRefusedNamingTheWorkerTheShardAndTheStep) {
+  Running ps;
+  ParameterServerClient worker("127.0.0.1:" + std::to_string(ps.server.port()), std::chrono::seconds(30), "worker:1");
+  worker.create("model/var_4/part_0", Tensor::zeros({3}), {.name = "sgd", .learning_rate = 1.0});
+  const Tensor nan = Tensor::from_vector(std::vector<float>{1.0f, NAN, 2.0f}, {3});
+  test::expect_error_containing<InvalidArgument>(
+      [&] { worker.push("model/var_4/part_0", nan, "step:256"); },
+      {"worker:1 pushed NaN (1 of 3 values non-finite) into model/var_4/part_0 (push step:256)",
+       "the shard keeps its value"});
+  const Tensor inf = Tensor::from_vector(std::vector<float>{INFINITY, -INFINITY, 0.0f}, {3});
+  test::expect_error_containing<InvalidArgument>([&] { worker.push_rows("model/var_4/part_0", {0, 1, 2}, inf); },
+                                                 {"pushed an infinity (2 of 3 values non-finite)"});
+  EXPECT_EQ(values(worker.pull("model/var_4/part_0")), std::vector<float>(3, 0.0f));
+  EXPECT_EQ(ps.server.pushes_applied(), 0);
+  EXPECT_TRUE(worker.push("model/var_4/part_0", Tensor::full({3}, 1.0), "step:256"));
 }
 
 TEST(ParameterServerTest, TheStepWindowDropsRepeatsInsideItAndForgetsOlderOnes) {

@@ -92,9 +92,11 @@ class ParameterServer {
 
 class ParameterServerClient {
  public:
-  // `timeout` bounds every call (and reaching the server).
+  // `timeout` bounds every call (and reaching the server). `caller` names this task ("worker:1") in the ps's
+  // refusals of its pushes.
   explicit ParameterServerClient(const std::string& address,
-                                 std::chrono::milliseconds timeout = std::chrono::seconds(30));
+                                 std::chrono::milliseconds timeout = std::chrono::seconds(30),
+                                 const std::string& caller = "");
   ~ParameterServerClient();
 
   // Creates shard `name` (float32 `initial`); false when it existed already with the same shape and optimizer.
@@ -105,7 +107,8 @@ class ParameterServerClient {
   // Applies `gradient` (the shard's shape); false when `step_id` was applied before ("" never repeats; a step more
   // than the ps's step window of updates old is forgotten and applied again). With a `round`, the gradient joins the
   // round's sum (it needs a step id; false when the step is in the round already) and the round's mean is applied
-  // once it is complete; InvalidArgument when the round's size disagrees with its others.
+  // once it is complete; InvalidArgument when the round's size disagrees with its others, and when the gradient holds
+  // NaN or an infinity ("worker:1 pushed NaN (...) into model/var_4/part_0 (push step:256)"; the shard keeps its value).
   bool push(const std::string& name, const Tensor& gradient, const std::string& step_id = "",
             const SyncRound& round = {});
   // Applies the gradient of rows `rows` ([rows.size(), ...]; the other rows' gradient is zero); `round` as push.
