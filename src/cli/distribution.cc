@@ -203,7 +203,8 @@ distribute::ElasticOptions elastic_from_environment() {
 }
 }  // namespace
 
-std::unique_ptr<distribute::Strategy> make_job_strategy(const StrategySpec& spec) {
+std::unique_ptr<distribute::Strategy> make_job_strategy(const StrategySpec& spec,
+                                                        std::map<std::string, std::string> fingerprint) {
   check_strategy_name(spec.name, "strategy");
   int replicas = spec.replicas;
   if (replicas <= 0) {
@@ -218,6 +219,7 @@ std::unique_ptr<distribute::Strategy> make_job_strategy(const StrategySpec& spec
         std::chrono::milliseconds(static_cast<int64_t>(spec.rendezvous_timeout_seconds * 1000));
   }
   communication.gradient_compression = spec.gradient_compression;
+  communication.fingerprint = std::move(fingerprint);
   // A collective blocked on a lost worker cannot be cancelled: the command ends, naming the lost task.
   communication.on_blocked_by_lost_task = [](const std::string& reason) {
     std::fflush(stdout);

@@ -21,6 +21,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -94,7 +95,10 @@ struct StrategyFlags {
 StrategySpec resolve_strategy(const StrategySpec& from_job, const StrategyFlags& flags);
 
 // The strategy `spec` names, with CPU replicas whose threads share the calling thread's num_threads().
-std::unique_ptr<distribute::Strategy> make_job_strategy(const StrategySpec& spec);
+// `fingerprint` (job_fingerprint) is what its workers compare at the rendezvous, for the strategies that span
+// processes.
+std::unique_ptr<distribute::Strategy> make_job_strategy(const StrategySpec& spec,
+                                                        std::map<std::string, std::string> fingerprint = {});
 // "strategy: MirroredStrategy, 2 replicas (1 thread each), global batch 128".
 std::string strategy_line(const distribute::Strategy& strategy, int64_t global_batch);
 

@@ -541,4 +541,39 @@ int64_t check_test_data(const Job& job) {
   return records;
 }
 
+namespace {
+// A YAML node on one line (flow style), so that two tasks' values compare as text.
+std::string one_line(const YAML::Node& node) {
+  YAML::Emitter out;
+  out << YAML::Flow << node;
+  return out.c_str();
+}
+}  // namespace
+
+std::map<std::string, std::string> job_fingerprint(const Job& job) {
+  std::map<std::string, std::string> f;
+  f["model"] = one_line(job.model);
+  f["loss"] = one_line(job.loss);
+  f["optimizer"] = one_line(job.optimizer);
+  std::string metrics;
+  for (const std::string& m : job.metrics) metrics += (metrics.empty() ? "" : ",") + m;
+  f["metrics"] = metrics;
+  f["batch_size"] = std::to_string(job.batch_size);
+  f["epochs"] = std::to_string(job.epochs);
+  f["steps_per_execution"] = std::to_string(job.steps_per_execution);
+  f["lr_scaling"] = job.lr_scaling.rule + " base " + std::to_string(job.lr_scaling.base_batch_size) + " warmup " +
+                    std::to_string(job.lr_scaling.warmup_epochs);
+  const StrategySpec& s = job.strategy;
+  f["strategy"] = s.name + " replicas " + std::to_string(s.replicas) + " compression " + s.gradient_compression +
+                  " bytes_per_pack " + std::to_string(s.bytes_per_pack) + " stages " +
+                  std::to_string(s.pipeline_stages) + " micro_batches " + std::to_string(s.pipeline_micro_batches) +
+                  " schedule " + s.pipeline_schedule + " sync_every " + std::to_string(s.sync_every) +
+                  " outer_step " + s.outer_step;
+  const DataSpec& d = job.data;
+  f["data"] = d.format + " compression " + d.compression + " x " + d.x_feature + " (" + d.x_dtype + ") y " +
+              d.y_feature + " shuffle " + std::to_string(d.shuffle) + " auto_shard " +
+              data::auto_shard_policy_name(d.auto_shard);
+  return f;
+}
+
 }  // namespace strata::cli

@@ -34,6 +34,7 @@
 #include <cstdint>
 #include <memory>
 #include <optional>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -83,6 +84,12 @@ struct Job {
 
 // Reads and checks a job file.
 Job load_job(const std::string& path);
+
+// What every task of a distributed job must agree on, as text per key (compared at the rendezvous, see
+// cluster::WorkerGroupOptions::fingerprint): the model's layers, the loss, the optimizer and its settings, the metrics,
+// the global batch, epochs, steps per execution, lr scaling, the strategy and its options, and the data's format,
+// features, shuffle buffer and auto-shard policy (not its directory: machines may keep the data in different places).
+std::map<std::string, std::string> job_fingerprint(const Job& job);
 
 // The pieces the job describes. build_model returns an unbuilt Sequential (create it inside the strategy's
 // scope); compile_model compiles it, with the optimizer's learning rate scaled to the global batch as the

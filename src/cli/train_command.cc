@@ -85,7 +85,7 @@ void warn(const std::string& message) {
 std::unique_ptr<distribute::Strategy> open_strategy(Job& job, const StrategyFlags& flags,
                                                     const cluster::CoreShare& cores) {
   job.strategy = resolve_strategy(job.strategy, flags);
-  std::unique_ptr<distribute::Strategy> strategy = make_job_strategy(job.strategy);
+  std::unique_ptr<distribute::Strategy> strategy = make_job_strategy(job.strategy, job_fingerprint(job));
   std::printf("%s; %s\n", strategy_line(*strategy, job.batch_size).c_str(), cores.reason.c_str());
   std::fflush(stdout);
   warn(replicas_warning(strategy->num_replicas_in_sync(), static_cast<unsigned>(cores.cores)));

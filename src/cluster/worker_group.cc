@@ -6,6 +6,9 @@
 #include <cmath>
 #include <cstdio>
 #include <exception>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -17,6 +20,8 @@ namespace strata::cluster {
 namespace {
 // How long after a task is declared lost a process still blocked on it is reported blocked.
 constexpr std::chrono::seconds kBlockedDelay{1};
+// How long the tasks wait for each other after comparing fingerprints.
+constexpr std::chrono::seconds kFingerprintBarrierTimeout{10};
 // The rendezvous' bound when none is given (docs/cluster.md), unless the collectives' timeout is shorter.
 constexpr std::chrono::seconds kDefaultRendezvousTimeout{60};
 
@@ -79,8 +84,13 @@ void WorkerGroup::connect_through_service() {
   const Clock::time_point deadline = Clock::now() + rendezvous_timeout();
   connect_client(deadline);
   client_->start_heartbeats(options_.heartbeat_interval);
-  if (options_.without_communicator) return;  // the caller's groups rendezvous their own way (elastic epochs)
+  publish_fingerprint();
+  if (options_.without_communicator) {  // the caller's groups rendezvous their own way (elastic epochs)
+    compare_fingerprints(/*every_member_arrived=*/false);
+    return;
+  }
   wait_for_members(deadline);
+  compare_fingerprints(/*every_member_arrived=*/true);
   const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
   comm_ = comm::make_communicator(backend_, {.store = client_,
                                              .rank = rank_,
@@ -168,6 +178,58 @@ void WorkerGroup::wait_for_members(Clock::time_point deadline) {
       report_waiting(waiting);
     }
   }
+}
+
+void WorkerGroup::publish_fingerprint() {
+  if (options_.fingerprint.empty()) return;
+  client_->set(options_.prefix + "/fingerprint/" + task_.name(), nlohmann::json(options_.fingerprint).dump());
+}
+
+void WorkerGroup::compare_fingerprints(bool every_member_arrived) {
+  if (options_.fingerprint.empty()) return;
+  // "value" shortened to what fits in a line.
+  const auto shown = [](const std::string& value) {
+    constexpr size_t kMax = 120;
+    return value.size() <= kMax ? value : value.substr(0, kMax) + "...";
+  };
+  std::vector<std::string> differences;
+  for (const std::string& member : member_tasks()) {
+    const std::string key = options_.prefix + "/fingerprint/" + member;
+    if (member == task_.name() || (!every_member_arrived && !client_->check({key}))) continue;
+    std::map<std::string, std::string> theirs;
+    try {
+      theirs = nlohmann::json::parse(client_->get(key)).get<std::map<std::string, std::string>>();
+    } catch (const nlohmann::json::exception&) {
+      STRATA_THROW(DataCorrupt, "worker group: the fingerprint " << member << " published is not a JSON object");
+    }
+    std::set<std::string> keys;
+    for (const auto& [k, v] : options_.fingerprint) keys.insert(k);
+    for (const auto& [k, v] : theirs) keys.insert(k);
+    for (const std::string& k : keys) {
+      const auto mine = options_.fingerprint.find(k), other = theirs.find(k);
+      const std::string mine_text = mine == options_.fingerprint.end() ? "no " + k : k + " " + shown(mine->second);
+      const std::string other_text = other == theirs.end() ? "no " + k : k + " " + shown(other->second);
+      if (mine_text != other_text) {
+        differences.push_back(member + " has " + other_text + ", " + task_.name() + " has " +
+                              (mine == options_.fingerprint.end() ? "none" : shown(mine->second)));
+      }
+    }
+  }
+  if (every_member_arrived) {
+    // Every task has read the others' before any leaves (the task serving the store would take it along, and the
+    // others would see the service gone instead of the difference).
+    try {
+      client_->barrier(options_.prefix + "/fingerprints-compared", size_, kFingerprintBarrierTimeout);
+    } catch (const Error&) {
+      // A task is gone already: it compared (or failed) on its own.
+    }
+  }
+  if (differences.empty()) return;
+  std::string text;
+  for (const std::string& d : differences) text += (text.empty() ? "" : "; ") + d;
+  STRATA_THROW(InvalidArgument, "worker group: the tasks were not given the same job: "
+                                    << text << ". Every task of a job must run the same model, optimizer, loss, "
+                                               "batch size, data and strategy");
 }
 
 WorkerGroup::~WorkerGroup() {

@@ -168,7 +168,8 @@ cluster::WorkerGroupOptions worker_group_options(const CommunicationOptions& opt
                                     .rendezvous_timeout = options.rendezvous_timeout,
                                     .heartbeat_timeout = options.heartbeat_timeout,
                                     .heartbeat_interval = options.heartbeat_interval,
-                                    .prefix = std::move(prefix)};
+                                    .prefix = std::move(prefix),
+                                    .fingerprint = options.fingerprint};
   if (options.on_blocked_by_lost_task) {
     group.on_blocked_by_lost_task = [blocked = options.on_blocked_by_lost_task, strategy](const std::string& reason) {
       blocked(strategy + ": " + reason);

@@ -7,11 +7,13 @@
 // and is killed on every path.
 #include <gtest/gtest.h>
 
+#include <chrono>
 #include <fstream>
 #include <regex>
 #include <sstream>
 
 #include "cli/cli_test_util.h"
+#include "cli/launch_test_util.h"
 #include "test_util.h"
 
 namespace strata::cli {
@@ -187,6 +189,35 @@ TEST(MultiWorkerCommandTest, AStoppedWorkerIsDeclaredLostAndNamedWithinTheHeartb
   // collective ends the process 1 s later: far inside the 300 s collective timeout.
   EXPECT_LT(o.seconds, 15.0) << o.log;
   EXPECT_NE(o.log.find("worker:1"), std::string::npos) << o.log;
+}
+
+// Workers given different jobs (worker 1: another learning rate and --batch-size 64; or a wider layer) are told at
+// the rendezvous, every one of them within seconds, naming the keys and the tasks, instead of training apart in
+// silence or aborting inside Gloo.
+TEST(MultiWorkerCommandTest, WorkersGivenDifferentJobsAreToldAtTheRendezvous) {
+  TinyJob t("mwms_fingerprint", 512);
+  std::string other = tiny_job(t.s.dir);
+  other.replace(other.find("learning_rate: 0.01"), 19, "learning_rate: 0.02");
+  const std::string other_job = (t.s.dir / "other.yaml").string();
+  std::ofstream(other_job) << other;
+  const std::string script =
+      "if echo \"$TF_CONFIG\" | grep -q '\"index\":1'; then J=" + other_job + "; B='--batch-size 64'; else J=" + t.job +
+      "; B=''; fi; exec " + STRATA_BINARY + " train $J $B --strategy multi_worker_mirrored --threads 1";
+  const auto start = std::chrono::steady_clock::now();
+  const auto [rc, out] = run("timeout -k 5 120 " + std::string(STRATA_BINARY) + " launch --workers 2 -- sh -c " +
+                             shell_quote(script));
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_EQ(rc, 1) << out;
+  EXPECT_LT(seconds, 30) << out;
+  // Whichever worker compares first names the other's value and its own (the launcher then stops the other).
+  EXPECT_TRUE(std::regex_search(
+      out, std::regex("the tasks were not given the same job: (worker:1 has batch_size 64, worker:0 has 32|"
+                      "worker:0 has batch_size 32, worker:1 has 64)")))
+      << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex("worker:[01] has optimizer \\{name: adam, learning_rate: 0.0[12]\\}, "
+                                                "worker:[01] has \\{name: adam, learning_rate: 0.0[12]\\}")))
+      << out;
+  EXPECT_EQ(out.find("Epoch 1/"), std::string::npos) << out;  // no step ran
 }
 
 }  // namespace

@@ -1,13 +1,14 @@
 // WorkerGroup with its tasks as threads of this process (each its own TF_CONFIG task over 127.0.0.1 ports the OS
 // picked): the group connects and reduces on the backend "auto" resolves to; a task that goes silent fails the
-// others' collectives naming it, and a collective blocked on it is reported through the callback; bad groups are
-// clear errors.
+// others' collectives naming it, and a collective blocked on it is reported through the callback; tasks given
+// different fingerprints fail at the rendezvous naming the keys; bad groups are clear errors.
 #include "strata/cluster/worker_group.h"
 
 #include <gtest/gtest.h>
 
 #include <atomic>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <regex>
 #include <thread>
@@ -94,6 +95,25 @@ SilentPeer with_a_silent_peer(std::chrono::milliseconds delay) {
   });
   out.reported = reported.load();
   return out;
+}
+
+TEST(WorkerGroupTest, TasksGivenDifferentJobsFailAtTheRendezvousNamingTheKeysAndTheTasks) {
+  std::vector<std::string> errors(3);
+  on_every_worker(3, [&](int w, const TaskInfo& task) {
+    std::map<std::string, std::string> fingerprint = {{"batch_size", w == 2 ? "128" : "64"}, {"loss", "mse"}};
+    if (w == 1) fingerprint["extra"] = "1";
+    errors[static_cast<size_t>(w)] = test::message_of<InvalidArgument>(
+        [&] { WorkerGroup::init(task, {.timeout = 30s, .fingerprint = fingerprint}); });
+  });
+  EXPECT_NE(errors[0].find("the tasks were not given the same job: worker:1 has extra 1, worker:0 has none; "
+                           "worker:2 has batch_size 128, worker:0 has 64"),
+            std::string::npos)
+      << errors[0];
+  EXPECT_NE(errors[2].find("worker:0 has batch_size 64, worker:2 has 128"), std::string::npos) << errors[2];
+  // The same fingerprints everywhere: the group forms.
+  on_every_worker(2, [&](int, const TaskInfo& task) {
+    WorkerGroup::init(task, {.timeout = 30s, .fingerprint = {{"batch_size", "64"}}});
+  });
 }
 
 TEST(WorkerGroupTest, ACollectiveAfterATaskWasLostFailsAtOnceNamingIt) {

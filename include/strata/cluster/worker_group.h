@@ -25,6 +25,7 @@
 #include <atomic>
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,6 +56,12 @@ struct WorkerGroupOptions {
   bool without_communicator = false;
   // See above. Called on a background thread; never once the group is destroyed.
   std::function<void(const std::string& reason)> on_blocked_by_lost_task;
+  // What must agree across the group's tasks ("batch_size" -> "64", "model" -> its layers, ...): each task publishes
+  // its own at the rendezvous and compares it with every other task's; a difference is InvalidArgument naming the
+  // keys and the tasks ("worker:1 has batch_size 128, worker:0 has 64"), on every task at once, before any
+  // collective can mismatch. (Without a communicator, e.g. elastic, a task compares with the tasks that arrived
+  // before it.) Empty: nothing is compared.
+  std::map<std::string, std::string> fingerprint;
 };
 
 class WorkerGroup {
@@ -91,6 +98,9 @@ class WorkerGroup {
   // throws Timeout at `deadline`.
   void connect_client(std::chrono::steady_clock::time_point deadline);
   void wait_for_members(std::chrono::steady_clock::time_point deadline);
+  // Publishes this task's fingerprint; compare_fingerprints checks it against the other members' published ones.
+  void publish_fingerprint();
+  void compare_fingerprints(bool every_member_arrived);
   void report_waiting(const std::string& message) const;
   std::chrono::milliseconds rendezvous_timeout() const;
 

@@ -39,6 +39,7 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -75,6 +76,8 @@ struct CommunicationOptions {
   // does nothing more (it never ends the process); a program decides (the strata CLI says why and exits 1). The
   // argument names the lost task and why it was declared lost. Not called once the strategy is destroyed.
   std::function<void(const std::string& reason)> on_blocked_by_lost_task;
+  // What must agree across the workers, compared at the rendezvous (cluster::WorkerGroupOptions::fingerprint).
+  std::map<std::string, std::string> fingerprint;
 };
 
 // The worker group a strategy spanning processes makes from `options` (implementation "ring" is backend gloo),
