@@ -219,7 +219,7 @@ std::unique_ptr<distribute::Strategy> make_job_strategy(const StrategySpec& spec
         std::chrono::milliseconds(static_cast<int64_t>(spec.rendezvous_timeout_seconds * 1000));
   }
   communication.gradient_compression = spec.gradient_compression;
-  communication.fingerprint = std::move(fingerprint);
+  communication.fingerprint = fingerprint;
   // A collective blocked on a lost worker cannot be cancelled: the command ends, naming the lost task.
   communication.on_blocked_by_lost_task = [](const std::string& reason) {
     std::fflush(stdout);
@@ -256,6 +256,7 @@ std::unique_ptr<distribute::Strategy> make_job_strategy(const StrategySpec& spec
     ps::ParameterServerStrategyOptions options;
     options.checkpoint_dir = spec.ps_checkpoint_dir;
     options.checkpoint_every_steps = spec.ps_checkpoint_every_steps;
+    options.fingerprint = fingerprint;
     options.coordinator.max_staleness = spec.max_staleness;
     return std::make_unique<ps::ParameterServerStrategy>(cluster::resolve_cluster_from_environment(), options);
   }

@@ -221,4 +221,12 @@ void ParameterServerStrategy::stop() {
   stop_->cv.notify_all();
 }
 
+std::unique_ptr<cluster::WorkerGroup> ParameterServerStrategy::join_worker_group() const {
+  if (task_.coordinator_address.empty() || task_.task_type == "ps") return nullptr;
+  return cluster::WorkerGroup::init(task_, {.heartbeat_timeout = options_.heartbeat_timeout,
+                                            .prefix = "ps",
+                                            .without_communicator = true,
+                                            .fingerprint = options_.fingerprint});
+}
+
 }  // namespace strata::ps

@@ -46,6 +46,14 @@ void CoordinatorStepRunner::begin_fit(distribute::FitPosition&, bool requested) 
   STRATA_CHECK(!requested, InvalidArgument,
                "fit: resuming the chief from a checkpoint is not supported under ParameterServerStrategy; its "
                "checkpoint_dir keeps the ps shards, which a restarted ps task restores by itself");
+  group_ = strategy_.join_worker_group();
+  if (group_) {
+    group_->client()->set_on_lost([](const cluster::LostTask& lost) {
+      std::fflush(stdout);
+      std::fprintf(stderr, "fit: %s was lost (%s); its steps go to the other workers until it is back\n",
+                   lost.task.c_str(), lost.reason.c_str());
+    });
+  }
   const std::shared_ptr<optim::Optimizer> optimizer = program_.compiled_optimizer();
   variables_ = create_model_variables(program_, strategy_.partitioner(), strategy_.servers(),
                                       optimizer_spec_of(*optimizer));
@@ -116,8 +124,17 @@ std::optional<int64_t> WorkerStepRunner::serve(const data::Dataset& dataset) {
   std::unique_ptr<RemoteTrainer> trainer;
   std::promise<void> ended;
   std::once_flag end_once;
+  // The worker group (heartbeats, the job's fingerprint) is joined once the server answers: the chief pings the
+  // workers before its fit serves the group. Steps wait until it is joined, and the first compares the fingerprints
+  // again, the chief's certainly among them by then. Declared before the server, so it outlives the steps.
+  std::unique_ptr<cluster::WorkerGroup> group;
+  std::promise<void> joined_promise;
+  const std::shared_future<void> joined = joined_promise.get_future().share();
+  std::once_flag compared;
   WorkerServer server;
   server.register_function(kTrainStep, [&](const StepContext& step, const std::string&) {
+    joined.get();  // rethrows what ended the join
+    if (group) std::call_once(compared, [&] { group->check_fingerprints(); });
     if (!trainer) {
       trainer = std::make_unique<RemoteTrainer>(
           program, [&dataset](int64_t) { return dataset; }, strategy_.task_index(), strategy_.partitioner(), servers);
@@ -129,7 +146,31 @@ std::optional<int64_t> WorkerStepRunner::serve(const data::Dataset& dataset) {
     return std::string();
   });
   server.start(strategy_.task().address);
-  ended.get_future().wait();
+  // The chief gone (its process, or the group's service with it) ends the wait: serving on would wait forever.
+  auto chief_gone = std::make_shared<std::promise<std::string>>();
+  std::future<std::string> gone = chief_gone->get_future();
+  try {
+    group = strategy_.join_worker_group();
+  } catch (...) {
+    joined_promise.set_exception(std::current_exception());
+    throw;
+  }
+  joined_promise.set_value();
+  if (group) {
+    group->client()->set_on_lost([chief_gone, once = std::make_shared<std::once_flag>()](const cluster::LostTask& lost) {
+      if (lost.task.rfind("chief:", 0) != 0 && lost.task.rfind("coordination service", 0) != 0) return;
+      std::call_once(*once, [&] { chief_gone->set_value(lost.task + " is gone (" + lost.reason + ")"); });
+    });
+  }
+  std::future<void> end = ended.get_future();
+  while (end.wait_for(std::chrono::milliseconds(100)) != std::future_status::ready) {
+    if (gone.wait_for(std::chrono::seconds(0)) == std::future_status::ready) {
+      group->client()->set_on_lost(nullptr);
+      STRATA_THROW(Unavailable, "fit: " << strategy_.task().name() << " stops serving: " << gone.get()
+                                        << "; training cannot go on without the chief");
+    }
+  }
+  if (group) group->client()->set_on_lost(nullptr);
   server.stop();
   return trainer ? trainer->steps_run() : 0;
 }

@@ -2,11 +2,12 @@
 // chief, CoordinatorStepRunner: the model's variables created on the ps tasks, each epoch's steps scheduled through
 // the coordinator onto the workers, and their loss and metric states folded into the chief's trackers (the chief
 // reads no input). On a worker, WorkerStepRunner::serve: the training step (a RemoteTrainer on the worker's own
-// input) served until the chief's fit ends.
+// input) served until the chief's fit ends, or until the chief is gone (no heartbeat from the worker group's service).
 // Thread-safety: fit's driving thread; on a worker the step runs on the server's thread while that thread waits.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -46,6 +47,7 @@ class CoordinatorStepRunner final : public distribute::StepRunner {
   std::vector<std::vector<double>> epoch_states_;  // the tracker states of the steps fetched, summed
   int64_t steps_done_ = 0;       // over the fit, for checkpoint_every_steps
   int64_t checkpointed_at_ = 0;  // steps_done_ at the last of those checkpoints
+  std::unique_ptr<cluster::WorkerGroup> group_;  // during fit (ParameterServerStrategy::join_worker_group)
 };
 
 class WorkerStepRunner final : public distribute::StepRunner {

@@ -25,6 +25,14 @@ namespace strata::cli {
 
 namespace fs = std::filesystem;
 
+// The whole of a file ("" when it cannot be read).
+inline std::string read_file(const fs::path& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
 struct Scratch {
   fs::path dir;
   explicit Scratch(const std::string& name)

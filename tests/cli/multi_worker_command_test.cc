@@ -19,13 +19,6 @@
 namespace strata::cli {
 namespace {
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path);
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
-}
-
 TEST(MultiWorkerCommandTest, LaunchedWorkersTrainTogetherAndOnlyTheChiefWrites) {
   TinyJob t("mw_launch");
   const fs::path ckpt = t.s.dir / "ckpt";

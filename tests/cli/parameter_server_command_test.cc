@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <regex>
+#include <sstream>
 
 #include "cli/cli_test_util.h"
 #include "test_util.h"
@@ -164,6 +165,40 @@ TEST(ParameterServerCommandTest, ANonFinitePushIsRefusedAndTheChiefNamesTheWorke
                                                 R"(model/var_\d/part_0 \(push step:\d+\): refused)")))
       << out;
   EXPECT_EQ(out.find("the loss became NaN"), std::string::npos) << out;
+}
+
+// Started by hand with TF_CONFIG (no launcher to stop the others), a job whose chief is SIGKILLed mid-fit: its worker
+// stops serving within the heartbeat timeout (10 s) plus a beat, naming the chief, instead of serving forever.
+TEST(ParameterServerCommandTest, AWorkerWhoseChiefIsGoneStopsNamingIt) {
+  TinyJob t("ps_chief_gone", 2048);
+  const auto port = [] { return "\"127.0.0.1:" + std::to_string(test::free_port()) + "\""; };
+  const std::string cluster =
+      "{\"chief\": [" + port() + "], \"worker\": [" + port() + "], \"ps\": [" + port() + "]}";
+  const auto task = [&](const std::string& type, const std::string& log) {
+    return "TF_CONFIG='{\"cluster\": " + cluster + ", \"task\": {\"type\": \"" + type +
+           "\", \"index\": 0}}' timeout -k 5 90 " + STRATA_BINARY + " train " + t.job +
+           " --strategy parameter_server --threads 1 --epochs 100000 > " + (t.s.dir / log).string() + " 2>&1 &\n";
+  };
+  const fs::path dir = t.s.dir;
+  const std::string script =
+      task("ps", "ps.log") + "P=$!\n" + task("worker", "worker.log") + "W=$!\n" + task("chief", "chief.log") +
+      "C=$!\n"
+      "for i in $(seq 300); do grep -q 'Epoch 3/' " + (dir / "chief.log").string() + " && break; sleep 0.1; done\n" +
+      "T0=$(date +%s.%N); kill -KILL $(pgrep -P $C)\n"
+      "wait $W; RC=$?; T1=$(date +%s.%N)\n"
+      "kill -KILL $(pgrep -P $P) $P 2>/dev/null; wait\n"
+      "echo \"$RC $(echo \"$T1 - $T0\" | bc)\" > " + (dir / "outcome").string() + "\n";
+  std::ofstream(dir / "run.sh") << script;
+  run("timeout -k 5 120 bash " + (dir / "run.sh").string());
+  int rc = -1;
+  double seconds = -1;
+  std::istringstream(read_file(dir / "outcome")) >> rc >> seconds;
+  const std::string log = read_file(dir / "worker.log");
+  EXPECT_EQ(rc, 1) << log << read_file(dir / "chief.log");
+  EXPECT_GE(seconds, 0) << log;
+  EXPECT_LT(seconds, 14.0) << log;
+  EXPECT_NE(log.find("fit: worker:0 stops serving: "), std::string::npos) << log;
+  EXPECT_NE(log.find("training cannot go on without the chief"), std::string::npos) << log;
 }
 
 TEST(ParameterServerCommandTest, WhatAParameterServerJobCannotDoIsAClearError) {

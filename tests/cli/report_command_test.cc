@@ -18,11 +18,6 @@ int count(const std::string& text, const std::string& what) {
   return n;
 }
 
-std::string read_file(const fs::path& path) {
-  std::ifstream in(path);
-  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
-}
-
 TEST(ReportCommandTest, APageOfTwoRunsSideBySideAndOverlaid) {
   TinyJob t("report");
   const fs::path one = t.s.dir / "one_device", two = t.s.dir / "mirrored";

@@ -90,6 +90,9 @@ class WorkerGroup {
   std::vector<std::string> member_tasks() const;
   // The address this task listens on for its peers.
   std::string hostname() const;
+  // Compares this task's fingerprint with those the other members published so far (InvalidArgument as at the
+  // rendezvous): for a group without a communicator, whose members arrive at different times.
+  void check_fingerprints() { compare_fingerprints(/*every_member_arrived=*/false); }
 
  private:
   WorkerGroup(const TaskInfo& task, WorkerGroupOptions options);

@@ -33,11 +33,13 @@
 #include <chrono>
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "strata/cluster/cluster_resolver.h"
+#include "strata/cluster/worker_group.h"
 #include "strata/distribute/strategy.h"
 #include "strata/optim/optimizer.h"
 #include "strata/ps/cluster_coordinator.h"
@@ -62,6 +64,12 @@ struct ParameterServerStrategyOptions {
   std::string checkpoint_dir;
   // The chief also saves the ps shards every this many steps (0: at each epoch's end only).
   int64_t checkpoint_every_steps = 0;
+  // During fit the chief and the workers form a worker group without a communicator (cluster::WorkerGroupOptions,
+  // when the cluster names a coordinator address, as TF_CONFIG does): heartbeats, so that a worker whose chief is gone
+  // stops naming it instead of serving forever, and `fingerprint`, compared at its rendezvous (what must agree across
+  // the tasks; empty: nothing). A task silent for heartbeat_timeout is declared lost.
+  std::map<std::string, std::string> fingerprint;
+  std::chrono::milliseconds heartbeat_timeout = std::chrono::seconds(10);
 };
 
 // The ps's update for `optimizer` (the job's, as compiled on the chief): its config (optim::OptimizerConfig, which
@@ -118,6 +126,9 @@ class ParameterServerStrategy final : public distribute::Strategy {
   void stop();
   // ps task: its server (for counts in tests and reports); nullptr elsewhere.
   ParameterServer* server() const { return server_.get(); }
+  // Chief or worker, during fit: the group of the chief and the workers (see the options), or null when the cluster
+  // names no coordinator address. Blocks until this task reached the group's service (its rendezvous timeout).
+  std::unique_ptr<cluster::WorkerGroup> join_worker_group() const;
 
  private:
   // Runs `call` against every worker task at once; "worker:<i> (<address>): <why>" for each call that returned a
