@@ -1,7 +1,7 @@
 // A rogue client for tests: calls any method of a strata gRPC service by its path, with the bytes and metadata it
 // chooses (the generated messages serialized, or none), over a plaintext channel: what an outsider on the machine
 // can do with the project's .proto files.
-// Thread-safety: each call on its own completion queue; call from any thread.
+// Thread-safety: each call waits for its own completion; call from any thread.
 #pragma once
 
 #include <google/protobuf/descriptor.h>
@@ -9,6 +9,7 @@
 #include <grpcpp/grpcpp.h>
 
 #include <chrono>
+#include <future>
 #include <map>
 #include <memory>
 #include <string>
@@ -40,18 +41,11 @@ class RogueClient {
     for (const auto& [key, value] : metadata) context.AddMetadata(key, value);
     grpc::Slice slice(request);
     grpc::ByteBuffer buffer(&slice, 1);
-    grpc::CompletionQueue queue;
-    auto rpc = stub_->PrepareUnaryCall(&context, path, buffer, &queue);
-    rpc->StartCall();
     grpc::ByteBuffer reply;
-    grpc::Status status;
-    rpc->Finish(&reply, &status, nullptr);
-    void* tag = nullptr;
-    bool ok = false;
-    queue.Next(&tag, &ok);
-    queue.Shutdown();
-    while (queue.Next(&tag, &ok)) {
-    }
+    std::promise<grpc::Status> done;
+    stub_->UnaryCall(&context, path, grpc::StubOptions(), &buffer, &reply,
+                     [&done](grpc::Status status) { done.set_value(std::move(status)); });
+    grpc::Status status = done.get_future().get();
     return status;
   }
 
