@@ -103,9 +103,14 @@ void CoordinatorStepRunner::end_epoch(bool stopped) {
 
 void CoordinatorStepRunner::end_fit() {
   // A worker that does not answer (down, restarting) is reported, not waited for.
-  for (const std::string& why : strategy_.run_on_every_worker(kEndFit, std::chrono::seconds(10))) {
+  for (const std::string& failed : strategy_.run_on_every_worker(kEndFit, std::chrono::seconds(10))) {
+    // "worker:1 (127.0.0.1:2223): UNAVAILABLE: ..." -> "could not tell worker:1 (127.0.0.1:2223) that training
+    // ended: UNAVAILABLE: ..."
+    const size_t split = failed.find("): ");
+    const std::string who = split == std::string::npos ? failed : failed.substr(0, split + 1);
+    const std::string why = split == std::string::npos ? "" : ": " + failed.substr(split + 3);
     std::fflush(stdout);
-    std::fprintf(stderr, "fit: could not tell %s that training ended\n", why.c_str());
+    std::fprintf(stderr, "fit: could not tell %s that training ended%s\n", who.c_str(), why.c_str());
   }
 }
 

@@ -227,6 +227,28 @@ data::Dataset batches_together(const data::Dataset& first, const data::Dataset& 
   return data::Dataset::from_tensor_slices({kernels::concat(xs, 0), kernels::concat(ys, 0)}).batch(16);
 }
 
+// A worker of the cluster that never came up: the chief trains without it, saying so, and at the end says it could not
+// tell it that training ended, naming it, its address and why, in that order.
+TEST(ParameterServerFitTest, AWorkerThatNeverCameIsNamedWhenTheChiefCannotTellItThatTrainingEnded) {
+  const cluster::ClusterSpec spec = cluster_of(1);
+  cluster::ClusterSpec chiefs = spec;  // the chief's cluster also lists worker:1, which never starts
+  chiefs.jobs["worker"].push_back("127.0.0.1:" + std::to_string(test::free_port()));
+  std::string err;
+  {
+    Tasks tasks(spec);
+    ParameterServerStrategyOptions options = quick();
+    options.coordinator.unavailable_timeout = std::chrono::seconds(2);
+    ParameterServerStrategy chief(task_of(chiefs, "chief", 0), options);
+    auto model = classifier(&chief, 1);
+    ::testing::internal::CaptureStderr();
+    model->fit(points(100), {.epochs = 1, .steps_per_epoch = 4, .verbose = 0});
+    err = ::testing::internal::GetCapturedStderr();
+  }
+  const std::string worker1 = "worker:1 (" + chiefs.jobs.at("worker")[1] + ")";
+  EXPECT_NE(err.find("fit: training without " + worker1), std::string::npos) << err;
+  EXPECT_NE(err.find("fit: could not tell " + worker1 + " that training ended: "), std::string::npos) << err;
+}
+
 TEST(ParameterServerFitTest, ZeroStalenessTrainsAsOneModelOnBothWorkersBatchesTogether) {
   const cluster::ClusterSpec spec = cluster_of(2);
   History history;
