@@ -15,20 +15,6 @@ namespace {
 constexpr FlightRecorder::State kStates[] = {FlightRecorder::State::kIssued, FlightRecorder::State::kRunning,
                                              FlightRecorder::State::kCompleted, FlightRecorder::State::kFailed};
 
-// "64 B", "4 KiB", "1.5 MiB".
-std::string bytes_str(int64_t bytes) {
-  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB"};
-  double value = static_cast<double>(bytes);
-  int unit = 0;
-  while (value >= 1024 && unit < 3) {
-    value /= 1024;
-    ++unit;
-  }
-  char text[32];
-  const bool whole = unit == 0 || value == static_cast<double>(static_cast<int64_t>(value)) || value >= 100;
-  std::snprintf(text, sizeof text, whole ? "%.0f %s" : "%.1f %s", value, kUnits[unit]);
-  return text;
-}
 
 // "0.3 ms" below 10 ms, "1002 ms" above.
 std::string ms_str(FlightRecorder::Clock::duration d) {
@@ -169,6 +155,21 @@ std::optional<FlightRecorder::Entry> decode(const std::string& text) {
   }
   if (!known_kind || !known_state) return std::nullopt;
   return entry;
+}
+
+// "64 B", "4 KiB", "1.5 MiB".
+std::string bytes_str(int64_t bytes) {
+  static constexpr const char* kUnits[] = {"B", "KiB", "MiB", "GiB"};
+  double value = static_cast<double>(bytes);
+  int unit = 0;
+  while (value >= 1024 && unit < 3) {
+    value /= 1024;
+    ++unit;
+  }
+  char text[32];
+  const bool whole = unit == 0 || value == static_cast<double>(static_cast<int64_t>(value)) || value >= 100;
+  std::snprintf(text, sizeof text, whole ? "%.0f %s" : "%.1f %s", value, kUnits[unit]);
+  return text;
 }
 
 }  // namespace strata::comm::detail

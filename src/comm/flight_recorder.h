@@ -82,4 +82,7 @@ std::string describe_recent(const FlightRecorder& recorder, int rank, size_t n);
 std::string encode(const FlightRecorder::Entry& entry);
 std::optional<FlightRecorder::Entry> decode(const std::string& text);
 
+// "64 B", "4 KiB", "1.5 MiB".
+std::string bytes_str(int64_t bytes);
+
 }  // namespace strata::comm::detail

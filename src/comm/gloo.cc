@@ -455,6 +455,17 @@ class GlooCommunicator final : public Communicator, public gloo_detail::Executor
         collectives_.execute(op);
       }
       return {};
+    } catch (const gloo_detail::SignatureMismatch& e) {
+      // The ranks are out of step: every later collective would mismatch too.
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        if (broken_.empty()) broken_ = op_name(op) + ": " + e.what();
+      }
+      if (!is_p2p(op.kind)) recorder_.ended(op.seq, false);
+      return {ErrorCode::kInvalidArgument,
+              strata::detail::with_location(name_ + ": " + op_name(op) + " on rank " + std::to_string(rank()) + ": " +
+                                                e.what(),
+                                            __FILE__, __LINE__)};
     } catch (const gloo::IoException& e) {
       return broken(op, start, "Timeout", e.what());
     } catch (const std::exception& e) {

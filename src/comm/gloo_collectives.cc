@@ -10,9 +10,11 @@
 #include <gloo/math.h>
 #include <gloo/types.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "comm/bf16_wire.h"
+#include "comm/flight_recorder.h"
 #include "comm/gloo_internal.h"
 
 namespace strata::comm::gloo_detail {
@@ -220,6 +222,52 @@ void GlooCollectives::run_bf16_all_reduce(Op& op) {
   detail::widen_from_bf16(narrow_.data(), op.tensors, op.reduce == ReduceOp::kMean ? static_cast<float>(size()) : 1.0f);
 }
 
+namespace {
+// The fields of a collective's signature, in order.
+enum SignatureField { kKind, kDtype, kBytes, kRoot, kReduce, kSignatureFields };
+// A signature's exchange uses its collective's number with this bit set as its Gloo tag: its own slots.
+constexpr uint32_t kSignatureTag = 0x80000000u;
+
+// "all_reduce of float32 (1.4 MiB, sum)", "broadcast of int64 (8 B, root 1)".
+std::string describe(const int64_t* s) {
+  const auto kind = static_cast<Kind>(s[kKind]);
+  std::string out = kind_name(kind);
+  if (kind == Kind::kBarrier) return out;
+  out += " of " + std::string(dtype_name(static_cast<DType>(s[kDtype]))) + " (" + detail::bytes_str(s[kBytes]);
+  if (kind == Kind::kBroadcast) out += ", root " + std::to_string(s[kRoot]);
+  if (kind == Kind::kAllReduce || kind == Kind::kReduceScatter) {
+    out += ", " + to_string(static_cast<ReduceOp>(s[kReduce]));
+  }
+  return out + ")";
+}
+}  // namespace
+
+void GlooCollectives::check_signature(const Op& op, size_t nbytes) {
+  std::vector<int64_t> all(static_cast<size_t>(kSignatureFields) * static_cast<size_t>(size()));
+  int64_t mine[kSignatureFields] = {};
+  mine[kKind] = static_cast<int64_t>(op.kind);
+  mine[kDtype] = op.tensors.empty() ? -1 : static_cast<int64_t>(op.tensors[0].dtype());
+  // all_gather and reduce_scatter: the input's bytes (the output follows from it).
+  mine[kBytes] = op.kind == Kind::kAllGather || op.kind == Kind::kReduceScatter
+                     ? static_cast<int64_t>(op.tensors[0].nbytes())
+                     : static_cast<int64_t>(nbytes);
+  mine[kRoot] = op.kind == Kind::kBroadcast ? op.root : 0;
+  mine[kReduce] = op.kind == Kind::kAllReduce || op.kind == Kind::kReduceScatter ? static_cast<int64_t>(op.reduce) : 0;
+  gloo::AllgatherOptions opts(context_);
+  opts.setInput(mine, kSignatureFields);
+  opts.setOutput(all.data(), all.size());
+  opts.setTag(kSignatureTag | static_cast<uint32_t>(op.seq));
+  opts.setTimeout(op.timeout);
+  gloo::allgather(opts);
+  for (int r = 0; r < size(); ++r) {
+    const int64_t* theirs = all.data() + static_cast<size_t>(r) * kSignatureFields;
+    if (std::equal(mine, mine + kSignatureFields, theirs)) continue;
+    STRATA_THROW(SignatureMismatch, "collective #" << op.seq << ": rank " << r << " called " << describe(theirs)
+                                                   << " where rank " << rank() << " called " << describe(mine)
+                                                   << ": the ranks' programs (or jobs) differ");
+  }
+}
+
 void GlooCollectives::execute(Op& op) {
   const auto tag = static_cast<uint32_t>(op.seq);
   size_t numel = 0, nbytes = 0;
@@ -227,6 +275,9 @@ void GlooCollectives::execute(Op& op) {
     numel += static_cast<size_t>(t.numel());
     nbytes += t.nbytes();
   }
+  const bool collective = op.kind == Kind::kAllReduce || op.kind == Kind::kBroadcast || op.kind == Kind::kAllGather ||
+                          op.kind == Kind::kBarrier || op.kind == Kind::kReduceScatter;
+  if (collective && size() > 1) check_signature(op, nbytes);  // (a recv is matched by its tag alone)
   switch (op.kind) {
     case Kind::kAllReduce:
       if (numel > 0) run_all_reduce(op, numel);

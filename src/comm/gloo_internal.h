@@ -75,6 +75,12 @@ class GlooWork final : public detail::BackendWork {
   const std::shared_ptr<ExecState> exec_;
 };
 
+// Ranks called different collectives at the same point of their sequence (a mismatched program or job).
+class SignatureMismatch : public InvalidArgument {
+ public:
+  using InvalidArgument::InvalidArgument;
+};
+
 struct Op {
   Kind kind = Kind::kBarrier;
   int64_t seq = 0;
@@ -95,7 +101,11 @@ class GlooCollectives {
   // A problem with this rank's own arguments, or "". (Gloo cannot compare arguments across ranks without a
   // round trip; mismatched shapes across ranks end in a Gloo error or the timeout.)
   std::string check_arguments(const Op& op) const;
-  // Runs `op` (its arguments checked; not send); Gloo's exceptions pass through.
+  // Runs `op` (its arguments checked; not send); Gloo's exceptions pass through. A collective first exchanges its
+  // signature (kind, dtype, bytes, root, reduction) with every rank, one small all-gather: ranks that called
+  // different collectives get SignatureMismatch naming both sides ("rank 1 called all_gather (4 KiB) where rank 0
+  // called all_reduce (1.4 MiB)") before any of their data moves, where Gloo would abort the process or wait out the
+  // timeout.
   void execute(Op& op);
 
   // A send posted to Gloo: the buffer (and the bucket's copy it may point into) must live until waitSend returns.
@@ -115,6 +125,7 @@ class GlooCollectives {
   void scatter_bucket(std::vector<Tensor>& tensors);
   void run_all_reduce(Op& op, size_t numel);
   void run_bf16_all_reduce(Op& op);
+  void check_signature(const Op& op, size_t nbytes);
 
   const std::shared_ptr<gloo::Context> context_;
   std::vector<unsigned char> flat_;  // a bucket of several tensors

@@ -2,7 +2,8 @@
 // one process (in-memory store) and as forked processes (file store in a temp dir), bitwise-equal on every rank and
 // equal to a reference computed here; a rank that never joins a collective (Timeout within the timeout plus a
 // margin, naming the collective), a rank stuck between steps (named with the last collective and step it reached,
-// beside the failing rank's own last collectives), a rank that never connects, abort, and argument errors.
+// beside the failing rank's own last collectives), a rank that never connects, abort, ranks calling different
+// collectives (both named, at once), and argument errors.
 // Processes: each child has an alarm(); the parent waits with a deadline, kills what is left and reaps every child.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -497,6 +498,39 @@ TEST(GlooFaultTest, AbortFailsThePeersAtOnceQuotingTheReason) {
   EXPECT_TRUE(contains(message, "the group was aborted by rank 1: replica 1 failed")) << message;
   EXPECT_TRUE(contains(after, "barrier #1 on rank 1 was not run")) << after;
   EXPECT_TRUE(contains(after, "unusable since it was aborted on rank 1: replica 1 failed")) << after;
+}
+
+// Ranks that call different collectives at the same point (rank 1 an all_gather of 4 KiB where rank 0 all-reduces
+// 1.4 MiB) are both told, naming both calls, at once and before any data moves: never a Gloo abort of the process,
+// never a wait for the timeout. The communicator is then unusable (the ranks are out of step).
+TEST(GlooFaultTest, RanksCallingDifferentCollectivesAreToldWhichOnEachSide) {
+  auto store = make_in_memory_store(10s);
+  std::vector<std::string> messages(2), after(2);
+  std::vector<Clock::duration> waited(2);
+  run_threads(2, [&](int r) {
+    auto comm = make_gloo_communicator(store, r, 2, {.timeout = 20s});
+    const auto start = Clock::now();
+    if (r == 0) {
+      Tensor x = Tensor::ones({364544});  // 1.4 MiB of float32
+      messages[0] = message_of<InvalidArgument>([&] { comm->all_reduce({x}, ReduceOp::kSum)->wait(); });
+    } else {
+      Tensor in = Tensor::ones({1024}), out = Tensor::ones({2048});  // 4 KiB in
+      messages[1] = message_of<InvalidArgument>([&] { comm->all_gather(in, out)->wait(); });
+    }
+    waited[static_cast<size_t>(r)] = Clock::now() - start;
+    Tensor y = Tensor::ones({1});
+    after[static_cast<size_t>(r)] = message_of<Error>([&] { comm->all_reduce({y})->wait(); });
+  });
+  EXPECT_TRUE(contains(messages[0], "all_reduce #1 on rank 0: collective #1: rank 1 called all_gather of float32 "
+                                    "(4 KiB) where rank 0 called all_reduce of float32 (1.4 MiB, sum)"))
+      << messages[0];
+  EXPECT_TRUE(contains(messages[1], "rank 0 called all_reduce of float32 (1.4 MiB, sum) where rank 1 called "
+                                    "all_gather of float32 (4 KiB)"))
+      << messages[1];
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_LT(waited[static_cast<size_t>(r)], 5s) << r;  // far inside the 20 s timeout
+    EXPECT_TRUE(contains(after[static_cast<size_t>(r)], "rank 1 called all_gather")) << after[static_cast<size_t>(r)];
+  }
 }
 
 TEST(GlooCommunicatorTest, ArgumentErrors) {
