@@ -134,26 +134,25 @@ __attribute__((target("avx512f"))) void adam_loop_avx512(float* __restrict var, 
   const __m512 k_eps = _mm512_set1_ps(eps), k_keep = _mm512_set1_ps(keep), k_alpha = _mm512_set1_ps(alpha);
   const __m512 k_scale = _mm512_set1_ps(scale), k_hi = _mm512_set1_ps(clip), k_lo = _mm512_set1_ps(-clip);
   const __m512 k_two = _mm512_set1_ps(2.0f);
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) {
-    __m512 g = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_loadu_ps(grad + i), k_scale), k_lo), k_hi);
-    __m512 mi = _mm512_loadu_ps(m + i), vi = _mm512_loadu_ps(v + i);
+  // The lanes of `lanes` (a full block, or the masked tail: every element takes the same arithmetic wherever it sits,
+  // so a variable split into shards updates bit for bit as the whole would).
+  const auto block = [&](int64_t i, __mmask16 lanes) __attribute__((target("avx512f"))) {
+    __m512 g = _mm512_min_ps(_mm512_max_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, grad + i), k_scale), k_lo), k_hi);
+    __m512 mi = _mm512_maskz_loadu_ps(lanes, m + i), vi = _mm512_maskz_loadu_ps(lanes, v + i);
     mi = _mm512_fmadd_ps(_mm512_sub_ps(g, mi), k_b1, mi);
     vi = _mm512_fmadd_ps(_mm512_sub_ps(_mm512_mul_ps(g, g), vi), k_b2, vi);
     const __m512 den = _mm512_add_ps(_mm512_sqrt_ps(vi), k_eps);
     __m512 inv = _mm512_rcp14_ps(den);
     inv = _mm512_mul_ps(inv, _mm512_fnmadd_ps(den, inv, k_two));  // Newton: inv * (2 - den * inv)
     const __m512 step = _mm512_mul_ps(_mm512_mul_ps(k_alpha, mi), inv);
-    _mm512_storeu_ps(m + i, mi);
-    _mm512_storeu_ps(v + i, vi);
-    _mm512_storeu_ps(var + i, _mm512_sub_ps(_mm512_mul_ps(_mm512_loadu_ps(var + i), k_keep), step));
-  }
-  for (; i < n; ++i) {
-    const float g = std::min(std::max(grad[i] * scale, -clip), clip);
-    m[i] += (g - m[i]) * one_minus_b1;
-    v[i] += (g * g - v[i]) * one_minus_b2;
-    var[i] = var[i] * keep - alpha * m[i] / (std::sqrt(v[i]) + eps);
-  }
+    _mm512_mask_storeu_ps(m + i, lanes, mi);
+    _mm512_mask_storeu_ps(v + i, lanes, vi);
+    _mm512_mask_storeu_ps(var + i, lanes,
+                          _mm512_sub_ps(_mm512_mul_ps(_mm512_maskz_loadu_ps(lanes, var + i), k_keep), step));
+  };
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) block(i, static_cast<__mmask16>(0xFFFF));
+  if (i < n) block(i, static_cast<__mmask16>((1u << (n - i)) - 1));
 }
 
 __attribute__((target_clones("avx512f", "avx2", "default"))) void adam_loop(
