@@ -204,7 +204,8 @@ distribute::ElasticOptions elastic_from_environment() {
 }  // namespace
 
 std::unique_ptr<distribute::Strategy> make_job_strategy(const StrategySpec& spec,
-                                                        std::map<std::string, std::string> fingerprint) {
+                                                        std::map<std::string, std::string> fingerprint,
+                                                        int64_t max_message_bytes) {
   check_strategy_name(spec.name, "strategy");
   int replicas = spec.replicas;
   if (replicas <= 0) {
@@ -257,6 +258,7 @@ std::unique_ptr<distribute::Strategy> make_job_strategy(const StrategySpec& spec
     options.checkpoint_dir = spec.ps_checkpoint_dir;
     options.checkpoint_every_steps = spec.ps_checkpoint_every_steps;
     options.fingerprint = fingerprint;
+    options.max_message_bytes = max_message_bytes;
     options.coordinator.max_staleness = spec.max_staleness;
     return std::make_unique<ps::ParameterServerStrategy>(cluster::resolve_cluster_from_environment(), options);
   }

@@ -97,8 +97,10 @@ StrategySpec resolve_strategy(const StrategySpec& from_job, const StrategyFlags&
 // The strategy `spec` names, with CPU replicas whose threads share the calling thread's num_threads().
 // `fingerprint` (job_fingerprint) is what its workers compare at the rendezvous, for the strategies that span
 // processes.
+// `max_message_bytes` caps what a parameter_server job's ps and worker tasks take per message (0: any size).
 std::unique_ptr<distribute::Strategy> make_job_strategy(const StrategySpec& spec,
-                                                        std::map<std::string, std::string> fingerprint = {});
+                                                        std::map<std::string, std::string> fingerprint = {},
+                                                        int64_t max_message_bytes = 0);
 // "strategy: MirroredStrategy, 2 replicas (1 thread each), global batch 128".
 std::string strategy_line(const distribute::Strategy& strategy, int64_t global_batch);
 

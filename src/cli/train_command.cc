@@ -80,12 +80,23 @@ void warn(const std::string& message) {
   std::fprintf(stderr, "strata: warning: %s\n", message.c_str());
 }
 
+// What a parameter-server job's messages hold at most: its largest variable (a shard, a gradient, a pull) plus 1 MiB
+// for the rest of a message (names, shapes, a step's metric states).
+int64_t max_message_bytes(const Job& job) {
+  std::shared_ptr<Sequential> model = build_model(job);
+  model->build_for(input_shape(job));
+  int64_t largest = 0;
+  for (const Variable& v : model->variables()) largest = std::max<int64_t>(largest, v.value().nbytes());
+  return largest + (int64_t{1} << 20);
+}
+
 // The job's strategy (flags over the file), announced on one line with this process's threads and why. Call
 // after apply_core_share: replicas and pipeline stages share the process's threads.
 std::unique_ptr<distribute::Strategy> open_strategy(Job& job, const StrategyFlags& flags,
                                                     const cluster::CoreShare& cores) {
   job.strategy = resolve_strategy(job.strategy, flags);
-  std::unique_ptr<distribute::Strategy> strategy = make_job_strategy(job.strategy, job_fingerprint(job));
+  std::unique_ptr<distribute::Strategy> strategy = make_job_strategy(
+      job.strategy, job_fingerprint(job), job.strategy.name == "parameter_server" ? max_message_bytes(job) : 0);
   std::printf("%s; %s\n", strategy_line(*strategy, job.batch_size).c_str(), cores.reason.c_str());
   std::fflush(stdout);
   warn(replicas_warning(strategy->num_replicas_in_sync(), static_cast<unsigned>(cores.cores)));

@@ -105,7 +105,7 @@ ParameterServerStrategy::ParameterServerStrategy(const cluster::TaskInfo& task, 
       if (std::filesystem::is_directory(dir, ec)) restore = dir;
     }
     server_ = std::make_unique<ParameterServer>();
-    server_->start(task.address, restore);
+    server_->start(task.address, restore, options_.max_message_bytes);
   }
 }
 

@@ -344,7 +344,9 @@ ParameterServer::ParameterServer(int64_t step_window) : impl_(std::make_unique<I
 }
 ParameterServer::~ParameterServer() { stop(); }
 
-void ParameterServer::start(const std::string& address, const std::string& restore_directory) {
+void ParameterServer::start(const std::string& address, const std::string& restore_directory,
+                            int64_t max_message_bytes) {
+  STRATA_CHECK(max_message_bytes >= 0, InvalidArgument, "ps: max_message_bytes must be >= 0, got " << max_message_bytes);
   STRATA_CHECK(!impl_->server, InvalidArgument, "ps: already serving on port " << impl_->port);
   const std::string where = cluster::listen_address(address);
   auto service = std::make_unique<Service>(impl_->step_window);
@@ -361,7 +363,7 @@ void ParameterServer::start(const std::string& address, const std::string& resto
   builder.AddListeningPort(
       where, cluster::server_credentials(*cluster::process_job_credentials(), where, "the ps"), &port);
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // a port in use is an error, not a shared port
-  builder.SetMaxReceiveMessageSize(-1);                     // shards and gradients of any size
+  builder.SetMaxReceiveMessageSize(grpc_message_cap(max_message_bytes));  // the job's largest shard, or any size
   builder.SetMaxSendMessageSize(-1);
   builder.RegisterService(service.get());
   auto server = builder.BuildAndStart();

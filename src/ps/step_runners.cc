@@ -150,7 +150,7 @@ std::optional<int64_t> WorkerStepRunner::serve(const data::Dataset& dataset) {
     std::call_once(end_once, [&] { ended.set_value(); });
     return std::string();
   });
-  server.start(strategy_.task().address);
+  server.start(strategy_.task().address, strategy_.options().max_message_bytes);
   // The chief gone (its process, or the group's service with it) ends the wait: serving on would wait forever.
   auto chief_gone = std::make_shared<std::promise<std::string>>();
   std::future<std::string> gone = chief_gone->get_future();

@@ -1,12 +1,15 @@
 // The ps's tensor codec: a TensorBytes message (proto/parameter_server.proto) to and from a float32 Tensor, and a
 // ps message that carries one tensor encoded into a gRPC byte buffer without copying the tensor's bytes, in the
-// same protobuf wire format the generated code reads (as TensorFlow's grpc_tensor_coding does for its RecvTensor).
+// same protobuf wire format the generated code reads (as TensorFlow's grpc_tensor_coding does for its RecvTensor);
+// and the receive cap those messages are held to.
 // Thread-safety: pure functions; the buffer keeps its own reference to the tensor's memory.
 #pragma once
 
 #include <google/protobuf/message_lite.h>
 #include <grpcpp/support/byte_buffer.h>
 
+#include <climits>
+#include <cstdint>
 #include <memory>
 #include <string>
 
@@ -32,5 +35,10 @@ std::string from_bytes(const proto::TensorBytes& t, Tensor* out, const std::stri
 // memory, kept alive by a reference the slice owns until gRPC has sent them: `t` must not be written meanwhile.
 // `t` is a contiguous float32 host tensor.
 grpc::ByteBuffer encode_with_tensor_bytes(const google::protobuf::MessageLite& head, int field, const Tensor& t);
+
+// gRPC's receive limit for a cap of `bytes` (0: none, -1 to gRPC), at most INT_MAX.
+inline int grpc_message_cap(int64_t bytes) {
+  return bytes == 0 ? -1 : static_cast<int>(bytes > INT_MAX ? INT_MAX : bytes);
+}
 
 }  // namespace strata::ps

@@ -15,6 +15,7 @@
 #include "cluster/rpc_credentials.h"
 #include "cluster/rpc_status.h"
 #include "ps/proto/worker.grpc.pb.h"
+#include "ps/tensor_coding.h"
 #include "strata/cluster/cluster_resolver.h"
 #include "strata/error.h"
 
@@ -116,7 +117,9 @@ void WorkerServer::register_function(const std::string& name, StepFunction funct
   impl_->service->add(name, std::move(function));
 }
 
-void WorkerServer::start(const std::string& address) {
+void WorkerServer::start(const std::string& address, int64_t max_message_bytes) {
+  STRATA_CHECK(max_message_bytes >= 0, InvalidArgument,
+               "worker: max_message_bytes must be >= 0, got " << max_message_bytes);
   std::lock_guard lock(impl_->mu);
   STRATA_CHECK(!impl_->server, InvalidArgument, "worker: already serving on port " << impl_->port);
   const std::string where = cluster::listen_address(address);
@@ -128,7 +131,7 @@ void WorkerServer::start(const std::string& address) {
   // The coordinator's keepalive pings (how it notices a worker machine that vanished mid-call) are welcome.
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  builder.SetMaxReceiveMessageSize(-1);
+  builder.SetMaxReceiveMessageSize(grpc_message_cap(max_message_bytes));
   builder.SetMaxSendMessageSize(-1);
   builder.RegisterService(impl_->service.get());
   auto server = builder.BuildAndStart();

@@ -93,6 +93,20 @@ TEST(ParameterServerTest, ANonFinitePushIsRefusedNamingTheWorkerTheShardAndTheSt
   EXPECT_TRUE(worker.push("model/var_4/part_0", Tensor::full({3}, 1.0), "step:256"));
 }
 
+// A ps started with a message cap refuses a larger request whole (RESOURCE_EXHAUSTED, nothing applied) and takes the
+// job's own messages.
+TEST(ParameterServerTest, ARequestOverTheMessageCapIsRefused) {
+  ParameterServer server;
+  server.start("127.0.0.1:0", "", 64 << 10);
+  ParameterServerClient client("127.0.0.1:" + std::to_string(server.port()));
+  client.create("w", Tensor::zeros({1024}), {.name = "sgd", .learning_rate = 1.0});  // 4 KiB
+  EXPECT_TRUE(client.push("w", Tensor::ones({1024})));
+  test::expect_error_containing<Error>([&] { client.push("w", Tensor::ones({32768})); },  // 128 KiB
+                                       {"RESOURCE_EXHAUSTED", "larger than max"});
+  EXPECT_EQ(values(client.pull("w")), std::vector<float>(1024, -1.0f));
+  EXPECT_EQ(server.pushes_applied(), 1);
+}
+
 TEST(ParameterServerTest, TheStepWindowDropsRepeatsInsideItAndForgetsOlderOnes) {
   Running ps(/*step_window=*/3);
   ps.client->create("w", Tensor::zeros({2}), {.name = "sgd", .learning_rate = 1.0});

@@ -69,7 +69,9 @@ class ParameterServer {
   // address when it cannot listen there. With `restore_directory`, first loads the shards saved there (as
   // ParameterServerClient::restore; a directory with no shard file restores none), so that a restarted ps answers
   // its first call with its last checkpoint's values.
-  void start(const std::string& address, const std::string& restore_directory = "");
+  // `max_message_bytes` caps every request (0: any size): a larger one is refused (RESOURCE_EXHAUSTED) before it is
+  // read whole. ParameterServerStrategy gives the job's largest variable plus a margin.
+  void start(const std::string& address, const std::string& restore_directory = "", int64_t max_message_bytes = 0);
   int port() const;
   // Shards start() restored.
   int64_t shards_restored() const;

@@ -55,7 +55,8 @@ class WorkerServer {
   void register_function(const std::string& name, StepFunction function);
   // Serves on `address` ("host:port"; port 0: the OS picks; an empty host binds 127.0.0.1). Unavailable naming the
   // address when it cannot listen there.
-  void start(const std::string& address);
+  // `max_message_bytes` caps every request as ParameterServer::start does (0: any size).
+  void start(const std::string& address, int64_t max_message_bytes = 0);
   int port() const;
   // Stops serving: calls in flight get `grace` to finish, then their callers see them cancelled (the coordinator
   // treats the worker as lost and re-runs the closure elsewhere). Returns once every running function has returned.
