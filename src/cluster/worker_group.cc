@@ -7,10 +7,11 @@
 #include <cstdio>
 #include <exception>
 #include <map>
-#include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
 #include <thread>
+
+#include <nlohmann/json.hpp>
 
 #include "strata/comm/backends.h"
 #include "strata/error.h"
@@ -207,12 +208,10 @@ void WorkerGroup::compare_fingerprints(bool every_member_arrived) {
     for (const auto& [k, v] : theirs) keys.insert(k);
     for (const std::string& k : keys) {
       const auto mine = options_.fingerprint.find(k), other = theirs.find(k);
-      const std::string mine_text = mine == options_.fingerprint.end() ? "no " + k : k + " " + shown(mine->second);
-      const std::string other_text = other == theirs.end() ? "no " + k : k + " " + shown(other->second);
-      if (mine_text != other_text) {
-        differences.push_back(member + " has " + other_text + ", " + task_.name() + " has " +
-                              (mine == options_.fingerprint.end() ? "none" : shown(mine->second)));
-      }
+      const bool i_have = mine != options_.fingerprint.end(), they_have = other != theirs.end();
+      if (i_have && they_have && mine->second == other->second) continue;  // whole values compared, shown shortened
+      differences.push_back(member + " has " + (they_have ? k + " " + shown(other->second) : "no " + k) + ", " +
+                            task_.name() + " has " + (i_have ? shown(mine->second) : "none"));
     }
   }
   if (every_member_arrived) {

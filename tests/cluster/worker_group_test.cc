@@ -102,6 +102,8 @@ TEST(WorkerGroupTest, TasksGivenDifferentJobsFailAtTheRendezvousNamingTheKeysAnd
   on_every_worker(3, [&](int w, const TaskInfo& task) {
     std::map<std::string, std::string> fingerprint = {{"batch_size", w == 2 ? "128" : "64"}, {"loss", "mse"}};
     if (w == 1) fingerprint["extra"] = "1";
+    // Values longer than a message shows still compare whole: these differ after the shown part.
+    fingerprint["model"] = std::string(150, 'x') + (w == 2 ? "y" : "z");
     errors[static_cast<size_t>(w)] = test::message_of<InvalidArgument>(
         [&] { WorkerGroup::init(task, {.timeout = 30s, .fingerprint = fingerprint}); });
   });
@@ -110,6 +112,11 @@ TEST(WorkerGroupTest, TasksGivenDifferentJobsFailAtTheRendezvousNamingTheKeysAnd
             std::string::npos)
       << errors[0];
   EXPECT_NE(errors[2].find("worker:0 has batch_size 64, worker:2 has 128"), std::string::npos) << errors[2];
+  EXPECT_NE(errors[0].find("worker:2 has model " + std::string(120, 'x') + "..., worker:0 has " +
+                           std::string(120, 'x') + "..."),
+            std::string::npos)
+      << errors[0];
+  EXPECT_EQ(errors[0].find("worker:1 has model"), std::string::npos) << errors[0];
   // The same fingerprints everywhere: the group forms.
   on_every_worker(2, [&](int, const TaskInfo& task) {
     WorkerGroup::init(task, {.timeout = 30s, .fingerprint = {{"batch_size", "64"}}});
