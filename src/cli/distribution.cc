@@ -92,20 +92,25 @@ StrategySpec resolve_strategy(const StrategySpec& from_job, const StrategyFlags&
     spec.replicas = replicas;
   }
   // A bound in seconds for the strategies whose workers are processes that meet and run collectives.
-  const auto cross_worker_seconds = [&](const char* flag, const std::optional<double>& value, const char* what,
-                                        double& into) {
+  const auto cross_worker_seconds = [&](const char* flag, const std::optional<double>& value,
+                                        const std::vector<std::string>& strategies, const char* what, double& into) {
     if (!value) return;
     STRATA_CHECK(std::isfinite(*value) && *value > 0, InvalidArgument,
                  flag << ": must be a positive number of seconds, got " << *value);
-    STRATA_CHECK(spec.name == "multi_worker_mirrored" || spec.name == "pipeline" || spec.name == "local_sgd",
-                 InvalidArgument,
-                 flag << " " << *value << ": only multi_worker_mirrored, pipeline and local_sgd " << what
-                      << " (this job's strategy is " << spec.name << ")");
+    std::string names;
+    for (size_t i = 0; i < strategies.size(); ++i) {
+      names += (i == 0 ? "" : i + 1 == strategies.size() ? " and " : ", ") + strategies[i];
+    }
+    STRATA_CHECK(std::find(strategies.begin(), strategies.end(), spec.name) != strategies.end(), InvalidArgument,
+                 flag << " " << *value << ": only " << names << " " << what << " (this job's strategy is "
+                      << spec.name << ")");
     into = *value;
   };
   cross_worker_seconds("--collective-timeout", flags.collective_timeout_seconds,
-                       "run collectives across processes", spec.collective_timeout_seconds);
+                       {"multi_worker_mirrored", "pipeline", "local_sgd"}, "run collectives across processes",
+                       spec.collective_timeout_seconds);
   cross_worker_seconds("--rendezvous-timeout", flags.rendezvous_timeout_seconds,
+                       {"multi_worker_mirrored", "pipeline", "local_sgd", "parameter_server"},
                        "meet the other workers at start-up", spec.rendezvous_timeout_seconds);
   if (!flags.gradient_compression.empty()) {
     check_choice(flags.gradient_compression, {"none", "bf16"}, "--gradient-compression", "gradient compression");
@@ -259,6 +264,7 @@ std::unique_ptr<distribute::Strategy> make_job_strategy(const StrategySpec& spec
     options.checkpoint_every_steps = spec.ps_checkpoint_every_steps;
     options.fingerprint = fingerprint;
     options.max_message_bytes = max_message_bytes;
+    options.rendezvous_timeout = communication.rendezvous_timeout;
     options.coordinator.max_staleness = spec.max_staleness;
     return std::make_unique<ps::ParameterServerStrategy>(cluster::resolve_cluster_from_environment(), options);
   }

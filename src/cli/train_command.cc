@@ -428,7 +428,7 @@ void add_strategy_options(CLI::App* command, StrategyFlags& flags) {
   command->add_option("--rendezvous-timeout", flags.rendezvous_timeout_seconds,
                       "multi_worker_mirrored, local_sgd, and pipeline on several workers: seconds the start-up may "
                       "wait for the other workers, saying every 10 s whom it waits for (default 60, or the "
-                      "collective timeout if shorter)");
+                      "collective timeout if shorter); parameter_server: how long a worker waits for the chief's fit");
   command->add_option("--max-staleness", flags.max_staleness,
                       "parameter_server: a worker may start step v only when every worker has finished step v - N "
                       "(0: synchronous rounds, each round's gradients applied as one mean; default: asynchronous)");

@@ -223,7 +223,8 @@ void ParameterServerStrategy::stop() {
 
 std::unique_ptr<cluster::WorkerGroup> ParameterServerStrategy::join_worker_group() const {
   if (task_.coordinator_address.empty() || task_.task_type == "ps") return nullptr;
-  return cluster::WorkerGroup::init(task_, {.heartbeat_timeout = options_.heartbeat_timeout,
+  return cluster::WorkerGroup::init(task_, {.rendezvous_timeout = options_.rendezvous_timeout,
+                                            .heartbeat_timeout = options_.heartbeat_timeout,
                                             .prefix = "ps",
                                             .without_communicator = true,
                                             .fingerprint = options_.fingerprint});

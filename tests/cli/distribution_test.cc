@@ -216,6 +216,13 @@ TEST(DistributionTest, TheRendezvousTimeoutReachesTheStrategy) {
             std::string::npos);
   EXPECT_NE(error({.strategy = "local_sgd", .rendezvous_timeout_seconds = -1}).find("must be a positive number"),
             std::string::npos);
+  // A parameter-server worker waits that long for the chief's fit to serve the worker group.
+  EXPECT_EQ(resolve_strategy({}, {.strategy = "parameter_server", .rendezvous_timeout_seconds = 9})
+                .rendezvous_timeout_seconds,
+            9);
+  EXPECT_NE(error({.strategy = "mirrored", .rendezvous_timeout_seconds = 5})
+                .find("only multi_worker_mirrored, pipeline, local_sgd and parameter_server meet the other workers"),
+            std::string::npos);
 }
 
 TEST(DistributionTest, MakesTheStrategyAndDescribesIt) {

@@ -70,6 +70,9 @@ struct ParameterServerStrategyOptions {
   // the tasks; empty: nothing). A task silent for heartbeat_timeout is declared lost.
   std::map<std::string, std::string> fingerprint;
   std::chrono::milliseconds heartbeat_timeout = std::chrono::seconds(10);
+  // How long a worker waits for the chief's fit to start serving the group (0: 60 s), saying every 10 s that it
+  // waits.
+  std::chrono::milliseconds rendezvous_timeout{0};
   // Cap on every message a ps or worker task takes (0: any size). `strata train` gives the job's largest variable
   // plus 1 MiB: no shard, gradient or step message of the job is larger.
   int64_t max_message_bytes = 0;
