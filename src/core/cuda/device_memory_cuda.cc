@@ -1,17 +1,12 @@
-// CUDA device memory through the CUDA runtime (built only with STRATA_WITH_CUDA).
-// Thread-safety: the runtime calls are thread-safe; each call selects its device first.
-#include <cuda_runtime_api.h>
+// CUDA device memory through the CUDA runtime (built only with STRATA_WITH_CUDA): allocations, frees and copies
+// are queued on the device's stream (core/cuda/cuda_context.h). Thread-safety: the runtime calls are thread-safe.
+#include <algorithm>
 
+#include "core/cuda/cuda_context.h"
 #include "core/device_memory.h"
 #include "strata/error.h"
 
 namespace strata::detail {
-
-namespace {
-void check_cuda(cudaError_t status, const char* what) {
-  STRATA_CHECK(status == cudaSuccess, Unavailable, what << " failed: " << cudaGetErrorString(status));
-}
-}  // namespace
 
 int cuda_count() {
   int n = 0;
@@ -19,25 +14,31 @@ int cuda_count() {
 }
 
 void* cuda_alloc(size_t nbytes, int index) {
-  STRATA_CHECK(index >= 0 && index < cuda_count(), Unavailable,
-               "cuda:" << index << " does not exist (" << cuda_count() << " CUDA devices visible)");
-  check_cuda(cudaSetDevice(index), "cudaSetDevice");
+  cudaStream_t s = cuda::stream(index);
   void* p = nullptr;
-  check_cuda(cudaMalloc(&p, std::max<size_t>(nbytes, 1)), "cudaMalloc");
+  cuda::check(cudaMallocAsync(&p, std::max<size_t>(nbytes, 1), s), "cudaMallocAsync");
   return p;
 }
 
 void cuda_free(void* p, int index) {
-  cudaSetDevice(index);
-  cudaFree(p);
+  // A free runs in no exception context (a Storage's destructor): an error here has nowhere to go but the next call.
+  cudaFreeAsync(p, cuda::stream(index));
 }
 
 void cuda_copy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) {
   const cudaMemcpyKind kind = src_device.is_cpu()   ? cudaMemcpyHostToDevice
                               : dst_device.is_cpu() ? cudaMemcpyDeviceToHost
                                                     : cudaMemcpyDeviceToDevice;
-  check_cuda(cudaSetDevice(src_device.is_cpu() ? dst_device.index : src_device.index), "cudaSetDevice");
-  check_cuda(cudaMemcpy(dst, src, nbytes, kind), "cudaMemcpy");
+  const int device = src_device.is_cpu() ? dst_device.index : src_device.index;
+  cudaStream_t s = cuda::stream(device);
+  if (!src_device.is_cpu() && !dst_device.is_cpu() && src_device.index != dst_device.index) {
+    cuda::synchronize(dst_device.index);  // the destination's earlier work on its buffer comes first
+    cuda::check(cudaMemcpyPeerAsync(dst, dst_device.index, src, src_device.index, nbytes, s), "cudaMemcpyPeerAsync");
+  } else {
+    cuda::check(cudaMemcpyAsync(dst, src, nbytes, kind, s), "cudaMemcpyAsync");
+  }
+  // The host sees the bytes (device to host), and may reuse its buffer (host to device), once the call returns.
+  cuda::synchronize(device);
 }
 
 }  // namespace strata::detail

@@ -1,0 +1,46 @@
+// One stream per device, created on first use (see cuda_context.h). Thread-safety: the streams are made under a
+// mutex and never destroyed (the process's exit tears the context down).
+#include "core/cuda/cuda_context.h"
+
+#include <mutex>
+#include <vector>
+
+#include "strata/error.h"
+
+namespace strata::detail::cuda {
+
+void check(cudaError_t status, const char* what) {
+  STRATA_CHECK(status == cudaSuccess, Unavailable, what << " failed: " << cudaGetErrorString(status));
+}
+
+namespace {
+int visible_devices() {
+  int n = 0;
+  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+}
+}  // namespace
+
+void set_device(int device) {
+  thread_local int current = -1;
+  if (device == current) return;
+  const int count = visible_devices();
+  STRATA_CHECK(device >= 0 && device < count, Unavailable,
+               "cuda:" << device << " does not exist (" << count << " CUDA devices visible)");
+  check(cudaSetDevice(device), "cudaSetDevice");
+  current = device;
+}
+
+cudaStream_t stream(int device) {
+  set_device(device);
+  static std::mutex mu;
+  static std::vector<cudaStream_t> streams;
+  std::lock_guard<std::mutex> lock(mu);
+  if (streams.size() <= static_cast<size_t>(device)) streams.resize(device + 1, nullptr);
+  if (streams[device] == nullptr) check(cudaStreamCreateWithFlags(&streams[device], cudaStreamNonBlocking),
+                                        "cudaStreamCreateWithFlags");
+  return streams[device];
+}
+
+void synchronize(int device) { check(cudaStreamSynchronize(stream(device)), "cudaStreamSynchronize"); }
+
+}  // namespace strata::detail::cuda
