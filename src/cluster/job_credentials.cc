@@ -12,6 +12,7 @@
 #include <mutex>
 #include <sstream>
 
+#include "cluster/hex_digits.h"
 #include "strata/cluster/cluster_resolver.h"
 #include "strata/error.h"
 
@@ -20,16 +21,6 @@ namespace {
 
 constexpr size_t kMinSecretLength = 16;
 
-std::string hex(const unsigned char* bytes, size_t n) {
-  static const char digits[] = "0123456789abcdef";
-  std::string out;
-  out.reserve(2 * n);
-  for (size_t i = 0; i < n; ++i) {
-    out.push_back(digits[bytes[i] >> 4]);
-    out.push_back(digits[bytes[i] & 15]);
-  }
-  return out;
-}
 
 std::string env(const char* name) {
   const char* value = std::getenv(name);
@@ -71,7 +62,7 @@ std::string JobCredentials::read_secret_file(const std::string& path) {
 std::string JobCredentials::generate_secret() {
   unsigned char bytes[32];
   STRATA_CHECK(RAND_bytes(bytes, sizeof bytes) == 1, Error, "could not draw a job secret from the OS's generator");
-  return hex(bytes, sizeof bytes);
+  return detail::hex_digits(bytes, sizeof bytes);
 }
 
 JobCredentials JobCredentials::from_environment() {
@@ -111,7 +102,7 @@ std::string JobCredentials::job_id() const {
   unsigned int n = 0;
   STRATA_CHECK(EVP_Digest(secret.data(), secret.size(), digest, &n, EVP_sha256(), nullptr) == 1, Error,
                "SHA-256 of the job secret failed");
-  return hex(digest, n).substr(0, 12);
+  return detail::hex_digits(digest, n).substr(0, 12);
 }
 
 void JobCredentials::check_address(const std::string& address, const std::string& what) const {

@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "cluster/hex_digits.h"
 #include "strata/cluster/cluster_resolver.h"
 #include "strata/error.h"
 
@@ -49,7 +50,8 @@ class ProofPlugin final : public grpc::MetadataCredentialsPlugin {
                            std::multimap<std::string, std::string>* metadata) override {
     const int64_t now = unix_ms_now();
     metadata->emplace(kJobIdKey, job_id_);
-    metadata->emplace(kProofKey, std::to_string(now) + ":" + call_proof(credentials_, to_string(method_name), now));
+    metadata->emplace(kProofKey,
+                      std::to_string(now) + ":" + call_proof(credentials_, job_id_, to_string(method_name), now));
     return grpc::Status::OK;
   }
 
@@ -92,7 +94,7 @@ class ProofChecker final : public grpc::AuthMetadataProcessor {
                     " s from this machine's clock (more than " + std::to_string(kMaxClockSkew.count()) +
                     " min): a replayed call, or clocks apart");
     }
-    const std::string expected = call_proof(credentials_, method, sent);
+    const std::string expected = call_proof(credentials_, job_id_, method, sent);
     const std::string given = colon == std::string::npos ? "" : proof.substr(colon + 1);
     if (given.size() != expected.size() || CRYPTO_memcmp(given.data(), expected.data(), expected.size()) != 0) {
       return refuse(self + ": the " + method + " call's proof does not match the job's secret (a wrong secret)");
@@ -113,19 +115,18 @@ bool on_loopback(const std::string& address) { return is_loopback_host(host_of_a
 }  // namespace
 
 std::string call_proof(const JobCredentials& credentials, const std::string& method, int64_t unix_ms) {
-  const std::string message = credentials.job_id() + "\n" + method + "\n" + std::to_string(unix_ms);
+  return call_proof(credentials, credentials.job_id(), method, unix_ms);
+}
+
+std::string call_proof(const JobCredentials& credentials, const std::string& job_id, const std::string& method,
+                       int64_t unix_ms) {
+  const std::string message = job_id + "\n" + method + "\n" + std::to_string(unix_ms);
   unsigned char digest[EVP_MAX_MD_SIZE];
   unsigned int n = 0;
   STRATA_CHECK(HMAC(EVP_sha256(), credentials.secret.data(), static_cast<int>(credentials.secret.size()),
                     reinterpret_cast<const unsigned char*>(message.data()), message.size(), digest, &n) != nullptr,
                Error, "HMAC-SHA256 of a call failed");
-  static const char digits[] = "0123456789abcdef";
-  std::string out;
-  for (unsigned int i = 0; i < n; ++i) {
-    out.push_back(digits[digest[i] >> 4]);
-    out.push_back(digits[digest[i] & 15]);
-  }
-  return out;
+  return detail::hex_digits(digest, n);
 }
 
 std::shared_ptr<grpc::ServerCredentials> server_credentials(const JobCredentials& credentials,

@@ -33,5 +33,8 @@ std::shared_ptr<grpc::ChannelCredentials> channel_credentials(const JobCredentia
 
 // The proof a call carries (exposed for tests): x-strata-auth's value for `method` at `unix_ms`.
 std::string call_proof(const JobCredentials& credentials, const std::string& method, int64_t unix_ms);
+// The same with the job id already derived (the plugin and the checker hold it: SHA-256 once, not per call).
+std::string call_proof(const JobCredentials& credentials, const std::string& job_id, const std::string& method,
+                       int64_t unix_ms);
 
 }  // namespace strata::cluster
