@@ -12,8 +12,8 @@
 #include <vector>
 
 #include "kernels/cpu/cpu_util.h"
-#include "kernels/device_dispatch.h"
 #include "kernels/cpu/dnnl_util.h"
+#include "kernels/device_dispatch.h"
 #include "kernels/kernels.h"
 #include "strata/threading.h"
 

@@ -10,8 +10,8 @@
 #include <atomic>
 
 #include "kernels/cpu/cpu_util.h"
-#include "kernels/device_dispatch.h"
 #include "kernels/cpu/dnnl_util.h"
+#include "kernels/device_dispatch.h"
 #include "kernels/kernels.h"
 
 namespace strata::kernels {

@@ -172,7 +172,9 @@ Tensor scatter_add(const Tensor& indices, const Tensor& updates, int64_t num_row
 }
 
 void scatter_add_into(Tensor& out, const Tensor& indices, const Tensor& updates) {
-  if (on_cuda("scatter_add", {&indices, &updates, &out})) STRATA_CUDA_KERNEL(return cuda::scatter_add_into(out, indices, updates));
+  if (on_cuda("scatter_add", {&indices, &updates, &out})) {
+    STRATA_CUDA_KERNEL(return cuda::scatter_add_into(out, indices, updates));
+  }
   cpu::require_host("scatter_add", {&indices, &updates, &out});
   require_index_dtype("scatter_add", indices);
   cpu::require_float("scatter_add", {&updates, &out});

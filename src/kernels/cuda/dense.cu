@@ -91,8 +91,7 @@ bool lt_dense(const Tensor& x, const Tensor& w, const Tensor& bias, bool relu, T
                "dense: cublasLtMatmulPreferenceSetAttribute");
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
-  const cublasStatus_t st =
-      cublasLtMatmulAlgoGetHeuristic(lt, o.op, o.a, o.b, o.d, o.d, o.pref, 1, &result, &found);
+  const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, o.op, o.a, o.b, o.d, o.d, o.pref, 1, &result, &found);
   if (st == CUBLAS_STATUS_NOT_SUPPORTED || (st == CUBLAS_STATUS_SUCCESS && found == 0)) return false;
   check_cublas(st, "dense: cublasLtMatmulAlgoGetHeuristic");
   void* ws = workspace(device, kLtWorkspace);
@@ -132,8 +131,8 @@ Tensor dense(const Tensor& x, const Tensor& w, const Tensor& bias, bool relu) {
       return y;
     }
     if (lt_dense(x, w, bias, relu, y)) return y;
-    sgemm_rows(cublas_handle(dev.index), false, false, M, N, K, x.data<float>(), 0, w.data<float>(), 0,
-               y.data<float>(), 0, 1);
+    sgemm_rows(cublas_handle(dev.index), false, false, M, N, K, x.data<float>(), 0, w.data<float>(), 0, y.data<float>(),
+               0, 1);
   }
   if (!bias.defined() && !relu) return y;
   thrust::for_each_n(thrust::cuda::par_nosync.on(stream), thrust::counting_iterator<int64_t>(0), M * N,
@@ -163,8 +162,7 @@ DenseGrads dense_backward(const Tensor& x, const Tensor& w, const Tensor& y, con
   Tensor dz = dy;
   if (relu && M * N > 0) {
     dz = Tensor::empty({M, N}, DType::kFloat32, dev);
-    thrust::transform(policy, y.data<float>(), y.data<float>() + M * N, dy.data<float>(), dz.data<float>(),
-                      ReluMask{});
+    thrust::transform(policy, y.data<float>(), y.data<float>() + M * N, dy.data<float>(), dz.data<float>(), ReluMask{});
   }
   cublasHandle_t h = (want_db || want_dw || want_dx) ? cublas_handle(dev.index) : nullptr;
   const float* pz = dz.data<float>();
@@ -177,9 +175,9 @@ DenseGrads dense_backward(const Tensor& x, const Tensor& w, const Tensor& y, con
       Tensor ones = Tensor::empty({M}, DType::kFloat32, dev);
       thrust::fill_n(policy, ones.data<float>(), M, 1.0f);
       const float one = 1.0f, zero = 0.0f;
-      check_cublas(cublasSgemv_64(h, CUBLAS_OP_N, N, M, &one, pz, N, ones.data<float>(), 1, &zero,
-                                  g.db.data<float>(), 1),
-                   "dense_backward: cublasSgemv (bias gradient)");
+      check_cublas(
+          cublasSgemv_64(h, CUBLAS_OP_N, N, M, &one, pz, N, ones.data<float>(), 1, &zero, g.db.data<float>(), 1),
+          "dense_backward: cublasSgemv (bias gradient)");
     }
   }
   if (want_dw) {

@@ -161,8 +161,8 @@ void run_binary(const char* name, const Tensor& a, const Tensor& b, Tensor& out,
   }
   const cpu::BroadcastPlan bp = cpu::plan_broadcast(out.shape(), {&a.shape(), &b.shape()});
   STRATA_CHECK(static_cast<int>(bp.dims.size()) <= kMaxDims, Unavailable,
-               name << ": broadcasting " << a.shape_str() << " with " << b.shape_str() << " needs "
-                    << bp.dims.size() << " dimensions; the GPU kernel takes up to " << kMaxDims);
+               name << ": broadcasting " << a.shape_str() << " with " << b.shape_str() << " needs " << bp.dims.size()
+                    << " dimensions; the GPU kernel takes up to " << kMaxDims);
   Plan p;
   p.rank = static_cast<int>(bp.dims.size());
   for (int j = 0; j < p.rank; ++j) {

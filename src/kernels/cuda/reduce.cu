@@ -2,21 +2,22 @@
 //
 // As on the CPU (kernels/cpu/reduce.cc), reduced and kept axes are coalesced into alternating groups and each
 // reduced group is removed in turn from a [outer, n, inner] view. A sum over contiguous runs (inner == 1) is CUB's
-// DeviceReduce / DeviceSegmentedReduce; a sum over a strided axis (inner > 1) is a cuBLAS product with a vector of
-// ones (ones[1, n] x X_o[n, inner] per outer row), which reads X row by row. Max is CUB's segmented reduction with
+// DeviceReduce / DeviceSegmentedReduce; a sum over a strided axis (inner > 1) of up to kGemmSumMax is a cuBLAS
+// product with a vector of ones (ones[1, n] x X_o[n, inner] per outer row), which reads X row by row, and a longer one
+// CUB's segmented sum through a strided index iterator. Max is CUB's segmented reduction with
 // the CPU's NaN-propagating max, reading a strided segment through an index iterator. Sums accumulate in float32 in
 // the libraries' tree orders (the CPU's accumulate in double): agreement is to float rounding, ~1e-6 relative.
 // argmax is one Thrust transform over the outputs, each thread walking its axis (first index on ties; a NaN wins,
 // the first one, as NumPy). Nothing here waits for the stream.
 // Thread-safety: as kernels.h; each call queues on the device's stream and writes only what it allocates.
-#include <cub/device/device_reduce.cuh>
-#include <cub/device/device_segmented_reduce.cuh>
 #include <thrust/execution_policy.h>
 #include <thrust/fill.h>
 #include <thrust/iterator/counting_iterator.h>
 #include <thrust/iterator/transform_iterator.h>
 #include <thrust/transform.h>
 
+#include <cub/device/device_reduce.cuh>
+#include <cub/device/device_segmented_reduce.cuh>
 #include <limits>
 #include <vector>
 
@@ -33,6 +34,10 @@ namespace {
 constexpr int kMaxDims = 12;
 
 enum class Kind { kSum, kMean, kMax };
+
+// A strided sum over at most this many rows is a cuBLAS product (as exact as matmul's dots of that length); a longer
+// one goes through CUB, whose tree sums keep the rounding of a very long axis (the CNN's [N*H*W, C] bias sums) down.
+constexpr int64_t kGemmSumMax = 4096;
 
 // NaN-propagating max, as the CPU's: a NaN on either side wins.
 struct NanMax {
@@ -61,7 +66,7 @@ void check_cub(cudaError_t st, const char* what) { detail::cuda::check(st, what)
 // out[o, j] = sum_k in[o, k, j].
 void sum_step(const float* in, int64_t outer, int64_t n, int64_t inner, float* out, Device dev) {
   cudaStream_t stream = detail::cuda::stream(dev.index);
-  if (inner > 1) {
+  if (inner > 1 && n <= kGemmSumMax) {
     Tensor ones = Tensor::empty({n}, DType::kFloat32, dev);
     thrust::fill_n(thrust::cuda::par_nosync.on(stream), ones.data<float>(), n, 1.0f);
     sgemm_rows(cublas_handle(dev.index), false, false, 1, inner, n, ones.data<float>(), 0, in, n * inner, out, inner,
@@ -69,6 +74,17 @@ void sum_step(const float* in, int64_t outer, int64_t n, int64_t inner, float* o
     return;
   }
   size_t bytes = 0;
+  if (inner > 1) {  // a long strided axis: CUB's block-wide tree sums round less than a product's long dot
+    auto read = thrust::make_transform_iterator(thrust::counting_iterator<int64_t>(0), StridedRead{in, n, inner});
+    auto begin = thrust::make_transform_iterator(thrust::counting_iterator<int64_t>(0), TimesN{n});
+    auto end = thrust::make_transform_iterator(thrust::counting_iterator<int64_t>(1), TimesN{n});
+    check_cub(cub::DeviceSegmentedReduce::Sum(nullptr, bytes, read, out, outer * inner, begin, end, stream),
+              "cub::DeviceSegmentedReduce::Sum");
+    Tensor tmp = scratch(bytes, dev);
+    check_cub(cub::DeviceSegmentedReduce::Sum(tmp.raw_data(), bytes, read, out, outer * inner, begin, end, stream),
+              "cub::DeviceSegmentedReduce::Sum");
+    return;
+  }
   if (outer == 1) {
     check_cub(cub::DeviceReduce::Sum(nullptr, bytes, in, out, n, stream), "cub::DeviceReduce::Sum");
     Tensor tmp = scratch(bytes, dev);
@@ -101,12 +117,12 @@ void max_step(const float* in, int64_t outer, int64_t n, int64_t inner, float* o
   auto end = thrust::make_transform_iterator(thrust::counting_iterator<int64_t>(1), TimesN{n});
   const int64_t segments = outer * inner;
   if (inner == 1) {
-    check_cub(cub::DeviceSegmentedReduce::Reduce(nullptr, bytes, in, out, segments, begin, end, NanMax{}, lowest,
-                                                 stream),
-              "cub::DeviceSegmentedReduce::Reduce");
+    check_cub(
+        cub::DeviceSegmentedReduce::Reduce(nullptr, bytes, in, out, segments, begin, end, NanMax{}, lowest, stream),
+        "cub::DeviceSegmentedReduce::Reduce");
     Tensor tmp = scratch(bytes, dev);
-    check_cub(cub::DeviceSegmentedReduce::Reduce(tmp.raw_data(), bytes, in, out, segments, begin, end, NanMax{},
-                                                 lowest, stream),
+    check_cub(cub::DeviceSegmentedReduce::Reduce(tmp.raw_data(), bytes, in, out, segments, begin, end, NanMax{}, lowest,
+                                                 stream),
               "cub::DeviceSegmentedReduce::Reduce");
     return;
   }
@@ -115,8 +131,8 @@ void max_step(const float* in, int64_t outer, int64_t n, int64_t inner, float* o
       cub::DeviceSegmentedReduce::Reduce(nullptr, bytes, read, out, segments, begin, end, NanMax{}, lowest, stream),
       "cub::DeviceSegmentedReduce::Reduce");
   Tensor tmp = scratch(bytes, dev);
-  check_cub(cub::DeviceSegmentedReduce::Reduce(tmp.raw_data(), bytes, read, out, segments, begin, end, NanMax{},
-                                               lowest, stream),
+  check_cub(cub::DeviceSegmentedReduce::Reduce(tmp.raw_data(), bytes, read, out, segments, begin, end, NanMax{}, lowest,
+                                               stream),
             "cub::DeviceSegmentedReduce::Reduce");
 }
 

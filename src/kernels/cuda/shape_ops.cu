@@ -32,10 +32,10 @@ void copy_blocks(const char* src, int64_t src_stride, char* dst, int64_t dst_str
                         "cudaMemcpyAsync");
     return;
   }
-  detail::cuda::check(cudaMemcpy2DAsync(dst, static_cast<size_t>(dst_stride), src, static_cast<size_t>(src_stride),
-                                        static_cast<size_t>(block), static_cast<size_t>(rows),
-                                        cudaMemcpyDeviceToDevice, stream),
-                      "cudaMemcpy2DAsync");
+  detail::cuda::check(
+      cudaMemcpy2DAsync(dst, static_cast<size_t>(dst_stride), src, static_cast<size_t>(src_stride),
+                        static_cast<size_t>(block), static_cast<size_t>(rows), cudaMemcpyDeviceToDevice, stream),
+      "cudaMemcpy2DAsync");
 }
 
 void require_index_dtype(const char* op, const Tensor& indices) {
@@ -248,9 +248,9 @@ void scatter_add_into(Tensor& out, const Tensor& indices, const Tensor& updates)
       us.size() >= is.size() && std::equal(is.begin(), is.end(), us.begin()), ShapeError,
       "scatter_add: updates " << updates.shape_str() << " must start with the indices' shape " << indices.shape_str());
   const Shape row_shape(us.begin() + static_cast<std::ptrdiff_t>(is.size()), us.end());
-  STRATA_CHECK(out.rank() >= 1 && Shape(out.shape().begin() + 1, out.shape().end()) == row_shape, ShapeError,
-               "scatter_add: into " << out.shape_str() << ", whose rows are not the updates' rows "
-                                    << shape_str(row_shape));
+  STRATA_CHECK(
+      out.rank() >= 1 && Shape(out.shape().begin() + 1, out.shape().end()) == row_shape, ShapeError,
+      "scatter_add: into " << out.shape_str() << ", whose rows are not the updates' rows " << shape_str(row_shape));
   check_indices_in_range("scatter_add", indices, out.dim(0));
   const int64_t n = indices.numel();
   const int64_t row = shape_numel(row_shape);

@@ -25,9 +25,10 @@ class Descriptor {
     check_cudnn(cudnnCreateTensorDescriptor(&desc_), "cudnnCreateTensorDescriptor");
     // cuDNN indexes a tensor with 32-bit ints: the whole tensor must fit.
     to_int(s.outer * s.n * s.inner, op, "element count");
-    check_cudnn(cudnnSetTensor4dDescriptor(desc_, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, to_int(s.outer, op, "outer size"),
-                                           to_int(s.n, op, "axis size"), to_int(s.inner, op, "inner size"), 1),
-                "cudnnSetTensor4dDescriptor");
+    check_cudnn(
+        cudnnSetTensor4dDescriptor(desc_, CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, to_int(s.outer, op, "outer size"),
+                                   to_int(s.n, op, "axis size"), to_int(s.inner, op, "inner size"), 1),
+        "cudnnSetTensor4dDescriptor");
   }
   ~Descriptor() { cudnnDestroyTensorDescriptor(desc_); }
   Descriptor(const Descriptor&) = delete;
@@ -64,11 +65,10 @@ Tensor backward(const char* op, const Tensor& y, const Tensor& dy, int axis, Kin
   if (y.numel() == 0) return dx;
   const Descriptor d(op, y.shape(), ax);
   const float one = 1.0f, zero = 0.0f;
-  check_cudnn(cudnnSoftmaxBackward(cudnn_handle(y.device().index), algorithm(kind), CUDNN_SOFTMAX_MODE_CHANNEL, &one,
-                                   d.get(), y.data<float>(), d.get(), dy.data<float>(), &zero, d.get(),
-                                   dx.data<float>()),
-              kind == Kind::kSoftmax ? "softmax_backward: cudnnSoftmaxBackward"
-                                     : "log_softmax_backward: cudnnSoftmaxBackward");
+  check_cudnn(
+      cudnnSoftmaxBackward(cudnn_handle(y.device().index), algorithm(kind), CUDNN_SOFTMAX_MODE_CHANNEL, &one, d.get(),
+                           y.data<float>(), d.get(), dy.data<float>(), &zero, d.get(), dx.data<float>()),
+      kind == Kind::kSoftmax ? "softmax_backward: cudnnSoftmaxBackward" : "log_softmax_backward: cudnnSoftmaxBackward");
   return dx;
 }
 
