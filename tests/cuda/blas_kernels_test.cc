@@ -152,6 +152,27 @@ TEST(GpuDenseTest, AChainedMlpForwardMatchesTheCpu) {
   expect_matches_cpu(h_gpu, h_cpu, 1e-3, "MLP 784-4096-4096-10 logits");
 }
 
+// Views that start off cuBLASLt's preferred 256-byte alignment: x from a batch's second row, and a bias 4 bytes into
+// its storage (which takes the sgemm + Thrust path).
+TEST(GpuDenseTest, MisalignedViewsMatchTheCpu) {
+  STRATA_REQUIRE_GPU();
+  const Tensor x_all = random_host({65, 13}, 500);
+  const Tensor w = random_host({13, 33}, 501);
+  const Tensor b_all = random_host({34}, 502);
+  const Tensor x = x_all.slice(1, 65);
+  const Tensor b = b_all.slice(1, 34);
+  for (bool relu : {false, true}) {
+    const Tensor want = kernels::dense(x, w, b, relu);
+    expect_matches_cpu(kernels::dense(on_gpu(x_all).slice(1, 65), on_gpu(w), on_gpu(b_all).slice(1, 34), relu), want,
+                       kFloat32Tolerance, "dense of misaligned views");
+    expect_matches_cpu(kernels::dense(on_gpu(x_all).slice(1, 65), on_gpu(w), Tensor(), relu),
+                       kernels::dense(x, w, Tensor(), relu), kFloat32Tolerance, "dense of a misaligned x, no bias");
+    const Tensor b_aligned = b.clone();
+    expect_matches_cpu(kernels::dense(on_gpu(x_all).slice(1, 65), on_gpu(w), on_gpu(b_aligned), relu), want,
+                       kFloat32Tolerance, "dense of a misaligned x, aligned bias (cuBLASLt)");
+  }
+}
+
 TEST(GpuDenseTest, EmptyInnerDimensionGivesTheBiasAlone) {
   STRATA_REQUIRE_GPU();
   check_dense(4, 0, 3, true, true, 400, kFloat32Tolerance);

@@ -14,6 +14,7 @@
 #include <thrust/transform.h>
 
 #include <cstdint>
+#include <utility>
 
 #include "kernels/cuda/cuda_kernel_util.h"
 #include "kernels/cuda/cuda_kernels.h"
@@ -58,8 +59,20 @@ struct LtObjects {
   }
 };
 
+// The largest power of two, up to 256, that divides the address.
+uint32_t alignment_of(const void* p) {
+  const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+  uint32_t align = 256;
+  while (align > 1 && a % align != 0) align /= 2;
+  return align;
+}
+
+// The bias vector's alignment the epilogue is trusted with (a vector is loaded 16 bytes at a time).
+constexpr uint32_t kBiasAlignment = 16;
+
 // y = epilogue(x w) through cuBLASLt; false (nothing queued) when cuBLASLt has no algorithm for it.
 bool lt_dense(const Tensor& x, const Tensor& w, const Tensor& bias, bool relu, Tensor& y) {
+  if (bias.defined() && alignment_of(bias.data<float>()) < kBiasAlignment) return false;
   const int64_t M = x.dim(0), K = x.dim(1), N = w.dim(1);
   const int device = x.device().index;
   cublasLtHandle_t lt = cublaslt_handle(device);
@@ -89,6 +102,17 @@ bool lt_dense(const Tensor& x, const Tensor& w, const Tensor& bias, bool relu, T
   check_cublas(cublasLtMatmulPreferenceSetAttribute(o.pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws_bytes,
                                                     sizeof(ws_bytes)),
                "dense: cublasLtMatmulPreferenceSetAttribute");
+  // cuBLASLt assumes 256-byte aligned operands unless told: a view (a batch's rows) may start anywhere.
+  const std::pair<cublasLtMatmulPreferenceAttributes_t, const void*> operands[] = {
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, w.data<float>()},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, x.data<float>()},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, y.data<float>()},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, y.data<float>()}};
+  for (const auto& [attribute, pointer] : operands) {
+    const uint32_t alignment = alignment_of(pointer);
+    check_cublas(cublasLtMatmulPreferenceSetAttribute(o.pref, attribute, &alignment, sizeof(alignment)),
+                 "dense: cublasLtMatmulPreferenceSetAttribute(MIN_ALIGNMENT)");
+  }
   cublasLtMatmulHeuristicResult_t result{};
   int found = 0;
   const cublasStatus_t st = cublasLtMatmulAlgoGetHeuristic(lt, o.op, o.a, o.b, o.d, o.d, o.pref, 1, &result, &found);
