@@ -13,6 +13,7 @@
 
 #include "kernels/cpu/cpu_util.h"
 #include "kernels/cpu/dnnl_util.h"
+#include "kernels/device_dispatch.h"
 #include "kernels/kernels.h"
 #include "strata/threading.h"
 
@@ -77,6 +78,7 @@ void check_sgemm(dnnl_status_t st, const char* what, const Tensor& a, const Tens
 }  // namespace
 
 Tensor dense(const Tensor& x, const Tensor& w, const Tensor& bias, bool relu) {
+  if (on_cuda("dense", {&x, &w})) STRATA_CUDA_KERNEL(return cuda::dense(x, w, bias, relu));
   cpu::require_host("dense", {&x, &w});
   cpu::require_float("dense", {&x, &w});
   STRATA_CHECK(x.rank() == 2 && w.rank() == 2 && x.dim(1) == w.dim(0), ShapeError,
@@ -105,6 +107,9 @@ Tensor dense(const Tensor& x, const Tensor& w, const Tensor& bias, bool relu) {
 
 DenseGrads dense_backward(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& dy, bool relu, bool want_dx,
                           bool want_dw, bool want_db) {
+  if (on_cuda("dense_backward", {&x, &w, &dy})) {
+    STRATA_CUDA_KERNEL(return cuda::dense_backward(x, w, y, dy, relu, want_dx, want_dw, want_db));
+  }
   cpu::require_host("dense_backward", {&x, &w, &dy});
   cpu::require_float("dense_backward", {&x, &w, &dy});
   const int64_t M = x.dim(0), K = x.dim(1), N = w.dim(1);

@@ -9,6 +9,7 @@
 #include <cmath>
 
 #include "kernels/cpu/cpu_util.h"
+#include "kernels/device_dispatch.h"
 #include "kernels/kernels.h"
 
 namespace strata::kernels {
@@ -160,6 +161,7 @@ void check_unary_input(const char* op, const Tensor& x) {
 
 Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
   const char* name = binary_name(op);
+  if (on_cuda(name, {&a, &b})) STRATA_CUDA_KERNEL(return cuda::binary(op, a, b));
   cpu::require_host(name, {&a, &b});
   cpu::require_float(name, {&a, &b});
   const Shape shape = broadcast_shapes(a.shape(), b.shape(), name);
@@ -202,11 +204,13 @@ Tensor binary(BinaryOp op, const Tensor& a, const Tensor& b) {
 }
 
 Tensor affine(const Tensor& x, float scale, float shift) {
+  if (on_cuda("affine", {&x})) STRATA_CUDA_KERNEL(return cuda::affine(x, scale, shift));
   check_unary_input("affine", x);
   return map1(x, [scale, shift](float v) { return v * scale + shift; });
 }
 
 void axpy_(Tensor& y, float alpha, const Tensor& x) {
+  if (on_cuda("axpy_", {&y, &x})) STRATA_CUDA_KERNEL(return cuda::axpy_(y, alpha, x));
   cpu::require_host("axpy_", {&y, &x});
   cpu::require_float("axpy_", {&y, &x});
   cpu::require_same_shape("axpy_", y, "y", x, "x");
@@ -224,6 +228,7 @@ void axpy_(Tensor& y, float alpha, const Tensor& x) {
 }
 
 Tensor unary(UnaryOp op, const Tensor& x) {
+  if (on_cuda(unary_name(op), {&x})) STRATA_CUDA_KERNEL(return cuda::unary(op, x));
   check_unary_input(unary_name(op), x);
   switch (op) {
     case UnaryOp::kNeg:
@@ -255,6 +260,7 @@ Tensor unary(UnaryOp op, const Tensor& x) {
 // Which of x and y each gradient reads; the one not read may be passed undefined.
 Tensor unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy) {
   const char* name = unary_name(op);
+  if (on_cuda(name, {&dy})) STRATA_CUDA_KERNEL(return cuda::unary_backward(op, x, y, dy));
   const bool needs_x = op == UnaryOp::kLog || op == UnaryOp::kAbs || op == UnaryOp::kSquare || op == UnaryOp::kRelu ||
                        op == UnaryOp::kGelu;
   const bool needs_y = op == UnaryOp::kExp || op == UnaryOp::kSqrt || op == UnaryOp::kSigmoid || op == UnaryOp::kTanh;
@@ -294,11 +300,13 @@ Tensor unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor
 }
 
 Tensor leaky_relu(const Tensor& x, float alpha) {
+  if (on_cuda("leaky_relu", {&x})) STRATA_CUDA_KERNEL(return cuda::leaky_relu(x, alpha));
   check_unary_input("leaky_relu", x);
   return map1(x, [alpha](float v) { return v > 0.0f ? v : alpha * v; });
 }
 
 Tensor leaky_relu_backward(const Tensor& x, const Tensor& dy, float alpha) {
+  if (on_cuda("leaky_relu_backward", {&x, &dy})) STRATA_CUDA_KERNEL(return cuda::leaky_relu_backward(x, dy, alpha));
   cpu::require_host("leaky_relu_backward", {&x, &dy});
   cpu::require_float("leaky_relu_backward", {&x, &dy});
   cpu::require_same_shape("leaky_relu_backward", x, "x", dy, "dy");
@@ -306,12 +314,14 @@ Tensor leaky_relu_backward(const Tensor& x, const Tensor& dy, float alpha) {
 }
 
 Tensor elu(const Tensor& x, float alpha) {
+  if (on_cuda("elu", {&x})) STRATA_CUDA_KERNEL(return cuda::elu(x, alpha));
   check_unary_input("elu", x);
   return map1(x, [alpha](float v) { return v > 0.0f ? v : alpha * std::expm1(v); });
 }
 
 // For x <= 0, d/dx alpha * (exp(x) - 1) = alpha * exp(x) = y + alpha.
 Tensor elu_backward(const Tensor& x, const Tensor& y, const Tensor& dy, float alpha) {
+  if (on_cuda("elu_backward", {&x, &y, &dy})) STRATA_CUDA_KERNEL(return cuda::elu_backward(x, y, dy, alpha));
   cpu::require_host("elu_backward", {&x, &y, &dy});
   cpu::require_float("elu_backward", {&x, &y, &dy});
   cpu::require_same_shape("elu_backward", x, "x", y, "y");
@@ -320,12 +330,14 @@ Tensor elu_backward(const Tensor& x, const Tensor& y, const Tensor& dy, float al
 }
 
 Tensor clip(const Tensor& x, float low, float high) {
+  if (on_cuda("clip", {&x})) STRATA_CUDA_KERNEL(return cuda::clip(x, low, high));
   check_unary_input("clip", x);
   STRATA_CHECK(low <= high, InvalidArgument, "clip: low " << low << " is greater than high " << high);
   return map1(x, [low, high](float v) { return v < low ? low : (v > high ? high : v); });
 }
 
 Tensor clip_backward(const Tensor& x, const Tensor& dy, float low, float high) {
+  if (on_cuda("clip_backward", {&x, &dy})) STRATA_CUDA_KERNEL(return cuda::clip_backward(x, dy, low, high));
   cpu::require_host("clip_backward", {&x, &dy});
   cpu::require_float("clip_backward", {&x, &dy});
   cpu::require_same_shape("clip_backward", x, "x", dy, "dy");

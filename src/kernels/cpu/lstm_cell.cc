@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "kernels/cpu/cpu_util.h"
+#include "kernels/device_dispatch.h"
 #include "kernels/kernels.h"
 
 namespace strata::kernels {
@@ -16,6 +17,7 @@ int64_t row_grain(int64_t units) { return std::max<int64_t>(1, cpu::kGrain / (4 
 
 LstmCellResult lstm_cell(const Tensor& z, const Tensor& c_prev) {
   const char* op = "lstm_cell";
+  if (on_cuda(op, {&z})) STRATA_CUDA_KERNEL(return cuda::lstm_cell(z, c_prev));
   cpu::require_host(op, {&z});
   cpu::require_float(op, {&z});
   STRATA_CHECK(z.rank() == 2 && z.dim(1) % 4 == 0 && z.dim(1) > 0, ShapeError,
@@ -59,6 +61,9 @@ LstmCellResult lstm_cell(const Tensor& z, const Tensor& c_prev) {
 LstmCellGrads lstm_cell_backward(const Tensor& gates, const Tensor& packed, const Tensor& c_prev,
                                  const Tensor& d_packed) {
   const char* op = "lstm_cell_backward";
+  if (on_cuda(op, {&gates, &packed, &d_packed})) {
+    STRATA_CUDA_KERNEL(return cuda::lstm_cell_backward(gates, packed, c_prev, d_packed));
+  }
   cpu::require_host(op, {&gates, &packed, &d_packed});
   cpu::require_same_shape(op, packed, "packed", d_packed, "d_packed");
   const int64_t batch = gates.dim(0), u = gates.dim(1) / 4;

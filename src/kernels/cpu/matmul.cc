@@ -11,6 +11,7 @@
 
 #include "kernels/cpu/cpu_util.h"
 #include "kernels/cpu/dnnl_util.h"
+#include "kernels/device_dispatch.h"
 #include "kernels/kernels.h"
 
 namespace strata::kernels {
@@ -37,6 +38,7 @@ void check_status(dnnl_status_t st, const Tensor& a, const Tensor& b) {
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
+  if (on_cuda("matmul", {&a, &b})) STRATA_CUDA_KERNEL(return cuda::matmul(a, b, trans_a, trans_b));
   cpu::require_host("matmul", {&a, &b});
   cpu::require_float("matmul", {&a, &b});
   STRATA_CHECK((a.rank() == 2 || a.rank() == 3) && (b.rank() == 2 || b.rank() == 3), ShapeError,

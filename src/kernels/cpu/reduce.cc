@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "kernels/cpu/cpu_util.h"
+#include "kernels/device_dispatch.h"
 #include "kernels/kernels.h"
 
 namespace strata::kernels {
@@ -225,22 +226,26 @@ void broadcast_copy(const cpu::BroadcastPlan& p, const T* in, T* out) {
 }  // namespace
 
 Tensor sum(const Tensor& x, const std::vector<int>& axes, bool keepdims) {
+  if (on_cuda("sum", {&x})) STRATA_CUDA_KERNEL(return cuda::sum(x, axes, keepdims));
   check_reduce_input("sum", x);
   return reduce_impl<SumOp>("sum", x, reduced_axes("sum", x, axes), keepdims, false);
 }
 
 Tensor mean(const Tensor& x, const std::vector<int>& axes, bool keepdims) {
+  if (on_cuda("mean", {&x})) STRATA_CUDA_KERNEL(return cuda::mean(x, axes, keepdims));
   check_reduce_input("mean", x);
   return reduce_impl<SumOp>("mean", x, reduced_axes("mean", x, axes), keepdims, true);
 }
 
 Tensor max(const Tensor& x, const std::vector<int>& axes, bool keepdims) {
+  if (on_cuda("max", {&x})) STRATA_CUDA_KERNEL(return cuda::max(x, axes, keepdims));
   check_reduce_input("max", x);
   return reduce_impl<MaxOp>("max", x, reduced_axes("max", x, axes), keepdims, false);
 }
 
 // NaN counts as the largest value (the first NaN wins), like NumPy.
 Tensor argmax(const Tensor& x, int axis) {
+  if (on_cuda("argmax", {&x})) STRATA_CUDA_KERNEL(return cuda::argmax(x, axis));
   check_reduce_input("argmax", x);
   const int ax = normalize_axis(axis, x.rank(), "argmax");
   Shape out_shape = x.shape();
@@ -282,6 +287,7 @@ Tensor argmax(const Tensor& x, int axis) {
 
 // Any dtype.
 Tensor broadcast_to(const Tensor& x, const Shape& shape) {
+  if (on_cuda("broadcast_to", {&x})) STRATA_CUDA_KERNEL(return cuda::broadcast_to(x, shape));
   cpu::require_host("broadcast_to", {&x});
   const bool fits = shape.size() >= x.shape().size() && broadcast_shapes(x.shape(), shape, "broadcast_to") == shape;
   STRATA_CHECK(fits, ShapeError, "broadcast_to: cannot broadcast " << x.shape_str() << " to " << shape_str(shape));
@@ -308,6 +314,7 @@ Tensor broadcast_to(const Tensor& x, const Shape& shape) {
 }
 
 Tensor sum_to_shape(const Tensor& x, const Shape& shape) {
+  if (on_cuda("sum_to_shape", {&x})) STRATA_CUDA_KERNEL(return cuda::sum_to_shape(x, shape));
   check_reduce_input("sum_to_shape", x);
   const bool fits = shape.size() <= x.shape().size() && broadcast_shapes(shape, x.shape(), "sum_to_shape") == x.shape();
   STRATA_CHECK(fits, ShapeError, "sum_to_shape: " << x.shape_str() << " is not a broadcast of " << shape_str(shape));

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "kernels/cpu/cpu_util.h"
+#include "kernels/device_dispatch.h"
 #include "kernels/kernels.h"
 
 namespace strata::kernels {
@@ -62,6 +63,7 @@ void check_indices_in_range(const char* op, const std::vector<int64_t>& idx, int
 
 Tensor concat(const std::vector<Tensor>& xs, int axis) {
   STRATA_CHECK(!xs.empty(), InvalidArgument, "concat: no tensors to concatenate");
+  if (on_cuda("concat", {&xs[0]})) STRATA_CUDA_KERNEL(return cuda::concat(xs, axis));
   for (const Tensor& x : xs) cpu::require_host("concat", {&xs[0], &x});
   const Tensor& first = xs[0];
   const int ax = normalize_axis(axis, first.rank(), "concat");
@@ -95,6 +97,7 @@ Tensor concat(const std::vector<Tensor>& xs, int axis) {
 
 Tensor stack(const std::vector<Tensor>& xs, int axis) {
   STRATA_CHECK(!xs.empty(), InvalidArgument, "stack: no tensors to stack");
+  if (on_cuda("stack", {&xs[0]})) STRATA_CUDA_KERNEL(return cuda::stack(xs, axis));
   for (const Tensor& x : xs) cpu::require_host("stack", {&xs[0], &x});
   const int ax = normalize_axis(axis, xs[0].rank() + 1, "stack");
   std::vector<Tensor> views;
@@ -110,6 +113,7 @@ Tensor stack(const std::vector<Tensor>& xs, int axis) {
 }
 
 Tensor slice_axis(const Tensor& x, int axis, int64_t start, int64_t end) {
+  if (on_cuda("slice_axis", {&x})) STRATA_CUDA_KERNEL(return cuda::slice_axis(x, axis, start, end));
   cpu::require_host("slice_axis", {&x});
   const int ax = normalize_axis(axis, x.rank(), "slice_axis");
   const int64_t dim = x.shape()[ax];
@@ -130,6 +134,7 @@ Tensor slice_axis(const Tensor& x, int axis, int64_t start, int64_t end) {
 
 // params of any dtype.
 Tensor gather(const Tensor& params, const Tensor& indices) {
+  if (on_cuda("gather", {&params, &indices})) STRATA_CUDA_KERNEL(return cuda::gather(params, indices));
   cpu::require_host("gather", {&params, &indices});
   require_index_dtype("gather", indices);
   STRATA_CHECK(params.rank() >= 1, ShapeError, "gather: params must have rank >= 1, got " << params.shape_str());
@@ -153,6 +158,9 @@ Tensor gather(const Tensor& params, const Tensor& indices) {
 }
 
 Tensor scatter_add(const Tensor& indices, const Tensor& updates, int64_t num_rows) {
+  if (on_cuda("scatter_add", {&indices, &updates})) {
+    STRATA_CUDA_KERNEL(return cuda::scatter_add(indices, updates, num_rows));
+  }
   STRATA_CHECK(num_rows >= 0, InvalidArgument, "scatter_add: num_rows " << num_rows << " is negative");
   Shape out_shape{num_rows};
   const size_t index_rank = std::min(indices.shape().size(), updates.shape().size());
@@ -164,6 +172,9 @@ Tensor scatter_add(const Tensor& indices, const Tensor& updates, int64_t num_row
 }
 
 void scatter_add_into(Tensor& out, const Tensor& indices, const Tensor& updates) {
+  if (on_cuda("scatter_add", {&indices, &updates, &out})) {
+    STRATA_CUDA_KERNEL(return cuda::scatter_add_into(out, indices, updates));
+  }
   cpu::require_host("scatter_add", {&indices, &updates, &out});
   require_index_dtype("scatter_add", indices);
   cpu::require_float("scatter_add", {&updates, &out});
@@ -194,6 +205,7 @@ void scatter_add_into(Tensor& out, const Tensor& indices, const Tensor& updates)
 }
 
 Tensor one_hot(const Tensor& indices, int64_t depth) {
+  if (on_cuda("one_hot", {&indices})) STRATA_CUDA_KERNEL(return cuda::one_hot(indices, depth));
   cpu::require_host("one_hot", {&indices});
   require_index_dtype("one_hot", indices);
   STRATA_CHECK(depth >= 0, InvalidArgument, "one_hot: depth " << depth << " is negative");

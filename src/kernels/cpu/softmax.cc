@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "kernels/cpu/cpu_util.h"
+#include "kernels/device_dispatch.h"
 #include "kernels/kernels.h"
 
 namespace strata::kernels {
@@ -165,15 +166,23 @@ Tensor backward(const char* op, const Tensor& y, const Tensor& dy, int axis, Kin
 
 }  // namespace
 
-Tensor softmax(const Tensor& x, int axis) { return forward("softmax", x, axis, Kind::kSoftmax); }
+Tensor softmax(const Tensor& x, int axis) {
+  if (on_cuda("softmax", {&x})) STRATA_CUDA_KERNEL(return cuda::softmax(x, axis));
+  return forward("softmax", x, axis, Kind::kSoftmax);
+}
 
-Tensor log_softmax(const Tensor& x, int axis) { return forward("log_softmax", x, axis, Kind::kLogSoftmax); }
+Tensor log_softmax(const Tensor& x, int axis) {
+  if (on_cuda("log_softmax", {&x})) STRATA_CUDA_KERNEL(return cuda::log_softmax(x, axis));
+  return forward("log_softmax", x, axis, Kind::kLogSoftmax);
+}
 
 Tensor softmax_backward(const Tensor& y, const Tensor& dy, int axis) {
+  if (on_cuda("softmax_backward", {&y, &dy})) STRATA_CUDA_KERNEL(return cuda::softmax_backward(y, dy, axis));
   return backward("softmax_backward", y, dy, axis, Kind::kSoftmax);
 }
 
 Tensor log_softmax_backward(const Tensor& y, const Tensor& dy, int axis) {
+  if (on_cuda("log_softmax_backward", {&y, &dy})) STRATA_CUDA_KERNEL(return cuda::log_softmax_backward(y, dy, axis));
   return backward("log_softmax_backward", y, dy, axis, Kind::kLogSoftmax);
 }
 
