@@ -32,9 +32,11 @@ void set_device(int device) {
 
 cudaStream_t stream(int device) {
   set_device(device);
-  static std::mutex mu;
-  static std::vector<cudaStream_t> streams;
-  std::lock_guard<std::mutex> lock(mu);
+  // Never destroyed: a tensor in a static object may free its memory on this stream after static destructors ran.
+  static std::mutex* mu = new std::mutex;
+  static std::vector<cudaStream_t>* all = new std::vector<cudaStream_t>;
+  std::vector<cudaStream_t>& streams = *all;
+  std::lock_guard<std::mutex> lock(*mu);
   if (streams.size() <= static_cast<size_t>(device)) streams.resize(device + 1, nullptr);
   if (streams[device] == nullptr) check(cudaStreamCreateWithFlags(&streams[device], cudaStreamNonBlocking),
                                         "cudaStreamCreateWithFlags");
