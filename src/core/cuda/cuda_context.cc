@@ -10,13 +10,19 @@
 namespace strata::detail::cuda {
 
 void check(cudaError_t status, const char* what) {
-  STRATA_CHECK(status == cudaSuccess, Unavailable, what << " failed: " << cudaGetErrorString(status));
+  if (status == cudaSuccess) return;
+  // Clear the thread's last error (unless it is sticky), so that the next kernel launch's cudaGetLastError() does
+  // not report this failure as its own.
+  cudaGetLastError();
+  STRATA_THROW(Unavailable, what << " failed: " << cudaGetErrorString(status));
 }
 
 namespace {
 int visible_devices() {
   int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+  if (cudaGetDeviceCount(&n) == cudaSuccess) return n;
+  cudaGetLastError();
+  return 0;
 }
 }  // namespace
 
