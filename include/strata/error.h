@@ -74,6 +74,12 @@ class Unavailable : public Error {
   using Error::Error;
   ErrorCode code() const noexcept override { return ErrorCode::kUnavailable; }
 };
+// A device has no room for an allocation (the message names the device, the request and what is in use and free).
+// An Unavailable (its code is kUnavailable), so it crosses threads and RPCs as one; catch it to retry smaller.
+class OutOfMemory : public Unavailable {
+ public:
+  using Unavailable::Unavailable;
+};
 // A call did not prove that it comes from this job (no job secret, a wrong one, another job's): nothing was done.
 class Unauthenticated : public Error {
  public:

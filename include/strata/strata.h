@@ -24,6 +24,7 @@
 #pragma once
 
 #include "strata/device.h"
+#include "strata/device_stats.h"
 #include "strata/dtype.h"
 #include "strata/error.h"
 #include "strata/gradient_tape.h"

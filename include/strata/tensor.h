@@ -24,10 +24,11 @@
 namespace strata {
 
 // Reference-counted raw memory on one device. Host memory is 64-byte aligned; device memory is
-// allocated through the device's runtime (CUDA builds only).
+// allocated through the device's runtime (CUDA builds only). `pinned` host memory is page-locked (CUDA builds only),
+// so that a copy from it to a GPU need not wait.
 class Storage {
  public:
-  Storage(size_t nbytes, Device device);
+  Storage(size_t nbytes, Device device, bool pinned = false);
   // Host memory another object owns (e.g. the bytes of a received message), kept alive by `owner` (may be null when
   // the caller guarantees the memory outlives every tensor on it); never freed here. Aligned only as its owner
   // allocated it (Tensor::wrap_host checks the dtype's alignment), not to 64 bytes.
@@ -39,12 +40,14 @@ class Storage {
   void* data() const { return data_; }
   size_t nbytes() const { return nbytes_; }
   Device device() const { return device_; }
+  bool pinned() const { return pinned_; }
 
  private:
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   Device device_;
   bool external_ = false;
+  bool pinned_ = false;
   std::shared_ptr<const void> owner_;
 };
 
@@ -89,7 +92,8 @@ class Tensor {
   Device device() const { return device_; }
   size_t nbytes() const { return static_cast<size_t>(numel_) * dtype_size(dtype_); }
 
-  // Typed element pointer; throws InvalidArgument if T is not the tensor's dtype.
+  // Typed element pointer; throws InvalidArgument if T is not the tensor's dtype. For a tensor on a GPU it is a
+  // device pointer, for kernels only: host code reads a GPU tensor through to(Device::cpu()), to_vector or item.
   template <class T>
   T* data();
   template <class T>
@@ -105,12 +109,20 @@ class Tensor {
   Tensor transpose(const std::vector<int>& perm = {}) const;
   // A copy with its own storage.
   Tensor clone() const;
-  // A copy on `device` (host <-> CUDA copies need a build with STRATA_WITH_CUDA).
-  Tensor to(Device device) const;
-  // A copy converted to `dtype` (float <-> integer conversions truncate toward zero).
+  // A copy on `device` (host <-> CUDA copies need a build with STRATA_WITH_CUDA). The call returns once the copy is
+  // done, except with `non_blocking` from pinned host memory (pin_memory()) to a GPU: then it is queued on the
+  // device's stream, whose later kernels see the bytes, and the call returns at once (the caller must not write
+  // to this tensor's elements until the copy ran; the pinned block is kept from reuse until then).
+  Tensor to(Device device, bool non_blocking = false) const;
+  // A copy converted to `dtype` on the same device (float <-> integer conversions truncate toward zero).
   Tensor to(DType dtype) const;
+  // A copy of this host tensor in pinned (page-locked) host memory, or this tensor when it already is pinned
+  // (PyTorch's pin_memory). Unavailable without CUDA in the build or without a GPU; InvalidArgument for a GPU tensor.
+  Tensor pin_memory() const;
+  // Whether the elements are in pinned host memory.
+  bool is_pinned() const { return storage_ && storage_->pinned(); }
 
-  // Sets every element to `value`.
+  // Sets every element to `value` (on any device).
   void fill_(double value);
   // Copies the elements of `src` (same shape and dtype, any device) into this tensor's storage.
   void copy_(const Tensor& src);

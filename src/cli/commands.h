@@ -19,4 +19,7 @@ void add_launch_command(CLI::App& app);
 // `strata report RUN_DIR... [--compare] [-o FILE]`: an HTML page of training runs (src/cli/report_command.cc).
 void add_report_command(CLI::App& app);
 
+// `strata info`: version, features, CPU limits, and the CUDA driver, libraries and GPUs (src/cli/info_command.cc).
+void add_info_command(CLI::App& app);
+
 }  // namespace strata::cli

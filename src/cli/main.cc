@@ -68,11 +68,12 @@ void check_subcommands(CLI::App& app, int argc, char** argv) {
 int run(int argc, char** argv) {
   CLI::App app{"strata: train neural networks on one device, many devices, or many machines.", "strata"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", "strata 0.1.0");
+  app.set_version_flag("--version", "strata " STRATA_VERSION);
   strata::cli::add_train_commands(app);
   strata::cli::add_data_commands(app);
   strata::cli::add_report_command(app);
   strata::cli::add_launch_command(app);
+  strata::cli::add_info_command(app);
   auto fail = [](const char* what) {
     std::fflush(stdout);
     std::fprintf(stderr, "strata: error: %s\n", what);

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
+#include <string>
 #include <new>
 #include <vector>
 
@@ -18,13 +19,6 @@
 
 namespace strata::detail {
 
-#ifdef STRATA_WITH_CUDA
-// Defined in core/cuda/device_memory_cuda.cc.
-void* cuda_alloc(size_t nbytes, int index);
-void cuda_free(void* p, int index);
-void cuda_copy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes);
-int cuda_count();
-#else
 namespace {
 // A training step frees and re-allocates the same large activation buffers every step. glibc's default
 // hands blocks above its (adaptive) mmap threshold back to the kernel and trims the heap top, so every
@@ -35,12 +29,28 @@ const bool kMallocTuned = [] {
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   return true;
 }();
-[[noreturn]] void no_cuda(Device device) {
-  STRATA_THROW(Unavailable, "cannot use " << device.str()
+}  // namespace
+
+#ifdef STRATA_WITH_CUDA
+// Defined in core/cuda/device_memory_cuda.cc and core/cuda/pinned_memory_cuda.cc.
+void* cuda_alloc(size_t nbytes, int index);
+void cuda_free(void* p, int index, size_t nbytes);
+void cuda_copy(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes);
+int cuda_count();
+#else
+namespace {
+[[noreturn]] void no_cuda(const std::string& what) {
+  STRATA_THROW(Unavailable, "cannot use " << what
                                           << ": this build of strata has no CUDA support (configure with "
                                              "-DSTRATA_WITH_CUDA=ON)");
 }
 }  // namespace
+
+void* pinned_alloc(size_t) { no_cuda("pinned (page-locked) host memory"); }
+void pinned_free(void*) noexcept {}
+void release_cached_pinned_blocks() {}
+size_t cached_pinned_bytes() { return 0; }
+void copy_to_device_async(void*, Device dst_device, const void*, const void*, size_t) { no_cuda(dst_device.str()); }
 #endif
 
 namespace {
@@ -141,7 +151,7 @@ void* device_alloc(size_t nbytes, Device device) {
 #ifdef STRATA_WITH_CUDA
   return cuda_alloc(nbytes, device.index);
 #else
-  no_cuda(device);
+  no_cuda(device.str());
 #endif
 }
 
@@ -166,7 +176,7 @@ void device_free(void* p, Device device, size_t nbytes) {
     return;
   }
 #ifdef STRATA_WITH_CUDA
-  cuda_free(p, device.index);
+  cuda_free(p, device.index, nbytes);
 #endif
 }
 
@@ -179,7 +189,7 @@ void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device
 #ifdef STRATA_WITH_CUDA
   cuda_copy(dst, dst_device, src, src_device, nbytes);
 #else
-  no_cuda(dst_device.is_cpu() ? src_device : dst_device);
+  no_cuda((dst_device.is_cpu() ? src_device : dst_device).str());
 #endif
 }
 

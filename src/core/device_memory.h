@@ -20,6 +20,19 @@ void release_cached_host_blocks();
 size_t cached_host_bytes();
 bool host_block_cache_enabled();
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes);
+// Page-locked (pinned) host memory for copies to a GPU that need not wait (CUDA builds; Unavailable without CUDA).
+// Blocks are cached by size: cudaHostAlloc costs milliseconds and an input pipeline pins a batch of one size each
+// step. A freed block is handed out again only once every copy queued from it (copy_to_device_async) has run.
+void* pinned_alloc(size_t nbytes);
+void pinned_free(void* p) noexcept;
+// Frees the cached pinned blocks whose copies have run; the bytes they hold.
+void release_cached_pinned_blocks();
+size_t cached_pinned_bytes();
+// Queues a copy of `nbytes` from host memory `src`, inside the pinned block `block` (from pinned_alloc), to `dst`
+// on CUDA device `dst_device`, and returns without waiting: the device's later work sees the bytes (same stream),
+// the block is not reused until the copy ran, but the caller must not write to `src` before it has
+// (a Tensor's pin_memory() gives a fresh block each time).
+void copy_to_device_async(void* dst, Device dst_device, const void* src, const void* block, size_t nbytes);
 // Whether this build can use CUDA devices and how many there are (0 without CUDA).
 int cuda_device_count();
 

@@ -1,7 +1,12 @@
-// Tensor and Storage: allocation, views, copies and conversions.
+// Tensor and Storage: allocation, views, copies and conversions. On a GPU, fill_ and to(DType) run as kernels of
+// core/cuda/tensor_cuda.h; host-only operations (transpose) raise Unavailable naming the tensor's device.
+// Thread-safety: see strata/tensor.h.
 #include "strata/tensor.h"
 
 #include "core/device_memory.h"
+#ifdef STRATA_WITH_CUDA
+#include "core/cuda/tensor_cuda.h"
+#endif
 
 #include <algorithm>
 #include <cstring>
@@ -39,16 +44,26 @@ void require_host(const Tensor& t, const char* op) {
   STRATA_CHECK(t.device().is_cpu(), Unavailable,
                op << " needs a host tensor, got one on " << t.device().str());
 }
+
+void* allocate(size_t nbytes, Device device, bool pinned) {
+  if (!pinned) return detail::device_alloc(nbytes, device);
+  STRATA_CHECK(device.is_cpu(), InvalidArgument, "pinned memory is host memory, not memory on " << device.str());
+  return detail::pinned_alloc(nbytes);
+}
 }  // namespace
 
-Storage::Storage(size_t nbytes, Device device)
-    : data_(detail::device_alloc(nbytes, device)), nbytes_(nbytes), device_(device) {}
+Storage::Storage(size_t nbytes, Device device, bool pinned)
+    : data_(allocate(nbytes, device, pinned)), nbytes_(nbytes), device_(device), pinned_(pinned) {}
 
 Storage::Storage(void* data, size_t nbytes, std::shared_ptr<const void> owner)
     : data_(data), nbytes_(nbytes), device_(Device::cpu()), external_(true), owner_(std::move(owner)) {}
 
 Storage::~Storage() {
-  if (!external_) detail::device_free(data_, device_, nbytes_);
+  if (pinned_) {
+    detail::pinned_free(data_);
+  } else if (!external_) {
+    detail::device_free(data_, device_, nbytes_);
+  }
 }
 
 Tensor::Tensor(std::shared_ptr<Storage> storage, size_t offset_bytes, Shape shape, DType dtype)
@@ -76,16 +91,18 @@ Tensor Tensor::wrap_host(void* data, const Shape& shape, DType dtype, std::share
 }
 
 Tensor Tensor::zeros(const Shape& shape, DType dtype, Device device) {
-  if (!device.is_cpu()) return zeros(shape, dtype).to(device);
   Tensor t = empty(shape, dtype, device);
-  std::memset(t.raw_data(), 0, t.nbytes());
+  if (device.is_cpu()) {
+    std::memset(t.raw_data(), 0, t.nbytes());
+  } else {
+    t.fill_(0.0);
+  }
   return t;
 }
 
 Tensor Tensor::ones(const Shape& shape, DType dtype, Device device) { return full(shape, 1.0, dtype, device); }
 
 Tensor Tensor::full(const Shape& shape, double value, DType dtype, Device device) {
-  if (!device.is_cpu()) return full(shape, value, dtype).to(device);
   Tensor t = empty(shape, dtype, device);
   t.fill_(value);
   return t;
@@ -194,15 +211,38 @@ Tensor Tensor::transpose(const std::vector<int>& perm_in) const {
 
 Tensor Tensor::clone() const { return to(device_); }
 
-Tensor Tensor::to(Device device) const {
+Tensor Tensor::to(Device device, bool non_blocking) const {
   Tensor out = empty(shape_, dtype_, device);
-  detail::copy_bytes(out.raw_data(), device, raw_data(), device_, nbytes());
+  if (non_blocking && is_pinned() && !device.is_cpu()) {
+    detail::copy_to_device_async(out.raw_data(), device, raw_data(), storage_->data(), nbytes());
+  } else {
+    detail::copy_bytes(out.raw_data(), device, raw_data(), device_, nbytes());
+  }
+  return out;
+}
+
+Tensor Tensor::pin_memory() const {
+  STRATA_CHECK(defined(), InvalidArgument, "pin_memory: the tensor is undefined");
+  STRATA_CHECK(device_.is_cpu(), InvalidArgument,
+               "pin_memory: the tensor is on " << device_.str() << "; only host memory can be pinned");
+  if (is_pinned()) return *this;
+  Tensor out(std::make_shared<Storage>(nbytes(), Device::cpu(), /*pinned=*/true), 0, shape_, dtype_);
+  if (nbytes() > 0) std::memcpy(out.raw_data(), raw_data(), nbytes());
   return out;
 }
 
 Tensor Tensor::to(DType dtype) const {
-  require_host(*this, "Tensor::to");
   if (dtype == dtype_) return clone();
+  if (!device_.is_cpu()) {
+    STRATA_CHECK(defined(), InvalidArgument, "Tensor::to: the tensor is undefined");
+#ifdef STRATA_WITH_CUDA
+    Tensor out = empty(shape_, dtype, device_);
+    detail::cuda_convert(raw_data(), dtype_, out.raw_data(), dtype, numel_, device_.index);
+    return out;
+#else
+    require_host(*this, "Tensor::to");
+#endif
+  }
   Tensor out = empty(shape_, dtype, device_);
   const int64_t n = numel_;
   visit_dtype(dtype_, const_cast<void*>(raw_data()), [&](auto* src) {
@@ -215,8 +255,23 @@ Tensor Tensor::to(DType dtype) const {
 }
 
 void Tensor::fill_(double value) {
-  require_host(*this, "fill_");
+  STRATA_CHECK(defined(), InvalidArgument, "fill_: the tensor is undefined");
   const int64_t n = numel_;
+  if (!device_.is_cpu()) {
+#ifdef STRATA_WITH_CUDA
+    // The element's bytes as the host converts `value`, written by the device.
+    uint64_t pattern = 0;
+    visit_dtype(dtype_, &pattern, [&](auto* p) {
+      using T = std::remove_pointer_t<decltype(p)>;
+      const T v = convert<T>(value);
+      std::memcpy(&pattern, &v, sizeof v);
+    });
+    detail::cuda_fill(raw_data(), dtype_size(dtype_), pattern, n, device_.index);
+    return;
+#else
+    require_host(*this, "fill_");
+#endif
+  }
   visit_dtype(dtype_, raw_data(), [&](auto* p) {
     using T = std::remove_pointer_t<decltype(p)>;
     const T v = convert<T>(value);

@@ -10,13 +10,19 @@
 namespace strata::detail::cuda {
 
 void check(cudaError_t status, const char* what) {
-  STRATA_CHECK(status == cudaSuccess, Unavailable, what << " failed: " << cudaGetErrorString(status));
+  if (status == cudaSuccess) return;
+  // Clear the thread's last error (unless it is sticky), so that the next kernel launch's cudaGetLastError() does
+  // not report this failure as its own.
+  cudaGetLastError();
+  STRATA_THROW(Unavailable, what << " failed: " << cudaGetErrorString(status));
 }
 
 namespace {
 int visible_devices() {
   int n = 0;
-  return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+  if (cudaGetDeviceCount(&n) == cudaSuccess) return n;
+  cudaGetLastError();
+  return 0;
 }
 }  // namespace
 
@@ -32,9 +38,11 @@ void set_device(int device) {
 
 cudaStream_t stream(int device) {
   set_device(device);
-  static std::mutex mu;
-  static std::vector<cudaStream_t> streams;
-  std::lock_guard<std::mutex> lock(mu);
+  // Never destroyed: a tensor in a static object may free its memory on this stream after static destructors ran.
+  static std::mutex* mu = new std::mutex;
+  static std::vector<cudaStream_t>* all = new std::vector<cudaStream_t>;
+  std::vector<cudaStream_t>& streams = *all;
+  std::lock_guard<std::mutex> lock(*mu);
   if (streams.size() <= static_cast<size_t>(device)) streams.resize(device + 1, nullptr);
   if (streams[device] == nullptr) check(cudaStreamCreateWithFlags(&streams[device], cudaStreamNonBlocking),
                                         "cudaStreamCreateWithFlags");

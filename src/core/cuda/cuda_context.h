@@ -9,7 +9,7 @@
 
 namespace strata::detail::cuda {
 
-// Throws Unavailable naming `what` and CUDA's message unless `status` is cudaSuccess.
+// Throws Unavailable naming `what` and CUDA's message unless `status` is cudaSuccess (clearing the last error).
 void check(cudaError_t status, const char* what);
 // Makes `device` current on the calling thread; throws Unavailable naming the device count when it does not exist.
 void set_device(int device);
