@@ -3,6 +3,11 @@
 # `device` tool carries to a GPU machine, where the folder's gpu_check.sh runs the one-call check of issue 37.
 #
 #   scripts/gpu_bundle.sh [--build-dir DIR] [--out DIR] [--max-mib N] [--data DIR] [--jobs N]
+#                         [--no-build] [--allow-cpu-build] [--fast] [--cache-dir DIR]
+#
+# --no-build packs what DIR holds without running ninja; --allow-cpu-build accepts a build without CUDA and --fast
+# packs with xz -1 (both for tests/scripts/gpu_check_dry_run_test.sh, which dry-runs the check from a CPU build).
+# The packed data set is kept in --cache-dir (default DIR/gpu-bundle-cache) and packed again only when it changes.
 #
 # It configures DIR (default build-cuda) with -DSTRATA_WITH_CUDA=ON if it is not configured yet, builds the three
 # programs the check runs (strata, cuda_test, gpu_bench), and writes:
@@ -24,6 +29,10 @@ OUTDIR=$REPO/gpu-bundle
 MAX_MIB=40
 DATA=/usr/share/datasets/fashion-mnist
 JOBS=2
+BUILD_IT=1
+NEED_CUDA=1
+XZ_LEVEL=9e
+CACHE=
 while [[ $# -gt 0 ]]; do
   case $1 in
     --build-dir) BUILD=$(realpath -m "$2"); shift 2 ;;
@@ -31,6 +40,10 @@ while [[ $# -gt 0 ]]; do
     --max-mib) MAX_MIB=$2; shift 2 ;;
     --data) DATA=$2; shift 2 ;;
     --jobs) JOBS=$2; shift 2 ;;
+    --no-build) BUILD_IT=0; shift ;;
+    --allow-cpu-build) NEED_CUDA=0; shift ;;
+    --fast) XZ_LEVEL=1; shift ;;
+    --cache-dir) CACHE=$(realpath -m "$2"); shift 2 ;;
     -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     *) echo "gpu_bundle.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
@@ -53,10 +66,13 @@ if [[ ! -f $BUILD/build.ninja ]]; then
   echo "== configuring $BUILD (-DSTRATA_WITH_CUDA=ON)"
   cmake -S "$REPO" -B "$BUILD" -G Ninja -DSTRATA_WITH_CUDA=ON -DSTRATA_BUILD_EXAMPLES=OFF
 fi
-grep -q '^STRATA_WITH_CUDA:BOOL=ON' "$BUILD/CMakeCache.txt" ||
+if ((NEED_CUDA)) && ! grep -q '^STRATA_WITH_CUDA:BOOL=ON' "$BUILD/CMakeCache.txt"; then
   die "$BUILD is configured without -DSTRATA_WITH_CUDA=ON; give another --build-dir"
-echo "== building strata, cuda_test and gpu_bench in $BUILD (-j$JOBS)"
-ninja -C "$BUILD" -j"$JOBS" strata_cli_main cuda_test gpu_bench
+fi
+if ((BUILD_IT)); then
+  echo "== building strata, cuda_test and gpu_bench in $BUILD (-j$JOBS)"
+  ninja -C "$BUILD" -j"$JOBS" strata_cli_main cuda_test gpu_bench
+fi
 BINARIES=("$BUILD/strata" "$BUILD/tests/cuda_test" "$BUILD/bench/gpu_bench")
 for b in "${BINARIES[@]}"; do [[ -x $b ]] || die "$b was not built"; done
 
@@ -88,22 +104,22 @@ cp "$REPO/configs/fashion_mnist_cnn.yaml" "$STAGE/configs/"
 
 rm -rf "$OUTDIR"
 mkdir -p "$OUTDIR"
-echo "== packing strata.tar.xz (xz -9e with the x86 filter; a minute or so)"
-tar -C "$STAGE" -cf - BUILD_INFO bin lib bench configs | xz -T1 --x86 --lzma2=preset=9e > "$OUTDIR/strata.tar.xz"
+echo "== packing strata.tar.xz (xz -$XZ_LEVEL with the x86 filter)"
+tar -C "$STAGE" -cf - BUILD_INFO bin lib bench configs | xz -T1 --x86 --lzma2=preset="$XZ_LEVEL" > "$OUTDIR/strata.tar.xz"
 
 # ---- 3. Fashion-MNIST, packed once and kept beside the build (it does not change)
 for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
   [[ -f $DATA/$f.gz || -f $DATA/$f ]] || die "Fashion-MNIST file $f(.gz) not in $DATA (give --data DIR)"
 done
-CACHE=$BUILD/gpu-bundle-cache
-key=$(cd "$DATA" && stat -c '%n %s %Y' ./*-ubyte* | sort)
+CACHE=${CACHE:-$BUILD/gpu-bundle-cache}
+key="xz -$XZ_LEVEL $(cd "$DATA" && stat -c '%n %s %Y' ./*-ubyte* | sort)"
 if [[ ! -f $CACHE/fashion-mnist.tar.xz || "$(cat "$CACHE/fashion-mnist.key" 2>/dev/null)" != "$key" ]]; then
-  echo "== packing Fashion-MNIST from $DATA (xz -9e; about a minute, once)"
+  echo "== packing Fashion-MNIST from $DATA (xz -$XZ_LEVEL; about a minute at -9e, once per build dir)"
   mkdir -p "$CACHE" "$STAGE/fashion-mnist"
   for f in train-images-idx3-ubyte train-labels-idx1-ubyte t10k-images-idx3-ubyte t10k-labels-idx1-ubyte; do
     if [[ -f $DATA/$f.gz ]]; then gzip -dc "$DATA/$f.gz" > "$STAGE/fashion-mnist/$f"; else cp "$DATA/$f" "$STAGE/fashion-mnist/"; fi
   done
-  tar -C "$STAGE" -cf - fashion-mnist | xz -T1 -9e > "$CACHE/fashion-mnist.tar.xz.tmp"
+  tar -C "$STAGE" -cf - fashion-mnist | xz -T1 -"$XZ_LEVEL" > "$CACHE/fashion-mnist.tar.xz.tmp"
   mv "$CACHE/fashion-mnist.tar.xz.tmp" "$CACHE/fashion-mnist.tar.xz"
   echo "$key" > "$CACHE/fashion-mnist.key"
 fi
