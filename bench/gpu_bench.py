@@ -14,7 +14,7 @@ Prints one table: model, batch, strata fp32 ms/step, torch fp32 ms/step, torch/s
 faster; the issue's target is >= 1.0 on every row), torch bf16 ms/step, strata bf16. Each side times --steps
 steps after --warmup, reading the clock after torch.cuda.synchronize() (strata: after its device has finished).
 PyTorch's fp32 runs with TF32 off (--tf32 turns it on), as strata's fp32 does.
-Without torch or a CUDA device it prints "no GPU: skipped" and exits 0 (--torch-device cpu runs the PyTorch side
+Without torch or a CUDA device it prints "no GPU: skipped" and exits 0 (1 with --require-gpu) (--torch-device cpu runs the PyTorch side
 on the CPU, to test this script where there is no GPU). Exits 1 when a side failed, after printing the rest.
 """
 import argparse
@@ -110,17 +110,24 @@ def run_strata(binary, keys, steps, warmup, timeout):
            "--models", ",".join(keys)]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {}, f"{binary} took over {timeout} s; killed"
+    except subprocess.TimeoutExpired as e:
+        # The models that finished before the limit still count.
+        out = e.stdout.decode() if isinstance(e.stdout, bytes) else (e.stdout or "")
+        return parse_lines(out), f"{binary} took over {timeout} s; killed"
     except OSError as e:
         return {}, f"{binary}: {e}"
+    error = None if p.returncode == 0 else f"{binary} exited {p.returncode}: {p.stderr.strip()[-1500:]}"
+    return parse_lines(p.stdout), error
+
+
+def parse_lines(stdout):
+    """gpu_bench --json's objects by --models key."""
     results = {}
-    for line in p.stdout.splitlines():
-        if line.startswith("{"):
+    for line in stdout.splitlines():
+        if line.startswith("{") and line.rstrip().endswith("}"):
             r = json.loads(line)
             results[r["key"]] = r
-    error = None if p.returncode == 0 else f"{binary} exited {p.returncode}: {p.stderr.strip()[-1500:]}"
-    return results, error
+    return results
 
 
 def fmt(ms):
@@ -137,6 +144,8 @@ def main():
     ap.add_argument("--torch-device", default="cuda", choices=["cuda", "cpu"],
                     help="cpu: the PyTorch side only, on the CPU (tests this script without a GPU)")
     ap.add_argument("--timeout", type=float, default=240, help="seconds strata's gpu_bench may take")
+    ap.add_argument("--require-gpu", action="store_true",
+                    help="exit 1, not 0, when PyTorch or its CUDA device is missing (scripts/gpu_check.sh on a GPU machine)")
     ap.add_argument("--tf32", action="store_true",
                     help="let PyTorch's fp32 use TF32 (its cuDNN default); off by default, as strata's fp32 is")
     args = ap.parse_args()
@@ -149,11 +158,11 @@ def main():
         import torch
     except ImportError:
         print("no GPU: skipped (PyTorch is not installed here)")
-        return 0
+        return 1 if args.require_gpu else 0
     on_gpu = args.torch_device == "cuda"
     if on_gpu and not torch.cuda.is_available():
         print("no GPU: skipped (torch.cuda.is_available() is False)")
-        return 0
+        return 1 if args.require_gpu else 0
 
     failures = []
     if on_gpu:

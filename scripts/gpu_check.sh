@@ -34,6 +34,9 @@ if [[ -n ${OUT:-} ]]; then
   mkdir -p "$OUT"
   LOG=$OUT/gpu_check.log
   exec > >(tee -a "$LOG") 2>&1
+  TEE_PID=$!
+  # At the end, let tee write the last lines (the summary) before the script is done.
+  trap 'exec >&- 2>&-; wait "$TEE_PID" 2>/dev/null || true' EXIT
 fi
 
 declare -a STEP_NAMES=() STEP_RESULTS=()
@@ -156,6 +159,9 @@ else
   (cd "$WORK" && run_bin timeout -k 5 "$limit" "$WORK/bin/cuda_test" --gtest_output="xml:$xml" --gtest_color=no) || rc=$?
   if ((rc == 0 && !GPU)); then
     record "cuda_test" "SKIP (no GPU: it ran, its GPU tests skipped themselves)"
+  elif ((rc == 0)) && grep -q 'no CUDA device visible' "$xml" 2>/dev/null; then
+    # nvidia-smi sees the GPU but strata's CUDA runtime does not (driver or library mismatch): nothing was checked.
+    record "cuda_test" "FAIL (nvidia-smi lists a GPU, but cuda_test saw none and skipped its GPU tests)"
   elif ((rc == 0)); then
     record "cuda_test" "PASS ($(grep -c '<testcase' "$xml" 2>/dev/null || true) tests, $(grep -c '<skipped' "$xml" 2>/dev/null || true) of them skipped)"
   elif ((rc == 124 || rc == 137)); then
@@ -213,7 +219,7 @@ else
   json_args=()
   [[ -n ${OUT:-} ]] && json_args=(--json-out "$OUT/gpu_bench.json")
   PYTHONUNBUFFERED=1 timeout -k 5 "$limit" "$PYTHON" "$WORK/bench/gpu_bench.py" --binary "$WORK/bin/gpu_bench.sh" \
-    --timeout $((limit * 2 / 3)) "${json_args[@]}" || rc=$?
+    --require-gpu --timeout $((limit * 2 / 3)) "${json_args[@]}" || rc=$?
   if ((rc == 0)); then
     record "bench" "PASS (table above)"
   elif ((rc == 124 || rc == 137)); then
