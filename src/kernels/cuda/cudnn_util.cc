@@ -1,0 +1,104 @@
+// cuDNN helpers of the convolution, pooling and batch-norm kernels (cudnn_util.h). Padding and cropping are one
+// cudnnSetTensor and one cudnnTransformTensor between a packed description and a window of the padded buffer, both
+// on the calling thread's cuDNN handle, so on the device's stream. Thread-safety: no shared state.
+#include "kernels/cuda/cudnn_util.h"
+
+#include <climits>
+
+#include "core/cuda/cuda_context.h"
+#include "strata/error.h"
+
+namespace strata::kernels::cuda {
+
+int to_int(int64_t v, const char* op, const char* what) {
+  STRATA_CHECK(v >= 0 && v <= INT_MAX, ShapeError,
+               op << ": " << what << " of " << v << " is beyond cuDNN's limit of " << INT_MAX);
+  return static_cast<int>(v);
+}
+
+void check_cudnn_size(const char* op, const Tensor& t) {
+  STRATA_CHECK(t.numel() <= INT_MAX, ShapeError,
+               op << ": " << t.shape_str() << " has " << t.numel() << " elements, beyond cuDNN's limit of " << INT_MAX
+                  << " per tensor");
+}
+
+void set_nhwc(const TensorDescriptor& d, const char* op, int64_t n, int64_t h, int64_t w, int64_t c) {
+  STRATA_CHECK(n * h * w * c <= INT_MAX, ShapeError,
+               op << ": [" << n << ", " << h << ", " << w << ", " << c << "] is beyond cuDNN's limit of " << INT_MAX
+                  << " elements per tensor");
+  check_cudnn(cudnnSetTensor4dDescriptor(d.get(), CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, to_int(n, op, "batch"),
+                                         to_int(c, op, "channels"), to_int(h, op, "height"), to_int(w, op, "width")),
+              "cudnnSetTensor4dDescriptor");
+}
+
+void set_nhwc_window(const TensorDescriptor& d, const char* op, int64_t n, int64_t h, int64_t w, int64_t c,
+                     int64_t full_h, int64_t full_w) {
+  STRATA_CHECK(n * full_h * full_w * c <= INT_MAX, ShapeError,
+               op << ": [" << n << ", " << full_h << ", " << full_w << ", " << c << "] is beyond cuDNN's limit of "
+                  << INT_MAX << " elements per tensor");
+  check_cudnn(cudnnSetTensor4dDescriptorEx(d.get(), CUDNN_DATA_FLOAT, to_int(n, op, "batch"),
+                                           to_int(c, op, "channels"), to_int(h, op, "height"), to_int(w, op, "width"),
+                                           /*nStride=*/static_cast<int>(full_h * full_w * c), /*cStride=*/1,
+                                           /*hStride=*/static_cast<int>(full_w * c), /*wStride=*/static_cast<int>(c)),
+              "cudnnSetTensor4dDescriptorEx");
+}
+
+namespace {
+
+// A window of the padded buffer [n, h + top + bottom, w + left + right, c] that holds the map [n, h, w, c]: its
+// description (with the padded buffer's strides) and the element offset of its first element.
+int64_t describe_window(const TensorDescriptor& window, const char* op, const Shape& small, const Pads& pads) {
+  const int64_t n = small[0], h = small[1], w = small[2], c = small[3];
+  const int64_t full_w = w + pads.left + pads.right;
+  set_nhwc_window(window, op, n, h, w, c, h + pads.top + pads.bottom, full_w);
+  return (pads.top * full_w + pads.left) * c;
+}
+
+void check_padded_shape(const char* op, const Shape& small, const Pads& pads, const Shape& padded) {
+  STRATA_CHECK(small.size() == 4 && padded.size() == 4 && padded[0] == small[0] &&
+                   padded[1] == small[1] + pads.top + pads.bottom && padded[2] == small[2] + pads.left + pads.right &&
+                   padded[3] == small[3],
+               Error, op << ": internal error: " << shape_str(padded) << " is not " << shape_str(small) << " padded by ("
+                         << pads.top << ", " << pads.bottom << ", " << pads.left << ", " << pads.right << ")");
+}
+
+}  // namespace
+
+void pad_nhwc(const char* op, const Tensor& x, const Pads& pads, float value, Tensor& out) {
+  check_padded_shape(op, x.shape(), pads, out.shape());
+  if (out.numel() == 0) return;
+  cudnnHandle_t handle = cudnn_handle(out.device().index);
+  const Shape& s = out.shape();
+  TensorDescriptor full;
+  set_nhwc(full, op, s[0], s[1], s[2], s[3]);
+  float* dst = out.data<float>();
+  check_cudnn(cudnnSetTensor(handle, full.get(), dst, &value), "cudnnSetTensor (padding)");
+  if (x.numel() == 0) return;
+  TensorDescriptor packed, window;
+  set_nhwc(packed, op, x.dim(0), x.dim(1), x.dim(2), x.dim(3));
+  const int64_t offset = describe_window(window, op, x.shape(), pads);
+  const float one = 1.0f, zero = 0.0f;
+  check_cudnn(cudnnTransformTensor(handle, &one, packed.get(), x.data<float>(), &zero, window.get(), dst + offset),
+              "cudnnTransformTensor (padding)");
+}
+
+void crop_nhwc(const char* op, const Tensor& padded, const Pads& pads, Tensor& out) {
+  check_padded_shape(op, out.shape(), pads, padded.shape());
+  if (out.numel() == 0) return;
+  cudnnHandle_t handle = cudnn_handle(out.device().index);
+  TensorDescriptor packed, window;
+  set_nhwc(packed, op, out.dim(0), out.dim(1), out.dim(2), out.dim(3));
+  const int64_t offset = describe_window(window, op, out.shape(), pads);
+  const float one = 1.0f, zero = 0.0f;
+  check_cudnn(cudnnTransformTensor(handle, &one, window.get(), padded.data<float>() + offset, &zero, packed.get(),
+                                   out.data<float>()),
+              "cudnnTransformTensor (cropping)");
+}
+
+void zero_fill(Tensor& t) {
+  if (t.nbytes() == 0) return;
+  const int device = t.device().index;
+  detail::cuda::check(cudaMemsetAsync(t.raw_data(), 0, t.nbytes(), detail::cuda::stream(device)), "cudaMemsetAsync");
+}
+
+}  // namespace strata::kernels::cuda
