@@ -48,7 +48,7 @@ struct ConvGeometry {
   Shape y_shape() const { return {n, oh, ow, f}; }
   // cuDNN pads symmetrically only: otherwise it runs on a padded copy of x, unpadded.
   bool explicit_padding() const { return !pads.symmetric(); }
-  Shape padded_x_shape() const { return {n, h + pads.top + pads.bottom, w + pads.left + pads.right, c}; }
+  Shape padded_x_shape() const { return padded_shape({n, h, w, c}, pads); }
   // The input cuDNN sees and the padding it adds.
   int64_t in_h() const { return explicit_padding() ? h + pads.top + pads.bottom : h; }
   int64_t in_w() const { return explicit_padding() ? w + pads.left + pads.right : w; }
@@ -108,8 +108,8 @@ void describe(const char* op, const ConvGeometry& g, const Conv2DParams& p, Conv
   check_cudnn(cudnnGetConvolution2dForwardOutputDim(d.conv.get(), d.x.get(), d.w.get(), &on, &oc, &oh, &ow),
               "cudnnGetConvolution2dForwardOutputDim");
   STRATA_CHECK(on == g.n && oc == g.f && oh == g.oh && ow == g.ow, Error,
-               op << ": internal error: cuDNN's output [" << on << ", " << oh << ", " << ow << ", " << oc
-                  << "] is not " << shape_str(g.y_shape()));
+               op << ": internal error: cuDNN's output [" << on << ", " << oh << ", " << ow << ", " << oc << "] is not "
+                  << shape_str(g.y_shape()));
 }
 
 // HWIO [kh, kw, C, F] and KRSC [F, kh, kw, C] (cuDNN's NHWC filters) as two stride patterns of one 4-D tensor with
@@ -155,7 +155,7 @@ void from_krsc(cudnnHandle_t handle, const Tensor& dw_krsc, const ConvGeometry& 
 Tensor cudnn_input(const char* op, const Tensor& x, const ConvGeometry& g) {
   if (!g.explicit_padding()) return x;
   Tensor padded = Tensor::empty(g.padded_x_shape(), DType::kFloat32, x.device());
-  pad_nhwc(op, x, g.pads, 0.0f, padded);
+  pad_nhwc(op, x.device().index, x.data<float>(), x.shape(), g.pads, 0.0f, padded.data<float>());
   return padded;
 }
 
@@ -295,8 +295,7 @@ void backward_data(const char* op, cudnnHandle_t handle, int device, const ConvG
         std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perf(std::max(max_count, 1));
         int returned = 0;
         check_cudnn(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, d.w.get(), d.y.get(), d.conv.get(), d.x.get(),
-                                                                static_cast<int>(perf.size()), &returned,
-                                                                perf.data()),
+                                                                static_cast<int>(perf.size()), &returned, perf.data()),
                     "cudnnGetConvolutionBackwardDataAlgorithm_v7");
         return candidates(perf, returned, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT);
       },
@@ -322,10 +321,10 @@ void backward_filter(const char* op, cudnnHandle_t handle, int device, const Con
                     "cudnnGetConvolutionBackwardFilterAlgorithmMaxCount");
         std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perf(std::max(max_count, 1));
         int returned = 0;
-        check_cudnn(cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, d.x.get(), d.y.get(), d.conv.get(),
-                                                                  d.w.get(), static_cast<int>(perf.size()), &returned,
-                                                                  perf.data()),
-                    "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
+        check_cudnn(
+            cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, d.x.get(), d.y.get(), d.conv.get(), d.w.get(),
+                                                          static_cast<int>(perf.size()), &returned, perf.data()),
+            "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
         return candidates(perf, returned, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT);
       },
       [&](int algo, size_t* bytes) {
@@ -342,9 +341,9 @@ void backward_filter(const char* op, cudnnHandle_t handle, int device, const Con
 
 // The bias as cuDNN broadcasts it over NHWC: [1, F, 1, 1].
 void describe_bias(const TensorDescriptor& d, const char* op, int64_t f) {
-  check_cudnn(cudnnSetTensor4dDescriptor(d.get(), CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, to_int(f, op, "filters"), 1,
-                                         1),
-              "cudnnSetTensor4dDescriptor (bias)");
+  check_cudnn(
+      cudnnSetTensor4dDescriptor(d.get(), CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, to_int(f, op, "filters"), 1, 1),
+      "cudnnSetTensor4dDescriptor (bias)");
 }
 
 // db [F] = dy [N, OH, OW, F] summed over every axis but the last.
@@ -353,9 +352,9 @@ void bias_gradient(const char* op, cudnnHandle_t handle, const ConvGeometry& g, 
   set_nhwc(dy_desc, op, g.n, g.oh, g.ow, g.f);
   describe_bias(db_desc, op, g.f);
   const float one = 1.0f, zero = 0.0f;
-  check_cudnn(
-      cudnnConvolutionBackwardBias(handle, &one, dy_desc.get(), dy.data<float>(), &zero, db_desc.get(), db.data<float>()),
-      "cudnnConvolutionBackwardBias");
+  check_cudnn(cudnnConvolutionBackwardBias(handle, &one, dy_desc.get(), dy.data<float>(), &zero, db_desc.get(),
+                                           db.data<float>()),
+              "cudnnConvolutionBackwardBias");
 }
 
 void check_float(const char* op, std::initializer_list<const Tensor*> tensors) {
@@ -435,7 +434,7 @@ Tensor conv2d_backward_input(const Tensor& dy, const Tensor& w, const Shape& x_s
   }
   Tensor padded = Tensor::empty(g.padded_x_shape(), DType::kFloat32, dy.device());
   backward_data(op, handle, device, g, p, d, wk.data<float>(), dy.data<float>(), padded.data<float>());
-  crop_nhwc(op, padded, g.pads, dx);
+  crop_nhwc(op, device, padded.data<float>(), g.pads, x_shape, dx.data<float>());
   return dx;
 }
 

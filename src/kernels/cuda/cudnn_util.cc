@@ -36,8 +36,8 @@ void set_nhwc_window(const TensorDescriptor& d, const char* op, int64_t n, int64
   STRATA_CHECK(n * full_h * full_w * c <= INT_MAX, ShapeError,
                op << ": [" << n << ", " << full_h << ", " << full_w << ", " << c << "] is beyond cuDNN's limit of "
                   << INT_MAX << " elements per tensor");
-  check_cudnn(cudnnSetTensor4dDescriptorEx(d.get(), CUDNN_DATA_FLOAT, to_int(n, op, "batch"),
-                                           to_int(c, op, "channels"), to_int(h, op, "height"), to_int(w, op, "width"),
+  check_cudnn(cudnnSetTensor4dDescriptorEx(d.get(), CUDNN_DATA_FLOAT, to_int(n, op, "batch"), to_int(c, op, "channels"),
+                                           to_int(h, op, "height"), to_int(w, op, "width"),
                                            /*nStride=*/static_cast<int>(full_h * full_w * c), /*cStride=*/1,
                                            /*hStride=*/static_cast<int>(full_w * c), /*wStride=*/static_cast<int>(c)),
               "cudnnSetTensor4dDescriptorEx");
@@ -54,44 +54,37 @@ int64_t describe_window(const TensorDescriptor& window, const char* op, const Sh
   return (pads.top * full_w + pads.left) * c;
 }
 
-void check_padded_shape(const char* op, const Shape& small, const Pads& pads, const Shape& padded) {
-  STRATA_CHECK(small.size() == 4 && padded.size() == 4 && padded[0] == small[0] &&
-                   padded[1] == small[1] + pads.top + pads.bottom && padded[2] == small[2] + pads.left + pads.right &&
-                   padded[3] == small[3],
-               Error, op << ": internal error: " << shape_str(padded) << " is not " << shape_str(small) << " padded by ("
-                         << pads.top << ", " << pads.bottom << ", " << pads.left << ", " << pads.right << ")");
-}
-
 }  // namespace
 
-void pad_nhwc(const char* op, const Tensor& x, const Pads& pads, float value, Tensor& out) {
-  check_padded_shape(op, x.shape(), pads, out.shape());
-  if (out.numel() == 0) return;
-  cudnnHandle_t handle = cudnn_handle(out.device().index);
-  const Shape& s = out.shape();
-  TensorDescriptor full;
-  set_nhwc(full, op, s[0], s[1], s[2], s[3]);
-  float* dst = out.data<float>();
-  check_cudnn(cudnnSetTensor(handle, full.get(), dst, &value), "cudnnSetTensor (padding)");
-  if (x.numel() == 0) return;
+Shape padded_shape(const Shape& x_shape, const Pads& pads) {
+  return {x_shape[0], x_shape[1] + pads.top + pads.bottom, x_shape[2] + pads.left + pads.right, x_shape[3]};
+}
+
+void pad_nhwc(const char* op, int device, const float* x, const Shape& x_shape, const Pads& pads, float value,
+              float* out) {
+  const Shape full = padded_shape(x_shape, pads);
+  if (shape_numel(full) == 0) return;
+  cudnnHandle_t handle = cudnn_handle(device);
+  TensorDescriptor full_desc;
+  set_nhwc(full_desc, op, full[0], full[1], full[2], full[3]);
+  check_cudnn(cudnnSetTensor(handle, full_desc.get(), out, &value), "cudnnSetTensor (padding)");
+  if (shape_numel(x_shape) == 0) return;
   TensorDescriptor packed, window;
-  set_nhwc(packed, op, x.dim(0), x.dim(1), x.dim(2), x.dim(3));
-  const int64_t offset = describe_window(window, op, x.shape(), pads);
+  set_nhwc(packed, op, x_shape[0], x_shape[1], x_shape[2], x_shape[3]);
+  const int64_t offset = describe_window(window, op, x_shape, pads);
   const float one = 1.0f, zero = 0.0f;
-  check_cudnn(cudnnTransformTensor(handle, &one, packed.get(), x.data<float>(), &zero, window.get(), dst + offset),
+  check_cudnn(cudnnTransformTensor(handle, &one, packed.get(), x, &zero, window.get(), out + offset),
               "cudnnTransformTensor (padding)");
 }
 
-void crop_nhwc(const char* op, const Tensor& padded, const Pads& pads, Tensor& out) {
-  check_padded_shape(op, out.shape(), pads, padded.shape());
-  if (out.numel() == 0) return;
-  cudnnHandle_t handle = cudnn_handle(out.device().index);
+void crop_nhwc(const char* op, int device, const float* padded, const Pads& pads, const Shape& out_shape, float* out) {
+  if (shape_numel(out_shape) == 0) return;
+  cudnnHandle_t handle = cudnn_handle(device);
   TensorDescriptor packed, window;
-  set_nhwc(packed, op, out.dim(0), out.dim(1), out.dim(2), out.dim(3));
-  const int64_t offset = describe_window(window, op, out.shape(), pads);
+  set_nhwc(packed, op, out_shape[0], out_shape[1], out_shape[2], out_shape[3]);
+  const int64_t offset = describe_window(window, op, out_shape, pads);
   const float one = 1.0f, zero = 0.0f;
-  check_cudnn(cudnnTransformTensor(handle, &one, window.get(), padded.data<float>() + offset, &zero, packed.get(),
-                                   out.data<float>()),
+  check_cudnn(cudnnTransformTensor(handle, &one, window.get(), padded + offset, &zero, packed.get(), out),
               "cudnnTransformTensor (cropping)");
 }
 

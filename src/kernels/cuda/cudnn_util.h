@@ -36,8 +36,8 @@ using TensorDescriptor =
     CudnnDescriptor<cudnnTensorDescriptor_t, cudnnCreateTensorDescriptor, cudnnDestroyTensorDescriptor>;
 using FilterDescriptor =
     CudnnDescriptor<cudnnFilterDescriptor_t, cudnnCreateFilterDescriptor, cudnnDestroyFilterDescriptor>;
-using ConvolutionDescriptor = CudnnDescriptor<cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor,
-                                              cudnnDestroyConvolutionDescriptor>;
+using ConvolutionDescriptor =
+    CudnnDescriptor<cudnnConvolutionDescriptor_t, cudnnCreateConvolutionDescriptor, cudnnDestroyConvolutionDescriptor>;
 using PoolingDescriptor =
     CudnnDescriptor<cudnnPoolingDescriptor_t, cudnnCreatePoolingDescriptor, cudnnDestroyPoolingDescriptor>;
 using ActivationDescriptor =
@@ -57,10 +57,14 @@ struct Pads {
   bool symmetric() const { return top == bottom && left == right; }
 };
 
-// out [n, h + top + bottom, w + left + right, c] = x [n, h, w, c] surrounded by `value` (both float32 on one GPU).
-void pad_nhwc(const char* op, const Tensor& x, const Pads& pads, float value, Tensor& out);
+// out [n, h + top + bottom, w + left + right, c] = x [n, h, w, c] surrounded by `value`; float32 buffers on
+// `device`.
+void pad_nhwc(const char* op, int device, const float* x, const Shape& x_shape, const Pads& pads, float value,
+              float* out);
 // out [n, h, w, c] = the interior of padded [n, h + top + bottom, w + left + right, c]: what pad_nhwc added is cut.
-void crop_nhwc(const char* op, const Tensor& padded, const Pads& pads, Tensor& out);
+void crop_nhwc(const char* op, int device, const float* padded, const Pads& pads, const Shape& out_shape, float* out);
+// The shape of x_shape [n, h, w, c] padded by `pads`.
+Shape padded_shape(const Shape& x_shape, const Pads& pads);
 
 // Queues a zero fill of t's bytes on its device's stream.
 void zero_fill(Tensor& t);

@@ -17,11 +17,11 @@ cudaError_t inverse_std(const float* variance, float epsilon, float* out, int64_
 // NHWC average pooling with explicit (possibly asymmetric) padding, averaging over the window's cells inside the
 // input; every window holds at least one (pad_top < pool_h and pad_left < pool_w).
 struct AvgPoolShape {
-  int64_t n = 0, h = 0, w = 0, c = 0;    // input
-  int64_t oh = 0, ow = 0;                // output
+  int64_t n = 0, h = 0, w = 0, c = 0;  // input
+  int64_t oh = 0, ow = 0;              // output
   int64_t pool_h = 1, pool_w = 1;
   int64_t stride_h = 1, stride_w = 1;
-  int64_t pad_top = 0, pad_left = 0;     // the cells before the input; those after follow from oh and ow
+  int64_t pad_top = 0, pad_left = 0;  // the cells before the input; those after follow from oh and ow
 };
 // y [n, oh, ow, c] from x [n, h, w, c].
 cudaError_t avg_pool_exclude_padding(const AvgPoolShape& s, const float* x, float* y, cudaStream_t stream);
