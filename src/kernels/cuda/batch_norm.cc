@@ -8,7 +8,7 @@
 // unbiased variance var * M / (M - 1): with an average factor of 1 the running buffers (zeroed first, since cuDNN
 // scales their old contents by 0) receive exactly the batch mean and unbiased variance, and the variance is scaled
 // back by (M - 1) / M, which loses no precision (recovering var from the inverse standard deviation would, when
-// var is small beside eps). With one row per channel (M = 1) the biased variance is 0, set directly.
+// var is small beside eps). With one row (M = 1) the statistics are set directly and y is cuDNN's inference with them.
 // Backward uses the mean and variance it is given, as the CPU kernel does, not ones recomputed from x: cuDNN takes
 // them as the saved mean and inverse standard deviation, the latter computed by dnn_kernels.cu.
 // Thread-safety: safe to call concurrently (per-thread cuDNN handles; no shared state).
@@ -90,26 +90,36 @@ BatchNormResult batch_norm_training(const Tensor& x, const Tensor& gamma, const 
   cudnnHandle_t handle = cudnn_handle(device);
   BnDescs d;
   describe(op, s, d);
+  const float one = 1.0f, zero = 0.0f;
+  if (s.m == 1) {
+    // One value per channel: it is the mean, the biased variance is 0 (cuDNN's unbiased one would divide by
+    // M - 1 = 0), and y is what inference makes of those statistics (beta, or NaN with epsilon 0, as on the CPU).
+    detail::cuda::check(cudaMemcpyAsync(r.mean.data<float>(), x.data<float>(), r.mean.nbytes(),
+                                        cudaMemcpyDeviceToDevice, detail::cuda::stream(device)),
+                        "cudaMemcpyAsync (batch norm mean)");
+    zero_fill(r.variance);
+    check_cudnn(cudnnBatchNormalizationForwardInference(handle, CUDNN_BATCHNORM_SPATIAL, &one, &zero, d.x.get(),
+                                                        x.data<float>(), d.x.get(), r.y.data<float>(), d.channel.get(),
+                                                        gamma.data<float>(), beta.data<float>(), r.mean.data<float>(),
+                                                        r.variance.data<float>(), static_cast<double>(epsilon)),
+                "cudnnBatchNormalizationForwardInference (one row)");
+    return r;
+  }
   // The running averages with factor 1 are the batch mean and the unbiased variance; cuDNN reads their old
   // contents (times 0), which must not be NaN.
   zero_fill(r.mean);
   zero_fill(r.variance);
   Tensor saved_mean = Tensor::empty({s.c}, DType::kFloat32, x.device());
   Tensor saved_inv_std = Tensor::empty({s.c}, DType::kFloat32, x.device());
-  const float one = 1.0f, zero = 0.0f;
   check_cudnn(cudnnBatchNormalizationForwardTraining(
                   handle, CUDNN_BATCHNORM_SPATIAL, &one, &zero, d.x.get(), x.data<float>(), d.x.get(),
                   r.y.data<float>(), d.channel.get(), gamma.data<float>(), beta.data<float>(),
                   /*exponentialAverageFactor=*/1.0, r.mean.data<float>(), r.variance.data<float>(),
                   static_cast<double>(epsilon), saved_mean.data<float>(), saved_inv_std.data<float>()),
               "cudnnBatchNormalizationForwardTraining");
-  if (s.m == 1) {
-    zero_fill(r.variance);  // cuDNN's unbiased variance divides by M - 1 = 0
-  } else {
-    const float biased = static_cast<float>(static_cast<double>(s.m - 1) / static_cast<double>(s.m));
-    check_cudnn(cudnnScaleTensor(handle, d.channel.get(), r.variance.data<float>(), &biased),
-                "cudnnScaleTensor (unbiased to biased variance)");
-  }
+  const float biased = static_cast<float>(static_cast<double>(s.m - 1) / static_cast<double>(s.m));
+  check_cudnn(cudnnScaleTensor(handle, d.channel.get(), r.variance.data<float>(), &biased),
+              "cudnnScaleTensor (unbiased to biased variance)");
   return r;
 }
 

@@ -211,12 +211,6 @@ std::vector<int> candidates(const std::vector<Perf>& perf, int returned, int alg
   return out;
 }
 
-// cuDNN's answer to an algorithm that does not apply to a shape (the fallback tries algorithms the heuristics did
-// not list, whose workspace queries may answer BAD_PARAM).
-bool refused(cudnnStatus_t st) {
-  return CUDNN_STATUS_CATEGORY(st) == CUDNN_STATUS_NOT_SUPPORTED || CUDNN_STATUS_CATEGORY(st) == CUDNN_STATUS_BAD_PARAM;
-}
-
 using WorkspaceSizeFn = std::function<cudnnStatus_t(int algo, size_t* bytes)>;
 using RunFn = std::function<cudnnStatus_t(int algo, void* workspace, size_t bytes)>;
 
@@ -249,7 +243,7 @@ void run_pass(const char* op, const char* what, int device, const std::string& k
       algo_cache().emplace(key, algo);
       return;
     }
-    if (!refused(st)) check_cudnn(st, what);
+    if (!cudnn_refused(st)) check_cudnn(st, what);
     if (!any_refused) first_refusal = std::string("algorithm ") + std::to_string(algo) + ": " + cudnnGetErrorString(st);
     any_refused = true;
   }
@@ -339,17 +333,26 @@ void backward_filter(const char* op, cudnnHandle_t handle, int device, const Con
       });
 }
 
-// The bias as cuDNN broadcasts it over NHWC: [1, F, 1, 1].
+// The bias as cuDNN broadcasts it: [1, F, 1, 1].
 void describe_bias(const TensorDescriptor& d, const char* op, int64_t f) {
   check_cudnn(
       cudnnSetTensor4dDescriptor(d.get(), CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT, 1, to_int(f, op, "filters"), 1, 1),
       "cudnnSetTensor4dDescriptor (bias)");
 }
 
+// y or dy [N, OH, OW, F] as the [N * OH * OW, F, 1, 1] NCHW tensor of the same bytes: the plain layout in which cuDNN
+// adds a [1, F, 1, 1] bias, sums the bias gradient, and applies relu.
+void describe_pixels_by_filters(const TensorDescriptor& d, const char* op, const ConvGeometry& g) {
+  check_cudnn(
+      cudnnSetTensor4dDescriptor(d.get(), CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT,
+                                 to_int(g.n * g.oh * g.ow, op, "output pixels"), to_int(g.f, op, "filters"), 1, 1),
+      "cudnnSetTensor4dDescriptor (output pixels by filters)");
+}
+
 // db [F] = dy [N, OH, OW, F] summed over every axis but the last.
 void bias_gradient(const char* op, cudnnHandle_t handle, const ConvGeometry& g, const Tensor& dy, Tensor& db) {
   TensorDescriptor dy_desc, db_desc;
-  set_nhwc(dy_desc, op, g.n, g.oh, g.ow, g.f);
+  describe_pixels_by_filters(dy_desc, op, g);
   describe_bias(db_desc, op, g.f);
   const float one = 1.0f, zero = 0.0f;
   check_cudnn(cudnnConvolutionBackwardBias(handle, &one, dy_desc.get(), dy.data<float>(), &zero, db_desc.get(),
@@ -381,8 +384,6 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2D
   Tensor y = Tensor::empty(g.y_shape(), DType::kFloat32, x.device());
   if (y.numel() == 0) return y;
   cudnnHandle_t handle = cudnn_handle(device);
-  TensorDescriptor y_desc;
-  set_nhwc(y_desc, op, g.n, g.oh, g.ow, g.f);
   if (is_empty(g)) {  // no input channels: the sum is empty
     zero_fill(y);
   } else {
@@ -392,6 +393,8 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2D
     const Tensor xin = cudnn_input(op, x, g);
     forward(op, handle, device, g, p, d, xin.data<float>(), wk.data<float>(), y.data<float>());
   }
+  TensorDescriptor y_desc;
+  describe_pixels_by_filters(y_desc, op, g);
   const float one = 1.0f, zero = 0.0f;
   if (with_bias) {
     TensorDescriptor b_desc;

@@ -22,6 +22,11 @@ void check_cudnn_size(const char* op, const Tensor& t) {
                   << " per tensor");
 }
 
+bool cudnn_refused(cudnnStatus_t status) {
+  return CUDNN_STATUS_CATEGORY(status) == CUDNN_STATUS_NOT_SUPPORTED ||
+         CUDNN_STATUS_CATEGORY(status) == CUDNN_STATUS_BAD_PARAM;
+}
+
 void set_nhwc(const TensorDescriptor& d, const char* op, int64_t n, int64_t h, int64_t w, int64_t c) {
   STRATA_CHECK(n * h * w * c <= INT_MAX, ShapeError,
                op << ": [" << n << ", " << h << ", " << w << ", " << c << "] is beyond cuDNN's limit of " << INT_MAX

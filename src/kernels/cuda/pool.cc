@@ -7,7 +7,8 @@
 // 256-byte boundary) y, which is also returned. x is stored padded with -inf on the sides SAME asks for, and cuDNN
 // pools that copy unpadded: padded cells never win a max whether the padding is symmetric or not (cuDNN pads both
 // sides alike). The backward computes the gradient of the padded copy and crops it. The mode is
-// CUDNN_POOLING_MAX_DETERMINISTIC, so the same inputs route the gradient the same way on every run. Where a window
+// CUDNN_POOLING_MAX_DETERMINISTIC (CUDNN_POOLING_MAX should cuDNN refuse it), so the same inputs route the gradient
+// the same way on every run. Where a window
 // holds its maximum twice, which cell receives the gradient is cuDNN's choice as it is oneDNN's on the CPU
 // (tests/cuda/conv_pool_bn_test.cc checks that each window's gradient is passed on once, ties or not).
 // The workspace costs one more pass over x and y per call (and their memory until the backward has run).
@@ -70,6 +71,22 @@ void check_output(const char* op, const PoolingDescriptor& pool, const TensorDes
   STRATA_CHECK(n == g.n && c == g.c && h == g.oh && w == g.ow, Error,
                op << ": internal error: cuDNN's output [" << n << ", " << h << ", " << w << ", " << c << "] is not "
                   << shape_str(g.y_shape()));
+}
+
+// Runs `call` with an unpadded max pooling of window p over x_desc: CUDNN_POOLING_MAX_DETERMINISTIC, or, should cuDNN
+// refuse that mode for the shape, CUDNN_POOLING_MAX (the same maxima; the backward may then route ties either way).
+template <class Call>
+void run_max_pooling(const char* op, const Pool2DParams& p, const TensorDescriptor& x_desc, const PoolGeometry& g,
+                     Call&& call) {
+  PoolingDescriptor deterministic;
+  describe_pooling(deterministic, op, CUDNN_POOLING_MAX_DETERMINISTIC, p, 0, 0);
+  check_output(op, deterministic, x_desc, g);
+  const cudnnStatus_t st = call(deterministic);
+  if (st == CUDNN_STATUS_SUCCESS) return;
+  if (!cudnn_refused(st)) check_cudnn(st, "max pooling (CUDNN_POOLING_MAX_DETERMINISTIC)");
+  PoolingDescriptor plain;
+  describe_pooling(plain, op, CUDNN_POOLING_MAX, p, 0, 0);
+  check_cudnn(call(plain), "max pooling (CUDNN_POOLING_MAX)");
 }
 
 // ---------------------------------------------------------------- max pooling's workspace
@@ -145,12 +162,10 @@ MaxPoolResult max_pool2d(const Tensor& x, const Pool2DParams& p) {
   TensorDescriptor x_desc, y_desc;
   set_nhwc(x_desc, op, l.padded_x[0], l.padded_x[1], l.padded_x[2], l.padded_x[3]);
   set_nhwc(y_desc, op, g.n, g.oh, g.ow, g.c);
-  PoolingDescriptor pool;
-  describe_pooling(pool, op, CUDNN_POOLING_MAX_DETERMINISTIC, p, 0, 0);
-  check_output(op, pool, x_desc, g);
   const float one = 1.0f, zero = 0.0f;
-  check_cudnn(cudnnPoolingForward(handle, pool.get(), &one, x_desc.get(), xp, &zero, y_desc.get(), y),
-              "cudnnPoolingForward (max)");
+  run_max_pooling(op, p, x_desc, g, [&](const PoolingDescriptor& pool) {
+    return cudnnPoolingForward(handle, pool.get(), &one, x_desc.get(), xp, &zero, y_desc.get(), y);
+  });
   detail::cuda::check(cudaMemcpyAsync(r.y.data<float>(), y, r.y.nbytes(), cudaMemcpyDeviceToDevice, stream),
                       "cudaMemcpyAsync (max pool output)");
   return r;
@@ -174,14 +189,12 @@ Tensor max_pool2d_backward(const Tensor& dy, const Tensor& workspace, const Shap
   TensorDescriptor x_desc, y_desc;
   set_nhwc(x_desc, op, l.padded_x[0], l.padded_x[1], l.padded_x[2], l.padded_x[3]);
   set_nhwc(y_desc, op, g.n, g.oh, g.ow, g.c);
-  PoolingDescriptor pool;
-  describe_pooling(pool, op, CUDNN_POOLING_MAX_DETERMINISTIC, p, 0, 0);
-  check_output(op, pool, x_desc, g);
   Tensor dxp = g.pads.any() ? Tensor::empty(l.padded_x, DType::kFloat32, dy.device()) : dx;
   const float one = 1.0f, zero = 0.0f;
-  check_cudnn(cudnnPoolingBackward(handle, pool.get(), &one, y_desc.get(), y, y_desc.get(), dy.data<float>(),
-                                   x_desc.get(), xp, &zero, x_desc.get(), dxp.data<float>()),
-              "cudnnPoolingBackward (max)");
+  run_max_pooling(op, p, x_desc, g, [&](const PoolingDescriptor& pool) {
+    return cudnnPoolingBackward(handle, pool.get(), &one, y_desc.get(), y, y_desc.get(), dy.data<float>(), x_desc.get(),
+                                xp, &zero, x_desc.get(), dxp.data<float>());
+  });
   if (g.pads.any()) crop_nhwc(op, device, dxp.data<float>(), g.pads, x_shape, dx.data<float>());
   return dx;
 }
