@@ -204,6 +204,8 @@ void check_avg_pool(const std::string& name, const Shape& x_shape, const k::Pool
 
 TEST(GpuPoolTest, MaxPoolMatchesCpu) {
   STRATA_REQUIRE_GPU();
+  // 24-bit random values can repeat, and a window holding its maximum twice may pass its gradient to another cell
+  // than the CPU's: no window of these inputs does (checked on the CPU for these seeds when this test was written).
   check_max_pool("tutorial 2x2", {64, 26, 26, 32}, pool_params(2, 2, k::Padding::kValid), 100);
   check_max_pool("tutorial 2x2 batch 1024", {1024, 26, 26, 32}, pool_params(2, 2, k::Padding::kValid), 101);
   check_max_pool("3x3 stride 1 same (symmetric)", {8, 16, 16, 4}, pool_params(3, 1, k::Padding::kSame), 102);
