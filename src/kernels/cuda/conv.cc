@@ -10,7 +10,7 @@
 // as in every stride-2 3x3 SAME convolution of an even input), x is copied into a zero-padded buffer and cuDNN runs
 // unpadded on it; the input gradient is then the crop of the padded buffer's gradient.
 // Precision: float32 stays float32: the convolution's math type is CUDNN_FMA_MATH, which keeps TF32 tensor cores out
-// (CUDNN_DEFAULT_MATH lets cuDNN use them on Ampere and later), and candidates cuDNN reports as tensor-op are skipped.
+// (CUDNN_DEFAULT_MATH lets cuDNN use them on Ampere and later); every algorithm runs under that math type.
 // Algorithms: for each (device, pass, shape) the first call asks cuDNN's heuristics (cudnnGet*Algorithm_v7) and runs
 // the first candidate that cuDNN accepts (then the remaining algorithms, should every candidate be refused); that
 // algorithm is cached, so later calls run it directly. Workspaces come from library_handles.h.
@@ -192,7 +192,7 @@ std::unordered_map<std::string, int>& algo_cache() {
 }
 
 // The algorithms cuDNN's heuristics rank for a pass that report success without tensor-op math, in cuDNN's order,
-// then every other algorithm of the pass (tried only if cuDNN refuses all of those).
+// then every other algorithm of the pass (tried only if cuDNN refuses all of those; all run under FMA math).
 template <class Perf>
 std::vector<int> candidates(const std::vector<Perf>& perf, int returned, int algo_count) {
   std::vector<int> out;

@@ -16,12 +16,6 @@ int to_int(int64_t v, const char* op, const char* what) {
   return static_cast<int>(v);
 }
 
-void check_cudnn_size(const char* op, const Tensor& t) {
-  STRATA_CHECK(t.numel() <= INT_MAX, ShapeError,
-               op << ": " << t.shape_str() << " has " << t.numel() << " elements, beyond cuDNN's limit of " << INT_MAX
-                  << " per tensor");
-}
-
 bool cudnn_refused(cudnnStatus_t status) {
   return CUDNN_STATUS_CATEGORY(status) == CUDNN_STATUS_NOT_SUPPORTED ||
          CUDNN_STATUS_CATEGORY(status) == CUDNN_STATUS_BAD_PARAM;

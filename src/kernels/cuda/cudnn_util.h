@@ -16,8 +16,6 @@ namespace strata::kernels::cuda {
 
 // Throws ShapeError naming `op` and `what` unless 0 <= v <= INT_MAX (cuDNN describes tensors with ints).
 int to_int(int64_t v, const char* op, const char* what);
-// Throws ShapeError naming `op` unless t has fewer than 2^31 elements (cuDNN's limit on one tensor).
-void check_cudnn_size(const char* op, const Tensor& t);
 
 // cuDNN's answer to a call it does not support for these shapes or this mode (NOT_SUPPORTED), or to parameters that
 // do not apply to the chosen algorithm (BAD_PARAM): what falling back to another algorithm or mode may cure.
