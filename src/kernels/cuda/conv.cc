@@ -4,7 +4,8 @@
 // Layouts: activations stay NHWC (CUDNN_TENSOR_NHWC). cuDNN's NHWC filters are KRSC [F, kh, kw, C] and strata's
 // kernels HWIO [kh, kw, C, F] (Keras's), so the forward and input-gradient passes read a KRSC copy of the kernel,
 // and the kernel gradient comes out KRSC and is copied back to HWIO (cudnnTransformTensor between the two stride
-// patterns; kh*kw*C*F floats, small beside a feature map).
+// patterns; kh*kw*C*F floats, small beside a feature map). Should cuDNN refuse every NHWC algorithm of a pass on a
+// shape, that pass runs in NCHW (kernel KCRS) on copies of its tensors, made and copied back the same way.
 // Padding: SAME follows TensorFlow (cpu::window_geometry, the CPU kernels' rule). cuDNN pads both sides alike;
 // where TensorFlow's padding is not symmetric (an odd total puts the extra row or column at the bottom or right,
 // as in every stride-2 3x3 SAME convolution of an even input), x is copied into a zero-padded buffer and cuDNN runs
@@ -13,7 +14,7 @@
 // (CUDNN_DEFAULT_MATH lets cuDNN use them on Ampere and later); every algorithm runs under that math type.
 // Algorithms: for each (device, pass, shape) the first call asks cuDNN's heuristics (cudnnGet*Algorithm_v7) and runs
 // the first candidate that cuDNN accepts (then the remaining algorithms, should every candidate be refused); that
-// algorithm is cached, so later calls run it directly. Workspaces come from library_handles.h.
+// algorithm and its layout are cached, so later calls run them directly. Workspaces come from library_handles.h.
 // Bias and relu: cudnnAddTensor, then cudnnActivationForward in place (cudnnConvolutionBiasActivationForward runs
 // relu with one algorithm only).
 // Thread-safety: safe to call concurrently: handles and workspaces are per thread, the algorithm cache is guarded by
@@ -82,20 +83,37 @@ ConvGeometry conv_geometry(const char* op, const Shape& x, const Shape& w, const
 
 bool is_empty(const ConvGeometry& g) { return g.n == 0 || g.c == 0 || g.f == 0 || g.h == 0 || g.w == 0; }
 
-// The cuDNN descriptions of one convolution: x (or its padded copy), the KRSC kernel, y, and the convolution.
+// The layout cuDNN runs a pass in. NHWC is strata's own, so nothing is copied. NCHW (kernels KCRS) is cuDNN's
+// oldest and most widely supported layout: a pass runs in it only on a shape for which cuDNN refuses every NHWC
+// algorithm, and then x, y and their gradients are copied across with cudnnTransformTensor.
+enum class Layout : int64_t { kNhwc, kNchw };
+
+cudnnTensorFormat_t format_of(Layout layout) { return layout == Layout::kNhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW; }
+
+// A packed float32 tensor of cuDNN's dims [n, c, h, w], stored in `layout`.
+void describe_packed(const TensorDescriptor& d, const char* op, Layout layout, int64_t n, int64_t c, int64_t h,
+                     int64_t w) {
+  STRATA_CHECK(n * c * h * w <= INT_MAX, ShapeError,
+               op << ": a tensor of " << n * c * h * w << " elements is beyond cuDNN's limit of " << INT_MAX);
+  check_cudnn(cudnnSetTensor4dDescriptor(d.get(), format_of(layout), CUDNN_DATA_FLOAT, to_int(n, op, "batch"),
+                                         to_int(c, op, "channels"), to_int(h, op, "height"), to_int(w, op, "width")),
+              "cudnnSetTensor4dDescriptor");
+}
+
+// The cuDNN descriptions of one convolution in one layout: x (or its padded copy), the kernel, y, the convolution.
 struct ConvDescs {
   TensorDescriptor x, y;
   FilterDescriptor w;
   ConvolutionDescriptor conv;
 };
 
-void describe(const char* op, const ConvGeometry& g, const Conv2DParams& p, ConvDescs& d) {
-  set_nhwc(d.x, op, g.n, g.in_h(), g.in_w(), g.c);
-  set_nhwc(d.y, op, g.n, g.oh, g.ow, g.f);
+void describe(const char* op, const ConvGeometry& g, const Conv2DParams& p, Layout layout, ConvDescs& d) {
+  describe_packed(d.x, op, layout, g.n, g.c, g.in_h(), g.in_w());
+  describe_packed(d.y, op, layout, g.n, g.f, g.oh, g.ow);
   STRATA_CHECK(g.kh * g.kw * g.c * g.f <= INT_MAX, ShapeError,
                op << ": a kernel of [" << g.kh << ", " << g.kw << ", " << g.c << ", " << g.f
                   << "] is beyond cuDNN's limit of " << INT_MAX << " elements");
-  check_cudnn(cudnnSetFilter4dDescriptor(d.w.get(), CUDNN_DATA_FLOAT, CUDNN_TENSOR_NHWC, to_int(g.f, op, "filters"),
+  check_cudnn(cudnnSetFilter4dDescriptor(d.w.get(), CUDNN_DATA_FLOAT, format_of(layout), to_int(g.f, op, "filters"),
                                          to_int(g.c, op, "channels"), to_int(g.kh, op, "kernel height"),
                                          to_int(g.kw, op, "kernel width")),
               "cudnnSetFilter4dDescriptor");
@@ -112,8 +130,8 @@ void describe(const char* op, const ConvGeometry& g, const Conv2DParams& p, Conv
                   << shape_str(g.y_shape()));
 }
 
-// HWIO [kh, kw, C, F] and KRSC [F, kh, kw, C] (cuDNN's NHWC filters) as two stride patterns of one 4-D tensor with
-// n = F, c = C, h = kh, w = kw.
+// The kernel's elements as a 4-D tensor n = F, c = C, h = kh, w = kw: with HWIO strides (strata's [kh, kw, C, F]),
+// and packed in `layout` (KRSC [F, kh, kw, C], cuDNN's NHWC filters, or KCRS [F, C, kh, kw], its NCHW ones).
 void describe_hwio(const TensorDescriptor& d, const ConvGeometry& g) {
   check_cudnn(cudnnSetTensor4dDescriptorEx(d.get(), CUDNN_DATA_FLOAT, static_cast<int>(g.f), static_cast<int>(g.c),
                                            static_cast<int>(g.kh), static_cast<int>(g.kw), /*nStride=*/1,
@@ -122,33 +140,55 @@ void describe_hwio(const TensorDescriptor& d, const ConvGeometry& g) {
                                            /*wStride=*/static_cast<int>(g.c * g.f)),
               "cudnnSetTensor4dDescriptorEx (HWIO kernel)");
 }
-void describe_krsc(const TensorDescriptor& d, const ConvGeometry& g) {
-  check_cudnn(cudnnSetTensor4dDescriptor(d.get(), CUDNN_TENSOR_NHWC, CUDNN_DATA_FLOAT, static_cast<int>(g.f),
+void describe_cudnn_filter(const TensorDescriptor& d, const ConvGeometry& g, Layout layout) {
+  check_cudnn(cudnnSetTensor4dDescriptor(d.get(), format_of(layout), CUDNN_DATA_FLOAT, static_cast<int>(g.f),
                                          static_cast<int>(g.c), static_cast<int>(g.kh), static_cast<int>(g.kw)),
-              "cudnnSetTensor4dDescriptor (KRSC kernel)");
+              "cudnnSetTensor4dDescriptor (cuDNN's kernel layout)");
 }
 
-// A KRSC copy of the HWIO kernel w. REQUIRES: describe() accepted g (the kernel fits cuDNN's ints), w non-empty.
-Tensor to_krsc(cudnnHandle_t handle, const Tensor& w, const ConvGeometry& g) {
-  Tensor out = Tensor::empty({g.f, g.kh, g.kw, g.c}, DType::kFloat32, w.device());
-  TensorDescriptor hwio, krsc;
+// The HWIO kernel w copied to cuDNN's filter layout for `layout`. REQUIRES: describe() accepted g.
+Tensor filter_for(cudnnHandle_t handle, const Tensor& w, const ConvGeometry& g, Layout layout) {
+  Tensor out = Tensor::empty({g.f * g.c * g.kh * g.kw}, DType::kFloat32, w.device());
+  TensorDescriptor hwio, filter;
   describe_hwio(hwio, g);
-  describe_krsc(krsc, g);
+  describe_cudnn_filter(filter, g, layout);
   const float one = 1.0f, zero = 0.0f;
-  check_cudnn(cudnnTransformTensor(handle, &one, hwio.get(), w.data<float>(), &zero, krsc.get(), out.data<float>()),
-              "cudnnTransformTensor (HWIO kernel to KRSC)");
+  check_cudnn(cudnnTransformTensor(handle, &one, hwio.get(), w.data<float>(), &zero, filter.get(), out.data<float>()),
+              "cudnnTransformTensor (HWIO kernel to cuDNN's layout)");
   return out;
 }
 
-// dw (HWIO) = the KRSC kernel gradient dw_krsc.
-void from_krsc(cudnnHandle_t handle, const Tensor& dw_krsc, const ConvGeometry& g, Tensor& dw) {
-  TensorDescriptor hwio, krsc;
+// dw (HWIO) = the kernel gradient `filter_grad`, in cuDNN's filter layout for `layout`.
+void filter_to_hwio(cudnnHandle_t handle, const Tensor& filter_grad, const ConvGeometry& g, Layout layout, Tensor& dw) {
+  TensorDescriptor hwio, filter;
   describe_hwio(hwio, g);
-  describe_krsc(krsc, g);
+  describe_cudnn_filter(filter, g, layout);
   const float one = 1.0f, zero = 0.0f;
   check_cudnn(
-      cudnnTransformTensor(handle, &one, krsc.get(), dw_krsc.data<float>(), &zero, hwio.get(), dw.data<float>()),
-      "cudnnTransformTensor (KRSC kernel gradient to HWIO)");
+      cudnnTransformTensor(handle, &one, filter.get(), filter_grad.data<float>(), &zero, hwio.get(), dw.data<float>()),
+      "cudnnTransformTensor (kernel gradient to HWIO)");
+}
+
+// An NCHW copy [n, c, h, w] of the NHWC map src [n, h, w, c], and back.
+Tensor nhwc_to_nchw(cudnnHandle_t handle, const char* op, const float* src, int64_t n, int64_t c, int64_t h, int64_t w,
+                    Device device) {
+  Tensor out = Tensor::empty({n, c, h, w}, DType::kFloat32, device);
+  TensorDescriptor from, to;
+  describe_packed(from, op, Layout::kNhwc, n, c, h, w);
+  describe_packed(to, op, Layout::kNchw, n, c, h, w);
+  const float one = 1.0f, zero = 0.0f;
+  check_cudnn(cudnnTransformTensor(handle, &one, from.get(), src, &zero, to.get(), out.data<float>()),
+              "cudnnTransformTensor (NHWC to NCHW)");
+  return out;
+}
+void nchw_to_nhwc(cudnnHandle_t handle, const char* op, const float* src, int64_t n, int64_t c, int64_t h, int64_t w,
+                  float* dst) {
+  TensorDescriptor from, to;
+  describe_packed(from, op, Layout::kNchw, n, c, h, w);
+  describe_packed(to, op, Layout::kNhwc, n, c, h, w);
+  const float one = 1.0f, zero = 0.0f;
+  check_cudnn(cudnnTransformTensor(handle, &one, from.get(), src, &zero, to.get(), dst),
+              "cudnnTransformTensor (NCHW to NHWC)");
 }
 
 // x as cuDNN reads it: x itself, or its zero-padded copy when the padding is not symmetric.
@@ -182,13 +222,27 @@ std::string algo_key(Pass pass, int device, const ConvGeometry& g, const Conv2DP
   return std::string(reinterpret_cast<const char*>(fields), sizeof fields);
 }
 
+// The layout and algorithm that ran a pass on a shape.
+struct AlgoChoice {
+  Layout layout = Layout::kNhwc;
+  int algo = 0;
+};
+
 std::mutex& algo_mutex() {
   static std::mutex mu;
   return mu;
 }
-std::unordered_map<std::string, int>& algo_cache() {
-  static std::unordered_map<std::string, int> cache;
+std::unordered_map<std::string, AlgoChoice>& algo_cache() {
+  static std::unordered_map<std::string, AlgoChoice> cache;
   return cache;
+}
+
+bool cached_choice(const std::string& key, AlgoChoice& choice) {
+  std::lock_guard<std::mutex> lock(algo_mutex());
+  auto it = algo_cache().find(key);
+  if (it == algo_cache().end()) return false;
+  choice = it->second;
+  return true;
 }
 
 // The algorithms cuDNN's heuristics rank for a pass that report success without tensor-op math, in cuDNN's order,
@@ -211,60 +265,83 @@ std::vector<int> candidates(const std::vector<Perf>& perf, int returned, int alg
   return out;
 }
 
+// Takes the status of a heuristics query: one that cuDNN refuses lists nothing (`returned` = 0, so every algorithm is
+// tried in turn); any other failure throws.
+void heuristics(cudnnStatus_t st, const char* what, int& returned) {
+  if (st == CUDNN_STATUS_SUCCESS) return;
+  if (!cudnn_refused(st)) check_cudnn(st, what);
+  returned = 0;
+}
+
 using WorkspaceSizeFn = std::function<cudnnStatus_t(int algo, size_t* bytes)>;
 using RunFn = std::function<cudnnStatus_t(int algo, void* workspace, size_t bytes)>;
 
-// Runs one pass with the cached algorithm of `key`, or, the first time, with the first of `find()`'s candidates
-// that cuDNN accepts, and caches that one.
-void run_pass(const char* op, const char* what, int device, const std::string& key,
-              const std::function<std::vector<int>()>& find, const WorkspaceSizeFn& workspace_size, const RunFn& run) {
-  int cached = -1;
-  {
-    std::lock_guard<std::mutex> lock(algo_mutex());
-    auto it = algo_cache().find(key);
-    if (it != algo_cache().end()) cached = it->second;
-  }
-  if (cached >= 0) {
+// One pass in one layout: with `algo` when it is >= 0 (the cached choice), else with the first of find()'s
+// candidates that cuDNN accepts, which is then cached for `key` with the layout. Returns false, with cuDNN's first
+// refusal in `refusal`, when cuDNN accepts none of them.
+bool run_pass(const char* what, int device, const std::string& key, Layout layout, int algo,
+              const std::function<std::vector<int>()>& find, const WorkspaceSizeFn& workspace_size, const RunFn& run,
+              std::string& refusal) {
+  if (algo >= 0) {
     size_t bytes = 0;
-    check_cudnn(workspace_size(cached, &bytes), what);
-    check_cudnn(run(cached, bytes > 0 ? workspace(device, bytes) : nullptr, bytes), what);
-    return;
+    check_cudnn(workspace_size(algo, &bytes), what);
+    check_cudnn(run(algo, bytes > 0 ? workspace(device, bytes) : nullptr, bytes), what);
+    return true;
   }
   const std::vector<int> algos = find();
-  std::string first_refusal = "none tried";
+  refusal = std::to_string(algos.size()) + " algorithms tried, none ran";
   bool any_refused = false;
-  for (int algo : algos) {
+  for (int candidate : algos) {
     size_t bytes = 0;
-    cudnnStatus_t st = workspace_size(algo, &bytes);
+    cudnnStatus_t st = workspace_size(candidate, &bytes);
     if (st == CUDNN_STATUS_SUCCESS && bytes > kMaxWorkspaceBytes) continue;
-    if (st == CUDNN_STATUS_SUCCESS) st = run(algo, bytes > 0 ? workspace(device, bytes) : nullptr, bytes);
+    if (st == CUDNN_STATUS_SUCCESS) st = run(candidate, bytes > 0 ? workspace(device, bytes) : nullptr, bytes);
     if (st == CUDNN_STATUS_SUCCESS) {
       std::lock_guard<std::mutex> lock(algo_mutex());
-      algo_cache().emplace(key, algo);
-      return;
+      algo_cache().emplace(key, AlgoChoice{layout, candidate});
+      return true;
     }
     if (!cudnn_refused(st)) check_cudnn(st, what);
-    if (!any_refused) first_refusal = std::string("algorithm ") + std::to_string(algo) + ": " + cudnnGetErrorString(st);
+    if (!any_refused) {
+      refusal = std::to_string(algos.size()) + " algorithms tried, the first refusal: algorithm " +
+                std::to_string(candidate) + ": " + cudnnGetErrorString(st);
+    }
     any_refused = true;
   }
-  STRATA_THROW(Unavailable, op << ": cuDNN runs none of its " << algos.size() << " algorithms for " << what
-                               << " in float32 (FMA math) on this shape; the first refusal: " << first_refusal);
+  return false;
 }
 
-void forward(const char* op, cudnnHandle_t handle, int device, const ConvGeometry& g, const Conv2DParams& p,
-             const ConvDescs& d, const float* x, const float* w, float* y) {
+// Runs a pass through attempt(layout, algo, refusal) (which describes the pass in that layout, moves its data there
+// and back, and returns run_pass's answer): with the cached choice of `key`, else in NHWC, else in NCHW.
+template <class Attempt>
+void run_in_a_layout(const char* op, const char* what, const std::string& key, Attempt&& attempt) {
+  AlgoChoice choice;
+  std::string refusal_nhwc, refusal_nchw;
+  if (cached_choice(key, choice)) {
+    STRATA_CHECK(attempt(choice.layout, choice.algo, refusal_nhwc), Error,
+                 op << ": internal error: a cached " << what << " algorithm did not run");
+    return;
+  }
+  if (attempt(Layout::kNhwc, -1, refusal_nhwc)) return;
+  if (attempt(Layout::kNchw, -1, refusal_nchw)) return;
+  STRATA_THROW(Unavailable, op << ": cuDNN runs no " << what << " algorithm on this shape in float32 (FMA math): NHWC, "
+                               << refusal_nhwc << "; NCHW, " << refusal_nchw);
+}
+
+bool forward(cudnnHandle_t handle, int device, const std::string& key, Layout layout, int cached_algo,
+             const ConvDescs& d, const float* x, const float* w, float* y, std::string& refusal) {
   const float one = 1.0f, zero = 0.0f;
-  run_pass(
-      op, "cudnnConvolutionForward", device, algo_key(Pass::kForward, device, g, p),
+  return run_pass(
+      "cudnnConvolutionForward", device, key, layout, cached_algo,
       [&] {
         int max_count = 0;
         check_cudnn(cudnnGetConvolutionForwardAlgorithmMaxCount(handle, &max_count),
                     "cudnnGetConvolutionForwardAlgorithmMaxCount");
         std::vector<cudnnConvolutionFwdAlgoPerf_t> perf(std::max(max_count, 1));
         int returned = 0;
-        check_cudnn(cudnnGetConvolutionForwardAlgorithm_v7(handle, d.x.get(), d.w.get(), d.conv.get(), d.y.get(),
-                                                           static_cast<int>(perf.size()), &returned, perf.data()),
-                    "cudnnGetConvolutionForwardAlgorithm_v7");
+        heuristics(cudnnGetConvolutionForwardAlgorithm_v7(handle, d.x.get(), d.w.get(), d.conv.get(), d.y.get(),
+                                                          static_cast<int>(perf.size()), &returned, perf.data()),
+                   "cudnnGetConvolutionForwardAlgorithm_v7", returned);
         return candidates(perf, returned, CUDNN_CONVOLUTION_FWD_ALGO_COUNT);
       },
       [&](int algo, size_t* bytes) {
@@ -274,23 +351,24 @@ void forward(const char* op, cudnnHandle_t handle, int device, const ConvGeometr
       [&](int algo, void* ws, size_t bytes) {
         return cudnnConvolutionForward(handle, &one, d.x.get(), x, d.w.get(), w, d.conv.get(),
                                        static_cast<cudnnConvolutionFwdAlgo_t>(algo), ws, bytes, &zero, d.y.get(), y);
-      });
+      },
+      refusal);
 }
 
-void backward_data(const char* op, cudnnHandle_t handle, int device, const ConvGeometry& g, const Conv2DParams& p,
-                   const ConvDescs& d, const float* w, const float* dy, float* dx) {
+bool backward_data(cudnnHandle_t handle, int device, const std::string& key, Layout layout, int cached_algo,
+                   const ConvDescs& d, const float* w, const float* dy, float* dx, std::string& refusal) {
   const float one = 1.0f, zero = 0.0f;
-  run_pass(
-      op, "cudnnConvolutionBackwardData", device, algo_key(Pass::kBackwardData, device, g, p),
+  return run_pass(
+      "cudnnConvolutionBackwardData", device, key, layout, cached_algo,
       [&] {
         int max_count = 0;
         check_cudnn(cudnnGetConvolutionBackwardDataAlgorithmMaxCount(handle, &max_count),
                     "cudnnGetConvolutionBackwardDataAlgorithmMaxCount");
         std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perf(std::max(max_count, 1));
         int returned = 0;
-        check_cudnn(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, d.w.get(), d.y.get(), d.conv.get(), d.x.get(),
-                                                                static_cast<int>(perf.size()), &returned, perf.data()),
-                    "cudnnGetConvolutionBackwardDataAlgorithm_v7");
+        heuristics(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, d.w.get(), d.y.get(), d.conv.get(), d.x.get(),
+                                                               static_cast<int>(perf.size()), &returned, perf.data()),
+                   "cudnnGetConvolutionBackwardDataAlgorithm_v7", returned);
         return candidates(perf, returned, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT);
       },
       [&](int algo, size_t* bytes) {
@@ -301,24 +379,24 @@ void backward_data(const char* op, cudnnHandle_t handle, int device, const ConvG
         return cudnnConvolutionBackwardData(handle, &one, d.w.get(), w, d.y.get(), dy, d.conv.get(),
                                             static_cast<cudnnConvolutionBwdDataAlgo_t>(algo), ws, bytes, &zero,
                                             d.x.get(), dx);
-      });
+      },
+      refusal);
 }
 
-void backward_filter(const char* op, cudnnHandle_t handle, int device, const ConvGeometry& g, const Conv2DParams& p,
-                     const ConvDescs& d, const float* x, const float* dy, float* dw) {
+bool backward_filter(cudnnHandle_t handle, int device, const std::string& key, Layout layout, int cached_algo,
+                     const ConvDescs& d, const float* x, const float* dy, float* dw, std::string& refusal) {
   const float one = 1.0f, zero = 0.0f;
-  run_pass(
-      op, "cudnnConvolutionBackwardFilter", device, algo_key(Pass::kBackwardFilter, device, g, p),
+  return run_pass(
+      "cudnnConvolutionBackwardFilter", device, key, layout, cached_algo,
       [&] {
         int max_count = 0;
         check_cudnn(cudnnGetConvolutionBackwardFilterAlgorithmMaxCount(handle, &max_count),
                     "cudnnGetConvolutionBackwardFilterAlgorithmMaxCount");
         std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perf(std::max(max_count, 1));
         int returned = 0;
-        check_cudnn(
-            cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, d.x.get(), d.y.get(), d.conv.get(), d.w.get(),
-                                                          static_cast<int>(perf.size()), &returned, perf.data()),
-            "cudnnGetConvolutionBackwardFilterAlgorithm_v7");
+        heuristics(cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, d.x.get(), d.y.get(), d.conv.get(), d.w.get(),
+                                                                 static_cast<int>(perf.size()), &returned, perf.data()),
+                   "cudnnGetConvolutionBackwardFilterAlgorithm_v7", returned);
         return candidates(perf, returned, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT);
       },
       [&](int algo, size_t* bytes) {
@@ -330,7 +408,8 @@ void backward_filter(const char* op, cudnnHandle_t handle, int device, const Con
         return cudnnConvolutionBackwardFilter(handle, &one, d.x.get(), x, d.y.get(), dy, d.conv.get(),
                                               static_cast<cudnnConvolutionBwdFilterAlgo_t>(algo), ws, bytes, &zero,
                                               d.w.get(), dw);
-      });
+      },
+      refusal);
 }
 
 // The bias as cuDNN broadcasts it: [1, F, 1, 1].
@@ -387,11 +466,25 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2D
   if (is_empty(g)) {  // no input channels: the sum is empty
     zero_fill(y);
   } else {
-    ConvDescs d;
-    describe(op, g, p, d);
-    const Tensor wk = to_krsc(handle, w, g);
     const Tensor xin = cudnn_input(op, x, g);
-    forward(op, handle, device, g, p, d, xin.data<float>(), wk.data<float>(), y.data<float>());
+    const std::string key = algo_key(Pass::kForward, device, g, p);
+    run_in_a_layout(op, "forward convolution", key, [&](Layout layout, int algo, std::string& refusal) {
+      ConvDescs d;
+      describe(op, g, p, layout, d);
+      const Tensor wk = filter_for(handle, w, g, layout);
+      if (layout == Layout::kNhwc) {
+        return forward(handle, device, key, layout, algo, d, xin.data<float>(), wk.data<float>(), y.data<float>(),
+                       refusal);
+      }
+      const Tensor xc = nhwc_to_nchw(handle, op, xin.data<float>(), g.n, g.c, g.in_h(), g.in_w(), x.device());
+      Tensor yc = Tensor::empty({g.n, g.f, g.oh, g.ow}, DType::kFloat32, x.device());
+      if (!forward(handle, device, key, layout, algo, d, xc.data<float>(), wk.data<float>(), yc.data<float>(),
+                   refusal)) {
+        return false;
+      }
+      nchw_to_nhwc(handle, op, yc.data<float>(), g.n, g.f, g.oh, g.ow, y.data<float>());
+      return true;
+    });
   }
   TensorDescriptor y_desc;
   describe_pixels_by_filters(y_desc, op, g);
@@ -428,16 +521,27 @@ Tensor conv2d_backward_input(const Tensor& dy, const Tensor& w, const Shape& x_s
     return dx;
   }
   cudnnHandle_t handle = cudnn_handle(device);
-  ConvDescs d;
-  describe(op, g, p, d);
-  const Tensor wk = to_krsc(handle, w, g);
-  if (!g.explicit_padding()) {
-    backward_data(op, handle, device, g, p, d, wk.data<float>(), dy.data<float>(), dx.data<float>());
-    return dx;
-  }
-  Tensor padded = Tensor::empty(g.padded_x_shape(), DType::kFloat32, dy.device());
-  backward_data(op, handle, device, g, p, d, wk.data<float>(), dy.data<float>(), padded.data<float>());
-  crop_nhwc(op, device, padded.data<float>(), g.pads, x_shape, dx.data<float>());
+  // The gradient of what cuDNN convolves: x itself, or its padded copy, which is then cropped.
+  Tensor din = g.explicit_padding() ? Tensor::empty(g.padded_x_shape(), DType::kFloat32, dy.device()) : dx;
+  const std::string key = algo_key(Pass::kBackwardData, device, g, p);
+  run_in_a_layout(op, "input-gradient convolution", key, [&](Layout layout, int algo, std::string& refusal) {
+    ConvDescs d;
+    describe(op, g, p, layout, d);
+    const Tensor wk = filter_for(handle, w, g, layout);
+    if (layout == Layout::kNhwc) {
+      return backward_data(handle, device, key, layout, algo, d, wk.data<float>(), dy.data<float>(), din.data<float>(),
+                           refusal);
+    }
+    const Tensor dyc = nhwc_to_nchw(handle, op, dy.data<float>(), g.n, g.f, g.oh, g.ow, dy.device());
+    Tensor dinc = Tensor::empty({g.n, g.c, g.in_h(), g.in_w()}, DType::kFloat32, dy.device());
+    if (!backward_data(handle, device, key, layout, algo, d, wk.data<float>(), dyc.data<float>(), dinc.data<float>(),
+                       refusal)) {
+      return false;
+    }
+    nchw_to_nhwc(handle, op, dinc.data<float>(), g.n, g.c, g.in_h(), g.in_w(), din.data<float>());
+    return true;
+  });
+  if (g.explicit_padding()) crop_nhwc(op, device, din.data<float>(), g.pads, x_shape, dx.data<float>());
   return dx;
 }
 
@@ -467,12 +571,25 @@ Conv2DWeightGrads conv2d_backward_weights(const Tensor& x, const Tensor& dy, con
     return grads;
   }
   cudnnHandle_t handle = cudnn_handle(device);
-  ConvDescs d;
-  describe(op, g, p, d);
   const Tensor xin = cudnn_input(op, x, g);
-  Tensor dw_krsc = Tensor::empty({g.f, g.kh, g.kw, g.c}, DType::kFloat32, x.device());
-  backward_filter(op, handle, device, g, p, d, xin.data<float>(), dy.data<float>(), dw_krsc.data<float>());
-  from_krsc(handle, dw_krsc, g, grads.dw);
+  const std::string key = algo_key(Pass::kBackwardFilter, device, g, p);
+  run_in_a_layout(op, "kernel-gradient convolution", key, [&](Layout layout, int algo, std::string& refusal) {
+    ConvDescs d;
+    describe(op, g, p, layout, d);
+    Tensor dwl = Tensor::empty({g.f * g.c * g.kh * g.kw}, DType::kFloat32, x.device());
+    bool ran = false;
+    if (layout == Layout::kNhwc) {
+      ran = backward_filter(handle, device, key, layout, algo, d, xin.data<float>(), dy.data<float>(),
+                            dwl.data<float>(), refusal);
+    } else {
+      const Tensor xc = nhwc_to_nchw(handle, op, xin.data<float>(), g.n, g.c, g.in_h(), g.in_w(), x.device());
+      const Tensor dyc = nhwc_to_nchw(handle, op, dy.data<float>(), g.n, g.f, g.oh, g.ow, x.device());
+      ran = backward_filter(handle, device, key, layout, algo, d, xc.data<float>(), dyc.data<float>(),
+                            dwl.data<float>(), refusal);
+    }
+    if (ran) filter_to_hwio(handle, dwl, g, layout, grads.dw);
+    return ran;
+  });
   return grads;
 }
 
