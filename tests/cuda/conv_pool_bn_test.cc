@@ -8,7 +8,7 @@
 // the difference grows with the sum of the terms' magnitudes, not with the (much smaller) result.
 #include <gtest/gtest.h>
 
-#include <algorithm>
+#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
@@ -135,6 +135,20 @@ TEST(GpuConvTest, EmptyShapesMatchCpu) {
   const k::Conv2DWeightGrads got = k::conv2d_backward_weights(on_gpu(x), on_gpu(dy), w.shape(), true, p);
   expect_matches_cpu(got.dw, want.dw, kFloat32Tolerance, "no input channels: dw");
   expect_matches_cpu(got.db, want.db, kLongReduction, "no input channels: db");
+}
+
+TEST(GpuConvTest, TheNchwFallbackMatchesCpu) {
+  STRATA_REQUIRE_GPU();
+  // Where cuDNN refuses every NHWC algorithm of a pass, the pass runs in NCHW on copies; the environment forces that
+  // path here, on shapes no other test uses (the algorithm cache remembers a shape's layout).
+  struct ForceNchw {
+    ForceNchw() { setenv("STRATA_CUDNN_CONV_LAYOUT", "nchw", 1); }
+    ~ForceNchw() { unsetenv("STRATA_CUDNN_CONV_LAYOUT"); }  // also when a check throws
+  } force_nchw;
+  check_conv("nchw 3x3 same", {6, 13, 13, 5}, {3, 3, 5, 7}, conv_params(1, 1, k::Padding::kSame, true), true, 90);
+  check_conv("nchw stride 2 same, asymmetric", {6, 14, 14, 5}, {3, 3, 5, 7}, conv_params(2, 2, k::Padding::kSame),
+             false, 91);
+  check_conv("nchw one input channel", {6, 13, 13, 1}, {3, 3, 1, 7}, conv_params(1, 1, k::Padding::kValid), true, 92);
 }
 
 TEST(GpuConvTest, ShapeErrorsMatchTheCpu) {

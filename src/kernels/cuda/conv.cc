@@ -5,7 +5,8 @@
 // kernels HWIO [kh, kw, C, F] (Keras's), so the forward and input-gradient passes read a KRSC copy of the kernel,
 // and the kernel gradient comes out KRSC and is copied back to HWIO (cudnnTransformTensor between the two stride
 // patterns; kh*kw*C*F floats, small beside a feature map). Should cuDNN refuse every NHWC algorithm of a pass on a
-// shape, that pass runs in NCHW (kernel KCRS) on copies of its tensors, made and copied back the same way.
+// shape, that pass runs in NCHW (kernel KCRS) on copies of its tensors, made and copied back the same way. With
+// STRATA_CUDNN_CONV_LAYOUT=nchw in the environment every pass runs in NCHW (how the GPU tests reach that path).
 // Padding: SAME follows TensorFlow (cpu::window_geometry, the CPU kernels' rule). cuDNN pads both sides alike;
 // where TensorFlow's padding is not symmetric (an odd total puts the extra row or column at the bottom or right,
 // as in every stride-2 3x3 SAME convolution of an even input), x is copied into a zero-padded buffer and cuDNN runs
@@ -21,6 +22,7 @@
 // a mutex.
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <functional>
 #include <mutex>
 #include <string>
@@ -203,8 +205,15 @@ Tensor cudnn_input(const char* op, const Tensor& x, const ConvGeometry& g) {
 
 enum class Pass : int64_t { kForward, kBackwardData, kBackwardFilter };
 
+// Whether STRATA_CUDNN_CONV_LAYOUT=nchw asks for NCHW only (read on each call, so a test may set it for a while).
+bool nchw_forced() {
+  const char* v = std::getenv("STRATA_CUDNN_CONV_LAYOUT");
+  return v != nullptr && (std::string(v) == "nchw" || std::string(v) == "NCHW");
+}
+
 std::string algo_key(Pass pass, int device, const ConvGeometry& g, const Conv2DParams& p) {
   const int64_t fields[] = {static_cast<int64_t>(pass),
+                            static_cast<int64_t>(nchw_forced()),
                             device,
                             g.n,
                             g.in_h(),
@@ -322,7 +331,7 @@ void run_in_a_layout(const char* op, const char* what, const std::string& key, A
                  op << ": internal error: a cached " << what << " algorithm did not run");
     return;
   }
-  if (attempt(Layout::kNhwc, -1, refusal_nhwc)) return;
+  if (!nchw_forced() && attempt(Layout::kNhwc, -1, refusal_nhwc)) return;
   if (attempt(Layout::kNchw, -1, refusal_nchw)) return;
   STRATA_THROW(Unavailable, op << ": cuDNN runs no " << what << " algorithm on this shape in float32 (FMA math): NHWC, "
                                << refusal_nhwc << "; NCHW, " << refusal_nchw);
