@@ -15,6 +15,7 @@
 
 #include "kernels/cpu/cpu_util.h"
 #include "kernels/cpu/dnnl_util.h"
+#include "kernels/device_dispatch.h"
 #include "kernels/kernels.h"
 
 namespace strata::kernels {
@@ -99,6 +100,7 @@ std::shared_ptr<const ForwardEntry> forward_entry(const char* op, const BnShape&
 
 BatchNormResult batch_norm_training(const Tensor& x, const Tensor& gamma, const Tensor& beta, float epsilon) {
   const char* op = "batch_norm_training";
+  if (on_cuda(op, {&x, &gamma, &beta})) STRATA_CUDA_KERNEL(return cuda::batch_norm_training(x, gamma, beta, epsilon));
   cpu::require_host(op, {&x, &gamma, &beta});
   cpu::require_float(op, {&x, &gamma, &beta});
   check_epsilon(op, epsilon);
@@ -127,6 +129,8 @@ BatchNormResult batch_norm_training(const Tensor& x, const Tensor& gamma, const 
 Tensor batch_norm_inference(const Tensor& x, const Tensor& gamma, const Tensor& beta, const Tensor& mean,
                             const Tensor& variance, float epsilon) {
   const char* op = "batch_norm_inference";
+  if (on_cuda(op, {&x, &gamma, &beta, &mean, &variance}))
+    STRATA_CUDA_KERNEL(return cuda::batch_norm_inference(x, gamma, beta, mean, variance, epsilon));
   cpu::require_host(op, {&x, &gamma, &beta, &mean, &variance});
   cpu::require_float(op, {&x, &gamma, &beta, &mean, &variance});
   check_epsilon(op, epsilon);
@@ -152,6 +156,8 @@ Tensor batch_norm_inference(const Tensor& x, const Tensor& gamma, const Tensor& 
 BatchNormGrads batch_norm_backward(const Tensor& x, const Tensor& dy, const Tensor& mean, const Tensor& variance,
                                    const Tensor& gamma, float epsilon) {
   const char* op = "batch_norm_backward";
+  if (on_cuda(op, {&x, &dy, &mean, &variance, &gamma}))
+    STRATA_CUDA_KERNEL(return cuda::batch_norm_backward(x, dy, mean, variance, gamma, epsilon));
   cpu::require_host(op, {&x, &dy, &mean, &variance, &gamma});
   cpu::require_float(op, {&x, &dy, &mean, &variance, &gamma});
   check_epsilon(op, epsilon);

@@ -29,6 +29,7 @@
 
 #include "kernels/cpu/cpu_util.h"
 #include "kernels/cpu/dnnl_util.h"
+#include "kernels/device_dispatch.h"
 #include "kernels/kernels.h"
 #include "strata/threading.h"
 
@@ -209,6 +210,8 @@ void backward_input_col2im(const Tensor& dy, const Tensor& w, const ConvGeometry
 Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2DParams& p) {
   const char* op = "conv2d";
   const bool with_bias = bias.defined();
+  if (with_bias ? on_cuda(op, {&x, &w, &bias}) : on_cuda(op, {&x, &w}))
+    STRATA_CUDA_KERNEL(return cuda::conv2d(x, w, bias, p));
   if (with_bias) {
     cpu::require_host(op, {&x, &w, &bias});
     cpu::require_float(op, {&x, &w, &bias});
@@ -253,6 +256,7 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2D
 
 Tensor conv2d_backward_input(const Tensor& dy, const Tensor& w, const Shape& x_shape, const Conv2DParams& p) {
   const char* op = "conv2d_backward_input";
+  if (on_cuda(op, {&dy, &w})) STRATA_CUDA_KERNEL(return cuda::conv2d_backward_input(dy, w, x_shape, p));
   cpu::require_host(op, {&dy, &w});
   cpu::require_float(op, {&dy, &w});
   const ConvGeometry g = conv_geometry(op, x_shape, w.shape(), p);
@@ -294,6 +298,7 @@ Tensor conv2d_backward_input(const Tensor& dy, const Tensor& w, const Shape& x_s
 Conv2DWeightGrads conv2d_backward_weights(const Tensor& x, const Tensor& dy, const Shape& w_shape, bool with_bias,
                                           const Conv2DParams& p) {
   const char* op = "conv2d_backward_weights";
+  if (on_cuda(op, {&x, &dy})) STRATA_CUDA_KERNEL(return cuda::conv2d_backward_weights(x, dy, w_shape, with_bias, p));
   cpu::require_host(op, {&x, &dy});
   cpu::require_float(op, {&x, &dy});
   const ConvGeometry g = conv_geometry(op, x.shape(), w_shape, p);

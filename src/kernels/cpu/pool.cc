@@ -9,6 +9,7 @@
 // Thread-safety: safe to call concurrently (see dnnl_util.h).
 #include "kernels/cpu/cpu_util.h"
 #include "kernels/cpu/dnnl_util.h"
+#include "kernels/device_dispatch.h"
 #include "kernels/kernels.h"
 
 namespace strata::kernels {
@@ -122,6 +123,7 @@ bool begin_backward(const char* op, const Tensor& dy, const Shape& x_shape, cons
 
 MaxPoolResult max_pool2d(const Tensor& x, const Pool2DParams& p) {
   const char* op = "max_pool2d";
+  if (on_cuda(op, {&x})) STRATA_CUDA_KERNEL(return cuda::max_pool2d(x, p));
   cpu::require_host(op, {&x});
   cpu::require_float(op, {&x});
   const PoolGeometry g = pool_geometry(op, x.shape(), p);
@@ -143,6 +145,7 @@ MaxPoolResult max_pool2d(const Tensor& x, const Pool2DParams& p) {
 
 Tensor max_pool2d_backward(const Tensor& dy, const Tensor& workspace, const Shape& x_shape, const Pool2DParams& p) {
   const char* op = "max_pool2d_backward";
+  if (on_cuda(op, {&dy, &workspace})) STRATA_CUDA_KERNEL(return cuda::max_pool2d_backward(dy, workspace, x_shape, p));
   cpu::require_host(op, {&workspace});
   check_dtype(op, workspace, DType::kUInt8);
   PoolGeometry g;
@@ -162,6 +165,7 @@ Tensor max_pool2d_backward(const Tensor& dy, const Tensor& workspace, const Shap
 
 Tensor avg_pool2d(const Tensor& x, const Pool2DParams& p) {
   const char* op = "avg_pool2d";
+  if (on_cuda(op, {&x})) STRATA_CUDA_KERNEL(return cuda::avg_pool2d(x, p));
   cpu::require_host(op, {&x});
   cpu::require_float(op, {&x});
   const PoolGeometry g = pool_geometry(op, x.shape(), p);
@@ -175,6 +179,7 @@ Tensor avg_pool2d(const Tensor& x, const Pool2DParams& p) {
 
 Tensor avg_pool2d_backward(const Tensor& dy, const Shape& x_shape, const Pool2DParams& p) {
   const char* op = "avg_pool2d_backward";
+  if (on_cuda(op, {&dy})) STRATA_CUDA_KERNEL(return cuda::avg_pool2d_backward(dy, x_shape, p));
   PoolGeometry g;
   Tensor dx;
   if (!begin_backward(op, dy, x_shape, p, g, dx)) return dx;
