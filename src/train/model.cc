@@ -63,7 +63,9 @@ void Model::build_for(const Shape& input_shape, DType dtype) {
   Shape s = input_shape;
   s[0] = 1;
   NoGradGuard no_grad;
-  (*this)(Variable(Tensor::zeros(s, dtype)), false);
+  // On the device the current strategy's replica 0 computes on (a GPU under OneDeviceStrategy("/gpu:N")), where
+  // the variables this makes live.
+  (*this)(Variable(Tensor::zeros(s, dtype, distribute::get_strategy().replica_device(0))), false);
 }
 
 // ---- compile
@@ -759,7 +761,11 @@ Tensor Model::predict(const data::Dataset& dataset, int64_t steps) {
     const auto out = strategy->run(
         [&](const data::Element& b) {
           NoGradGuard no_grad_in_replica;
-          return empty_batch(b) ? Tensor() : (*this)(Variable(b[0]), /*training=*/false).value();
+          if (empty_batch(b)) return Tensor();
+          const distribute::ReplicaContext* ctx = distribute::get_replica_context();
+          const Device device = strategy->replica_device(ctx ? ctx->local_replica_id() : 0);
+          const Tensor y = (*this)(Variable(distribute::batch_on_device(b, device)[0]), /*training=*/false).value();
+          return y.device().is_cpu() ? y : y.to(Device::cpu());  // predictions come back to the host
         },
         parts);
     for (const Tensor& t : out)
