@@ -202,6 +202,10 @@ double Model::train_step(const data::Element& batch) {
   }();
   // The trackers see the step's loss and predictions before the update (they do not depend on it), so that
   // across workers their states can ride with the gradients.
+  // On a GPU (OneDeviceStrategy("/gpu:N")) this is where the step waits for the device: the loss's value (the
+  // progress bar's), and the metrics' copies of y and y_pred; the sparse loss has already waited for its label
+  // check, and the batch's copy to the device waited before the step. The backward and the optimizer's update are
+  // then queued without waiting: the next step's batch copy waits for them.
   const double share = update_trackers(batch, step);
   const auto job = sum_states_with_gradients();
   optimizer_->minimize(step.loss, vars, tape);

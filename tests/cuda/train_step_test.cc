@@ -228,5 +228,20 @@ TEST(GpuTrainStepTest, FitOnTheGpuFollowsTheCpu) {
   for (size_t i = 0; i < cpu.weights.size(); ++i) expect_matches_cpu(on_gpu.weights[i], cpu.weights[i], 1e-4, "weights");
 }
 
+TEST(GpuTrainStepTest, ADistributedIteratorHandsTheGpuReplicaItsBatchThere) {
+  STRATA_REQUIRE_GPU();
+  distribute::OneDeviceStrategy strategy("/gpu:0");
+  EXPECT_EQ(strategy.replica_device(0), gpu());
+  const Tensor x = random_host({10, 3}, 60);
+  const auto dataset = data::Dataset::from_tensor_slices({x, labels_of(10, 2, DType::kInt64, 1)}).batch(4);
+  auto it = strategy.experimental_distribute_dataset(dataset).make_iterator();
+  const auto batch = it.next();
+  ASSERT_TRUE(batch.has_value());
+  const data::Element& mine = (*batch)[0];
+  EXPECT_EQ(mine[0].device(), gpu());
+  EXPECT_EQ(mine[1].device(), gpu());
+  EXPECT_EQ(mine[0].to(Device::cpu()).to_vector<float>(), x.slice(0, 4).to_vector<float>());
+}
+
 }  // namespace
 }  // namespace strata
