@@ -64,7 +64,11 @@ __device__ __forceinline__ int64_t label_at(const void* labels, DType dtype, int
   }
 }
 
-__device__ __forceinline__ float clip_probability(float q) { return fminf(fmaxf(q, kEpsilon), 1.0f - kEpsilon); }
+// std::min(std::max(q, eps), 1 - eps) as loss_ops.cc writes it (a NaN stays NaN, as there).
+__device__ __forceinline__ float clip_probability(float q) {
+  const float low = q < kEpsilon ? kEpsilon : q;
+  return 1.0f - kEpsilon < low ? 1.0f - kEpsilon : low;
+}
 
 // ---- sparse categorical crossentropy
 

@@ -27,8 +27,12 @@ void for_n(int device, int64_t n, const char* what, F f) {
   ::strata::detail::cuda::check(cudaGetLastError(), what);
 }
 
+// std::min(std::max(g * scale, -clip), clip) as the CPU loops write it, NaN included: std::max(a, b) is
+// (a < b ? b : a), so a NaN gradient stays NaN (fmaxf would turn it into -clip).
 __device__ __forceinline__ float clipped(float g, float scale, float clip) {
-  return fminf(fmaxf(g * scale, -clip), clip);
+  const float x = g * scale;
+  const float low = x < -clip ? -clip : x;
+  return clip < low ? clip : low;
 }
 
 }  // namespace
@@ -71,7 +75,7 @@ void adam_update(const UpdateArgs& a, float alpha, float one_minus_b1, float one
     v[i] = vi;
     float denominator_v = vi;
     if (vhat != nullptr) {
-      denominator_v = fmaxf(vhat[i], vi);
+      denominator_v = vhat[i] < vi ? vi : vhat[i];  // std::max(vhat, v)
       vhat[i] = denominator_v;
     }
     var[i] = var[i] * keep - alpha * mi / (sqrtf(denominator_v) + epsilon);
