@@ -300,7 +300,8 @@ std::unique_ptr<distribute::Strategy> make_job_strategy(const StrategySpec& spec
   }
   if (spec.name == "one_device" && spec.device != "cpu") {  // "gpu" is GPU 0
     check_device_name(spec.device, "device");
-    return std::make_unique<distribute::OneDeviceStrategy>("/gpu:" + (spec.device == "gpu" ? "0" : spec.device.substr(4)));
+    const std::string index = spec.device == "gpu" ? "0" : spec.device.substr(4);
+    return std::make_unique<distribute::OneDeviceStrategy>("/gpu:" + index);
   }
   return distribute::make_strategy(spec.name, replicas, spec.cross_device_ops);
 }

@@ -19,7 +19,8 @@ data::Element batch_on_device(const data::Element& batch, Device device) {
   if (device.is_cpu()) return batch;
   std::vector<Tensor> components;
   components.reserve(batch.components().size());
-  for (const Tensor& t : batch.components()) components.push_back(!t.defined() || t.device() == device ? t : t.to(device));
+  for (const Tensor& t : batch.components())
+    components.push_back(!t.defined() || t.device() == device ? t : t.to(device));
   return data::Element(std::move(components), batch.shared_names());
 }
 

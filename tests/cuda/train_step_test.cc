@@ -75,17 +75,20 @@ TEST(GpuTrainStepTest, SparseCrossentropyMatchesTheCpu) {
   for (DType dtype : {DType::kInt64, DType::kInt32, DType::kUInt8, DType::kFloat32}) {
     const Tensor y = labels_of(rows, classes, dtype, 3);
     const losses::SparseCategoricalCrossentropy from_logits({.from_logits = true});
-    expect_loss_matches(std::string("from logits, labels ") + dtype_name(dtype),
-                        [&](const Variable& t, const Variable& p) { return from_logits(t, p); }, y, logits);
+    expect_loss_matches(
+        std::string("from logits, labels ") + dtype_name(dtype),
+        [&](const Variable& t, const Variable& p) { return from_logits(t, p); }, y, logits);
   }
   // Probabilities (rows not normalised: the loss normalises them), and a row width over a warp's 32 lanes.
   const Tensor probs = random_host({rows, 45}, 2, 0.01f, 1.0f);
   const losses::SparseCategoricalCrossentropy from_probs;
-  expect_loss_matches("from probabilities", [&](const Variable& t, const Variable& p) { return from_probs(t, p); },
-                      labels_of(rows, 45, DType::kInt64, 5), probs);
+  expect_loss_matches(
+      "from probabilities", [&](const Variable& t, const Variable& p) { return from_probs(t, p); },
+      labels_of(rows, 45, DType::kInt64, 5), probs);
   const losses::SparseCategoricalCrossentropy summed({.from_logits = true, .reduction = losses::Reduction::kSum});
-  expect_loss_matches("sum reduction", [&](const Variable& t, const Variable& p) { return summed(t, p); },
-                      labels_of(rows, classes, DType::kInt64, 7), logits);
+  expect_loss_matches(
+      "sum reduction", [&](const Variable& t, const Variable& p) { return summed(t, p); },
+      labels_of(rows, classes, DType::kInt64, 7), logits);
 }
 
 TEST(GpuTrainStepTest, ALabelOutOfRangeIsAnInvalidArgumentNamingIt) {
@@ -106,25 +109,29 @@ TEST(GpuTrainStepTest, CategoricalAndMeanLossesMatchTheCpu) {
   const Tensor t = one_hot_host(labels_of(rows, classes, DType::kInt64, 1), classes);
   const Tensor logits = random_host({rows, classes}, 4, -3.0f, 3.0f);
   const losses::CategoricalCrossentropy cce_logits({.from_logits = true, .label_smoothing = 0.1f});
-  expect_loss_matches("categorical from logits", [&](const Variable& a, const Variable& b) { return cce_logits(a, b); },
-                      t, logits);
+  expect_loss_matches(
+      "categorical from logits", [&](const Variable& a, const Variable& b) { return cce_logits(a, b); }, t, logits);
   const losses::CategoricalCrossentropy cce_probs;
-  expect_loss_matches("categorical from probabilities",
-                      [&](const Variable& a, const Variable& b) { return cce_probs(a, b); }, t,
-                      random_host({rows, classes}, 5, 0.01f, 1.0f));
+  expect_loss_matches(
+      "categorical from probabilities", [&](const Variable& a, const Variable& b) { return cce_probs(a, b); }, t,
+      random_host({rows, classes}, 5, 0.01f, 1.0f));
   const losses::MeanSquaredError mse;
-  expect_loss_matches("mean squared error", [&](const Variable& a, const Variable& b) { return mse(a, b); },
-                      random_host({rows, 3}, 6), random_host({rows, 3}, 7));
+  expect_loss_matches(
+      "mean squared error", [&](const Variable& a, const Variable& b) { return mse(a, b); }, random_host({rows, 3}, 6),
+      random_host({rows, 3}, 7));
   const losses::MeanAbsoluteError mae;
-  expect_loss_matches("mean absolute error", [&](const Variable& a, const Variable& b) { return mae(a, b); },
-                      random_host({rows, 3}, 8), random_host({rows, 3}, 9));
+  expect_loss_matches(
+      "mean absolute error", [&](const Variable& a, const Variable& b) { return mae(a, b); }, random_host({rows, 3}, 8),
+      random_host({rows, 3}, 9));
   const losses::BinaryCrossentropy bce({.from_logits = true, .label_smoothing = 0.2f});
-  expect_loss_matches("binary crossentropy from logits", [&](const Variable& a, const Variable& b) { return bce(a, b); },
-                      random_host({rows, 2}, 10, 0.0f, 1.0f), random_host({rows, 2}, 11, -3.0f, 3.0f));
+  expect_loss_matches(
+      "binary crossentropy from logits", [&](const Variable& a, const Variable& b) { return bce(a, b); },
+      random_host({rows, 2}, 10, 0.0f, 1.0f), random_host({rows, 2}, 11, -3.0f, 3.0f));
   // Sample weights per row, on the host while the losses are on the GPU (copied there).
   const Tensor w = random_host({rows}, 12, 0.0f, 2.0f);
-  expect_loss_matches("weighted", [&](const Variable& a, const Variable& b) { return mse(a, b, w); },
-                      random_host({rows, 3}, 13), random_host({rows, 3}, 14));
+  expect_loss_matches(
+      "weighted", [&](const Variable& a, const Variable& b) { return mse(a, b, w); }, random_host({rows, 3}, 13),
+      random_host({rows, 3}, 14));
 }
 
 // `steps` updates of `optimizer` on two variables from fixed values and gradients, on `device`; the variables
@@ -146,15 +153,21 @@ TEST(GpuTrainStepTest, OptimizerUpdatesMatchTheCpu) {
   const std::vector<std::pair<std::string, std::function<std::shared_ptr<optim::Optimizer>()>>> cases = {
       {"adam", [] { return std::make_shared<optim::Adam>(optim::AdamOptions{.learning_rate = 0.01}); }},
       {"adam amsgrad clipvalue",
-       [] { return std::make_shared<optim::Adam>(optim::AdamOptions{.learning_rate = 0.01, .amsgrad = true, .clipvalue = 0.3f}); }},
+       [] {
+         return std::make_shared<optim::Adam>(
+             optim::AdamOptions{.learning_rate = 0.01, .amsgrad = true, .clipvalue = 0.3f});
+       }},
       {"adamw global_clipnorm",
-       [] { return std::make_shared<optim::AdamW>(optim::AdamWOptions{.learning_rate = 0.01, .global_clipnorm = 1.0f}); }},
+       [] {
+         return std::make_shared<optim::AdamW>(optim::AdamWOptions{.learning_rate = 0.01, .global_clipnorm = 1.0f});
+       }},
       {"sgd nesterov clipnorm",
        [] {
          return std::make_shared<optim::SGD>(
              optim::SGDOptions{.learning_rate = 0.1, .momentum = 0.9f, .nesterov = true, .clipnorm = 2.0f});
        }},
-      {"sgd weight decay", [] { return std::make_shared<optim::SGD>(optim::SGDOptions{.learning_rate = 0.1, .weight_decay = 0.01f}); }},
+      {"sgd weight decay",
+       [] { return std::make_shared<optim::SGD>(optim::SGDOptions{.learning_rate = 0.1, .weight_decay = 0.01f}); }},
       {"rmsprop centered momentum",
        [] {
          return std::make_shared<optim::RMSprop>(
@@ -217,7 +230,8 @@ TEST(GpuTrainStepTest, FitOnTheGpuFollowsTheCpu) {
   const FitResult cpu = fit_on("/cpu:0");
   const FitResult on_gpu = fit_on("/gpu:0");
   ASSERT_EQ(on_gpu.step_losses.size(), cpu.step_losses.size());
-  for (size_t i = 0; i < cpu.step_losses.size(); ++i) EXPECT_NEAR(on_gpu.step_losses[i], cpu.step_losses[i], 1e-4) << "step " << i;
+  for (size_t i = 0; i < cpu.step_losses.size(); ++i)
+    EXPECT_NEAR(on_gpu.step_losses[i], cpu.step_losses[i], 1e-4) << "step " << i;
   EXPECT_LT(cpu.history.history.at("loss").back(), cpu.history.history.at("loss").front());  // it learned
   for (const char* key : {"loss", "accuracy"}) {
     EXPECT_NEAR(*on_gpu.evaluation.get(key), *cpu.evaluation.get(key), 1e-4) << key;
@@ -225,7 +239,8 @@ TEST(GpuTrainStepTest, FitOnTheGpuFollowsTheCpu) {
   EXPECT_TRUE(on_gpu.predictions.device().is_cpu());
   expect_matches_cpu(on_gpu.predictions, cpu.predictions, 1e-4, "predictions");
   ASSERT_EQ(on_gpu.weights.size(), cpu.weights.size());
-  for (size_t i = 0; i < cpu.weights.size(); ++i) expect_matches_cpu(on_gpu.weights[i], cpu.weights[i], 1e-4, "weights");
+  for (size_t i = 0; i < cpu.weights.size(); ++i)
+    expect_matches_cpu(on_gpu.weights[i], cpu.weights[i], 1e-4, "weights");
 }
 
 TEST(GpuTrainStepTest, ADistributedIteratorHandsTheGpuReplicaItsBatchThere) {

@@ -11,8 +11,8 @@
 // are split over parallel_for). Slots ("m", "v", ...) are made the first time a variable is seen, on its
 // device, and reused; a step allocates no tensors. A variable on a GPU (OneDeviceStrategy("/gpu:N")) is updated
 // there by one kernel over it, its gradient and its slots, queued on the device's stream (the step does not wait
-// for it); only clipping by norm reads a value (the norm) back to the host. The learning rate of a step is schedule(iterations()), and
-// iterations() counts the apply_gradients calls.
+// for it); only clipping by norm reads a value (the norm) back to the host. The learning rate of a step is
+// schedule(iterations()), and iterations() counts the apply_gradients calls.
 //
 // Checkpoints: state(vars) lists every slot as "<variable name>/<slot>" plus "iterations" (int64
 // scalar); load_state restores them. Variable names must be unique among `vars` (unnamed variables

@@ -5,12 +5,11 @@
 // reduction of compute_weighted_loss is one block (CUB's BlockReduce), in a fixed order, so it is deterministic.
 // Every launch is queued on the device's stream; nothing here waits for it.
 // Thread-safety: see optim_kernels.h.
-#include <cub/block/block_reduce.cuh>
-
 #include <cuda_runtime_api.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cub/block/block_reduce.cuh>
 
 #include "core/cuda/cuda_context.h"
 #include "optim/cuda/optim_kernels.h"
@@ -315,8 +314,8 @@ void sparse_xent_forward(int device, const float* x, const void* labels, DType l
   // All ones: UINT64_MAX, which every atomicMin lowers; read as int64 it is -1, "no bad label".
   ::strata::detail::cuda::check(cudaMemsetAsync(bad_label, 0xFF, sizeof(int64_t), stream), "cudaMemsetAsync");
   if (rows <= 0) return;
-  sparse_xent_forward_kernel<<<row_blocks(rows), kThreads, 0, stream>>>(
-      x, labels, label_dtype, rows, n, from_logits, out, probs, row_sum, bad_label);
+  sparse_xent_forward_kernel<<<row_blocks(rows), kThreads, 0, stream>>>(x, labels, label_dtype, rows, n, from_logits,
+                                                                        out, probs, row_sum, bad_label);
   check_launch("sparse_categorical_crossentropy on the GPU");
 }
 
@@ -332,7 +331,7 @@ void categorical_xent_forward(int device, const float* t, const float* x, int64_
                               float keep, float spread, float* logq, float* out) {
   if (rows <= 0) return;
   categorical_xent_forward_kernel<<<row_blocks(rows), kThreads, 0, stream_of(device)>>>(t, x, rows, n, from_logits,
-                                                                                          keep, spread, logq, out);
+                                                                                        keep, spread, logq, out);
   check_launch("categorical_crossentropy on the GPU");
 }
 
@@ -340,7 +339,8 @@ void categorical_xent_backward(int device, const float* t, const float* x, const
                                bool from_logits, float keep, float spread, const float* d, float* gt, float* gp) {
   if (rows * n <= 0) return;
   cudaStream_t s = stream_of(device);
-  if (gt != nullptr) categorical_target_grad_kernel<<<element_blocks(rows * n), kThreads, 0, s>>>(logq, rows, n, keep, d, gt);
+  if (gt != nullptr)
+    categorical_target_grad_kernel<<<element_blocks(rows * n), kThreads, 0, s>>>(logq, rows, n, keep, d, gt);
   if (gp != nullptr) {
     categorical_prediction_grad_kernel<<<row_blocks(rows), kThreads, 0, s>>>(t, x, logq, rows, n, from_logits, keep,
                                                                              spread, d, gp);
@@ -355,11 +355,11 @@ void mean_loss_forward(int device, MeanLoss which, float keep, const float* t, c
   check_launch("a loss on the GPU");
 }
 
-void mean_loss_backward(int device, MeanLoss which, float keep, const float* t, const float* p, int64_t rows,
-                        int64_t n, const float* d, float* gt, float* gp) {
+void mean_loss_backward(int device, MeanLoss which, float keep, const float* t, const float* p, int64_t rows, int64_t n,
+                        const float* d, float* gt, float* gp) {
   if (rows * n <= 0) return;
-  mean_loss_backward_kernel<<<element_blocks(rows * n), kThreads, 0, stream_of(device)>>>(which, keep, t, p, rows, n,
-                                                                                          d, gt, gp);
+  mean_loss_backward_kernel<<<element_blocks(rows * n), kThreads, 0, stream_of(device)>>>(which, keep, t, p, rows, n, d,
+                                                                                          gt, gp);
   check_launch("a loss's gradient on the GPU");
 }
 

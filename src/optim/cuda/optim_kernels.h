@@ -61,8 +61,8 @@ enum class MeanLoss { kSquared = 0, kAbsolute = 1, kBinaryProbabilities = 2, kBi
 void mean_loss_forward(int device, MeanLoss which, float keep, const float* t, const float* p, int64_t rows, int64_t n,
                        float* out);
 // gt / gp (either may be null): d[r] / n times the derivative by t / by p.
-void mean_loss_backward(int device, MeanLoss which, float keep, const float* t, const float* p, int64_t rows,
-                        int64_t n, const float* d, float* gt, float* gp);
+void mean_loss_backward(int device, MeanLoss which, float keep, const float* t, const float* p, int64_t rows, int64_t n,
+                        const float* d, float* gt, float* gp);
 
 // compute_weighted_loss: out[i] = l[i] * w[i / group] (w null: no weights), or the scalar sum of that times `scale`
 // (reduce). Backward: g[i] = d[reduce ? 0 : i] * scale * w[i / group].

@@ -3,13 +3,12 @@
 // optimizers.cc element for element (sqrt and division are IEEE-rounded on the GPU too; the CPU's AVX-512 Adam
 // differs from exact division by at most an ulp). The norm of a gradient (clipping) is a Thrust reduction that
 // returns to the host. Thread-safety: see optim_kernels.h.
+#include <cuda_runtime_api.h>
 #include <thrust/execution_policy.h>
 #include <thrust/for_each.h>
-#include <thrust/iterator/counting_iterator.h>
 #include <thrust/functional.h>
+#include <thrust/iterator/counting_iterator.h>
 #include <thrust/transform_reduce.h>
-
-#include <cuda_runtime_api.h>
 
 #include "core/cuda/cuda_context.h"
 #include "optim/cuda/optim_kernels.h"
@@ -43,7 +42,8 @@ void sgd_update(const UpdateArgs& a, float lr, float momentum, bool nesterov) {
   float* m = a.slots[0];
   const float keep = a.keep, scale = a.grad_scale, clip = a.clip_value, mu = momentum;
   if (momentum == 0.0f) {
-    for_n(a.device, a.n, "SGD update", [=] __device__(int64_t i) { var[i] = var[i] * keep - lr * clipped(grad[i], scale, clip); });
+    for_n(a.device, a.n, "SGD update",
+          [=] __device__(int64_t i) { var[i] = var[i] * keep - lr * clipped(grad[i], scale, clip); });
   } else if (nesterov) {
     for_n(a.device, a.n, "SGD update", [=] __device__(int64_t i) {
       const float g = clipped(grad[i], scale, clip);
@@ -60,7 +60,8 @@ void sgd_update(const UpdateArgs& a, float lr, float momentum, bool nesterov) {
   }
 }
 
-void adam_update(const UpdateArgs& a, float alpha, float one_minus_b1, float one_minus_b2, float epsilon, bool amsgrad) {
+void adam_update(const UpdateArgs& a, float alpha, float one_minus_b1, float one_minus_b2, float epsilon,
+                 bool amsgrad) {
   float* var = a.var;
   const float* grad = a.grad;
   float* m = a.slots[0];
