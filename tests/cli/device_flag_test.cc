@@ -2,6 +2,7 @@
 // CPU-only build, or no device visible) asking for one fails before any data is read, with exit status 1 and a line
 // saying which is missing; a bad name or a strategy that cannot use a GPU is a usage error naming the flag or key.
 // With a GPU visible the tiny job trains there.
+// Thread-safety: test-thread only.
 #include <gtest/gtest.h>
 
 #include <regex>

@@ -1,6 +1,7 @@
 // The device strings strategies accept: OneDeviceStrategy takes "/gpu:N" only in a CUDA build with GPU N visible,
 // and says which of the two is missing; the strategies of several replicas refuse GPUs, saying so. Runs in every
 // build; the GPU side of OneDeviceStrategy is tested in tests/cuda/train_step_test.cc.
+// Thread-safety: test-thread only.
 #include <gtest/gtest.h>
 
 #include <string>
