@@ -1,4 +1,7 @@
-// GradientTape: the per-thread stack of recording tapes, op recording, and the reverse walk.
+// GradientTape: the per-thread stack of recording tapes, op recording, and the reverse walk. The seed and the zero
+// gradients are made on their variable's device, and gradients add up through kernels::add, so a walk over tensors on
+// a GPU never touches their elements on the host.
+// Thread-safety: the tape stack is per thread; a walk reads recorded nodes only.
 #include "strata/gradient_tape.h"
 
 #include <algorithm>
@@ -57,7 +60,7 @@ NoGradGuard::~NoGradGuard() { --t_no_grad_depth; }
 std::vector<Tensor> GradientTape::gradient(const Variable& target, const std::vector<Variable>& sources,
                                            UnconnectedGradients unconnected) {
   STRATA_CHECK(target.defined(), InvalidArgument, "GradientTape::gradient: undefined target");
-  return gradient(target, sources, Tensor::ones(target.shape()), unconnected);
+  return gradient(target, sources, Tensor::ones(target.shape(), DType::kFloat32, target.value().device()), unconnected);
 }
 
 std::vector<Tensor> GradientTape::gradient(const Variable& target, const std::vector<Variable>& sources,
@@ -166,7 +169,9 @@ std::vector<Tensor> GradientTape::gradient(const Variable& target, const std::ve
     if (found != grads.end() && found->second.defined()) {
       result.push_back(found->second);
     } else {
-      result.push_back(unconnected == UnconnectedGradients::kZero ? Tensor::zeros(s.shape()) : Tensor());
+      result.push_back(unconnected == UnconnectedGradients::kZero
+                           ? Tensor::zeros(s.shape(), DType::kFloat32, s.value().device())
+                           : Tensor());
     }
   }
   if (aggregator) {

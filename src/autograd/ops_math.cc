@@ -46,7 +46,7 @@ Variable binary_op(k::BinaryOp op, const char* name, const Variable& a, const Va
           da = reduce_to(k::mul(dy, k::mul(bv, k::pow(av, b_minus_1))), av.shape());
         }
         if (needs[1]) {
-          const Tensor positive = k::binary(k::BinaryOp::kGreater, av, Tensor::scalar(0.0f));
+          const Tensor positive = k::binary(k::BinaryOp::kGreater, av, Tensor::zeros({}, DType::kFloat32, av.device()));
           const Tensor safe_a = k::add(k::mul(av, positive), k::affine(positive, -1.0f, 1.0f));  // 1 where a <= 0
           db = reduce_to(k::mul(k::mul(dy, y), k::mul(k::unary(k::UnaryOp::kLog, safe_a), positive)), bv.shape());
         }

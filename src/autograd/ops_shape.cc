@@ -79,9 +79,9 @@ Variable slice_axis(const Variable& x, int axis, int64_t start, int64_t end) {
     Shape before = xs, after = xs;
     before[ax] = start;
     after[ax] = xs[ax] - end;
-    if (start > 0) parts.push_back(Tensor::zeros(before));
+    if (start > 0) parts.push_back(Tensor::zeros(before, dy.dtype(), dy.device()));
     parts.push_back(dy);
-    if (after[ax] > 0) parts.push_back(Tensor::zeros(after));
+    if (after[ax] > 0) parts.push_back(Tensor::zeros(after, dy.dtype(), dy.device()));
     return {parts.size() == 1 ? dy : k::concat(parts, ax)};
   });
 }

@@ -63,17 +63,33 @@ void check_outer_step(const std::string& name, const std::string& where) {
   check_choice(name, {"none", "nesterov"}, where, "outer step");
 }
 
+void check_device_name(const std::string& name, const std::string& where) {
+  bool ok = name == "cpu" || name == "gpu";
+  if (!ok && name.rfind("gpu:", 0) == 0 && name.size() > 4 && name.size() <= 10) {
+    ok = std::all_of(name.begin() + 4, name.end(), [](char c) { return c >= '0' && c <= '9'; });
+  }
+  STRATA_CHECK(ok, InvalidArgument, where << ": unknown device '" << name << "'; choose cpu, gpu or gpu:N");
+}
+
 StrategySpec resolve_strategy(const StrategySpec& from_job, const StrategyFlags& flags) {
   StrategySpec spec = from_job;
   if (!flags.strategy.empty()) {
     check_strategy_name(flags.strategy, "--strategy");
     if (flags.strategy != from_job.name) {
-      // The file's replicas / cross_device_ops were chosen for its own strategy.
-      spec = StrategySpec{.name = flags.strategy};
+      // The file's replicas / cross_device_ops were chosen for its own strategy; its device is kept (checked below).
+      spec = StrategySpec{.name = flags.strategy, .device = from_job.device};
       if (flags.strategy == "mirrored" || flags.strategy == "central_storage") spec.replicas = from_job.replicas;
       if (flags.strategy == "mirrored") spec.cross_device_ops = from_job.cross_device_ops;
     }
   }
+  if (!flags.device.empty()) {
+    check_device_name(flags.device, "--device");
+    spec.device = flags.device;
+  }
+  STRATA_CHECK(spec.device == "cpu" || spec.name == "one_device", InvalidArgument,
+               (flags.device.empty() ? "device: " : "--device ")
+                   << spec.device << ": only strategy one_device trains on a GPU for now (this job's strategy is "
+                   << spec.name << "); the other strategies run CPU replicas");
   if (flags.replicas) {
     const int replicas = *flags.replicas;
     STRATA_CHECK(replicas > 0, InvalidArgument, "--replicas: must be a positive integer, got " << replicas);
@@ -282,6 +298,11 @@ std::unique_ptr<distribute::Strategy> make_job_strategy(const StrategySpec& spec
         distribute::LocalSGDOptions{.sync_every = spec.sync_every, .outer_nesterov = spec.outer_step == "nesterov"},
         cluster::resolve_cluster_from_environment(), communication);
   }
+  if (spec.name == "one_device" && spec.device != "cpu") {  // "gpu" is GPU 0
+    check_device_name(spec.device, "device");
+    const std::string index = spec.device == "gpu" ? "0" : spec.device.substr(4);
+    return std::make_unique<distribute::OneDeviceStrategy>("/gpu:" + index);
+  }
   return distribute::make_strategy(spec.name, replicas, spec.cross_device_ops);
 }
 
@@ -317,6 +338,7 @@ std::string strategy_line(const distribute::Strategy& strategy, int64_t global_b
   }
   out << "strategy: " << strategy.name() << ", " << n << (n == 1 ? " replica (" : " replicas (") << threads
       << (threads == 1 ? " thread" : " threads") << (n == 1 ? ")" : " each)");
+  if (const Device device = strategy.replica_device(0); !device.is_cpu()) out << " on " << device.str();
   if (const auto* mirrored = dynamic_cast<const distribute::MirroredStrategy*>(&strategy); mirrored && n > 1) {
     out << ", " << comm::to_string(mirrored->cross_device_ops().algorithm) << " all-reduce";
   }

@@ -1,6 +1,6 @@
-// How a job is distributed and how its learning rate follows the global batch: the `strategy:`,
+// How a job is distributed and how its learning rate follows the global batch: the `strategy:`, `device:`,
 // `replicas:`, `cross_device_ops:`, `lr_scaling:`, `base_batch_size:` and `warmup_epochs:` keys of a job
-// file and the `--strategy` / `--replicas` / `--cross-device-ops` flags that override them.
+// file and the `--strategy` / `--device` / `--replicas` / `--cross-device-ops` flags that override them.
 //
 //   strategy: mirrored          # one_device (the default) | mirrored | central_storage | multi_worker_mirrored |
 //                               #   parameter_server (under `strata launch --chief --workers N --ps M`) | pipeline
@@ -8,6 +8,8 @@
 //                               #   interleaved, zb-h1), chunks: 2 (interleaved: model chunks per stage),
 //                               #   recompute: true (activations recomputed before the backward)
 //   replicas: 2                 # mirrored / central_storage: CPU replicas (default: one per core)
+//   device: gpu                 # one_device: cpu (the default), gpu (GPU 0) or gpu:N; a GPU needs a build with
+//                               #   CUDA and that GPU visible (`--device` overrides it)
 //   cross_device_ops: ring      # mirrored: reduction_to_one_device (default) | ring | tree
 //   batch_size: 128             # the GLOBAL batch, split across the replicas (as in TF)
 //   lr_scaling: linear          # lr = learning_rate * batch_size / base_batch_size (Goyal et al.)
@@ -57,6 +59,7 @@ struct StrategySpec {
   // DiLoCo's).
   int sync_every = 8;
   std::string outer_step = "none";
+  std::string device = "cpu";  // one_device: "cpu", "gpu" (GPU 0) or "gpu:N" (check_device_name)
 };
 
 struct LrScalingSpec {
@@ -72,6 +75,9 @@ void check_cross_device_ops(const std::string& name, const std::string& where);
 void check_lr_scaling(const std::string& rule, const std::string& where);
 void check_pipeline_schedule(const std::string& name, const std::string& where);
 void check_outer_step(const std::string& name, const std::string& where);
+// "cpu", "gpu" or "gpu:N" (N a non-negative integer); InvalidArgument naming `where` otherwise. Whether the GPU is
+// there is the strategy's to say (Unavailable when it is made).
+void check_device_name(const std::string& name, const std::string& where);
 
 // The command-line overrides; empty / unset leave the job's value.
 struct StrategyFlags {
@@ -88,6 +94,7 @@ struct StrategyFlags {
   bool recompute = false;                            // pipeline only
   std::optional<int> sync_every;                     // when given, >= 1 (local_sgd only)
   std::string outer_step;                            // local_sgd only: none or nesterov
+  std::string device;                                // when given, cpu, gpu or gpu:N (a GPU: one_device only)
 };
 // The job's strategy with the flags applied. A flag that contradicts the strategy it ends up with (say
 // --replicas 2 with one_device, or --cross-device-ops with central_storage) is an InvalidArgument; the

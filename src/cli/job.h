@@ -20,6 +20,7 @@
 //   steps_per_execution: 1    # optional; steps per hand-off to the replicas (FitOptions, Keras's compile())
 //   strategy: mirrored        # optional; with replicas, cross_device_ops, lr_scaling, base_batch_size and
 //   replicas: 2               #   warmup_epochs (see distribution.h)
+//   device: gpu               # optional; one_device's cpu (default), gpu or gpu:N (see distribution.h)
 //
 // `data` may instead name TFRecord shards of tf.train.Example (see configs/fashion_mnist_cnn_tfrecord.yaml):
 //   data: {format: tfrecord, train: [shards/train-*], test: [shards/test-*], compression: gzip,

@@ -413,6 +413,10 @@ void add_strategy_options(CLI::App* command, StrategyFlags& flags) {
   command->add_option("--strategy", flags.strategy,
                       "distribution strategy: one_device, mirrored, central_storage, multi_worker_mirrored, "
                       "parameter_server, pipeline or local_sgd (overrides the job's `strategy:`; default one_device)");
+  command->add_option("--device", flags.device,
+                      "where one_device trains: cpu, gpu (GPU 0) or gpu:N (overrides the job's `device:`; default "
+                      "cpu); a GPU needs a build with CUDA (-DSTRATA_WITH_CUDA=ON) and that GPU visible, else the "
+                      "command fails saying which");
   command
       ->add_option("--replicas", flags.replicas,
                    "CPU replicas for mirrored / central_storage, each a thread with its share of the cores "

@@ -1,15 +1,25 @@
-// Internal: the device lists strategies accept. CPU replicas only until the CUDA build brings GPU kernels.
-// Thread-safety: plain functions.
+// Internal: the device lists strategies accept, and the Device a replica's device string names. OneDeviceStrategy
+// takes "/gpu:N" in a CUDA build with a GPU N visible; the strategies of several replicas keep to CPU replicas
+// until GPU collectives land. Thread-safety: plain functions.
 #pragma once
 
 #include <string>
 #include <vector>
 
+#include "strata/device.h"
+
 namespace strata::distribute::detail {
 
-// "/cpu:N" passes; "/gpu:N" is Unavailable (needs the CUDA build); anything else InvalidArgument.
+// "/cpu:N" passes; "/gpu:N" is Unavailable (CPU replicas only); anything else InvalidArgument.
 void check_cpu_device(const std::string& strategy, const std::string& device);
-// Each device checked, none listed twice; empty means {"/cpu:0"}.
-std::vector<std::string> checked_devices(const std::string& strategy, std::vector<std::string> devices);
+// "/gpu:N" passes when this build has CUDA and N < the visible CUDA devices; otherwise Unavailable naming the build
+// or the count. "/cpu:N" passes; anything else is InvalidArgument.
+void check_gpu_or_cpu_device(const std::string& strategy, const std::string& device);
+// Each device checked (check_cpu_device, or check_gpu_or_cpu_device when `gpus_allowed`), none listed twice;
+// empty means {"/cpu:0"}.
+std::vector<std::string> checked_devices(const std::string& strategy, std::vector<std::string> devices,
+                                         bool gpus_allowed = false);
+// The Device a checked device string names: "/gpu:N" (or "/GPU:N") is Device::cuda(N); "/cpu:N" the host.
+Device device_of(const std::string& device);
 
 }  // namespace strata::distribute::detail

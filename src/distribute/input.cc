@@ -1,5 +1,6 @@
 // Distributed input: splitting global batches across replicas and workers, per-replica pipelines, and the
-// workers' agreement on the steps when each reads its own batches.
+// workers' agreement on the steps when each reads its own batches. A distributed iterator hands each replica its
+// batch on the replica's device (a GPU's copy under OneDeviceStrategy("/gpu:N")).
 // Thread-safety: see strata/distribute/input.h (one thread per iterator).
 #include "strata/distribute/input.h"
 
@@ -7,6 +8,7 @@
 
 #include "strata/data/autoshard.h"
 #include "strata/distribute/strategy.h"
+#include "strata/distribute/training_program.h"
 
 namespace strata::distribute {
 
@@ -148,7 +150,24 @@ DistributedIterator DistributedDataset::make_iterator() const {
   return DistributedIterator(strategy_, input_, replicas_, dataset_.make_iterator());
 }
 
+namespace {
+// Each replica's element on its device.
+PerReplica<data::Element> on_replica_devices(const Strategy& strategy, const PerReplica<data::Element>& batches) {
+  std::vector<data::Element> placed;
+  placed.reserve(batches.values().size());
+  for (size_t r = 0; r < batches.values().size(); ++r)
+    placed.push_back(batch_on_device(batches.values()[r], strategy.replica_device(static_cast<int>(r))));
+  return PerReplica<data::Element>(std::move(placed));
+}
+}  // namespace
+
 std::optional<PerReplica<data::Element>> DistributedIterator::next() {
+  std::optional<PerReplica<data::Element>> batches = next_on_host();
+  if (!batches || strategy_->replica_device(0).is_cpu()) return batches;
+  return on_replica_devices(*strategy_, *batches);
+}
+
+std::optional<PerReplica<data::Element>> DistributedIterator::next_on_host() {
   if (input_) {
     std::vector<data::Element> batch;
     if (std::optional<data::Element> e = it_.next()) batch.push_back(std::move(*e));

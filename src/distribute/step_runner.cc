@@ -1,5 +1,6 @@
 // The default step runner (strata/distribute/training_program.h): a group's steps on every local replica in sync,
 // and the strategy's defaults for the extension point.
+// A replica on a GPU gets each batch copied there before its step (the copy waits for the host-to-device transfer).
 // Thread-safety: run_steps_on_replicas is called by fit's (or evaluate's) thread; the step-rows value is per thread.
 #include "strata/distribute/strategy.h"
 #include "strata/distribute/training_program.h"
@@ -14,6 +15,15 @@ int64_t step_global_rows() { return t_step_global_rows; }
 ScopedStepRows::ScopedStepRows(int64_t rows) { t_step_global_rows = rows; }
 ScopedStepRows::~ScopedStepRows() { t_step_global_rows = 0; }
 
+data::Element batch_on_device(const data::Element& batch, Device device) {
+  if (device.is_cpu()) return batch;
+  std::vector<Tensor> components;
+  components.reserve(batch.components().size());
+  for (const Tensor& t : batch.components())
+    components.push_back(!t.defined() || t.device() == device ? t : t.to(device));
+  return data::Element(std::move(components), batch.shared_names());
+}
+
 void run_steps_on_replicas(Strategy& strategy, TrainingProgram& program, const StepGroup& steps, bool training) {
   const auto step = [&](const data::Element& batch) { training ? program.train_step(batch) : program.test_step(batch); };
   if (&strategy == &default_strategy()) {  // one replica, plain variables: no replica machinery
@@ -21,9 +31,10 @@ void run_steps_on_replicas(Strategy& strategy, TrainingProgram& program, const S
     return;
   }
   strategy.run_replicas([&](int replica) {
+    const Device device = strategy.replica_device(replica);
     for (size_t k = 0; k < steps.size(); ++k) {
       ScopedStepRows rows(steps.global_rows[k]);
-      step(steps.batches[k][replica]);
+      step(batch_on_device(steps.batches[k][replica], device));  // a GPU replica: the batch's copy, made on its stream
     }
   });
   program.merge_replica_trackers();

@@ -13,6 +13,7 @@
 #include <thread>
 #include <unordered_map>
 
+#include "distribute/devices.h"
 #include "distribute/replica_collectives.h"
 #include "kernels/kernels.h"
 #include "strata/gradient_tape.h"
@@ -262,6 +263,12 @@ Strategy::Scope::Scope(Strategy& strategy) : strategy_(strategy) {
 Strategy::Scope::~Scope() {
   creator_.reset();
   if (!t_scopes.empty()) t_scopes.pop_back();
+}
+
+Device Strategy::replica_device(int replica) const {
+  STRATA_CHECK(replica >= 0 && replica < num_local_replicas(), InvalidArgument,
+               name() << ": no replica " << replica << " (" << num_local_replicas() << " local replicas)");
+  return detail::device_of(devices_[static_cast<size_t>(replica)]);
 }
 
 GradientAggregator* Strategy::aggregator(int) { return nullptr; }

@@ -66,9 +66,10 @@ Variable Dense::call(const Variable& input, bool) {
   const int64_t in = kernel_.shape()[0];
   STRATA_CHECK(s.size() >= 2 && s.back() == in, ShapeError,
                label(*this) << " expects input [batch, ..., " << in << "], got " << shape_str(s));
-  // Float inputs on the host take the fused op; anything else the general ops.
+  // Float inputs on the kernel's device (the host, or a GPU: kernels::dense is cuBLAS there) take the fused op;
+  // anything else the general ops (which name a device mismatch).
   const bool fused =
-      input.value().dtype() == DType::kFloat32 && input.value().device().is_cpu() && kernel_.value().device().is_cpu();
+      input.value().dtype() == DType::kFloat32 && input.value().device() == kernel_.value().device();
   const bool relu = fused && options_.activation.name() == "relu";
   const Variable x2 = s.size() == 2 ? input : reshape(input, {-1, in});
   Variable y;
@@ -190,12 +191,16 @@ Variable Embedding::call(const Variable& input, bool) {
   if (indices.dtype() != DType::kInt32 && indices.dtype() != DType::kInt64) {
     STRATA_CHECK(indices.dtype() == DType::kFloat32, InvalidArgument,
                  label(*this) << " wants integer (or float) indices, got " << dtype_name(indices.dtype()));
-    indices = indices.to(DType::kInt64);
+    // (Tensor::to(DType) converts on the host: indices on a GPU go there and back.)
+    indices = indices.device().is_cpu() ? indices.to(DType::kInt64)
+                                        : indices.to(Device::cpu()).to(DType::kInt64).to(indices.device());
   }
-  if (indices.dtype() == DType::kInt32) {
-    check_indices<int32_t>(indices, input_dim_, label(*this));
-  } else {
-    check_indices<int64_t>(indices, input_dim_, label(*this));
+  if (indices.device().is_cpu()) {  // on a GPU they are not read here: gather checks them there (kernels.h)
+    if (indices.dtype() == DType::kInt32) {
+      check_indices<int32_t>(indices, input_dim_, label(*this));
+    } else {
+      check_indices<int64_t>(indices, input_dim_, label(*this));
+    }
   }
   return gather(embeddings_, indices);
 }

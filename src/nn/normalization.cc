@@ -35,8 +35,9 @@ void BatchNormalization::build_impl(const Shape& s) {
   if (o.center) beta_ = add_weight("beta", channels, o.beta_initializer.fn(), true, o.beta_regularizer.fn());
   moving_mean_ = add_weight("moving_mean", channels, o.moving_mean_initializer.fn(), /*trainable=*/false);
   moving_variance_ = add_weight("moving_variance", channels, o.moving_variance_initializer.fn(), /*trainable=*/false);
-  if (!o.scale) ones_ = Tensor::ones(channels);
-  if (!o.center) zeros_ = Tensor::zeros(channels);
+  const Device device = moving_mean_.value().device();  // where the strategy placed the variables (a GPU, say)
+  if (!o.scale) ones_ = Tensor::ones(channels, DType::kFloat32, device);
+  if (!o.center) zeros_ = Tensor::zeros(channels, DType::kFloat32, device);
 }
 
 Variable BatchNormalization::call(const Variable& input, bool training) {

@@ -1,12 +1,16 @@
 // The per-example loss functions as fused ops: each forward is one pass over the predictions and
 // each backward one pass that writes the gradient, instead of a chain of generic ops (each of which
-// would allocate a tensor). Rows are the last axis; one loss per row.
+// would allocate a tensor). Rows are the last axis; one loss per row. Predictions on a GPU take the same ops
+// in optim/cuda/losses.cu (one launch per forward and per backward, on the device's stream); labels or targets on
+// the host are copied to the predictions' device first. The sparse loss reads one value back (whether every label
+// was in range), so its forward waits for the device.
 // Thread-safety: pure functions; ops record on the calling thread's tapes.
 #include <algorithm>
 #include <cmath>
 #include <limits>
 
 #include "autograd/node.h"
+#include "optim/cuda/optim_kernels.h"
 #include "strata/ops.h"
 #include "strata/optim/losses.h"
 
@@ -14,18 +18,37 @@ namespace strata::losses {
 
 namespace {
 
+namespace cuda = ::strata::optim::cuda;
 using detail::make_result;
 using Grads = std::vector<Tensor>;
 using Needs = detail::BackwardNeeds;
 
 constexpr float kEpsilon = 1e-7f;  // keras.backend.epsilon()
 
-void require_host_float(const char* op, const Tensor& t, const char* what) {
+void require_float(const char* op, const Tensor& t, const char* what) {
   STRATA_CHECK(t.defined(), InvalidArgument, op << ": " << what << " is undefined");
-  STRATA_CHECK(t.device().is_cpu(), Unavailable,
-               op << ": no kernel for " << what << " on " << t.device().str() << " in this build");
   STRATA_CHECK(t.dtype() == DType::kFloat32, InvalidArgument,
                op << ": " << what << " must be float32, got " << dtype_name(t.dtype()));
+}
+
+// Whether `t` lives on a GPU (the op then runs there); Unavailable in a build without CUDA, which cannot have made
+// such a tensor anyway.
+bool on_gpu(const char* op, const Tensor& t) {
+  if (t.device().is_cpu()) return false;
+#ifndef STRATA_WITH_CUDA
+  STRATA_THROW(Unavailable, op << ": a tensor on " << t.device().str() << " in a build without CUDA");
+#else
+  (void)op;
+  return true;
+#endif
+}
+
+// `t` on `device` (a copy when it is elsewhere), as `dtype`. A conversion of a GPU tensor goes through the host
+// (Tensor::to(DType) is host-only): labels and targets are small.
+Tensor placed(const Tensor& t, Device device, DType dtype) {
+  Tensor out = t;
+  if (out.dtype() != dtype) out = (out.device().is_cpu() ? out : out.to(Device::cpu())).to(dtype);
+  return out.device() == device ? out : out.to(device);
 }
 
 // [rows, n] view of a prediction tensor: rank >= 2 averages/sums over the last axis; rank 1 is one
@@ -53,7 +76,8 @@ RowLayout row_layout(const char* op, const Shape& shape) {
 Variable aligned_target(const char* op, const Variable& y_true, const Variable& y_pred) {
   STRATA_CHECK(y_true.defined() && y_pred.defined(), InvalidArgument, op << ": y_true and y_pred must be defined");
   Variable t = y_true;
-  if (t.dtype() != DType::kFloat32) t = Variable(y_true.value().to(DType::kFloat32));
+  if (t.dtype() != DType::kFloat32 || t.value().device() != y_pred.value().device())
+    t = Variable(placed(y_true.value(), y_pred.value().device(), DType::kFloat32));
   const Shape& ts = t.shape();
   const Shape& ps = y_pred.shape();
   if (ts == ps) return t;
@@ -64,13 +88,42 @@ Variable aligned_target(const char* op, const Variable& y_true, const Variable& 
   return strata::reshape(t, ps);
 }
 
-// A loss that averages f(t, p) over the last axis. F has value(t, p), dp(t, p) and dt(t, p).
+#ifdef STRATA_WITH_CUDA
+// mean_over_last on a GPU: the loss `kind` (with `keep` for the binary ones) in one launch each way.
+Variable mean_over_last_gpu(const char* op, const Variable& t, const Variable& y_pred, const RowLayout& l,
+                            cuda::MeanLoss kind, float keep) {
+  const Tensor tv = t.value(), pv = y_pred.value();
+  const Device device = pv.device();
+  Tensor out = Tensor::empty(l.out_shape, DType::kFloat32, device);
+  cuda::mean_loss_forward(device.index, kind, keep, tv.data<float>(), pv.data<float>(), l.rows, l.n,
+                          out.data<float>());
+  return make_result(out, op, {t, y_pred}, [tv, pv, l, kind, keep](const Tensor& dy, const Needs& needs) -> Grads {
+    const Device device = pv.device();
+    const Tensor d = placed(dy, device, DType::kFloat32);
+    Grads g(2);
+    for (int which = 0; which < 2; ++which)
+      if (needs[which]) g[which] = Tensor::empty(pv.shape(), DType::kFloat32, device);
+    cuda::mean_loss_backward(device.index, kind, keep, tv.data<float>(), pv.data<float>(), l.rows, l.n,
+                             d.data<float>(), g[0].defined() ? g[0].data<float>() : nullptr,
+                             g[1].defined() ? g[1].data<float>() : nullptr);
+    return g;
+  });
+}
+#endif
+
+// A loss that averages f(t, p) over the last axis. F has value(t, p), dp(t, p) and dt(t, p), and names its GPU form
+// (kGpu, with its `keep`).
 template <class F>
 Variable mean_over_last(const char* op, const Variable& y_true, const Variable& y_pred, F f) {
-  require_host_float(op, y_pred.value(), "y_pred");
+  require_float(op, y_pred.value(), "y_pred");
   const Variable t = aligned_target(op, y_true, y_pred);
   const Tensor tv = t.value(), pv = y_pred.value();
   const RowLayout l = row_layout(op, pv.shape());
+  if (on_gpu(op, pv)) {
+#ifdef STRATA_WITH_CUDA
+    return mean_over_last_gpu(op, t, y_pred, l, F::kGpu, f.keep);
+#endif
+  }
   Tensor out = Tensor::empty(l.out_shape);
   {
     const float* tp = tv.data<float>();
@@ -105,12 +158,16 @@ Variable mean_over_last(const char* op, const Variable& y_true, const Variable& 
 }
 
 struct SquaredError {
+  static constexpr cuda::MeanLoss kGpu = cuda::MeanLoss::kSquared;
+  float keep = 1.0f;  // (unused: only the binary losses smooth their targets)
   double value(float t, float p) const { return static_cast<double>(p - t) * (p - t); }
   float dp(float t, float p) const { return 2.0f * (p - t); }
   float dt(float t, float p) const { return -2.0f * (p - t); }
 };
 
 struct AbsoluteError {
+  static constexpr cuda::MeanLoss kGpu = cuda::MeanLoss::kAbsolute;
+  float keep = 1.0f;  // (unused)
   static float sign(float x) { return x > 0 ? 1.0f : (x < 0 ? -1.0f : 0.0f); }
   double value(float t, float p) const { return std::fabs(p - t); }
   float dp(float t, float p) const { return sign(p - t); }
@@ -119,6 +176,7 @@ struct AbsoluteError {
 
 // Targets are smoothed as t' = t * keep + 0.5 * (1 - keep), keep = 1 - label_smoothing.
 struct BinaryCrossentropyOfProbabilities {
+  static constexpr cuda::MeanLoss kGpu = cuda::MeanLoss::kBinaryProbabilities;
   float keep = 1.0f;
   float smooth(float t) const { return t * keep + 0.5f * (1.0f - keep); }
   static float clipped(float p) { return std::min(std::max(p, kEpsilon), 1.0f - kEpsilon); }
@@ -139,6 +197,7 @@ struct BinaryCrossentropyOfProbabilities {
 
 // max(x, 0) - x t' + log(1 + exp(-|x|)), as tf.nn.sigmoid_cross_entropy_with_logits.
 struct BinaryCrossentropyOfLogits {
+  static constexpr cuda::MeanLoss kGpu = cuda::MeanLoss::kBinaryLogits;
   float keep = 1.0f;
   float smooth(float t) const { return t * keep + 0.5f * (1.0f - keep); }
   double value(float t, float x) const {
@@ -198,7 +257,7 @@ Variable categorical_crossentropy(const Variable& y_true, const Variable& y_pred
                                   float label_smoothing) {
   const char* op = "categorical_crossentropy";
   check_label_smoothing(op, label_smoothing);
-  require_host_float(op, y_pred.value(), "y_pred");
+  require_float(op, y_pred.value(), "y_pred");
   STRATA_CHECK(y_pred.shape().size() >= 2, ShapeError,
                op << ": y_pred must be [batch, ..., classes], got " << shape_str(y_pred.shape()));
   const Variable t = aligned_target(op, y_true, y_pred);
@@ -206,6 +265,29 @@ Variable categorical_crossentropy(const Variable& y_true, const Variable& y_pred
   const RowLayout l = row_layout(op, pv.shape());
   const float keep = 1.0f - label_smoothing;
   const float spread = label_smoothing / static_cast<float>(l.n);
+  if (on_gpu(op, pv)) {
+#ifdef STRATA_WITH_CUDA
+    const Device device = pv.device();
+    Tensor logq = Tensor::empty(pv.shape(), DType::kFloat32, device);
+    Tensor out = Tensor::empty(l.out_shape, DType::kFloat32, device);
+    cuda::categorical_xent_forward(device.index, tv.data<float>(), pv.data<float>(), l.rows, l.n, from_logits, keep,
+                                   spread, logq.data<float>(), out.data<float>());
+    return make_result(out, op, {t, y_pred},
+                       [tv, pv, logq, l, keep, spread, from_logits](const Tensor& dy, const Needs& needs) -> Grads {
+                         const Device device = pv.device();
+                         const Tensor d = placed(dy, device, DType::kFloat32);
+                         Grads g(2);
+                         for (int which = 0; which < 2; ++which)
+                           if (needs[which]) g[which] = Tensor::empty(pv.shape(), DType::kFloat32, device);
+                         cuda::categorical_xent_backward(device.index, tv.data<float>(), pv.data<float>(),
+                                                         logq.data<float>(), l.rows, l.n, from_logits, keep, spread,
+                                                         d.data<float>(),
+                                                         g[0].defined() ? g[0].data<float>() : nullptr,
+                                                         g[1].defined() ? g[1].data<float>() : nullptr);
+                         return g;
+                       });
+#endif
+  }
   // Per row: logits -> log_softmax (saved as the log-probabilities); probabilities -> normalised and
   // clipped, log saved. The loss is -sum t' * logq.
   Tensor logq = Tensor::empty(pv.shape());
@@ -286,15 +368,50 @@ Variable categorical_crossentropy(const Variable& y_true, const Variable& y_pred
 
 Variable sparse_categorical_crossentropy(const Tensor& y_true, const Variable& y_pred, bool from_logits) {
   const char* op = "sparse_categorical_crossentropy";
-  require_host_float(op, y_pred.value(), "y_pred");
+  require_float(op, y_pred.value(), "y_pred");
   STRATA_CHECK(y_true.defined(), InvalidArgument, op << ": labels are undefined");
-  STRATA_CHECK(y_true.device().is_cpu(), Unavailable, op << ": labels on " << y_true.device().str());
   const Tensor pv = y_pred.value();
   STRATA_CHECK(pv.rank() >= 2, ShapeError, op << ": y_pred must be [batch, ..., classes], got " << pv.shape_str());
   const RowLayout l = row_layout(op, pv.shape());
   STRATA_CHECK(y_true.numel() == l.rows, ShapeError,
                op << ": " << l.rows << " rows of y_pred " << pv.shape_str() << " need as many labels, got y_true "
                   << y_true.shape_str());
+  if (on_gpu(op, pv)) {
+#ifdef STRATA_WITH_CUDA
+    const DType ld = y_true.dtype();
+    STRATA_CHECK(ld == DType::kInt32 || ld == DType::kInt64 || ld == DType::kUInt8 || ld == DType::kFloat32,
+                 InvalidArgument, op << ": labels must be integers or floats, got " << dtype_name(ld));
+    const Device device = pv.device();
+    const Tensor labels = placed(y_true, device, ld);
+    Tensor out = Tensor::empty(l.out_shape, DType::kFloat32, device);
+    Tensor probs = from_logits ? Tensor::empty(pv.shape(), DType::kFloat32, device) : Tensor();
+    Tensor row_sum = from_logits ? Tensor() : Tensor::empty({l.rows}, DType::kFloat32, device);
+    Tensor bad = Tensor::empty({1}, DType::kInt64, device);
+    cuda::sparse_xent_forward(device.index, pv.data<float>(), labels.raw_data(), ld, l.rows, l.n, from_logits,
+                              out.data<float>(), from_logits ? probs.data<float>() : nullptr,
+                              from_logits ? nullptr : row_sum.data<float>(), bad.data<int64_t>());
+    const int64_t bad_row = bad.item<int64_t>();  // the step's one wait in the loss: were the labels in range
+    if (bad_row >= 0) {
+      const Tensor label = labels.reshape({l.rows}).slice(bad_row, bad_row + 1).to(Device::cpu());
+      STRATA_THROW(InvalidArgument, op << ": label " << label_at(label, 0) << " at index " << bad_row
+                                       << " is outside [0, " << l.n << ")");
+    }
+    return make_result(out, op, {y_pred},
+                       [pv, probs, row_sum, labels, l, from_logits](const Tensor& dy, const Needs&) -> Grads {
+                         const Device device = pv.device();
+                         const Tensor d = placed(dy, device, DType::kFloat32);
+                         Tensor g = Tensor::empty(pv.shape(), DType::kFloat32, device);
+                         cuda::sparse_xent_backward(device.index, pv.data<float>(),
+                                                    from_logits ? probs.data<float>() : nullptr,
+                                                    from_logits ? nullptr : row_sum.data<float>(), labels.raw_data(),
+                                                    labels.dtype(), l.rows, l.n, from_logits, d.data<float>(),
+                                                    g.data<float>());
+                         return {g};
+                       });
+#endif
+  }
+  STRATA_CHECK(y_true.device().is_cpu(), InvalidArgument,
+               op << ": labels on " << y_true.device().str() << " for predictions on the host");
   std::vector<int64_t> labels(static_cast<size_t>(l.rows));
   for (int64_t r = 0; r < l.rows; ++r) {
     labels[r] = label_at(y_true, r);
@@ -372,15 +489,14 @@ Variable sparse_categorical_crossentropy(const Tensor& y_true, const Variable& y
 
 Variable compute_weighted_loss(const Variable& losses, const Tensor& sample_weight, Reduction reduction) {
   const char* op = "compute_weighted_loss";
-  require_host_float(op, losses.value(), "losses");
+  require_float(op, losses.value(), "losses");
   const Tensor lv = losses.value();
   const int64_t n = lv.numel();
   // Each loss element i has weight w[i / group] (group = 1 when the weights match elementwise).
   Tensor w;
   int64_t group = 1;
   if (sample_weight.defined()) {
-    w = sample_weight.dtype() == DType::kFloat32 ? sample_weight : sample_weight.to(DType::kFloat32);
-    STRATA_CHECK(w.device().is_cpu(), Unavailable, op << ": sample_weight on " << w.device().str());
+    w = placed(sample_weight, lv.device(), DType::kFloat32);  // on the losses' device
     const int64_t batch = lv.rank() == 0 ? 1 : lv.dim(0);
     if (w.numel() == n) {
       group = 1;
@@ -390,6 +506,26 @@ Variable compute_weighted_loss(const Variable& losses, const Tensor& sample_weig
       STRATA_THROW(ShapeError, op << ": sample_weight " << w.shape_str() << " matches neither the losses "
                                   << lv.shape_str() << " nor their first axis");
     }
+  }
+  if (on_gpu(op, lv)) {
+#ifdef STRATA_WITH_CUDA
+    if (reduction == Reduction::kNone && !w.defined()) return losses;
+    const Device device = lv.device();
+    const bool reduce = reduction != Reduction::kNone;
+    const double scale = reduction == Reduction::kSumOverBatchSize ? (n > 0 ? 1.0 / static_cast<double>(n) : 0.0)
+                                                                   : 1.0;
+    Tensor out = Tensor::empty(reduce ? Shape{} : lv.shape(), DType::kFloat32, device);
+    cuda::weighted_loss_forward(device.index, lv.data<float>(), w.defined() ? w.data<float>() : nullptr, group, n,
+                                reduce, scale, out.data<float>());
+    const Shape shape = lv.shape();
+    return make_result(out, op, {losses}, [w, group, n, reduce, scale, shape](const Tensor& dy, const Needs&) -> Grads {
+      const Device device = dy.device();
+      Tensor g = Tensor::empty(shape, DType::kFloat32, device);
+      cuda::weighted_loss_backward(device.index, dy.data<float>(), w.defined() ? w.data<float>() : nullptr, group,
+                                   n, reduce, scale, g.data<float>());
+      return {g};
+    });
+#endif
   }
   const float* wp = w.defined() ? w.data<float>() : nullptr;
   const float* lp = lv.data<float>();

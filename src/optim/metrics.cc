@@ -1,9 +1,12 @@
-// Metric state updates: one loop per batch over the elements, reading y_true in its own dtype.
+// Metric state updates: one loop per batch over the elements, reading y_true in its own dtype. Tensors on a GPU are
+// copied to the host first (a first cut: for fit's [batch, classes] predictions and [batch] labels the copy is small,
+// but it waits for the device; a device-side argmax-compare-sum would leave one number to read back).
 // Thread-safety: see strata/optim/metrics.h (not synchronised).
 #include "strata/optim/metrics.h"
 
 #include <algorithm>
 #include <cctype>
+#include <initializer_list>
 
 #include "strata/optim/losses.h"
 
@@ -36,6 +39,15 @@ void with_values(const char* who, const Tensor& t, const char* what, F&& f) {
 }
 
 // Rows of a tensor as metrics see them: rank >= 2 is [rows, width]; rank 1 is one element per row.
+// Whether any of the defined tensors lives off the host.
+bool any_off_host(std::initializer_list<const Tensor*> tensors) {
+  for (const Tensor* t : tensors)
+    if (t->defined() && !t->device().is_cpu()) return true;
+  return false;
+}
+// `t` on the host (itself when it is there, or undefined).
+Tensor on_host(const Tensor& t) { return !t.defined() || t.device().is_cpu() ? t : t.to(Device::cpu()); }
+
 int64_t rows_of(const Tensor& t) {
   if (t.rank() == 0) return 1;
   return t.rank() == 1 ? t.numel() : t.numel() / t.dim(-1);
@@ -94,7 +106,11 @@ void Mean::update(double value, double weight) {
   count_ += weight;
 }
 
-void Mean::update_state(const Tensor& y_true, const Tensor&, const Tensor& sample_weight) {
+void Mean::update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) {
+  if (any_off_host({&y_true, &sample_weight})) {
+    update_state(on_host(y_true), y_pred, on_host(sample_weight));
+    return;
+  }
   const int64_t n = y_true.numel();
   const int64_t rows = y_true.rank() == 0 ? 1 : y_true.dim(0);
   const int64_t width = rows == 0 ? 0 : n / rows;
@@ -118,6 +134,10 @@ void Mean::set_state(const std::vector<double>& state) { set_pair(name().c_str()
 int64_t MeanMetricWrapper::row_width(const Tensor& y_pred) { return y_pred.rank() >= 2 ? y_pred.dim(-1) : 1; }
 
 void MeanMetricWrapper::update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) {
+  if (any_off_host({&y_true, &y_pred, &sample_weight})) {
+    update_state(on_host(y_true), on_host(y_pred), on_host(sample_weight));
+    return;
+  }
   const char* who = name().c_str();
   STRATA_CHECK(y_pred.defined() && y_pred.dtype() == DType::kFloat32, InvalidArgument,
                who << ": y_pred must be a float32 tensor");
@@ -220,6 +240,10 @@ void confusion(const char* who, const Tensor& y_true, const Tensor& y_pred, cons
 }  // namespace
 
 void Precision::update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) {
+  if (any_off_host({&y_true, &y_pred, &sample_weight})) {
+    update_state(on_host(y_true), on_host(y_pred), on_host(sample_weight));
+    return;
+  }
   confusion(name().c_str(), y_true, y_pred, sample_weight, threshold_, [this](bool truth, bool predicted, double w) {
     if (predicted) (truth ? tp_ : fp_) += w;
   });
@@ -228,6 +252,10 @@ void Precision::update_state(const Tensor& y_true, const Tensor& y_pred, const T
 void Precision::set_state(const std::vector<double>& state) { set_pair(name().c_str(), state, tp_, fp_); }
 
 void Recall::update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) {
+  if (any_off_host({&y_true, &y_pred, &sample_weight})) {
+    update_state(on_host(y_true), on_host(y_pred), on_host(sample_weight));
+    return;
+  }
   confusion(name().c_str(), y_true, y_pred, sample_weight, threshold_, [this](bool truth, bool predicted, double w) {
     if (truth) (predicted ? tp_ : fn_) += w;
   });

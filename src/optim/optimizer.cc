@@ -1,5 +1,6 @@
 // The optimizer base: gradient checks, clipping, weight decay, slot storage, the parallel update
-// loop and checkpoint state. The per-element rules live in optimizers.cc.
+// loop and checkpoint state. The per-element rules live in optimizers.cc (and, for variables on a GPU,
+// optim/cuda/optimizers.cu, reached through update_on_gpu).
 // Thread-safety: see strata/optim/optimizer.h (not synchronised).
 #include "strata/optim/optimizer.h"
 
@@ -9,6 +10,8 @@
 #include <set>
 
 #include "autograd/sum_in_order.h"
+#include "kernels/kernels.h"
+#include "optim/cuda/optim_kernels.h"
 #include "strata/threading.h"
 #include "strata/trace.h"
 
@@ -33,6 +36,13 @@ void for_grains(int64_t n, const Fn& fn) {
 }
 
 double sum_of_squares(const Tensor& t) {
+  if (!t.device().is_cpu()) {
+#ifdef STRATA_WITH_CUDA
+    return cuda::sum_of_squares(t.device().index, t.data<float>(), t.numel());  // waits for the device
+#else
+    STRATA_THROW(Unavailable, "sum of squares: a tensor on " << t.device().str() << " in a build without CUDA");
+#endif
+  }
   const float* p = t.data<float>();
   double s = 0;
   for (int64_t i = 0; i < t.numel(); ++i) s += static_cast<double>(p[i]) * p[i];
@@ -79,7 +89,9 @@ std::vector<std::string> Optimizer::slot_names() const {
 std::vector<Tensor>& Optimizer::slots_of(const Variable& var) {
   auto [it, inserted] = slots_.try_emplace(var.id());
   if (inserted) {
-    for (const SlotSpec& s : slot_specs_) it->second.push_back(Tensor::full(var.shape(), s.initial_value));
+    const Device device = var.component(0).device();  // on the variable's device
+    for (const SlotSpec& s : slot_specs_)
+      it->second.push_back(Tensor::full(var.shape(), s.initial_value, DType::kFloat32, device));
   }
   return it->second;
 }
@@ -88,6 +100,7 @@ struct Optimizer::Target {
   std::vector<float*> components;  // component 0 is updated; the others receive copies
   std::array<float*, kMaxSlots> slots{};
   int64_t numel = 0;
+  int gpu = -1;  // the CUDA device the variable lives on; -1 the host
 };
 
 Optimizer::Target Optimizer::target_of(const Variable& var) {
@@ -100,6 +113,13 @@ Optimizer::Target Optimizer::target_of(const Variable& var) {
   }
   for (size_t s = 0; s < slot_specs_.size(); ++s) t.slots[s] = found->second[s].data<float>();
   t.numel = var.component(0).numel();
+  const Device device = var.component(0).device();
+  if (!device.is_cpu()) {
+    STRATA_CHECK(var.num_components() == 1, Unavailable,
+                 name() << ": variable '" << var.name() << "' has " << var.num_components()
+                        << " components on " << device.str() << "; a GPU variable is updated as one copy only");
+    t.gpu = device.index;
+  }
   return t;
 }
 
@@ -179,8 +199,9 @@ void Optimizer::apply(const std::vector<Tensor>& grads, const std::vector<Variab
     STRATA_CHECK(v.defined(), InvalidArgument, name() << ".apply_gradients: variable " << i << " is undefined");
     if (!g.defined()) continue;
     any = true;
-    STRATA_CHECK(g.device().is_cpu() && v.component(0).device().is_cpu(), Unavailable,
-                 name() << ".apply_gradients: variable '" << v.name() << "' or its gradient is not on the host");
+    STRATA_CHECK(g.device() == v.component(0).device(), InvalidArgument,
+                 name() << ".apply_gradients: variable '" << v.name() << "' is on " << v.component(0).device().str()
+                        << " but its gradient on " << g.device().str());
     STRATA_CHECK(v.dtype() == DType::kFloat32 && g.dtype() == DType::kFloat32, InvalidArgument,
                  name() << ".apply_gradients: variable '" << v.name() << "' (" << dtype_name(v.dtype())
                         << ") and its gradient (" << dtype_name(g.dtype()) << ") must be float32");
@@ -224,6 +245,11 @@ void Optimizer::update_span(const Target& t, const float* grad, int64_t begin, i
   }
 }
 
+void Optimizer::update_on_gpu(int device, float*, const float*, const std::array<float*, kMaxSlots>&, int64_t,
+                              const StepContext&) const {
+  STRATA_THROW(Unavailable, name() << ": no GPU update (a variable is on cuda:" << device << ")");
+}
+
 void Optimizer::update_all(const std::vector<Tensor>& grads, const std::vector<Variable>& vars) {
   StepContext ctx = step_context();
   if (config_.global_clipnorm) {
@@ -244,6 +270,10 @@ void Optimizer::update_all(const std::vector<Tensor>& grads, const std::vector<V
     }
     const Target target = target_of(vars[i]);
     const float* grad = g.data<float>();
+    if (target.gpu >= 0) {  // one pass on the device, queued on its stream
+      update_on_gpu(target.gpu, target.components[0], grad, target.slots, target.numel, c);
+      continue;
+    }
     for_grains(target.numel, [&](int64_t begin, int64_t end) { update_span(target, grad + begin, begin, end, c); });
   }
 }
@@ -254,6 +284,9 @@ void Optimizer::update_summed(const Variable& var, const std::vector<const float
   const auto present = std::count_if(parts.begin(), parts.end(), [](const float* p) { return p != nullptr; });
   STRATA_CHECK(present > 0, Error, name() << ": no gradient part for variable '" << var.name() << "'");
   const Target target = target_of(var);
+  STRATA_CHECK(target.gpu < 0, Unavailable,
+               name() << ": variable '" << var.name() << "' is on a GPU; its replicas' gradients cannot be summed "
+                         "on the host (GPU replicas take one device: OneDeviceStrategy)");
   const StepContext ctx = step_context();
   if (present == 1) {  // nothing to add: update from that part in place
     const float* only = *std::find_if(parts.begin(), parts.end(), [](const float* p) { return p != nullptr; });
@@ -276,7 +309,7 @@ std::vector<std::pair<std::string, Tensor>> Optimizer::state(const std::vector<V
   for (size_t i = 0; i < vars.size(); ++i) {
     const auto found = slots_.find(vars[i].id());
     for (size_t s = 0; s < slot_specs_.size(); ++s) {
-      Tensor t = found != slots_.end() ? found->second[s].clone()
+      Tensor t = found != slots_.end() ? found->second[s].to(Device::cpu())  // a copy, on the host
                                        : Tensor::full(vars[i].shape(), slot_specs_[s].initial_value);
       out.emplace_back(state_name(vars[i], i) + "/" + slot_specs_[s].name, std::move(t));
     }
@@ -348,6 +381,10 @@ std::vector<Tensor> clip_by_global_norm(const std::vector<Tensor>& tensors, floa
   for (const Tensor& t : tensors) {
     if (!t.defined()) {
       out.emplace_back();
+      continue;
+    }
+    if (!t.device().is_cpu()) {  // on its device, through the kernels
+      out.push_back(kernels::affine(t, scale, 0.0f));
       continue;
     }
     Tensor c = Tensor::empty(t.shape());

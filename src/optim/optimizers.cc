@@ -1,5 +1,6 @@
 // The per-element update rules of SGD, Adam/AdamW, RMSprop and Adagrad (Keras 3's update_step, one
 // fused loop each) and their construction, each with its config (made from one by registry.cc).
+// A variable on a GPU takes the same rule in optim/cuda/optimizers.cu (update_on_gpu).
 // Thread-safety: update() only touches the chunk it is given; see strata/optim/optimizer.h.
 #include "strata/optim/optimizers.h"
 
@@ -16,9 +17,39 @@
 #include <map>
 #include <string>
 
+#include "optim/cuda/optim_kernels.h"
+
 namespace strata::optim {
 
 namespace {
+
+// The arguments of one GPU update (optim/cuda/optim_kernels.h) from those of update().
+cuda::UpdateArgs gpu_args(int device, float* var, const float* grad, const std::array<float*, 4>& slots, int64_t n,
+                          float grad_scale, float clip_value, float decay) {
+  cuda::UpdateArgs a;
+  a.device = device;
+  a.var = var;
+  a.grad = grad;
+  for (size_t s = 0; s < 4; ++s) a.slots[s] = slots[s];
+  a.n = n;
+  a.grad_scale = grad_scale;
+  a.clip_value = clip_value;
+  a.keep = 1.0f - decay;
+  return a;
+}
+
+// Runs `update` (a call of optim/cuda) in a CUDA build; Unavailable naming `who` otherwise.
+template <class F>
+void on_gpu(const char* who, int device, F&& update) {
+#ifdef STRATA_WITH_CUDA
+  (void)who;
+  (void)device;
+  update();
+#else
+  (void)update;
+  STRATA_THROW(Unavailable, who << ": a variable on cuda:" << device << " in a build without CUDA");
+#endif
+}
 
 // The config (Keras's get_config) of optimizer `name` made with options `o` and its own `hyperparameters`.
 template <class O>
@@ -83,6 +114,14 @@ void SGD::update(float* var_, const float* grad_, const std::array<float*, kMaxS
       var[i] = var[i] * keep + m[i];
     }
   }
+}
+
+void SGD::update_on_gpu(int device, float* var, const float* grad, const std::array<float*, kMaxSlots>& slots,
+                        int64_t n, const StepContext& ctx) const {
+  on_gpu("SGD", device, [&] {
+    cuda::sgd_update(gpu_args(device, var, grad, slots, n, ctx.grad_scale, ctx.clip_value, ctx.decay), ctx.lr,
+                     options_.momentum, options_.nesterov);
+  });
 }
 
 // ---- Adam and AdamW
@@ -194,6 +233,18 @@ void Adam::update(float* var, const float* grad, const std::array<float*, kMaxSl
             ctx.grad_scale, ctx.clip_value);
 }
 
+void Adam::update_on_gpu(int device, float* var, const float* grad, const std::array<float*, kMaxSlots>& slots,
+                         int64_t n, const StepContext& ctx) const {
+  const double t = static_cast<double>(ctx.step);
+  const double b1 = options_.beta_1, b2 = options_.beta_2;
+  // As update(): the bias corrections folded into the step size, in double, then rounded once.
+  const float alpha = static_cast<float>(ctx.lr * std::sqrt(1.0 - std::pow(b2, t)) / (1.0 - std::pow(b1, t)));
+  on_gpu(name().c_str(), device, [&] {
+    cuda::adam_update(gpu_args(device, var, grad, slots, n, ctx.grad_scale, ctx.clip_value, ctx.decay), alpha,
+                      static_cast<float>(1.0 - b1), static_cast<float>(1.0 - b2), options_.epsilon, options_.amsgrad);
+  });
+}
+
 namespace {
 AdamOptions adam_part(const AdamWOptions& o) {
   return {.learning_rate = o.learning_rate,
@@ -289,6 +340,14 @@ void RMSprop::update(float* var_, const float* grad_, const std::array<float*, k
   }
 }
 
+void RMSprop::update_on_gpu(int device, float* var, const float* grad, const std::array<float*, kMaxSlots>& slots,
+                            int64_t n, const StepContext& ctx) const {
+  on_gpu("RMSprop", device, [&] {
+    cuda::rmsprop_update(gpu_args(device, var, grad, slots, n, ctx.grad_scale, ctx.clip_value, ctx.decay), ctx.lr,
+                         options_.rho, options_.epsilon, options_.momentum, options_.centered);
+  });
+}
+
 // ---- Adagrad
 
 Adagrad::Adagrad(Options options)
@@ -320,6 +379,14 @@ void Adagrad::update(float* var_, const float* grad_, const std::array<float*, k
     acc[i] += g * g;
     var[i] = var[i] * keep - lr * g / std::sqrt(acc[i] + eps);
   }
+}
+
+void Adagrad::update_on_gpu(int device, float* var, const float* grad, const std::array<float*, kMaxSlots>& slots,
+                            int64_t n, const StepContext& ctx) const {
+  on_gpu("Adagrad", device, [&] {
+    cuda::adagrad_update(gpu_args(device, var, grad, slots, n, ctx.grad_scale, ctx.clip_value, ctx.decay), ctx.lr,
+                         options_.epsilon);
+  });
 }
 
 }  // namespace strata::optim

@@ -63,7 +63,9 @@ void Model::build_for(const Shape& input_shape, DType dtype) {
   Shape s = input_shape;
   s[0] = 1;
   NoGradGuard no_grad;
-  (*this)(Variable(Tensor::zeros(s, dtype)), false);
+  // On the device the current strategy's replica 0 computes on (a GPU under OneDeviceStrategy("/gpu:N")), where
+  // the variables this makes live.
+  (*this)(Variable(Tensor::zeros(s, dtype, distribute::get_strategy().replica_device(0))), false);
 }
 
 // ---- compile
@@ -200,6 +202,10 @@ double Model::train_step(const data::Element& batch) {
   }();
   // The trackers see the step's loss and predictions before the update (they do not depend on it), so that
   // across workers their states can ride with the gradients.
+  // On a GPU (OneDeviceStrategy("/gpu:N")) this is where the step waits for the device: the loss's value (the
+  // progress bar's), and the metrics' copies of y and y_pred; the sparse loss has already waited for its label
+  // check, and the batch's copy to the device waited before the step. The backward and the optimizer's update are
+  // then queued without waiting: the next step's batch copy waits for them.
   const double share = update_trackers(batch, step);
   const auto job = sum_states_with_gradients();
   optimizer_->minimize(step.loss, vars, tape);
@@ -759,7 +765,11 @@ Tensor Model::predict(const data::Dataset& dataset, int64_t steps) {
     const auto out = strategy->run(
         [&](const data::Element& b) {
           NoGradGuard no_grad_in_replica;
-          return empty_batch(b) ? Tensor() : (*this)(Variable(b[0]), /*training=*/false).value();
+          if (empty_batch(b)) return Tensor();
+          const distribute::ReplicaContext* ctx = distribute::get_replica_context();
+          const Device device = strategy->replica_device(ctx ? ctx->local_replica_id() : 0);
+          const Tensor y = (*this)(Variable(distribute::batch_on_device(b, device)[0]), /*training=*/false).value();
+          return y.device().is_cpu() ? y : y.to(Device::cpu());  // predictions come back to the host
         },
         parts);
     for (const Tensor& t : out)

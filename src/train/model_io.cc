@@ -21,9 +21,18 @@ std::vector<std::pair<std::string, Tensor>> Model::named_weights() const {
   return out;
 }
 
+namespace {
+// `named` with every tensor on the host (weights on a GPU copied back), for the files.
+std::vector<std::pair<std::string, Tensor>> on_host(std::vector<std::pair<std::string, Tensor>> named) {
+  for (auto& [name, t] : named)
+    if (t.defined() && !t.device().is_cpu()) t = t.to(Device::cpu());
+  return named;
+}
+}  // namespace
+
 void Model::save_weights(const std::string& path) const {
   check_built("save_weights");
-  io::save_safetensors(path, named_weights(), {{"format", "strata"}, {"model", name()}});
+  io::save_safetensors(path, on_host(named_weights()), {{"format", "strata"}, {"model", name()}});
 }
 
 namespace {
@@ -108,7 +117,7 @@ FitPosition position_from(const io::TrainingCheckpoint& ckpt, const std::string&
 std::string Model::save_checkpoint(const std::string& directory, int64_t number, int max_to_keep) const {
   check_built("save_checkpoint");
   io::TrainingCheckpoint ckpt;
-  ckpt.weights = named_weights();
+  ckpt.weights = on_host(named_weights());
   if (optimizer_) ckpt.optimizer = optimizer_->state(trainable_variables());
   ckpt.step = step();
   ckpt.epoch = number;

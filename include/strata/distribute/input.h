@@ -100,13 +100,16 @@ int64_t share_rows(int64_t global_rows, int parts, int first, int count);
 
 class DistributedIterator {
  public:
-  // The next global batch, one element per replica; nullopt at the end (every worker's).
+  // The next global batch, one element per replica, each on its replica's device (a GPU: a copy there); nullopt at
+  // the end (every worker's).
   std::optional<PerReplica<data::Element>> next();
   // Rows of the last global batch next() gave (the sum over replicas and workers).
   int64_t last_global_batch_size() const { return last_rows_; }
 
  private:
   friend class DistributedDataset;
+  // next() before the copies to the replicas' devices.
+  std::optional<PerReplica<data::Element>> next_on_host();
   DistributedIterator(const Strategy* strategy, std::optional<WorkerInput> input, int replicas, data::Iterator it)
       : strategy_(strategy), input_(std::move(input)), replicas_(replicas), it_(std::move(it)) {}
   const Strategy* strategy_;

@@ -16,7 +16,9 @@
 // CentralStorageStrategy keeps one copy on the host: replicas compute on it, their gradients are summed the same
 // way, and the one copy is updated once per step, before any replica goes on to the next.
 //
-// A "/gpu:N" device needs the CUDA build and the GPU issue's kernels: here it is Unavailable.
+// OneDeviceStrategy("/gpu:N") puts the variables and each batch of fit/evaluate/predict on GPU N: it needs a build
+// with CUDA (STRATA_WITH_CUDA) and that GPU visible, else it is Unavailable saying which. Mirrored and central
+// storage run CPU replicas only: a "/gpu:N" there is Unavailable.
 //
 // Thread-safety: as Strategy (one driving thread).
 #pragma once

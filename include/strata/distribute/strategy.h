@@ -104,6 +104,9 @@ class Strategy {
   virtual bool is_chief() const { return worker_index() == 0; }
   // One device string per local replica ("/cpu:0", ...).
   const std::vector<std::string>& devices() const { return devices_; }
+  // The Device local replica `replica` computes on: Device::cuda(N) for "/gpu:N", else the host. Its variables live
+  // there, and fit/evaluate/predict copy each batch there before the step.
+  Device replica_device(int replica) const;
   // Intra-op threads each replica's kernels use.
   int threads_per_replica() const { return threads_per_replica_; }
   // Process-unique id; variables this strategy makes carry it (Variable::owner()).

@@ -164,6 +164,9 @@ class ScopedStepRows {
 // The steps of a group on every local replica of `strategy` (on the calling thread for the default strategy), then
 // the replicas' trackers folded into the model's: how every data-parallel strategy steps, and how evaluate does.
 void run_steps_on_replicas(Strategy& strategy, TrainingProgram& program, const StepGroup& steps, bool training);
+// `batch` with every component on `device` (copies of those elsewhere; the batch itself for the host): what a
+// replica on a GPU steps on.
+data::Element batch_on_device(const data::Element& batch, Device device);
 
 // The runner of strategies whose replicas step in sync: run_steps_on_replicas.
 class ReplicaStepRunner final : public StepRunner {

@@ -8,9 +8,11 @@
 // variable, or global_clipnorm over all, or clipvalue per element: at most one may be set); decay
 // weights (var -= var * weight_decay * lr, decoupled as in AdamW); then one update pass per variable
 // that reads the gradient, the variable and its slots once and writes them in place (large variables
-// are split over parallel_for). Slots ("m", "v", ...) are made the first time a variable is seen and
-// reused; a step allocates no tensors. The learning rate of a step is schedule(iterations()), and
-// iterations() counts the apply_gradients calls.
+// are split over parallel_for). Slots ("m", "v", ...) are made the first time a variable is seen, on its
+// device, and reused; a step allocates no tensors. A variable on a GPU (OneDeviceStrategy("/gpu:N")) is updated
+// there by one kernel over it, its gradient and its slots, queued on the device's stream (the step does not wait
+// for it); only clipping by norm reads a value (the norm) back to the host. The learning rate of a step is
+// schedule(iterations()), and iterations() counts the apply_gradients calls.
 //
 // Checkpoints: state(vars) lists every slot as "<variable name>/<slot>" plus "iterations" (int64
 // scalar); load_state restores them. Variable names must be unique among `vars` (unnamed variables
@@ -76,8 +78,8 @@ class Optimizer {
   virtual ~Optimizer();
 
   // Updates each variable with its gradient (Keras order: gradient first). Undefined gradients are
-  // skipped; all undefined throws InvalidArgument. Gradients must be float32 host tensors shaped like
-  // their variables.
+  // skipped; all undefined throws InvalidArgument. Gradients must be float32 tensors shaped like their
+  // variables, on the variable's device.
   void apply_gradients(const std::vector<std::pair<Tensor, Variable>>& grads_and_vars);
   void apply_gradients(const std::vector<Tensor>& grads, const std::vector<Variable>& vars);
   // tape.gradient(loss, vars, unconnected), then apply_gradients (see above).
@@ -97,7 +99,7 @@ class Optimizer {
 
   // The slot names of this optimizer ("m", "v", ...), in state() order.
   std::vector<std::string> slot_names() const;
-  // Copies of every slot of `vars` (zeros-like initial values for variables not yet seen) and
+  // Host copies of every slot of `vars` (zeros-like initial values for variables not yet seen) and
   // "iterations".
   std::vector<std::pair<std::string, Tensor>> state(const std::vector<Variable>& vars) const;
   // Restores what state(vars) returned. Checks everything before changing anything: throws
@@ -126,6 +128,11 @@ class Optimizer {
   // Must only touch [0, n) of each array: the base calls it on disjoint chunks concurrently.
   virtual void update(float* var, const float* grad, const std::array<float*, kMaxSlots>& slots, int64_t n,
                       const StepContext& ctx) const = 0;
+  // The same rule on a variable on GPU `device` (every pointer into its memory, n elements), queued on that
+  // device's stream without waiting for it: one pass of optim/cuda. The default throws Unavailable naming the
+  // optimizer; each optimizer of optimizers.h overrides it (in a build without CUDA, with Unavailable too).
+  virtual void update_on_gpu(int device, float* var, const float* grad, const std::array<float*, kMaxSlots>& slots,
+                             int64_t n, const StepContext& ctx) const;
 
   // The gradient element as the update should see it: scaled, then clamped to [-clip, clip] (clip is
   // +inf when clipvalue is unset). Branch-free, so update loops vectorise; NaN stays NaN.

@@ -44,6 +44,8 @@ class SGD final : public Optimizer {
  protected:
   void update(float* var, const float* grad, const std::array<float*, kMaxSlots>& slots, int64_t n,
               const StepContext& ctx) const override;
+  void update_on_gpu(int device, float* var, const float* grad, const std::array<float*, kMaxSlots>& slots,
+                     int64_t n, const StepContext& ctx) const override;
 
  private:
   Options options_;
@@ -71,6 +73,8 @@ class Adam : public Optimizer {
   Adam(const Options& options, OptimizerConfig config);
   void update(float* var, const float* grad, const std::array<float*, kMaxSlots>& slots, int64_t n,
               const StepContext& ctx) const override;
+  void update_on_gpu(int device, float* var, const float* grad, const std::array<float*, kMaxSlots>& slots,
+                     int64_t n, const StepContext& ctx) const override;
 
  private:
   Options options_;
@@ -116,6 +120,8 @@ class RMSprop final : public Optimizer {
  protected:
   void update(float* var, const float* grad, const std::array<float*, kMaxSlots>& slots, int64_t n,
               const StepContext& ctx) const override;
+  void update_on_gpu(int device, float* var, const float* grad, const std::array<float*, kMaxSlots>& slots,
+                     int64_t n, const StepContext& ctx) const override;
 
  private:
   Options options_;
@@ -140,6 +146,8 @@ class Adagrad final : public Optimizer {
  protected:
   void update(float* var, const float* grad, const std::array<float*, kMaxSlots>& slots, int64_t n,
               const StepContext& ctx) const override;
+  void update_on_gpu(int device, float* var, const float* grad, const std::array<float*, kMaxSlots>& slots,
+                     int64_t n, const StepContext& ctx) const override;
 
  private:
   Options options_;
