@@ -101,14 +101,19 @@ using VariableCreator =
     std::function<Variable(const Tensor& initial_value, const VariableOptions& options,
                            const std::function<Variable(const Tensor&, const VariableOptions&)>& next)>;
 
-// Installs `creator` for the calling thread until destroyed (creators nest; innermost runs first).
+// Installs `creator` for the calling thread until destroyed (creators nest; innermost runs first). `device` is
+// where the variables it makes live (a strategy's replica 0 device): layers built on a probe input (the functional
+// API) make that probe there.
 class ScopedVariableCreator {
  public:
-  explicit ScopedVariableCreator(VariableCreator creator);
+  explicit ScopedVariableCreator(VariableCreator creator, Device device = Device::cpu());
   ~ScopedVariableCreator();
   ScopedVariableCreator(const ScopedVariableCreator&) = delete;
   ScopedVariableCreator& operator=(const ScopedVariableCreator&) = delete;
 };
+
+// The device of the innermost installed creator's variables (the host when none is installed).
+Device variable_device();
 
 // Makes a model variable through the installed creators.
 Variable make_variable(const Tensor& initial_value, const VariableOptions& options = {});

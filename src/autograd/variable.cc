@@ -28,6 +28,7 @@ const detail::Node& checked(const std::shared_ptr<detail::Node>& node) {
 }
 
 thread_local std::vector<VariableCreator> t_creators;
+thread_local std::vector<Device> t_creator_devices;  // each creator's variable device, in step with t_creators
 
 // The replica this thread runs (ScopedReplica); owner 0: not a replica.
 struct ReplicaState {
@@ -121,8 +122,16 @@ void Variable::add_scaled(const char* op, const Tensor& delta, float scale) {
   for_each_written_component([&](Tensor& t) { kernels::axpy_(t, scale, delta); });
 }
 
-ScopedVariableCreator::ScopedVariableCreator(VariableCreator creator) { t_creators.push_back(std::move(creator)); }
-ScopedVariableCreator::~ScopedVariableCreator() { t_creators.pop_back(); }
+ScopedVariableCreator::ScopedVariableCreator(VariableCreator creator, Device device) {
+  t_creators.push_back(std::move(creator));
+  t_creator_devices.push_back(device);
+}
+ScopedVariableCreator::~ScopedVariableCreator() {
+  t_creators.pop_back();
+  t_creator_devices.pop_back();
+}
+
+Device variable_device() { return t_creator_devices.empty() ? Device::cpu() : t_creator_devices.back(); }
 
 Variable make_variable(const Tensor& initial_value, const VariableOptions& options) {
   Variable v = create_at(t_creators.size(), initial_value, options);

@@ -256,7 +256,8 @@ Strategy::Scope::Scope(Strategy& strategy) : strategy_(strategy) {
   creator_ = std::make_unique<ScopedVariableCreator>(
       [&strategy](const Tensor& initial, const VariableOptions& options, const auto&) {
         return strategy.create_variable(initial, options);
-      });
+      },
+      strategy.replica_device(0));
   t_scopes.push_back(&strategy);
 }
 

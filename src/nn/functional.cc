@@ -54,7 +54,7 @@ SymbolicTensor Layer::operator()(const std::vector<SymbolicTensor>& inputs) {
     STRATA_CHECK(in.node() != nullptr, InvalidArgument, class_name() << " '" << name() << "' got an undefined symbolic input");
     Shape s = in.shape();
     s[0] = 1;
-    probes.emplace_back(Tensor::zeros(s, in.dtype()));
+    probes.emplace_back(Tensor::zeros(s, in.dtype(), variable_device()));  // where the layer's variables will be
   }
   Variable out;
   {
