@@ -12,7 +12,7 @@
 # It configures DIR (default build-cuda) with -DSTRATA_WITH_CUDA=ON if it is not configured yet, builds the three
 # programs the check runs (strata, cuda_test, gpu_bench), and writes:
 #   gpu_check.sh           the check (scripts/gpu_check.sh), run there as `bash gpu-bundle/gpu_check.sh`
-#   strata.tar.xz          bin/{strata,cuda_test,gpu_bench} (stripped), lib/ (the shared libraries they need, but
+#   strata.tar.xz          bin/{strata,cuda_test,gpu_bench,gpu_ops_bench} (stripped), lib/ (the shared libraries they need, but
 #                          glibc's, the CUDA libraries and the C++/zlib/OpenSSL runtime every Ubuntu 24.04 with
 #                          Python has: see SYSTEM_LIBS), bench/gpu_bench.py, bench/bench_common.py,
 #                          configs/fashion_mnist_cnn.yaml and BUILD_INFO
@@ -70,10 +70,10 @@ if ((NEED_CUDA)) && ! grep -q '^STRATA_WITH_CUDA:BOOL=ON' "$BUILD/CMakeCache.txt
   die "$BUILD is configured without -DSTRATA_WITH_CUDA=ON; give another --build-dir"
 fi
 if ((BUILD_IT)); then
-  echo "== building strata, cuda_test and gpu_bench in $BUILD (-j$JOBS)"
-  ninja -C "$BUILD" -j"$JOBS" strata_cli_main cuda_test gpu_bench
+  echo "== building strata, cuda_test, gpu_bench and gpu_ops_bench in $BUILD (-j$JOBS)"
+  ninja -C "$BUILD" -j"$JOBS" strata_cli_main cuda_test gpu_bench gpu_ops_bench
 fi
-BINARIES=("$BUILD/strata" "$BUILD/tests/cuda_test" "$BUILD/bench/gpu_bench")
+BINARIES=("$BUILD/strata" "$BUILD/tests/cuda_test" "$BUILD/bench/gpu_bench" "$BUILD/bench/gpu_ops_bench")
 for b in "${BINARIES[@]}"; do [[ -x $b ]] || die "$b was not built"; done
 
 # ---- 2. the programs, their libraries and the files the check reads

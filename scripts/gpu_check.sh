@@ -12,6 +12,8 @@
 #   2. the main job on the GPU: strata train fashion_mnist_cnn.yaml --device gpu --epochs 10 on the bundled
 #      Fashion-MNIST; passes at test accuracy >= 0.91
 #   3. bench/gpu_bench.py: strata's step times beside that machine's PyTorch (fp32 and bf16), as one table
+#   4. gpu_ops_bench: each GPU kernel's time on those models' shapes (where a slow step comes from)
+# GPU_CHECK_STEPS (a comma list of tests, job, bench, ops) runs only those steps.
 # With $OUT set, the whole output also goes to $OUT/gpu_check.log (and the bench's figures to $OUT/gpu_bench.json).
 # It ends with PASS, FAIL or SKIP per step and exits 1 if any step failed. Without a GPU (the dry run) the GPU steps
 # are skipped, saying so (cuda_test still runs: its GPU tests skip themselves; gpu_bench trains one CPU step), and it
@@ -27,6 +29,10 @@ else
   BUNDLE=$(cd "$HERE/.." && pwd)/gpu-bundle
 fi
 WORK=${GPU_CHECK_WORK:-/tmp/strata-gpu-check}
+# Which steps run after the libraries (a comma list of tests, job, bench, ops; default all): a second call on the same
+# lease can rerun only what a fix touched.
+STEPS=",${GPU_CHECK_STEPS:-tests,job,bench,ops},"
+wanted() { [[ $STEPS == *",$1,"* ]]; }
 START=$SECONDS
 TOTAL_LIMIT=360  # seconds: the issue's 6 minutes for the whole check
 
@@ -127,7 +133,7 @@ chmod +x "$WORK/bin/gpu_bench.sh"
 # ---- 0. every library resolves (else nothing below can start)
 section "0. libraries"
 LIBS_OK=1
-for b in strata cuda_test gpu_bench; do
+for b in strata cuda_test gpu_bench gpu_ops_bench; do
   resolved=$(run_bin ldd "$WORK/bin/$b" 2>&1) || true
   if grep -q 'not found' <<<"$resolved"; then
     LIBS_OK=0
@@ -150,7 +156,9 @@ fi
 
 # ---- 1. cuda_test
 section "1. cuda_test: every GPU op against the CPU"
-if ((!LIBS_OK)); then
+if ! wanted tests; then
+  record "cuda_test" "SKIP (not in GPU_CHECK_STEPS)"
+elif ((!LIBS_OK)); then
   record "cuda_test" "FAIL (libraries missing)"
 else
   xml=${OUT:-$WORK}/cuda_test.xml
@@ -173,7 +181,9 @@ fi
 
 # ---- 2. the main job
 section "2. main job: strata train fashion_mnist_cnn.yaml --device gpu --epochs 10"
-if ((!GPU)); then
+if ! wanted job; then
+  record "main job" "SKIP (not in GPU_CHECK_STEPS)"
+elif ((!GPU)); then
   record "main job" "SKIP (no GPU)"
 elif ((!LIBS_OK)); then
   record "main job" "FAIL (libraries missing)"
@@ -204,7 +214,9 @@ fi
 
 # ---- 3. the bench beside PyTorch
 section "3. gpu_bench.py: strata beside PyTorch"
-if ((!GPU)); then
+if ! wanted bench; then
+  record "bench" "SKIP (not in GPU_CHECK_STEPS)"
+elif ((!GPU)); then
   # Without a GPU: one CPU step of the smallest model shows the bundled gpu_bench starts and trains.
   if ((LIBS_OK)) && run_bin timeout 60 "$WORK/bin/gpu_bench" --device cpu --steps 1 --warmup 0 --models cnn64; then
     record "bench" "SKIP (no GPU; gpu_bench trained one step on the CPU)"
@@ -227,6 +239,20 @@ else
   else
     record "bench" "FAIL (exit $rc; the table above shows what ran)"
   fi
+fi
+
+# ---- 4. each GPU kernel's time on the models' shapes: where a slow step of the table above comes from
+section "4. gpu_ops_bench: op by op"
+if ! wanted ops; then
+  record "ops" "SKIP (not in GPU_CHECK_STEPS)"
+elif ((!GPU)); then
+  record "ops" "SKIP (no GPU)"
+elif ((!LIBS_OK)); then
+  record "ops" "FAIL (libraries missing)"
+else
+  rc=0
+  run_bin timeout -k 5 "$(budget 40)" "$WORK/bin/gpu_ops_bench" || rc=$?
+  if ((rc == 0)); then record "ops" "PASS (times above)"; else record "ops" "FAIL (exit $rc)"; fi
 fi
 
 summary

@@ -13,8 +13,9 @@
 // unpadded on it; the input gradient is then the crop of the padded buffer's gradient.
 // Precision: float32 stays float32: the convolution's math type is CUDNN_FMA_MATH, which keeps TF32 tensor cores out
 // (CUDNN_DEFAULT_MATH lets cuDNN use them on Ampere and later); every algorithm runs under that math type.
-// Algorithms: for each (device, pass, shape) the first call asks cuDNN's heuristics (cudnnGet*Algorithm_v7) and runs
-// the first candidate that cuDNN accepts (then the remaining algorithms, should every candidate be refused); that
+// Algorithms: for each (device, pass, shape) the first call times cuDNN's algorithms (cudnnFind*; with
+// STRATA_CUDNN_ALGO_SEARCH=heuristic it asks cuDNN's heuristics, cudnnGet*Algorithm_v7, instead) and runs the first
+// candidate, fastest first, that cuDNN accepts (then the remaining algorithms, should every candidate be refused); that
 // algorithm and its layout are cached, so later calls run them directly. Workspaces come from library_handles.h.
 // Bias and relu: cudnnAddTensor, then cudnnActivationForward in place (cudnnConvolutionBiasActivationForward runs
 // relu with one algorithm only).
@@ -30,6 +31,7 @@
 #include <vector>
 
 #include "kernels/cpu/dnnl_util.h"
+#include "kernels/cuda/column_sums.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cudnn_util.h"
 #include "kernels/cuda/library_handles.h"
@@ -282,6 +284,17 @@ void heuristics(cudnnStatus_t st, const char* what, int& returned) {
   returned = 0;
 }
 
+// Whether a shape's first call times cuDNN's algorithms (cudnnFind*, TensorFlow's autotuning and PyTorch's
+// cudnn.benchmark) rather than taking its heuristics' order: the default, since the heuristics' first choice can be
+// far from the fastest. STRATA_CUDNN_ALGO_SEARCH=heuristic takes the heuristics (no timing runs at the first call).
+bool timed_search() {
+  static const bool timed = [] {
+    const char* v = std::getenv("STRATA_CUDNN_ALGO_SEARCH");
+    return v == nullptr || std::string(v) != "heuristic";
+  }();
+  return timed;
+}
+
 using WorkspaceSizeFn = std::function<cudnnStatus_t(int algo, size_t* bytes)>;
 using RunFn = std::function<cudnnStatus_t(int algo, void* workspace, size_t bytes)>;
 
@@ -348,9 +361,15 @@ bool forward(cudnnHandle_t handle, int device, const std::string& key, Layout la
                     "cudnnGetConvolutionForwardAlgorithmMaxCount");
         std::vector<cudnnConvolutionFwdAlgoPerf_t> perf(std::max(max_count, 1));
         int returned = 0;
-        heuristics(cudnnGetConvolutionForwardAlgorithm_v7(handle, d.x.get(), d.w.get(), d.conv.get(), d.y.get(),
+        if (timed_search()) {
+          heuristics(cudnnFindConvolutionForwardAlgorithm(handle, d.x.get(), d.w.get(), d.conv.get(), d.y.get(),
                                                           static_cast<int>(perf.size()), &returned, perf.data()),
-                   "cudnnGetConvolutionForwardAlgorithm_v7", returned);
+                     "cudnnFindConvolutionForwardAlgorithm", returned);
+        } else {
+          heuristics(cudnnGetConvolutionForwardAlgorithm_v7(handle, d.x.get(), d.w.get(), d.conv.get(), d.y.get(),
+                                                            static_cast<int>(perf.size()), &returned, perf.data()),
+                     "cudnnGetConvolutionForwardAlgorithm_v7", returned);
+        }
         return candidates(perf, returned, CUDNN_CONVOLUTION_FWD_ALGO_COUNT);
       },
       [&](int algo, size_t* bytes) {
@@ -375,9 +394,16 @@ bool backward_data(cudnnHandle_t handle, int device, const std::string& key, Lay
                     "cudnnGetConvolutionBackwardDataAlgorithmMaxCount");
         std::vector<cudnnConvolutionBwdDataAlgoPerf_t> perf(std::max(max_count, 1));
         int returned = 0;
-        heuristics(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, d.w.get(), d.y.get(), d.conv.get(), d.x.get(),
+        if (timed_search()) {
+          heuristics(cudnnFindConvolutionBackwardDataAlgorithm(handle, d.w.get(), d.y.get(), d.conv.get(), d.x.get(),
                                                                static_cast<int>(perf.size()), &returned, perf.data()),
-                   "cudnnGetConvolutionBackwardDataAlgorithm_v7", returned);
+                     "cudnnFindConvolutionBackwardDataAlgorithm", returned);
+        } else {
+          heuristics(cudnnGetConvolutionBackwardDataAlgorithm_v7(handle, d.w.get(), d.y.get(), d.conv.get(),
+                                                                 d.x.get(), static_cast<int>(perf.size()), &returned,
+                                                                 perf.data()),
+                     "cudnnGetConvolutionBackwardDataAlgorithm_v7", returned);
+        }
         return candidates(perf, returned, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT);
       },
       [&](int algo, size_t* bytes) {
@@ -403,9 +429,17 @@ bool backward_filter(cudnnHandle_t handle, int device, const std::string& key, L
                     "cudnnGetConvolutionBackwardFilterAlgorithmMaxCount");
         std::vector<cudnnConvolutionBwdFilterAlgoPerf_t> perf(std::max(max_count, 1));
         int returned = 0;
-        heuristics(cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, d.x.get(), d.y.get(), d.conv.get(), d.w.get(),
-                                                                 static_cast<int>(perf.size()), &returned, perf.data()),
-                   "cudnnGetConvolutionBackwardFilterAlgorithm_v7", returned);
+        if (timed_search()) {
+          heuristics(cudnnFindConvolutionBackwardFilterAlgorithm(handle, d.x.get(), d.y.get(), d.conv.get(),
+                                                                 d.w.get(), static_cast<int>(perf.size()), &returned,
+                                                                 perf.data()),
+                     "cudnnFindConvolutionBackwardFilterAlgorithm", returned);
+        } else {
+          heuristics(cudnnGetConvolutionBackwardFilterAlgorithm_v7(handle, d.x.get(), d.y.get(), d.conv.get(),
+                                                                   d.w.get(), static_cast<int>(perf.size()), &returned,
+                                                                   perf.data()),
+                     "cudnnGetConvolutionBackwardFilterAlgorithm_v7", returned);
+        }
         return candidates(perf, returned, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT);
       },
       [&](int algo, size_t* bytes) {
@@ -428,8 +462,8 @@ void describe_bias(const TensorDescriptor& d, const char* op, int64_t f) {
       "cudnnSetTensor4dDescriptor (bias)");
 }
 
-// y or dy [N, OH, OW, F] as the [N * OH * OW, F, 1, 1] NCHW tensor of the same bytes: the plain layout in which cuDNN
-// adds a [1, F, 1, 1] bias, sums the bias gradient, and applies relu.
+// y [N, OH, OW, F] as the [N * OH * OW, F, 1, 1] NCHW tensor of the same bytes: the plain layout in which cuDNN
+// adds a [1, F, 1, 1] bias and applies relu.
 void describe_pixels_by_filters(const TensorDescriptor& d, const char* op, const ConvGeometry& g) {
   check_cudnn(
       cudnnSetTensor4dDescriptor(d.get(), CUDNN_TENSOR_NCHW, CUDNN_DATA_FLOAT,
@@ -437,16 +471,6 @@ void describe_pixels_by_filters(const TensorDescriptor& d, const char* op, const
       "cudnnSetTensor4dDescriptor (output pixels by filters)");
 }
 
-// db [F] = dy [N, OH, OW, F] summed over every axis but the last.
-void bias_gradient(const char* op, cudnnHandle_t handle, const ConvGeometry& g, const Tensor& dy, Tensor& db) {
-  TensorDescriptor dy_desc, db_desc;
-  describe_pixels_by_filters(dy_desc, op, g);
-  describe_bias(db_desc, op, g.f);
-  const float one = 1.0f, zero = 0.0f;
-  check_cudnn(cudnnConvolutionBackwardBias(handle, &one, dy_desc.get(), dy.data<float>(), &zero, db_desc.get(),
-                                           db.data<float>()),
-              "cudnnConvolutionBackwardBias");
-}
 
 void check_float(const char* op, std::initializer_list<const Tensor*> tensors) {
   for (const Tensor* t : tensors) check_dtype(op, *t, DType::kFloat32);
@@ -571,7 +595,7 @@ Conv2DWeightGrads conv2d_backward_weights(const Tensor& x, const Tensor& dy, con
     if (dy.numel() == 0) {
       zero_fill(grads.db);
     } else {
-      bias_gradient(op, cudnn_handle(device), g, dy, grads.db);
+      grads.db = column_sums(dy);  // not cudnnConvolutionBackwardBias: see column_sums.h
     }
   }
   if (grads.dw.numel() == 0) return grads;

@@ -16,12 +16,6 @@ unsigned blocks_for(int64_t total) {
   return static_cast<unsigned>(std::min<int64_t>((total + kThreads - 1) / kThreads, int64_t{1} << 20));
 }
 
-__global__ void inverse_std_kernel(const float* variance, float epsilon, float* out, int64_t n) {
-  for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < n; i += int64_t{gridDim.x} * blockDim.x) {
-    out[i] = 1.0f / sqrtf(variance[i] + epsilon);
-  }
-}
-
 // The cells of window (o, q) inside the input: rows [h_lo, h_hi), columns [w_lo, w_hi).
 struct Window {
   int64_t h_lo, h_hi, w_lo, w_hi;
@@ -82,12 +76,6 @@ __global__ void avg_pool_backward_kernel(AvgPoolShape s, const float* dy, float*
 }
 
 }  // namespace
-
-cudaError_t inverse_std(const float* variance, float epsilon, float* out, int64_t n, cudaStream_t stream) {
-  if (n == 0) return cudaSuccess;
-  inverse_std_kernel<<<blocks_for(n), kThreads, 0, stream>>>(variance, epsilon, out, n);
-  return cudaGetLastError();
-}
 
 cudaError_t avg_pool_exclude_padding(const AvgPoolShape& s, const float* x, float* y, cudaStream_t stream) {
   const int64_t total = s.n * s.oh * s.ow * s.c;

@@ -1,6 +1,5 @@
-// The few device kernels the cuDNN-based kernels need beside cuDNN: the inverse standard deviation that
-// cudnnBatchNormalizationBackward takes, and average pooling that excludes padding when the padding is not
-// symmetric (Keras's SAME with an odd total pads one more at the end; cuDNN pads both sides alike, and the divisor
+// The few device kernels the cuDNN-based kernels need beside cuDNN: average pooling that excludes padding when the
+// padding is not symmetric (Keras's SAME with an odd total pads one more at the end; cuDNN pads both sides alike, and the divisor
 // of an excluded-padding average depends on both). Raw pointers and a stream, so nvcc sees no strata header.
 // Built only with STRATA_WITH_CUDA. Thread-safety: each call only queues work on the given stream.
 #pragma once
@@ -10,9 +9,6 @@
 #include <cstdint>
 
 namespace strata::kernels::cuda {
-
-// out[i] = 1 / sqrt(variance[i] + epsilon) for i < n. Returns the launch's status.
-cudaError_t inverse_std(const float* variance, float epsilon, float* out, int64_t n, cudaStream_t stream);
 
 // NHWC average pooling with explicit (possibly asymmetric) padding, averaging over the window's cells inside the
 // input; every window holds at least one (pad_top < pool_h and pad_left < pool_w).
