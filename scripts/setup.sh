@@ -2,7 +2,8 @@
 # Sets strata up on a fresh Debian 12 machine and then does one thing:
 #   scripts/setup.sh --main    install, build, run the main job on Fashion-MNIST
 #   scripts/setup.sh --test    install, build, run every test (then the sanitizer build's tests, then each fuzz
-#                              target for 15 s)
+#                              target for 15 s, then compile the CUDA build and run its GPU tests, which skip
+#                              without a GPU)
 #   scripts/setup.sh --fuzz [SECONDS]   install (with clang), build, run each fuzz target of fuzz/ for SECONDS
 #                              (default 60) on a copy of its seed corpus; fails if any finds something
 #   scripts/setup.sh --bench   install (with PyTorch as the peer), build, run the benchmarks
@@ -59,6 +60,20 @@ build_fuzz() {
   cmake --build "$build-fuzz" -j "$jobs"
 }
 
+# The CUDA build (-DSTRATA_WITH_CUDA=ON with the toolkit under /usr/local/cuda): compiled and linked on every change,
+# at -O0 (only that it builds is checked here; scripts/gpu_bundle.sh makes the optimised one that a GPU machine
+# runs), with its GPU test binary run once: without a GPU its tests skip, saying so, and the rest pass.
+build_cuda() {
+  if [ ! -x /usr/local/cuda/bin/nvcc ]; then
+    echo "== CUDA build: skipped (no CUDA toolkit at /usr/local/cuda)"
+    return
+  fi
+  echo "== CUDA build (compiles and links; nothing runs on a GPU here)"
+  configure_tree "$build-cuda" -DSTRATA_WITH_CUDA=ON -DCMAKE_BUILD_TYPE=None -DSTRATA_BUILD_EXAMPLES=OFF
+  cmake --build "$build-cuda" -j "$jobs" --target strata_cli_main cuda_test gpu_bench gpu_ops_bench
+  (cd "$root" && "$build-cuda/tests/cuda_test" --gtest_brief=1)
+}
+
 install_packages
 echo "== building in $build"
 if [ "$mode" = "--main" ]; then
@@ -88,6 +103,7 @@ case "$mode" in
     echo "== fuzz targets, 15 s each"
     build_fuzz
     "$root/fuzz/run.sh" "$build-fuzz" 15
+    build_cuda
     ;;
   --fuzz)
     echo "== fuzz targets, ${2:-60} s each"
