@@ -59,6 +59,9 @@ std::vector<LostTask> from_proto(const Proto& list) {
 struct CoordinationClient::Impl {
   std::string address;
   std::string task;
+  // "job-<id>/" for a job with a secret ("" without one): every key and barrier id this client names lives under it,
+  // so two jobs that reach one service (a restarted chief's port taken by another job's) never read each other's.
+  std::string key_prefix;
   Options options;
   uint64_t incarnation = 0;
   std::shared_ptr<grpc::Channel> channel;
@@ -171,6 +174,8 @@ CoordinationClient::CoordinationClient(const std::string& address, const std::st
       options.credentials ? options.credentials : process_job_credentials();
   impl_->channel = grpc::CreateCustomChannel(
       address, channel_credentials(*credentials, address, "the coordination service"), args);
+  const std::string job_id = credentials->job_id();
+  impl_->key_prefix = job_id.empty() ? "" : "job-" + job_id + "/";
   const auto start = std::chrono::steady_clock::now();
   if (!impl_->channel->WaitForConnected(std::chrono::system_clock::now() + options.connect_timeout)) {
     const auto tried = std::chrono::duration_cast<milliseconds>(std::chrono::steady_clock::now() - start);
@@ -186,14 +191,14 @@ CoordinationClient::~CoordinationClient() { stop_heartbeats(); }
 
 void CoordinationClient::set(const std::string& key, const std::string& value) {
   SetRequest request;
-  request.set_key(key);
+  request.set_key(impl_->key_prefix + key);
   request.set_value(value);
   impl_->call(&Coordination::Stub::Set, "Set", "key '" + key + "'", request, impl_->options.rpc_timeout);
 }
 
 std::string CoordinationClient::get(const std::string& key) {
   GetRequest request;
-  request.set_key(key);
+  request.set_key(impl_->key_prefix + key);
   request.set_wait_ms(std::min(timeout(), kMaxWait).count());
   auto response =
       impl_->call(&Coordination::Stub::Get, "Get", "key '" + key + "'", request, impl_->waiting_deadline(timeout()));
@@ -205,7 +210,7 @@ std::string CoordinationClient::get(const std::string& key) {
 
 int64_t CoordinationClient::add(const std::string& key, int64_t delta) {
   AddRequest request;
-  request.set_key(key);
+  request.set_key(impl_->key_prefix + key);
   request.set_delta(delta);
   return impl_->call(&Coordination::Stub::Add, "Add", "key '" + key + "'", request, impl_->options.rpc_timeout).value();
 }
@@ -213,7 +218,7 @@ int64_t CoordinationClient::add(const std::string& key, int64_t delta) {
 std::string CoordinationClient::compare_set(const std::string& key, const std::string& expected,
                                             const std::string& desired) {
   CompareSetRequest request;
-  request.set_key(key);
+  request.set_key(impl_->key_prefix + key);
   request.set_expected(expected);
   request.set_desired(desired);
   auto response = impl_->call(&Coordination::Stub::CompareSet, "CompareSet", "key '" + key + "'", request,
@@ -223,19 +228,20 @@ std::string CoordinationClient::compare_set(const std::string& key, const std::s
 
 bool CoordinationClient::check(const std::vector<std::string>& keys) {
   CheckRequest request;
-  for (const auto& k : keys) request.add_keys(k);
+  for (const auto& k : keys) request.add_keys(impl_->key_prefix + k);
   return impl_->call(&Coordination::Stub::Check, "Check", "keys " + quoted(keys), request, impl_->options.rpc_timeout)
       .all_present();
 }
 
 void CoordinationClient::wait(const std::vector<std::string>& keys, milliseconds timeout) {
   WaitRequest request;
-  for (const auto& k : keys) request.add_keys(k);
+  for (const auto& k : keys) request.add_keys(impl_->key_prefix + k);
   request.set_wait_ms(std::min(timeout, kMaxWait).count());
   const auto response =
       impl_->call(&Coordination::Stub::Wait, "Wait", "keys " + quoted(keys), request, impl_->waiting_deadline(timeout));
   if (response.missing().empty()) return;
-  const std::vector<std::string> missing(response.missing().begin(), response.missing().end());
+  std::vector<std::string> missing;
+  for (const std::string& k : response.missing()) missing.push_back(k.substr(impl_->key_prefix.size()));
   STRATA_THROW(Timeout, "coordination Wait timed out after " << timeout.count() << " ms: keys " << quoted(missing)
                                                              << " not set at the coordination service at "
                                                              << impl_->address);
@@ -243,7 +249,7 @@ void CoordinationClient::wait(const std::vector<std::string>& keys, milliseconds
 
 bool CoordinationClient::delete_key(const std::string& key) {
   DeleteRequest request;
-  request.set_key(key);
+  request.set_key(impl_->key_prefix + key);
   return impl_->call(&Coordination::Stub::Delete, "Delete", "key '" + key + "'", request, impl_->options.rpc_timeout)
       .existed();
 }
@@ -252,7 +258,7 @@ int64_t CoordinationClient::num_keys() { return num_keys_with_prefix(""); }
 
 int64_t CoordinationClient::num_keys_with_prefix(const std::string& prefix) {
   NumKeysRequest request;
-  request.set_prefix(prefix);
+  request.set_prefix(impl_->key_prefix + prefix);
   return impl_
       ->call(&Coordination::Stub::NumKeys, "NumKeys", prefix.empty() ? "" : "prefix '" + prefix + "'", request,
              impl_->options.rpc_timeout)
@@ -262,7 +268,7 @@ int64_t CoordinationClient::num_keys_with_prefix(const std::string& prefix) {
 void CoordinationClient::barrier(const std::string& id, const std::vector<std::string>& tasks, milliseconds timeout) {
   STRATA_CHECK(!tasks.empty(), InvalidArgument, "barrier '" << id << "': no participating tasks");
   BarrierRequest request;
-  request.set_barrier_id(id);
+  request.set_barrier_id(impl_->key_prefix + id);
   for (const auto& t : tasks) request.add_tasks(t);
   impl_->barrier(std::move(request), timeout);
 }
@@ -270,7 +276,7 @@ void CoordinationClient::barrier(const std::string& id, const std::vector<std::s
 void CoordinationClient::barrier(const std::string& id, int num_tasks, milliseconds timeout) {
   STRATA_CHECK(num_tasks > 0, InvalidArgument, "barrier '" << id << "': num_tasks must be positive, got " << num_tasks);
   BarrierRequest request;
-  request.set_barrier_id(id);
+  request.set_barrier_id(impl_->key_prefix + id);
   request.set_num_tasks(num_tasks);
   impl_->barrier(std::move(request), timeout);
 }

@@ -15,6 +15,10 @@
 //   client.barrier("init", 3, std::chrono::seconds(60));        // Timeout naming the tasks that did not come
 //   client.check_peers();                              // Unavailable naming a task declared lost
 //
+// With a job secret (job_credentials.h), a client's keys and barrier ids live under "job-<job id>/" in the service's
+// store: the client adds it on the way in and strips it from what it reports, so two jobs that reach one service
+// never read each other's keys (calls without the job's secret are refused before that).
+//
 // A task silent for heartbeat_timeout is declared lost; every task learns it from its next heartbeat
 // reply (on_lost callback, lost_tasks(), check_peers()). A lost task that beats again with the same
 // client stays lost (the others were told); a restarted task (a new client) is registered afresh.
