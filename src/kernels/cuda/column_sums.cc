@@ -2,6 +2,8 @@
 // Thread-safety: each call queues on the device's stream and writes only what it allocates.
 #include "kernels/cuda/column_sums.h"
 
+#include <climits>
+
 #include "kernels/cuda/batch_norm_kernels.h"
 #include "kernels/cuda/cuda_kernel_util.h"
 #include "strata/error.h"
