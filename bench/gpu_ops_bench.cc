@@ -1,7 +1,8 @@
 // Times strata's GPU kernels one by one on the shapes of issue 37's models (the tutorial CNN's convolution, pooling
-// and dense layers at batch 64 and 1024; a ResNet-20 3x3 convolution and batch norm at batch 256), so that a slow
-// step in bench/gpu_bench can be pinned on one op. Prints one "op<TAB>shape<TAB>ms" line per op (median of --reps
-// runs, each ended by a device synchronisation). Without a GPU it says so and exits 0.
+// and dense layers at batch 64 and 1024; ResNet-20's 3x3 convolutions, batch norm forward, inference and backward,
+// residual add, relu and bias gradient at batch 256), so that a slow step in bench/gpu_bench can be pinned on one op.
+// Prints one "op<TAB>shape<TAB>ms" line per op (median of --reps runs, each ended by a device synchronisation).
+// Without a GPU it says so and exits 0.
 //
 //   gpu_ops_bench [--reps 20]
 //
@@ -56,8 +57,21 @@ void conv_ops(const char* name, Shape x_shape, Shape w_shape, k::Conv2DParams p,
   const std::string s = std::string(name) + " x" + x.shape_str() + " w" + w.shape_str();
   time_op("conv2d", s, reps, [&] { return k::conv2d(x, w, b, p); });
   time_op("conv2d_backward_input", s, reps, [&] { return k::conv2d_backward_input(dy, w, x_shape, p); });
-  time_op("conv2d_backward_weights", s, reps,
-          [&] { return k::conv2d_backward_weights(x, dy, w_shape, true, p).dw; });
+  time_op("conv2d_backward_weights", s, reps, [&] { return k::conv2d_backward_weights(x, dy, w_shape, true, p).dw; });
+}
+
+void bn_ops(const char* shape, const Shape& x_shape, int reps, Device d, uint64_t seed) {
+  const int64_t c = x_shape.back();
+  const Tensor x = random_on(x_shape, d, seed);
+  const Tensor gamma = random_on({c}, d, seed + 1);
+  const Tensor beta = random_on({c}, d, seed + 2);
+  const Tensor dy = random_on(x_shape, d, seed + 3);
+  const k::BatchNormResult r = k::batch_norm_training(x, gamma, beta, 1e-3f);
+  time_op("batch_norm_training", shape, reps, [&] { return k::batch_norm_training(x, gamma, beta, 1e-3f).y; });
+  time_op("batch_norm_inference", shape, reps,
+          [&] { return k::batch_norm_inference(x, gamma, beta, r.mean, r.variance, 1e-3f); });
+  time_op("batch_norm_backward", shape, reps,
+          [&] { return k::batch_norm_backward(x, dy, r.mean, r.variance, gamma, 1e-3f).dx; });
 }
 
 }  // namespace
@@ -79,7 +93,8 @@ int main(int argc, char** argv) {
     const k::MaxPoolResult pooled = k::max_pool2d(a, pp);
     const Tensor dp = random_on(pooled.y.shape(), d, 6);
     time_op("max_pool2d", tag, reps, [&] { return k::max_pool2d(a, pp).y; });
-    time_op("max_pool2d_backward", tag, reps, [&] { return k::max_pool2d_backward(dp, pooled.workspace, a.shape(), pp); });
+    time_op("max_pool2d_backward", tag, reps,
+            [&] { return k::max_pool2d_backward(dp, pooled.workspace, a.shape(), pp); });
     const Tensor h = random_on({batch, 5408}, d, 7);
     const Tensor w = random_on({5408, 64}, d, 8);
     const Tensor bias = random_on({64}, d, 9);
@@ -89,12 +104,24 @@ int main(int argc, char** argv) {
     time_op("dense_backward", tag, reps, [&] { return k::dense_backward(h, w, y, dy, true, false, true, true).dw; });
   }
   conv_ops("resnet256", {256, 32, 32, 16}, {3, 3, 16, 16}, {.padding = k::Padding::kSame}, reps, d);
-  conv_ops("resnet256-s2", {256, 32, 32, 16}, {3, 3, 16, 32}, {.stride_h = 2, .stride_w = 2, .padding = k::Padding::kSame},
-           reps, d);
-  const Tensor bx = random_on({256, 32, 32, 16}, d, 11);
-  const Tensor gamma = random_on({16}, d, 12);
-  const Tensor beta = random_on({16}, d, 13);
-  time_op("batch_norm_training", "resnet256 [256,32,32,16]", reps,
-          [&] { return k::batch_norm_training(bx, gamma, beta, 1e-3f).y; });
+  conv_ops("resnet256-s2", {256, 32, 32, 16}, {3, 3, 16, 32},
+           {.stride_h = 2, .stride_w = 2, .padding = k::Padding::kSame}, reps, d);
+  // ResNet-20's per-layer ops besides the convolutions: batch norm (stage 1 and stage 3 shapes), the residual add,
+  // the relu, and the convolution's bias gradient alone (with and without bias; a plain sum over the first three axes
+  // is the general reduction's path for the same sums).
+  bn_ops("resnet256 [256,32,32,16]", {256, 32, 32, 16}, reps, d, 11);
+  bn_ops("resnet256-s3 [256,8,8,64]", {256, 8, 8, 64}, reps, d, 21);
+  const Tensor ra = random_on({256, 32, 32, 16}, d, 31);
+  const Tensor rb = random_on({256, 32, 32, 16}, d, 32);
+  time_op("add", "resnet256 [256,32,32,16]", reps, [&] { return k::add(ra, rb); });
+  time_op("unary_relu", "resnet256 [256,32,32,16]", reps, [&] { return k::unary(k::UnaryOp::kRelu, ra); });
+  const k::Conv2DParams p1{.padding = k::Padding::kSame};
+  time_op("conv2d_backward_weights+bias", "resnet256 x[256,32,32,16] w[3,3,16,16]", reps, [&] {
+    return k::conv2d_backward_weights(ra, rb, {3, 3, 16, 16}, true, p1).db;
+  });
+  time_op("conv2d_backward_weights-nobias", "resnet256 x[256,32,32,16] w[3,3,16,16]", reps, [&] {
+    return k::conv2d_backward_weights(ra, rb, {3, 3, 16, 16}, false, p1).dw;
+  });
+  time_op("sum_axes012", "resnet256 [256*32*32,16]", reps, [&] { return k::sum(rb, {0, 1, 2}); });
   return 0;
 }

@@ -1,7 +1,8 @@
 // The cuDNN convolution, pooling and batch-norm kernels against the CPU kernels (oneDNN) on the same random inputs:
 // the tutorial CNN's layers (batch 64 and 1024), a ResNet-20 block (3x3 SAME, the stride-2 SAME whose padding is
 // asymmetric, 1x1 shortcuts), asymmetric and mixed paddings, dilations, empty shapes, pooling with every padding
-// case, and batch norm over images and over rows.
+// case, and batch norm over images and over rows (a batch of 1024 maps, channel counts off the reduction's block
+// width, empty shapes, and runs that must repeat bit for bit).
 // Tolerances: testing::kFloat32Tolerance (1e-4 of 1 + |expected|) where each output element sums at most a few
 // thousand products; kLongReduction (1e-3) for the kernel, bias, gamma and beta gradients, each a sum over a whole
 // batch of pixels (up to 692,224 terms for the batch-1024 CNN), which oneDNN and cuDNN round in different orders:
@@ -352,6 +353,57 @@ TEST(GpuBatchNormTest, OneRowHasZeroVariance) {
       k::batch_norm_training(on_gpu(random_host({1, 6}, 221)), on_gpu(Tensor::ones({6})), on_gpu(beta), 1e-3f);
   EXPECT_EQ(r.variance.to(Device::cpu()).to_vector<float>(), std::vector<float>(6, 0.0f));
   expect_matches_cpu(r.y, beta.reshape({1, 6}), kFloat32Tolerance, "one row: y is beta");
+}
+
+TEST(GpuBatchNormTest, LargeBatchMatchesCpu) {
+  STRATA_REQUIRE_GPU();
+  // 692,224 rows: the reduction's largest grid of row chunks, each thread adding many rows before the trees.
+  check_batch_norm("tutorial feature map at batch 1024", {1024, 26, 26, 32}, 1e-3f, 240);
+}
+
+TEST(GpuBatchNormTest, ChannelCountsOffTheBlockWidthMatchCpu) {
+  STRATA_REQUIRE_GPU();
+  // The reduction blocks cover a power of two of channels (at most 32): fewer channels than that, a last group only
+  // partly used, one channel, and row counts that are no multiple of a block's rows per sweep.
+  check_batch_norm("3 channels", {64, 9, 9, 3}, 1e-3f, 250);
+  check_batch_norm("10 channels", {300, 10}, 1e-3f, 251);
+  check_batch_norm("100 channels", {32, 7, 7, 100}, 1e-3f, 252);
+  check_batch_norm("1 channel", {4097, 1}, 1e-3f, 253);
+  check_batch_norm("33 channels", {513, 33}, 1e-5f, 254);
+}
+
+TEST(GpuBatchNormTest, RepeatsBitForBit) {
+  STRATA_REQUIRE_GPU();
+  // The reductions add in a fixed order (no atomics): the same inputs give the same bits.
+  const Tensor x = on_gpu(random_host({256, 8, 8, 64}, 260));
+  const Tensor gamma = on_gpu(random_host({64}, 261));
+  const Tensor beta = on_gpu(random_host({64}, 262));
+  const Tensor dy = on_gpu(random_host({256, 8, 8, 64}, 263));
+  const k::BatchNormResult a = k::batch_norm_training(x, gamma, beta, 1e-3f);
+  const k::BatchNormResult b = k::batch_norm_training(x, gamma, beta, 1e-3f);
+  EXPECT_EQ(a.mean.to(Device::cpu()).to_vector<float>(), b.mean.to(Device::cpu()).to_vector<float>());
+  EXPECT_EQ(a.variance.to(Device::cpu()).to_vector<float>(), b.variance.to(Device::cpu()).to_vector<float>());
+  const k::BatchNormGrads ga = k::batch_norm_backward(x, dy, a.mean, a.variance, gamma, 1e-3f);
+  const k::BatchNormGrads gb = k::batch_norm_backward(x, dy, a.mean, a.variance, gamma, 1e-3f);
+  EXPECT_EQ(ga.dgamma.to(Device::cpu()).to_vector<float>(), gb.dgamma.to(Device::cpu()).to_vector<float>());
+  EXPECT_EQ(ga.dbeta.to(Device::cpu()).to_vector<float>(), gb.dbeta.to(Device::cpu()).to_vector<float>());
+}
+
+TEST(GpuBatchNormTest, EmptyShapesKeepTheCpuContract) {
+  STRATA_REQUIRE_GPU();
+  // No channels: empty outputs. No rows: training refuses, inference returns the empty map, backward zero sums.
+  const Tensor none = on_gpu(Tensor::zeros({0}));
+  const k::BatchNormResult r = k::batch_norm_training(on_gpu(Tensor::zeros({4, 0})), none, none, 1e-3f);
+  EXPECT_EQ(r.y.shape(), (Shape{4, 0}));
+  EXPECT_EQ(r.mean.numel(), 0);
+  const Tensor ones = on_gpu(Tensor::ones({3}));
+  const Tensor rows0 = on_gpu(Tensor::zeros({0, 3}));
+  EXPECT_THROW(k::batch_norm_training(rows0, ones, ones, 1e-3f), ShapeError);
+  EXPECT_EQ(k::batch_norm_inference(rows0, ones, ones, ones, ones, 1e-3f).shape(), (Shape{0, 3}));
+  const k::BatchNormGrads g = k::batch_norm_backward(rows0, rows0, ones, ones, ones, 1e-3f);
+  EXPECT_EQ(g.dx.shape(), (Shape{0, 3}));
+  EXPECT_EQ(g.dgamma.to(Device::cpu()).to_vector<float>(), std::vector<float>(3, 0.0f));
+  EXPECT_EQ(g.dbeta.to(Device::cpu()).to_vector<float>(), std::vector<float>(3, 0.0f));
 }
 
 TEST(GpuBatchNormTest, ShapeErrorsMatchTheCpu) {
