@@ -33,7 +33,7 @@ std::string expected_unavailable() {
 }
 
 TEST(NcclCommunicator, WithoutCudaOrAGpuTheFactorySaysWhy) {
-  if (detail::cuda_device_count() > 0) GTEST_SKIP() << "a GPU is visible: tests/cuda/nccl_test.cc runs the backend";
+  if (::strata::detail::cuda_device_count() > 0) GTEST_SKIP() << "a GPU is visible: tests/cuda/nccl_test.cc runs the backend";
   auto store = make_in_memory_store();
   const std::string message =
       message_of<Unavailable>([&] { make_nccl_communicator(store, 0, 2, {.timeout = std::chrono::seconds(1)}); });
@@ -44,7 +44,7 @@ TEST(NcclCommunicator, WithoutCudaOrAGpuTheFactorySaysWhy) {
 }
 
 TEST(NcclCommunicator, TheRegistryGivesTheSameReason) {
-  if (detail::cuda_device_count() > 0) GTEST_SKIP() << "a GPU is visible: tests/cuda/nccl_test.cc runs the backend";
+  if (::strata::detail::cuda_device_count() > 0) GTEST_SKIP() << "a GPU is visible: tests/cuda/nccl_test.cc runs the backend";
   EXPECT_TRUE(backend_traits("nccl").needs_store);
   expect_error_containing<Unavailable>(
       [&] {
