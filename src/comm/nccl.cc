@@ -17,10 +17,11 @@ std::string unique_id_key(const std::string& prefix) { return prefix + "/unique_
 void claim_rank(Store& store, const std::string& prefix, int rank, int size) {
   const std::string key = prefix + "/joined/rank-" + std::to_string(rank);
   const int64_t claims = store.add(key, 1);
-  STRATA_CHECK(claims == 1, InvalidArgument,
-               "nccl group of " << size << ": rank " << rank << " claimed prefix '" << prefix << "' " << claims
-                                << " times (key '" << key
-                                << "'); a group needs a fresh prefix (a rebuilt one too), else a stale NCCL id is read");
+  STRATA_CHECK(
+      claims == 1, InvalidArgument,
+      "nccl group of " << size << ": rank " << rank << " claimed prefix '" << prefix << "' " << claims
+                       << " times (key '" << key
+                       << "'); a group needs a fresh prefix (a rebuilt one too), else a stale NCCL id is read");
 }
 
 void publish_unique_id(Store& store, const std::string& prefix, const std::string& id) {
@@ -39,15 +40,15 @@ std::string fetch_unique_id(Store& store, const std::string& prefix, int rank, s
   }
   std::string id = store.get(key);
   STRATA_CHECK(id.size() == expected_bytes, InvalidArgument,
-               "nccl: key '" << key << "' holds " << id.size() << " bytes where NCCL's unique id has "
-                             << expected_bytes << " (another program's key under prefix '" << prefix << "'?)");
+               "nccl: key '" << key << "' holds " << id.size() << " bytes where NCCL's unique id has " << expected_bytes
+                             << " (another program's key under prefix '" << prefix << "'?)");
   return id;
 }
 
 int choose_device(int rank, int requested, int visible) {
-  STRATA_CHECK(visible > 0, Unavailable,
-               "the nccl backend: no CUDA device visible to rank " << rank
-                                                                   << " (NCCL runs on GPUs; on CPU use gloo or mpi)");
+  STRATA_CHECK(
+      visible > 0, Unavailable,
+      "the nccl backend: no CUDA device visible to rank " << rank << " (NCCL runs on GPUs; on CPU use gloo or mpi)");
   if (requested < 0) return rank % visible;
   STRATA_CHECK(requested < visible, InvalidArgument,
                "the nccl backend: rank " << rank << " asks for cuda:" << requested << " but " << visible

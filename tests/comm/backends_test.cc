@@ -80,7 +80,8 @@ TEST(BackendsTest, BadNamesAndGroupsAreClearErrors) {
   EXPECT_NE(test::message_of<InvalidArgument>([] { make_communicator("local", {.rank = 3, .size = 2}); })
                 .find("rank 3 of a group of 2"),
             std::string::npos);
-  if (::strata::detail::cuda_device_count() == 0) {  // without CUDA or a GPU (with one, tests/cuda/nccl_test.cc runs nccl)
+  // Without CUDA or a GPU (with one, tests/cuda/nccl_test.cc runs nccl).
+  if (::strata::detail::cuda_device_count() == 0) {
     test::message_of<Unavailable>([] { make_communicator("nccl", {.store = make_in_memory_store(), .size = 1}); });
   }
   EXPECT_NE(test::message_of<InvalidArgument>([] { register_backend("", [](const GroupArgs&) { return nullptr; }); })

@@ -33,7 +33,8 @@ std::string expected_unavailable() {
 }
 
 TEST(NcclCommunicator, WithoutCudaOrAGpuTheFactorySaysWhy) {
-  if (::strata::detail::cuda_device_count() > 0) GTEST_SKIP() << "a GPU is visible: tests/cuda/nccl_test.cc runs the backend";
+  if (::strata::detail::cuda_device_count() > 0)
+    GTEST_SKIP() << "a GPU is visible: tests/cuda/nccl_test.cc runs the backend";
   auto store = make_in_memory_store();
   const std::string message =
       message_of<Unavailable>([&] { make_nccl_communicator(store, 0, 2, {.timeout = std::chrono::seconds(1)}); });
@@ -44,12 +45,16 @@ TEST(NcclCommunicator, WithoutCudaOrAGpuTheFactorySaysWhy) {
 }
 
 TEST(NcclCommunicator, TheRegistryGivesTheSameReason) {
-  if (::strata::detail::cuda_device_count() > 0) GTEST_SKIP() << "a GPU is visible: tests/cuda/nccl_test.cc runs the backend";
+  if (::strata::detail::cuda_device_count() > 0)
+    GTEST_SKIP() << "a GPU is visible: tests/cuda/nccl_test.cc runs the backend";
   EXPECT_TRUE(backend_traits("nccl").needs_store);
   expect_error_containing<Unavailable>(
       [&] {
-        make_communicator("nccl", {.store = make_in_memory_store(), .rank = 1, .size = 2,
-                                   .timeout = std::chrono::seconds(1), .prefix = "dp"});
+        make_communicator("nccl", {.store = make_in_memory_store(),
+                                   .rank = 1,
+                                   .size = 2,
+                                   .timeout = std::chrono::seconds(1),
+                                   .prefix = "dp"});
       },
       {expected_unavailable()});
 }
@@ -98,8 +103,7 @@ TEST(NcclBootstrap, EachRankPicksItsGpu) {
   EXPECT_EQ(nccl_detail::choose_device(5, -1, 8), 5);
   EXPECT_EQ(nccl_detail::choose_device(11, -1, 8), 3);  // rank % visible: the second host's fourth GPU
   EXPECT_EQ(nccl_detail::choose_device(11, 6, 8), 6);   // an explicit device wins
-  expect_error_containing<InvalidArgument>([] { nccl_detail::choose_device(1, 8, 8); },
-                                           {"cuda:8", "8 CUDA devices"});
+  expect_error_containing<InvalidArgument>([] { nccl_detail::choose_device(1, 8, 8); }, {"cuda:8", "8 CUDA devices"});
 }
 
 TEST(NcclBootstrap, ABadRankIsRefusedBeforeAnythingElse) {

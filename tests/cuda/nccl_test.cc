@@ -2,6 +2,8 @@
 // GPU cannot hold two NCCL ranks), whose collectives leave GPU tensors equal to the input, refuse host tensors naming
 // the device, and are ordered with strata's stream (a kernel queued right after reads the result, with no wait).
 // The multi-rank paths run only on a machine with several GPUs. Thread-safety: test-thread only.
+#include "strata/comm/nccl.h"
+
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -11,7 +13,6 @@
 #include "cuda/cuda_test_util.h"
 #include "kernels/kernels.h"
 #include "strata/comm/backends.h"
-#include "strata/comm/nccl.h"
 #include "strata/error.h"
 
 namespace strata::comm {

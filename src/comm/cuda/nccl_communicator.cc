@@ -140,9 +140,9 @@ std::shared_ptr<Group> connect(std::shared_ptr<Store> store, int rank, int size,
   ncclUniqueId id;
   if (rank == 0) {
     const ncclResult_t made = ncclGetUniqueId(&id);
-    STRATA_CHECK(made == ncclSuccess, Unavailable,
-                 "nccl: rank 0 of a group of " << size << " could not make NCCL's unique id: "
-                                               << nccl_message(made, nullptr));
+    STRATA_CHECK(
+        made == ncclSuccess, Unavailable,
+        "nccl: rank 0 of a group of " << size << " could not make NCCL's unique id: " << nccl_message(made, nullptr));
     publish_unique_id(*store, prefix, std::string(id.internal, sizeof(id.internal)));
   } else {
     const std::string bytes = fetch_unique_id(*store, prefix, rank, sizeof(id.internal), timeout);
@@ -190,8 +190,8 @@ ncclDataType_t nccl_dtype(DType dtype, const char* op) {
     default:
       break;
   }
-  STRATA_THROW(InvalidArgument, "nccl " << op << ": dtype " << dtype_name(dtype)
-                                        << " is not supported (float32, bfloat16 or int64)");
+  STRATA_THROW(InvalidArgument,
+               "nccl " << op << ": dtype " << dtype_name(dtype) << " is not supported (float32, bfloat16 or int64)");
 }
 
 ncclRedOp_t nccl_op(ReduceOp op) {
@@ -388,9 +388,9 @@ class NcclCommunicator final : public Communicator {
   std::shared_ptr<Work> broadcast(std::vector<Tensor> tensors, const BroadcastOptions& options) override {
     const char* op = "broadcast";
     const ncclDataType_t dtype = check_tensors(op, tensors);
-    STRATA_CHECK(options.root >= 0 && options.root < size(), InvalidArgument,
-                 "nccl broadcast on rank " << rank() << ": root " << options.root << " is not a rank of a group of "
-                                           << size());
+    STRATA_CHECK(
+        options.root >= 0 && options.root < size(), InvalidArgument,
+        "nccl broadcast on rank " << rank() << ": root " << options.root << " is not a rank of a group of " << size());
     const int root = options.root;
     return issue(OpKind::kBroadcast, std::move(tensors), options.timeout,
                  [&](const std::vector<Tensor>& t, ncclComm_t comm, cudaStream_t stream) {
@@ -407,9 +407,9 @@ class NcclCommunicator final : public Communicator {
     const char* op = "all_gather";
     const ncclDataType_t dtype = check_tensors(op, {input, output});
     STRATA_CHECK(output.numel() == input.numel() * size(), InvalidArgument,
-                 "nccl all_gather on rank " << rank() << ": the output has " << output.numel()
-                                            << " elements where " << size() << " ranks of " << input.numel()
-                                            << " need " << input.numel() * size());
+                 "nccl all_gather on rank " << rank() << ": the output has " << output.numel() << " elements where "
+                                            << size() << " ranks of " << input.numel() << " need "
+                                            << input.numel() * size());
     return issue(OpKind::kAllGather, {std::move(input), std::move(output)}, options.timeout,
                  [&](const std::vector<Tensor>& t, ncclComm_t comm, cudaStream_t stream) {
                    return ncclAllGather(t[0].raw_data(), const_cast<Tensor&>(t[1]).raw_data(), t[0].numel(), dtype,
@@ -421,14 +421,14 @@ class NcclCommunicator final : public Communicator {
     const char* op = "reduce_scatter";
     const ncclDataType_t dtype = check_tensors(op, {input, output});
     STRATA_CHECK(input.numel() == output.numel() * size(), InvalidArgument,
-                 "nccl reduce_scatter on rank " << rank() << ": the input has " << input.numel()
-                                                << " elements where " << size() << " ranks of " << output.numel()
-                                                << " need " << output.numel() * size());
+                 "nccl reduce_scatter on rank " << rank() << ": the input has " << input.numel() << " elements where "
+                                                << size() << " ranks of " << output.numel() << " need "
+                                                << output.numel() * size());
     const ncclRedOp_t reduce = nccl_op(options.op);
     return issue(OpKind::kReduceScatter, {std::move(input), std::move(output)}, options.timeout,
                  [&](const std::vector<Tensor>& t, ncclComm_t comm, cudaStream_t stream) {
-                   return ncclReduceScatter(t[0].raw_data(), const_cast<Tensor&>(t[1]).raw_data(), t[1].numel(),
-                                            dtype, reduce, comm, stream);
+                   return ncclReduceScatter(t[0].raw_data(), const_cast<Tensor&>(t[1]).raw_data(), t[1].numel(), dtype,
+                                            reduce, comm, stream);
                  });
   }
 
@@ -510,9 +510,9 @@ class NcclCommunicator final : public Communicator {
   int device() const { return group_->device; }
 
   void check_peer(const char* op, int peer) const {
-    STRATA_CHECK(peer >= 0 && peer < size() && peer != rank(), InvalidArgument,
-                 "nccl " << op << " on rank " << rank() << ": peer " << peer << " is not another rank of a group of "
-                         << size());
+    STRATA_CHECK(
+        peer >= 0 && peer < size() && peer != rank(), InvalidArgument,
+        "nccl " << op << " on rank " << rank() << ": peer " << peer << " is not another rank of a group of " << size());
   }
 
   // The tensors' NCCL dtype; InvalidArgument unless every one is defined, on this rank's GPU, of one dtype.
@@ -547,8 +547,8 @@ class NcclCommunicator final : public Communicator {
     std::lock_guard<std::mutex> lock(group_->mu);
     if (group_->aborted) {
       STRATA_THROW(Timeout, "nccl: " << kind_name(kind) << " #" << seq << " on rank " << rank() << " of "
-                                     << group_->name() << " failed: the communicator was aborted: "
-                                     << group_->abort_reason);
+                                     << group_->name()
+                                     << " failed: the communicator was aborted: " << group_->abort_reason);
     }
     const cudaStream_t strata_stream = strata::detail::cuda::stream(device());
     Event ready(device(), /*timing=*/false);
@@ -564,7 +564,8 @@ class NcclCommunicator final : public Communicator {
     result = group_->settle(result, deadline);
     if (result != ncclSuccess) {
       const bool late = result == ncclInProgress;
-      const std::string message = late ? std::string("NCCL did not accept it in time") : nccl_message(result, group_->comm);
+      const std::string message =
+          late ? std::string("NCCL did not accept it in time") : nccl_message(result, group_->comm);
       group_->abort_locked(std::string(kind_name(kind)) + " #" + std::to_string(seq) + " failed: " + message);
       if (late) {
         STRATA_THROW(Timeout, "nccl: " << kind_name(kind) << " #" << seq << " on rank " << rank() << " of "
