@@ -64,8 +64,9 @@ std::shared_ptr<Communicator> make_nccl_communicator(std::shared_ptr<Store> stor
   STRATA_CHECK(size >= 1 && rank >= 0 && rank < size, InvalidArgument,
                "the nccl backend: rank " << rank << " of a group of " << size);
   STRATA_CHECK(store != nullptr, InvalidArgument, "the nccl backend needs a store for its ranks to meet");
-  STRATA_CHECK(options.timeout.count() > 0, InvalidArgument,
-               "the nccl backend: the timeout must be positive (got " << options.timeout.count() << " ms)");
+  STRATA_CHECK(options.timeout.count() > 0 && options.connect_timeout.count() >= 0, InvalidArgument,
+               "the nccl backend: the timeout must be positive and the connect timeout not negative (got "
+                   << options.timeout.count() << " ms and " << options.connect_timeout.count() << " ms)");
   // Before touching the store: a machine without a GPU fails at once, naming why, instead of making peers wait.
   options.device = nccl_detail::choose_device(rank, options.device, detail::cuda_device_count());
   return nccl_detail::make_cuda_communicator(std::move(store), rank, size, std::move(options));

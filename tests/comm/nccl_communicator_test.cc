@@ -111,6 +111,9 @@ TEST(NcclBootstrap, ABadRankIsRefusedBeforeAnythingElse) {
   expect_error_containing<InvalidArgument>([] { make_nccl_communicator(make_in_memory_store(), 2, 2); },
                                            {"rank 2 of a group of 2"});
   expect_error_containing<InvalidArgument>([] { make_nccl_communicator(nullptr, 0, 1); }, {"store"});
+  expect_error_containing<InvalidArgument>(
+      [] { make_nccl_communicator(make_in_memory_store(), 0, 1, {.connect_timeout = std::chrono::milliseconds(-1)}); },
+      {"connect timeout", "-1 ms"});
 #else
   GTEST_SKIP() << "without CUDA the factory refuses every call as Unavailable";
 #endif

@@ -5,10 +5,10 @@
 //   comm->all_reduce({grad_on_gpu}, comm::ReduceOp::kMean)->wait();
 //
 // Bootstrap: rank 0 makes NCCL's unique id and sets it under "<prefix>/unique_id" in the store; the others wait for
-// it (a Timeout naming the key and the prefix when rank 0 never comes). Each rank then joins the group on its GPU
-// `device` with a non-blocking ncclCommInitRankConfig, polled until `timeout` (a peer that never comes is a Timeout,
-// not a hang). A prefix serves one group: "<prefix>/joined/rank-<r>" counts the ranks that claimed it, and a second
-// claim is an InvalidArgument (a rebuilt group takes a fresh prefix).
+// it (a Timeout naming the key and the prefix when rank 0 never comes within the connect timeout). Each rank then joins
+// the group on its GPU `device` with a non-blocking ncclCommInitRankConfig, polled until the connect timeout (a peer
+// that never comes is a Timeout, not a hang). A prefix serves one group: "<prefix>/joined/rank-<r>" counts the ranks
+// that claimed it, and a second claim is an InvalidArgument (a rebuilt group takes a fresh prefix).
 //
 // Collectives take GPU tensors of this rank's device (float32, bfloat16, int64), a host tensor is an InvalidArgument
 // ("nccl collectives take GPU tensors; use gloo for host tensors"). They are ordered with strata's stream of the
@@ -39,8 +39,9 @@
 namespace strata::comm {
 
 struct NcclOptions {
-  // Bound on connecting the group and on every collective.
+  // Bound on every collective, and on connecting the group unless connect_timeout says otherwise.
   std::chrono::milliseconds timeout{std::chrono::seconds(30)};
+  std::chrono::milliseconds connect_timeout{0};  // 0: timeout
   // The group's keys (NCCL's unique id) live under "<prefix>/" in the store.
   std::string prefix = "nccl";
   // The GPU this rank uses (cuda:<device>). -1: rank % the number of visible GPUs, torchrun's LOCAL_RANK convention
@@ -49,7 +50,7 @@ struct NcclOptions {
 };
 
 // This rank's end of an NCCL group of `size` ranks (see above). Throws Unavailable without CUDA or without a GPU,
-// Timeout when the group does not connect within options.timeout, InvalidArgument for a bad rank, size, device or
+// Timeout when the group does not connect within the connect timeout, InvalidArgument for a bad rank, size, device or
 // a reused prefix.
 std::shared_ptr<Communicator> make_nccl_communicator(std::shared_ptr<Store> store, int rank, int size,
                                                      NcclOptions options = {});

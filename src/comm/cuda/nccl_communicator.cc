@@ -65,8 +65,9 @@ struct Group {
   int device = 0;
   std::string prefix;
   std::shared_ptr<Store> store;
-  std::chrono::milliseconds timeout{0};
-  cudaStream_t stream = nullptr;  // NCCL's stream; destroyed with the group
+  std::chrono::milliseconds timeout{0};          // bounds each collective
+  std::chrono::milliseconds connect_timeout{0};  // bounds connecting (a sub-group too); 0: timeout
+  cudaStream_t stream = nullptr;                 // NCCL's stream; destroyed with the group
 
   std::mutex mu;
   ncclComm_t comm = nullptr;  // GUARDED_BY(mu); null once aborted (ncclCommAbort frees it)
@@ -131,10 +132,12 @@ struct Group {
 };
 
 // Joins the NCCL group of `size` ranks under `prefix` on `device`: rank 0 makes and publishes the unique id, the
-// others fetch it, and every rank polls its non-blocking init until `timeout`.
+// others fetch it, and every rank polls its non-blocking init until `connect_timeout` (0: `timeout`, which bounds
+// the group's collectives).
 std::shared_ptr<Group> connect(std::shared_ptr<Store> store, int rank, int size, int device, const std::string& prefix,
-                               std::chrono::milliseconds timeout) {
-  const Clock::time_point deadline = Clock::now() + timeout;
+                               std::chrono::milliseconds timeout, std::chrono::milliseconds connect_timeout) {
+  const std::chrono::milliseconds connect_limit = connect_timeout.count() > 0 ? connect_timeout : timeout;
+  const Clock::time_point deadline = Clock::now() + connect_limit;
   claim_rank(*store, prefix, rank, size);
   strata::detail::cuda::set_device(device);
   ncclUniqueId id;
@@ -145,7 +148,7 @@ std::shared_ptr<Group> connect(std::shared_ptr<Store> store, int rank, int size,
         "nccl: rank 0 of a group of " << size << " could not make NCCL's unique id: " << nccl_message(made, nullptr));
     publish_unique_id(*store, prefix, std::string(id.internal, sizeof(id.internal)));
   } else {
-    const std::string bytes = fetch_unique_id(*store, prefix, rank, sizeof(id.internal), timeout);
+    const std::string bytes = fetch_unique_id(*store, prefix, rank, sizeof(id.internal), connect_limit);
     std::memcpy(id.internal, bytes.data(), sizeof(id.internal));
   }
 
@@ -156,6 +159,7 @@ std::shared_ptr<Group> connect(std::shared_ptr<Store> store, int rank, int size,
   group->prefix = prefix;
   group->store = std::move(store);
   group->timeout = timeout;
+  group->connect_timeout = connect_timeout;
   strata::detail::cuda::check(cudaStreamCreateWithFlags(&group->stream, cudaStreamNonBlocking),
                               "cudaStreamCreateWithFlags (the nccl communicator's stream)");
 
@@ -167,7 +171,7 @@ std::shared_ptr<Group> connect(std::shared_ptr<Store> store, int rank, int size,
   if (result == ncclInProgress) {
     group->abort_locked("the group did not connect");
     STRATA_THROW(Timeout, "nccl: rank " << rank << " of a group of " << size << " (prefix '" << prefix
-                                        << "', cuda:" << device << ") did not connect within " << timeout.count()
+                                        << "', cuda:" << device << ") did not connect within " << connect_limit.count()
                                         << " ms: did every rank call make_nccl_communicator?");
   }
   if (result != ncclSuccess) {
@@ -488,8 +492,8 @@ class NcclCommunicator final : public Communicator {
     const int k = ++new_group_calls_[ranks];
     const std::string prefix = group_->prefix + "/sub/" + list.str() + "#" + std::to_string(k);
     return std::make_shared<NcclCommunicator>(connect(group_->store, static_cast<int>(me - ranks.begin()),
-                                                      static_cast<int>(ranks.size()), device(), prefix,
-                                                      group_->timeout));
+                                                      static_cast<int>(ranks.size()), device(), prefix, group_->timeout,
+                                                      group_->connect_timeout));
   }
 
   // Aborts the NCCL communicator (its kernels return; pending and later collectives fail quoting `reason`) and
@@ -592,7 +596,7 @@ class NcclCommunicator final : public Communicator {
 std::shared_ptr<Communicator> make_cuda_communicator(std::shared_ptr<Store> store, int rank, int size,
                                                      NcclOptions options) {
   return std::make_shared<NcclCommunicator>(
-      connect(std::move(store), rank, size, options.device, options.prefix, options.timeout));
+      connect(std::move(store), rank, size, options.device, options.prefix, options.timeout, options.connect_timeout));
 }
 
 }  // namespace strata::comm::nccl_detail
