@@ -47,8 +47,9 @@ Registry& registry() {
                              },
                              {.needs_store = false, .can_rebuild = false}};
     made->backends["nccl"] = {[](const GroupArgs& a) {
-                                return make_nccl_communicator(a.store, a.rank, a.size,
-                                                              {.timeout = a.timeout, .prefix = a.prefix});
+                                return make_nccl_communicator(
+                                    a.store, a.rank, a.size,
+                                    {.timeout = a.timeout, .connect_timeout = a.connect_timeout, .prefix = a.prefix});
                               },
                               {.needs_store = true, .can_rebuild = true}};
     made->backends["local"] = {[](const GroupArgs& a) {

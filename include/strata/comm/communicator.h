@@ -2,8 +2,8 @@
 // PyTorch c10d's Backend / ProcessGroup).
 //
 // Collectives return a `Work` at once and run in the background, in the order each rank issued them (every
-// rank must issue the same sequence, like NCCL or c10d). Tensors are host tensors of one dtype per call
-// (float32, bfloat16 or int64) written in place; the caller must not touch them until `wait()` returns.
+// rank must issue the same sequence, like NCCL or c10d). Tensors are host tensors (GPU tensors on "nccl") of one
+// dtype per call (float32, bfloat16 or int64) written in place; the caller must not touch them until `wait()` returns.
 // Backends: "local" (threads of one process, strata/comm/local.h). An operation a backend lacks throws
 // Unavailable "backend <name> does not support <op>" (c10d's habit), so a new backend builds with only the
 // pure virtuals and grows from there.
