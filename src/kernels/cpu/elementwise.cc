@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/cpu_util.h"
 #include "kernels/device_dispatch.h"
+#include "kernels/kernel_checks.h"
 #include "kernels/kernels.h"
 
 namespace strata::kernels {
@@ -17,58 +18,6 @@ namespace strata::kernels {
 namespace {
 
 using cpu::kGrain;
-
-const char* binary_name(BinaryOp op) {
-  switch (op) {
-    case BinaryOp::kAdd:
-      return "add";
-    case BinaryOp::kSub:
-      return "sub";
-    case BinaryOp::kMul:
-      return "mul";
-    case BinaryOp::kDiv:
-      return "div";
-    case BinaryOp::kPow:
-      return "pow";
-    case BinaryOp::kMaximum:
-      return "maximum";
-    case BinaryOp::kMinimum:
-      return "minimum";
-    case BinaryOp::kEqual:
-      return "equal";
-    case BinaryOp::kGreater:
-      return "greater";
-  }
-  return "binary";
-}
-
-const char* unary_name(UnaryOp op) {
-  switch (op) {
-    case UnaryOp::kNeg:
-      return "neg";
-    case UnaryOp::kExp:
-      return "exp";
-    case UnaryOp::kLog:
-      return "log";
-    case UnaryOp::kSqrt:
-      return "sqrt";
-    case UnaryOp::kAbs:
-      return "abs";
-    case UnaryOp::kSquare:
-      return "square";
-    case UnaryOp::kSign:
-      return "sign";
-    case UnaryOp::kRelu:
-      return "relu";
-    case UnaryOp::kSigmoid:
-      return "sigmoid";
-    case UnaryOp::kTanh:
-      return "tanh";
-    case UnaryOp::kGelu:
-      return "gelu";
-  }
-  return "unary";
-}
 
 // out[e] = f(a[...], b[...]) over a broadcast plan; the three inner loops cover same-shape runs and
 // runs where one side is constant (scalar, row or column broadcast).

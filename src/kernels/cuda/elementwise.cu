@@ -18,64 +18,13 @@
 #include "kernels/cuda/cuda_kernel_util.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/library_handles.h"
+#include "kernels/kernel_checks.h"
 
 namespace strata::kernels::cuda {
 
 namespace {
 
 constexpr int kMaxDims = 12;  // coalesced broadcast dimensions a kernel takes (a tensor's rank bounds them)
-
-const char* binary_name(BinaryOp op) {
-  switch (op) {
-    case BinaryOp::kAdd:
-      return "add";
-    case BinaryOp::kSub:
-      return "sub";
-    case BinaryOp::kMul:
-      return "mul";
-    case BinaryOp::kDiv:
-      return "div";
-    case BinaryOp::kPow:
-      return "pow";
-    case BinaryOp::kMaximum:
-      return "maximum";
-    case BinaryOp::kMinimum:
-      return "minimum";
-    case BinaryOp::kEqual:
-      return "equal";
-    case BinaryOp::kGreater:
-      return "greater";
-  }
-  return "binary";
-}
-
-const char* unary_name(UnaryOp op) {
-  switch (op) {
-    case UnaryOp::kNeg:
-      return "neg";
-    case UnaryOp::kExp:
-      return "exp";
-    case UnaryOp::kLog:
-      return "log";
-    case UnaryOp::kSqrt:
-      return "sqrt";
-    case UnaryOp::kAbs:
-      return "abs";
-    case UnaryOp::kSquare:
-      return "square";
-    case UnaryOp::kSign:
-      return "sign";
-    case UnaryOp::kRelu:
-      return "relu";
-    case UnaryOp::kSigmoid:
-      return "sigmoid";
-    case UnaryOp::kTanh:
-      return "tanh";
-    case UnaryOp::kGelu:
-      return "gelu";
-  }
-  return "unary";
-}
 
 // ---- device formulas (as kernels/cpu/elementwise.cc)
 __device__ inline float nan_max(float a, float b) { return (a > b || a != a) ? a : b; }

@@ -1,0 +1,127 @@
+// The argument checks, error messages, op names and output shapes that a kernel of kernels.h has on every device:
+// the CPU kernels (kernels/cpu) and the CUDA kernels (kernels/cuda) both call these, so a message or a rule is
+// written once and the two devices cannot drift apart. Each function throws the exception its comment names, with
+// the message the kernels document; none looks at where a tensor lives or at its data, only at shapes, dtypes and
+// arguments. Compiled into strata_kernels in every build; nvcc includes this header, so it stays free of
+// oneDNN/OpenMP.
+// Thread-safety: pure functions on values.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kernels/kernels.h"
+#include "strata/tensor.h"
+
+namespace strata::kernels {
+
+// ---- elementwise: the name an op's messages use ("add", "relu", ...).
+const char* binary_name(BinaryOp op);
+const char* unary_name(UnaryOp op);
+
+// ---- matmul: the product's sizes. Throws InvalidArgument unless both operands are float32, ShapeError unless
+// they are rank 2 or 3 with equal inner dimensions and batch sizes that are equal or 1.
+struct MatmulShape {
+  int64_t M = 0, N = 0, K = 0;
+  int64_t Ba = 1, Bb = 1, batch = 1;  // a's and b's batch (1 for rank 2) and the output's
+  bool batched = false;               // either operand is rank 3
+  Shape out_shape() const { return batched ? Shape{batch, M, N} : Shape{M, N}; }
+};
+MatmulShape matmul_shape(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b);
+
+// ---- reductions.
+// Which axes of x to reduce; an empty list means all of them. Throws InvalidArgument naming `op` for an axis out
+// of range or listed twice.
+std::vector<bool> reduced_axes(const char* op, const Tensor& x, const std::vector<int>& axes);
+
+// The output shape and element count of reducing x over the flagged axes, and x's dimensions coalesced: unit axes
+// dropped, neighbours of the same kind (reduced or kept, in `kinds`) merged into one of size `sizes`.
+struct ReduceLayout {
+  Shape out_shape;
+  int64_t count = 1;  // elements reduced into each output element
+  std::vector<int64_t> sizes;
+  std::vector<bool> kinds;
+};
+ReduceLayout reduce_layout(const Tensor& x, const std::vector<bool>& flags, bool keepdims);
+
+// argmax's axis (normalized; InvalidArgument when out of range) and output shape.
+struct ArgmaxShape {
+  int axis = 0;
+  Shape out_shape;
+};
+ArgmaxShape argmax_shape(const Tensor& x, int axis);
+
+// Throws ShapeError unless x broadcasts to `shape`.
+void check_broadcast_to(const Tensor& x, const Shape& shape);
+
+// The axes of x that sum_to_shape reduces; throws ShapeError unless x is a broadcast of `shape`.
+std::vector<bool> sum_to_shape_axes(const Tensor& x, const Shape& shape);
+
+// ---- shape ops.
+// Throws InvalidArgument naming `op` unless `indices` is int32 or int64.
+void require_index_dtype(const char* op, const Tensor& indices);
+
+// concat's axis (normalized) and output shape; throws InvalidArgument for an axis out of range or mixed dtypes,
+// ShapeError for a tensor that does not fit tensor 0. REQUIRES: !xs.empty().
+struct ConcatShape {
+  int axis = 0;
+  Shape out_shape;
+};
+ConcatShape concat_shape(const std::vector<Tensor>& xs, int axis);
+
+// stack's axis (normalized against rank + 1) and the inputs reshaped with a unit dimension there, to be
+// concatenated along it; throws ShapeError unless every shape is tensor 0's. REQUIRES: !xs.empty().
+struct StackViews {
+  int axis = 0;
+  std::vector<Tensor> views;
+};
+StackViews stack_views(const std::vector<Tensor>& xs, int axis);
+
+// slice_axis's axis (normalized), that axis's size and the output shape; throws InvalidArgument unless
+// 0 <= start <= end <= that size.
+struct SliceShape {
+  int axis = 0;
+  int64_t dim = 0;
+  Shape out_shape;
+};
+SliceShape slice_shape(const Tensor& x, int axis, int64_t start, int64_t end);
+
+// gather's output shape (indices' shape, then params' row shape); throws InvalidArgument for indices that are
+// not int32/int64, ShapeError for params of rank 0.
+Shape gather_shape(const Tensor& params, const Tensor& indices);
+
+// scatter_add's output shape: [num_rows] then the updates' dimensions past the indices' rank; throws
+// InvalidArgument for a negative num_rows.
+Shape scatter_add_shape(const Tensor& indices, const Tensor& updates, int64_t num_rows);
+
+// The shape of one row of scatter_add_into's `out` (the updates' dimensions past the indices'); throws
+// InvalidArgument for indices that are not int32/int64 or updates/out not float32, ShapeError unless the updates
+// start with the indices' shape and out's rows have the updates' row shape.
+Shape scatter_add_row_shape(const Tensor& out, const Tensor& indices, const Tensor& updates);
+
+// one_hot's output shape (indices' shape, then depth); throws InvalidArgument for indices that are not
+// int32/int64 or a negative depth.
+Shape one_hot_shape(const Tensor& indices, int64_t depth);
+
+// ---- convolution and pooling (NHWC): sizes and TensorFlow's padding (cpu::window_geometry).
+// Throws InvalidArgument naming `op` for a stride or dilation below 1, ShapeError for an input that is not rank 4,
+// a kernel that is not rank 4, channels that differ, an empty window, or a window that does not fit under VALID.
+struct ConvShape {
+  int64_t n = 0, h = 0, w = 0, c = 0;  // input
+  int64_t kh = 0, kw = 0, f = 0;       // kernel [kh, kw, c, f]
+  int64_t oh = 0, ow = 0;              // output
+  int64_t pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
+  Shape y_shape() const { return {n, oh, ow, f}; }
+};
+ConvShape conv_shape(const char* op, const Shape& x, const Shape& w, const Conv2DParams& p);
+
+// Throws InvalidArgument naming `op` for a pool size or stride below 1, ShapeError for an input that is not
+// rank 4 or a window that does not fit under VALID.
+struct PoolShape {
+  int64_t n = 0, h = 0, w = 0, c = 0, oh = 0, ow = 0;
+  int64_t pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
+  Shape y_shape() const { return {n, oh, ow, c}; }
+};
+PoolShape pool_shape(const char* op, const Shape& x, const Pool2DParams& p);
+
+}  // namespace strata::kernels
