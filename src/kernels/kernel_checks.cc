@@ -62,6 +62,31 @@ const char* unary_name(UnaryOp op) {
   return "unary";
 }
 
+void throw_unknown_unary_op(const char* fn, UnaryOp op) {
+  STRATA_THROW(InvalidArgument, fn << ": unknown op " << static_cast<int>(op));
+}
+
+const Tensor* unary_backward_input(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy) {
+  const char* name = unary_name(op);
+  const bool needs_x = op == UnaryOp::kLog || op == UnaryOp::kAbs || op == UnaryOp::kSquare || op == UnaryOp::kRelu ||
+                       op == UnaryOp::kGelu;
+  const bool needs_y = op == UnaryOp::kExp || op == UnaryOp::kSqrt || op == UnaryOp::kSigmoid || op == UnaryOp::kTanh;
+  if (!needs_x && !needs_y) {
+    check_same_device(name, {&dy});
+    cpu::require_float(name, {&dy});
+    return nullptr;
+  }
+  const Tensor& in = needs_y ? y : x;
+  check_same_device(name, {&in, &dy});
+  cpu::require_float(name, {&in, &dy});
+  cpu::require_same_shape(name, in, needs_y ? "y" : "x", dy, "dy");
+  return &in;
+}
+
+void check_clip_range(float low, float high) {
+  STRATA_CHECK(low <= high, InvalidArgument, "clip: low " << low << " is greater than high " << high);
+}
+
 MatmulShape matmul_shape(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   cpu::require_float("matmul", {&a, &b});
   STRATA_CHECK((a.rank() == 2 || a.rank() == 3) && (b.rank() == 2 || b.rank() == 3), ShapeError,
@@ -124,7 +149,13 @@ ArgmaxShape argmax_shape(const Tensor& x, int axis) {
   s.axis = normalize_axis(axis, x.rank(), "argmax");
   s.out_shape = x.shape();
   s.out_shape.erase(s.out_shape.begin() + s.axis);
+  STRATA_CHECK(shape_numel(s.out_shape) == 0 || x.shape()[s.axis] > 0, InvalidArgument,
+               "argmax: axis " << axis << " of " << x.shape_str() << " is empty");
   return s;
+}
+
+void check_empty_reduction(const char* op, const Tensor& x, bool is_max) {
+  STRATA_CHECK(!is_max, InvalidArgument, op << ": cannot reduce over an empty axis of " << x.shape_str());
 }
 
 void check_broadcast_to(const Tensor& x, const Shape& shape) {

@@ -19,6 +19,17 @@ namespace strata::kernels {
 const char* binary_name(BinaryOp op);
 const char* unary_name(UnaryOp op);
 
+// Throws InvalidArgument "<fn>: unknown op <n>" (fn is "unary" or "unary_backward").
+[[noreturn]] void throw_unknown_unary_op(const char* fn, UnaryOp op);
+
+// The forward tensor unary_backward(op, x, y, dy) reads: y for exp, sqrt, sigmoid and tanh, x for log, abs, square,
+// relu and gelu, nullptr for neg and sign (dy only). Throws InvalidArgument naming the op unless that tensor and dy
+// share a device and are float32 (dy alone when it is nullptr), ShapeError unless they have one shape.
+const Tensor* unary_backward_input(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy);
+
+// Throws InvalidArgument unless low <= high.
+void check_clip_range(float low, float high);
+
 // ---- matmul: the product's sizes. Throws InvalidArgument unless both operands are float32, ShapeError unless
 // they are rank 2 or 3 with equal inner dimensions and batch sizes that are equal or 1.
 struct MatmulShape {
@@ -44,12 +55,17 @@ struct ReduceLayout {
 };
 ReduceLayout reduce_layout(const Tensor& x, const std::vector<bool>& flags, bool keepdims);
 
-// argmax's axis (normalized; InvalidArgument when out of range) and output shape.
+// argmax's axis (normalized) and output shape; throws InvalidArgument for an axis out of range, or an empty axis
+// when the output is not empty.
 struct ArgmaxShape {
   int axis = 0;
   Shape out_shape;
 };
 ArgmaxShape argmax_shape(const Tensor& x, int axis);
+
+// For a reduction whose output is not empty but reduces over an empty axis: throws InvalidArgument naming `op`
+// when it is a max (a sum or mean of nothing is 0 or NaN).
+void check_empty_reduction(const char* op, const Tensor& x, bool is_max);
 
 // Throws ShapeError unless x broadcasts to `shape`.
 void check_broadcast_to(const Tensor& x, const Shape& shape);
