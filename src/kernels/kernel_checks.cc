@@ -132,14 +132,27 @@ ReduceLayout reduce_layout(const Tensor& x, const std::vector<bool>& flags, bool
       l.out_shape.push_back(x.shape()[j]);
     }
   }
+  // Coalesce: drop unit axes, merge neighbours of the same kind.
+  std::vector<int64_t> sizes;
+  std::vector<bool> kinds;
   for (int j = 0; j < x.rank(); ++j) {
     if (x.shape()[j] == 1) continue;
-    if (!l.kinds.empty() && l.kinds.back() == flags[j]) {
-      l.sizes.back() *= x.shape()[j];
+    if (!kinds.empty() && kinds.back() == flags[j]) {
+      sizes.back() *= x.shape()[j];
     } else {
-      l.sizes.push_back(x.shape()[j]);
-      l.kinds.push_back(flags[j]);
+      sizes.push_back(x.shape()[j]);
+      kinds.push_back(flags[j]);
     }
+  }
+  for (int g = static_cast<int>(sizes.size()) - 1; g >= 0; --g) {
+    if (!kinds[g]) continue;
+    ReduceStep st;
+    for (int j = 0; j < g; ++j) st.outer *= sizes[j];
+    st.n = sizes[g];
+    for (int j = g + 1; j < static_cast<int>(sizes.size()); ++j) st.inner *= sizes[j];
+    l.steps.push_back(st);
+    sizes.erase(sizes.begin() + g);
+    kinds.erase(kinds.begin() + g);
   }
   return l;
 }

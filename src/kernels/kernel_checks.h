@@ -45,13 +45,18 @@ MatmulShape matmul_shape(const Tensor& a, const Tensor& b, bool trans_a, bool tr
 // of range or listed twice.
 std::vector<bool> reduced_axes(const char* op, const Tensor& x, const std::vector<int>& axes);
 
-// The output shape and element count of reducing x over the flagged axes, and x's dimensions coalesced: unit axes
-// dropped, neighbours of the same kind (reduced or kept, in `kinds`) merged into one of size `sizes`.
+// One pass of a reduction: [outer, n, inner] (the previous pass's result, or x) reduced over n to [outer, inner].
+struct ReduceStep {
+  int64_t outer = 1, n = 1, inner = 1;
+};
+
+// The output shape and element count of reducing x over the flagged axes, and the passes that do it: x's
+// dimensions are coalesced (unit axes dropped, neighbours both reduced or both kept merged), then each reduced
+// group is one pass, innermost first. No passes when only unit axes are reduced (the result is a copy of x).
 struct ReduceLayout {
   Shape out_shape;
   int64_t count = 1;  // elements reduced into each output element
-  std::vector<int64_t> sizes;
-  std::vector<bool> kinds;
+  std::vector<ReduceStep> steps;
 };
 ReduceLayout reduce_layout(const Tensor& x, const std::vector<bool>& flags, bool keepdims);
 

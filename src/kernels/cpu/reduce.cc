@@ -131,7 +131,7 @@ void reduce_step(const In* in, int64_t outer, int64_t n, int64_t inner, typename
 template <class Op>
 Tensor reduce_impl(const char* op, const Tensor& x, const std::vector<bool>& flags, bool keepdims, bool mean) {
   using Acc = typename Op::Acc;
-  ReduceLayout layout = reduce_layout(x, flags, keepdims);
+  const ReduceLayout layout = reduce_layout(x, flags, keepdims);
   const Shape& out_shape = layout.out_shape;
   const int64_t count = layout.count;
   Tensor out = Tensor::empty(out_shape);
@@ -142,28 +142,19 @@ Tensor reduce_impl(const char* op, const Tensor& x, const std::vector<bool>& fla
     out.fill_(mean ? std::numeric_limits<double>::quiet_NaN() : 0.0);
     return out;
   }
-  // Coalesced: unit axes dropped, neighbours of the same kind merged.
-  std::vector<int64_t>& sizes = layout.sizes;
-  std::vector<bool>& kinds = layout.kinds;
   float* po = out.data<float>();
   const float* px = x.data<float>();
   std::vector<Acc> cur, next;
   bool first = true;
-  for (int g = static_cast<int>(sizes.size()) - 1; g >= 0; --g) {
-    if (!kinds[g]) continue;
-    int64_t outer = 1, inner = 1;
-    for (int j = 0; j < g; ++j) outer *= sizes[j];
-    for (int j = g + 1; j < static_cast<int>(sizes.size()); ++j) inner *= sizes[j];
-    next.assign(outer * inner, Acc{});
+  for (const ReduceStep& st : layout.steps) {
+    next.assign(st.outer * st.inner, Acc{});
     if (first) {
-      reduce_step<Op, float>(px, outer, sizes[g], inner, next.data());
+      reduce_step<Op, float>(px, st.outer, st.n, st.inner, next.data());
     } else {
-      reduce_step<Op, Acc>(cur.data(), outer, sizes[g], inner, next.data());
+      reduce_step<Op, Acc>(cur.data(), st.outer, st.n, st.inner, next.data());
     }
     first = false;
     cur.swap(next);
-    sizes.erase(sizes.begin() + g);
-    kinds.erase(kinds.begin() + g);
   }
   if (first) {  // only unit axes were reduced: a copy
     std::memcpy(po, px, out_numel * sizeof(float));

@@ -140,7 +140,7 @@ void max_step(const float* in, int64_t outer, int64_t n, int64_t inner, float* o
 Tensor reduce_impl(const char* op, const Tensor& x, const std::vector<bool>& flags, bool keepdims, Kind kind) {
   const Device dev = x.device();
   cudaStream_t stream = stream_of(x);
-  ReduceLayout layout = reduce_layout(x, flags, keepdims);
+  const ReduceLayout layout = reduce_layout(x, flags, keepdims);
   const Shape& out_shape = layout.out_shape;
   const int64_t count = layout.count;
   Tensor out = Tensor::empty(out_shape, DType::kFloat32, dev);
@@ -152,32 +152,22 @@ Tensor reduce_impl(const char* op, const Tensor& x, const std::vector<bool>& fla
                    kind == Kind::kMean ? std::numeric_limits<float>::quiet_NaN() : 0.0f);
     return out;
   }
-  // Coalesced: unit axes dropped, neighbours of the same kind merged.
-  std::vector<int64_t>& sizes = layout.sizes;
-  std::vector<bool>& kinds = layout.kinds;
-  int groups = 0;
-  for (bool k : kinds) groups += k ? 1 : 0;
+  int groups = static_cast<int>(layout.steps.size());
   if (groups == 0) {  // only unit axes were reduced: a copy
     detail::cuda::check(cudaMemcpyAsync(out.raw_data(), x.raw_data(), out.nbytes(), cudaMemcpyDeviceToDevice, stream),
                         "cudaMemcpyAsync");
     return out;
   }
   Tensor cur = x;
-  for (int g = static_cast<int>(sizes.size()) - 1; g >= 0; --g) {
-    if (!kinds[g]) continue;
-    int64_t outer = 1, inner = 1;
-    for (int j = 0; j < g; ++j) outer *= sizes[j];
-    for (int j = g + 1; j < static_cast<int>(sizes.size()); ++j) inner *= sizes[j];
+  for (const ReduceStep& st : layout.steps) {
     --groups;
-    Tensor next = groups == 0 ? out : Tensor::empty({outer * inner}, DType::kFloat32, dev);
+    Tensor next = groups == 0 ? out : Tensor::empty({st.outer * st.inner}, DType::kFloat32, dev);
     if (kind == Kind::kMax) {
-      max_step(cur.data<float>(), outer, sizes[g], inner, next.data<float>(), dev);
+      max_step(cur.data<float>(), st.outer, st.n, st.inner, next.data<float>(), dev);
     } else {
-      sum_step(cur.data<float>(), outer, sizes[g], inner, next.data<float>(), dev);
+      sum_step(cur.data<float>(), st.outer, st.n, st.inner, next.data<float>(), dev);
     }
     cur = next;
-    sizes.erase(sizes.begin() + g);
-    kinds.erase(kinds.begin() + g);
   }
   if (kind == Kind::kMean) {
     const float scale = static_cast<float>(1.0 / static_cast<double>(count));
