@@ -112,6 +112,26 @@ MatmulShape matmul_shape(const Tensor& a, const Tensor& b, bool trans_a, bool tr
   return s;
 }
 
+DenseShape dense_shape(const Tensor& x, const Tensor& w) {
+  cpu::require_float("dense", {&x, &w});
+  STRATA_CHECK(x.rank() == 2 && w.rank() == 2 && x.dim(1) == w.dim(0), ShapeError,
+               "dense: wants x [M, K] and w [K, N], got x " << x.shape_str() << " and w " << w.shape_str());
+  return {x.dim(0), x.dim(1), w.dim(1)};
+}
+
+void check_dense_bias(const Tensor& bias, const Tensor& w) {
+  cpu::require_float("dense", {&bias});
+  STRATA_CHECK(bias.rank() == 1 && bias.dim(0) == w.dim(1), ShapeError,
+               "dense: bias " << bias.shape_str() << " does not match w " << w.shape_str());
+}
+
+void check_dense_backward_dy(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& dy, bool relu) {
+  const int64_t M = x.dim(0), N = w.dim(1);
+  STRATA_CHECK(dy.shape() == Shape({M, N}) && (!relu || y.shape() == dy.shape()), ShapeError,
+               "dense_backward: dy " << dy.shape_str() << " (and y " << y.shape_str() << " with relu) must be [" << M
+                                     << ", " << N << "] for x " << x.shape_str() << " and w " << w.shape_str());
+}
+
 std::vector<bool> reduced_axes(const char* op, const Tensor& x, const std::vector<int>& axes) {
   std::vector<bool> flags(x.rank(), axes.empty());
   for (int a : axes) {
@@ -176,6 +196,10 @@ void check_broadcast_to(const Tensor& x, const Shape& shape) {
   STRATA_CHECK(fits, ShapeError, "broadcast_to: cannot broadcast " << x.shape_str() << " to " << shape_str(shape));
 }
 
+void throw_broadcast_dtype(const Tensor& x) {
+  STRATA_THROW(InvalidArgument, "broadcast_to: unsupported dtype " << dtype_name(x.dtype()));
+}
+
 std::vector<bool> sum_to_shape_axes(const Tensor& x, const Shape& shape) {
   const bool fits = shape.size() <= x.shape().size() && broadcast_shapes(shape, x.shape(), "sum_to_shape") == x.shape();
   STRATA_CHECK(fits, ShapeError, "sum_to_shape: " << x.shape_str() << " is not a broadcast of " << shape_str(shape));
@@ -183,6 +207,10 @@ std::vector<bool> sum_to_shape_axes(const Tensor& x, const Shape& shape) {
   std::vector<bool> flags(x.rank(), false);
   for (int j = 0; j < x.rank(); ++j) flags[j] = j < lead || (shape[j - lead] == 1 && x.shape()[j] != 1);
   return flags;
+}
+
+void require_tensors(const char* op, const std::vector<Tensor>& xs, const char* verb) {
+  STRATA_CHECK(!xs.empty(), InvalidArgument, op << ": no tensors to " << verb);
 }
 
 void require_index_dtype(const char* op, const Tensor& indices) {

@@ -40,6 +40,20 @@ struct MatmulShape {
 };
 MatmulShape matmul_shape(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b);
 
+// ---- dense.
+// dense's sizes: x [M, K], w [K, N]. Throws InvalidArgument unless both are float32, ShapeError unless they are
+// matrices with matching inner dimensions.
+struct DenseShape {
+  int64_t M = 0, K = 0, N = 0;
+};
+DenseShape dense_shape(const Tensor& x, const Tensor& w);
+
+// Throws InvalidArgument unless dense's (defined) bias is float32, ShapeError unless it is [N] for w [K, N].
+void check_dense_bias(const Tensor& bias, const Tensor& w);
+
+// Throws ShapeError unless dense_backward's dy (and y, with relu) is [M, N] for x [M, K] and w [K, N].
+void check_dense_backward_dy(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& dy, bool relu);
+
 // ---- reductions.
 // Which axes of x to reduce; an empty list means all of them. Throws InvalidArgument naming `op` for an axis out
 // of range or listed twice.
@@ -75,10 +89,16 @@ void check_empty_reduction(const char* op, const Tensor& x, bool is_max);
 // Throws ShapeError unless x broadcasts to `shape`.
 void check_broadcast_to(const Tensor& x, const Shape& shape);
 
+// Throws InvalidArgument: broadcast_to has no copy for elements of x's size.
+[[noreturn]] void throw_broadcast_dtype(const Tensor& x);
+
 // The axes of x that sum_to_shape reduces; throws ShapeError unless x is a broadcast of `shape`.
 std::vector<bool> sum_to_shape_axes(const Tensor& x, const Shape& shape);
 
 // ---- shape ops.
+// Throws InvalidArgument "<op>: no tensors to <verb>" when xs is empty (concat, stack).
+void require_tensors(const char* op, const std::vector<Tensor>& xs, const char* verb);
+
 // Throws InvalidArgument naming `op` unless `indices` is int32 or int64.
 void require_index_dtype(const char* op, const Tensor& indices);
 

@@ -268,7 +268,7 @@ Tensor broadcast_to(const Tensor& x, const Shape& shape) {
       broadcast_copy(p, static_cast<const uint64_t*>(x.raw_data()), static_cast<uint64_t*>(out.raw_data()));
       break;
     default:
-      STRATA_THROW(InvalidArgument, "broadcast_to: unsupported dtype " << dtype_name(x.dtype()));
+      throw_broadcast_dtype(x);
   }
   return out;
 }

@@ -58,7 +58,7 @@ void check_indices_in_range(const char* op, const std::vector<int64_t>& idx, int
 }  // namespace
 
 Tensor concat(const std::vector<Tensor>& xs, int axis) {
-  STRATA_CHECK(!xs.empty(), InvalidArgument, "concat: no tensors to concatenate");
+  require_tensors("concat", xs, "concatenate");
   if (on_cuda("concat", {&xs[0]})) STRATA_CUDA_KERNEL(return cuda::concat(xs, axis));
   for (const Tensor& x : xs) cpu::require_host("concat", {&xs[0], &x});
   const Tensor& first = xs[0];
@@ -78,7 +78,7 @@ Tensor concat(const std::vector<Tensor>& xs, int axis) {
 }
 
 Tensor stack(const std::vector<Tensor>& xs, int axis) {
-  STRATA_CHECK(!xs.empty(), InvalidArgument, "stack: no tensors to stack");
+  require_tensors("stack", xs, "stack");
   if (on_cuda("stack", {&xs[0]})) STRATA_CUDA_KERNEL(return cuda::stack(xs, axis));
   for (const Tensor& x : xs) cpu::require_host("stack", {&xs[0], &x});
   const StackViews s = stack_views(xs, axis);

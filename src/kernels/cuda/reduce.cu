@@ -288,7 +288,7 @@ Tensor broadcast_to(const Tensor& x, const Shape& shape) {
       broadcast_copy<uint64_t>(map, x.raw_data(), out.raw_data(), n, stream);
       break;
     default:
-      STRATA_THROW(InvalidArgument, "broadcast_to: unsupported dtype " << dtype_name(x.dtype()));
+      throw_broadcast_dtype(x);
   }
   return out;
 }

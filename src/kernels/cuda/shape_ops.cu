@@ -136,7 +136,7 @@ struct OneHotF {
 }  // namespace
 
 Tensor concat(const std::vector<Tensor>& xs, int axis) {
-  STRATA_CHECK(!xs.empty(), InvalidArgument, "concat: no tensors to concatenate");
+  require_tensors("concat", xs, "concatenate");
   for (const Tensor& x : xs) check_same_device("concat", {&xs[0], &x});
   const Tensor& first = xs[0];
   const auto [ax, out_shape] = concat_shape(xs, axis);
@@ -156,7 +156,7 @@ Tensor concat(const std::vector<Tensor>& xs, int axis) {
 }
 
 Tensor stack(const std::vector<Tensor>& xs, int axis) {
-  STRATA_CHECK(!xs.empty(), InvalidArgument, "stack: no tensors to stack");
+  require_tensors("stack", xs, "stack");
   for (const Tensor& x : xs) check_same_device("stack", {&xs[0], &x});
   const StackViews s = stack_views(xs, axis);
   return concat(s.views, s.axis);
