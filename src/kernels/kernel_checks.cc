@@ -132,6 +132,23 @@ void check_dense_backward_dy(const Tensor& x, const Tensor& w, const Tensor& y, 
                                      << ", " << N << "] for x " << x.shape_str() << " and w " << w.shape_str());
 }
 
+LstmShape lstm_shape(const char* op, const Tensor& z) {
+  cpu::require_float(op, {&z});
+  STRATA_CHECK(z.rank() == 2 && z.dim(1) % 4 == 0 && z.dim(1) > 0, ShapeError,
+               op << ": z must be [batch, 4 * units], got " << z.shape_str());
+  return {z.dim(0), z.dim(1) / 4};
+}
+
+void check_lstm_c_prev(const char* op, const Tensor& c_prev, const LstmShape& s) {
+  cpu::require_float(op, {&c_prev});
+  STRATA_CHECK(c_prev.shape() == (Shape{s.batch, s.units}), ShapeError,
+               op << ": c_prev must be [" << s.batch << ", " << s.units << "], got " << c_prev.shape_str());
+}
+
+void check_dropout_rate(float rate) {
+  STRATA_CHECK(rate >= 0.0f && rate < 1.0f, InvalidArgument, "dropout: rate must be in [0, 1), got " << rate);
+}
+
 std::vector<bool> reduced_axes(const char* op, const Tensor& x, const std::vector<int>& axes) {
   std::vector<bool> flags(x.rank(), axes.empty());
   for (int a : axes) {

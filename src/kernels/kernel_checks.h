@@ -54,6 +54,20 @@ void check_dense_bias(const Tensor& bias, const Tensor& w);
 // Throws ShapeError unless dense_backward's dy (and y, with relu) is [M, N] for x [M, K] and w [K, N].
 void check_dense_backward_dy(const Tensor& x, const Tensor& w, const Tensor& y, const Tensor& dy, bool relu);
 
+// ---- LSTM cell and dropout.
+// lstm_cell's z [batch, 4 * units]: throws InvalidArgument naming `op` unless z is float32, ShapeError unless it has
+// that shape with units > 0.
+struct LstmShape {
+  int64_t batch = 0, units = 0;
+};
+LstmShape lstm_shape(const char* op, const Tensor& z);
+
+// Throws InvalidArgument naming `op` unless the (defined) c_prev is float32, ShapeError unless it is [batch, units].
+void check_lstm_c_prev(const char* op, const Tensor& c_prev, const LstmShape& s);
+
+// Throws InvalidArgument unless 0 <= rate < 1.
+void check_dropout_rate(float rate);
+
 // ---- reductions.
 // Which axes of x to reduce; an empty list means all of them. Throws InvalidArgument naming `op` for an axis out
 // of range or listed twice.
