@@ -346,6 +346,12 @@ ConvShape conv_shape(const char* op, const Shape& x, const Shape& w, const Conv2
   return g;
 }
 
+void check_conv_dy(const char* op, const Tensor& dy, const ConvShape& g, const Shape& x_shape, const Shape& w_shape) {
+  STRATA_CHECK(dy.shape() == g.y_shape(), ShapeError,
+               op << ": output gradient " << dy.shape_str() << " does not match the output " << shape_str(g.y_shape())
+                  << " of input " << shape_str(x_shape) << " and kernel " << shape_str(w_shape));
+}
+
 PoolShape pool_shape(const char* op, const Shape& x, const Pool2DParams& p) {
   STRATA_CHECK(p.pool_h >= 1 && p.pool_w >= 1 && p.stride_h >= 1 && p.stride_w >= 1, InvalidArgument,
                op << ": pool size and strides must be >= 1, got pool (" << p.pool_h << ", " << p.pool_w
@@ -359,6 +365,18 @@ PoolShape pool_shape(const char* op, const Shape& x, const Pool2DParams& p) {
                op << ": pool (" << p.pool_h << ", " << p.pool_w << ") does not fit input " << shape_str(x)
                   << " with VALID padding");
   return g;
+}
+
+void check_pool_dy(const char* op, const Tensor& dy, const PoolShape& g, const Shape& x_shape) {
+  STRATA_CHECK(dy.shape() == g.y_shape(), ShapeError,
+               op << ": output gradient " << dy.shape_str() << " does not match the output " << shape_str(g.y_shape())
+                  << " of input " << shape_str(x_shape));
+}
+
+void check_pool_workspace(const char* op, const Tensor& workspace, size_t bytes, const Shape& x_shape) {
+  STRATA_CHECK(workspace.nbytes() == bytes, InvalidArgument,
+               op << ": workspace of " << workspace.nbytes() << " bytes is not the " << bytes
+                  << " bytes max_pool2d made for input " << shape_str(x_shape));
 }
 
 }  // namespace strata::kernels

@@ -7,6 +7,7 @@
 // Thread-safety: pure functions on values.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <vector>
 
@@ -170,6 +171,9 @@ struct ConvShape {
 };
 ConvShape conv_shape(const char* op, const Shape& x, const Shape& w, const Conv2DParams& p);
 
+// Throws ShapeError naming `op` unless a convolution's output gradient dy has the output's shape.
+void check_conv_dy(const char* op, const Tensor& dy, const ConvShape& g, const Shape& x_shape, const Shape& w_shape);
+
 // Throws InvalidArgument naming `op` for a pool size or stride below 1, ShapeError for an input that is not
 // rank 4 or a window that does not fit under VALID.
 struct PoolShape {
@@ -178,5 +182,11 @@ struct PoolShape {
   Shape y_shape() const { return {n, oh, ow, c}; }
 };
 PoolShape pool_shape(const char* op, const Shape& x, const Pool2DParams& p);
+
+// Throws ShapeError naming `op` unless a pool's output gradient dy has the output's shape.
+void check_pool_dy(const char* op, const Tensor& dy, const PoolShape& g, const Shape& x_shape);
+
+// Throws InvalidArgument naming `op` unless max_pool2d's workspace has the `bytes` this device's max_pool2d makes.
+void check_pool_workspace(const char* op, const Tensor& workspace, size_t bytes, const Shape& x_shape);
 
 }  // namespace strata::kernels

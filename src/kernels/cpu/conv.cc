@@ -235,9 +235,7 @@ Tensor conv2d_backward_input(const Tensor& dy, const Tensor& w, const Shape& x_s
   cpu::require_host(op, {&dy, &w});
   cpu::require_float(op, {&dy, &w});
   const ConvGeometry g = conv_geometry(op, x_shape, w.shape(), p);
-  STRATA_CHECK(dy.shape() == g.y_shape(), ShapeError,
-               op << ": output gradient " << dy.shape_str() << " does not match the output " << shape_str(g.y_shape())
-                  << " of input " << shape_str(x_shape) << " and kernel " << w.shape_str());
+  check_conv_dy(op, dy, g, x_shape, w.shape());
   Tensor dx = Tensor::empty(x_shape);
   if (dx.numel() == 0) return dx;
   if (is_empty(g)) {
@@ -277,9 +275,7 @@ Conv2DWeightGrads conv2d_backward_weights(const Tensor& x, const Tensor& dy, con
   cpu::require_host(op, {&x, &dy});
   cpu::require_float(op, {&x, &dy});
   const ConvGeometry g = conv_geometry(op, x.shape(), w_shape, p);
-  STRATA_CHECK(dy.shape() == g.y_shape(), ShapeError,
-               op << ": output gradient " << dy.shape_str() << " does not match the output " << shape_str(g.y_shape())
-                  << " of input " << x.shape_str() << " and kernel " << shape_str(w_shape));
+  check_conv_dy(op, dy, g, x.shape(), w_shape);
   Conv2DWeightGrads grads;
   grads.dw = Tensor::empty(w_shape);
   if (with_bias) grads.db = Tensor::empty({g.f});

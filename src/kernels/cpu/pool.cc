@@ -92,9 +92,7 @@ bool begin_backward(const char* op, const Tensor& dy, const Shape& x_shape, cons
   cpu::require_host(op, {&dy});
   cpu::require_float(op, {&dy});
   g = pool_geometry(op, x_shape, p);
-  STRATA_CHECK(dy.shape() == g.y_shape(), ShapeError,
-               op << ": output gradient " << dy.shape_str() << " does not match the output " << shape_str(g.y_shape())
-                  << " of input " << shape_str(x_shape));
+  check_pool_dy(op, dy, g, x_shape);
   dx = Tensor::empty(x_shape);
   if (dx.numel() == 0) return false;
   if (dy.numel() == 0) {
@@ -138,9 +136,7 @@ Tensor max_pool2d_backward(const Tensor& dy, const Tensor& workspace, const Shap
   if (!begin_backward(op, dy, x_shape, p, g, dx)) return dx;
   auto entry = backward_entry(op, g, p, dnnl::algorithm::pooling_max);
   const memory::desc ws_desc = entry->pd.workspace_desc();
-  STRATA_CHECK(workspace.nbytes() == ws_desc.get_size(), InvalidArgument,
-               op << ": workspace of " << workspace.nbytes() << " bytes is not the " << ws_desc.get_size()
-                  << " bytes max_pool2d made for input " << shape_str(x_shape));
+  check_pool_workspace(op, workspace, ws_desc.get_size(), x_shape);
   cpu::execute(op, entry->prim, entry->pd,
                {{DNNL_ARG_DIFF_DST, cpu::wrap(y_desc(g), dy)},
                 {DNNL_ARG_WORKSPACE, cpu::wrap(ws_desc, workspace)},

@@ -105,9 +105,7 @@ bool begin_backward(const char* op, const Tensor& dy, const Shape& x_shape, cons
                     Tensor& dx) {
   check_dtype(op, dy, DType::kFloat32);
   g = pool_geometry(op, x_shape, p);
-  STRATA_CHECK(dy.shape() == g.y_shape(), ShapeError,
-               op << ": output gradient " << dy.shape_str() << " does not match the output " << shape_str(g.y_shape())
-                  << " of input " << shape_str(x_shape));
+  check_pool_dy(op, dy, g, x_shape);
   dx = Tensor::empty(x_shape, DType::kFloat32, dy.device());
   if (dx.numel() == 0) return false;
   if (dy.numel() == 0) {
@@ -170,9 +168,7 @@ Tensor max_pool2d_backward(const Tensor& dy, const Tensor& workspace, const Shap
   Tensor dx;
   if (!begin_backward(op, dy, x_shape, p, g, dx)) return dx;
   const MaxWorkspaceLayout l = max_workspace_layout(g);
-  STRATA_CHECK(workspace.nbytes() == l.bytes, InvalidArgument,
-               op << ": workspace of " << workspace.nbytes() << " bytes is not the " << l.bytes
-                  << " bytes max_pool2d made for input " << shape_str(x_shape));
+  check_pool_workspace(op, workspace, l.bytes, x_shape);
   const int device = dy.device().index;
   const uint8_t* ws = workspace.data<uint8_t>();
   const float* xp = reinterpret_cast<const float*>(ws);
