@@ -1,9 +1,9 @@
 // The argument checks, error messages, op names and output shapes that a kernel of kernels.h has on every device:
 // the CPU kernels (kernels/cpu) and the CUDA kernels (kernels/cuda) both call these, so a message or a rule is
 // written once and the two devices cannot drift apart. Each function throws the exception its comment names, with
-// the message the kernels document; none looks at where a tensor lives or at its data, only at shapes, dtypes and
-// arguments. Compiled into strata_kernels in every build; nvcc includes this header, so it stays free of
-// oneDNN/OpenMP.
+// the message the kernels document; none reads a tensor's data or asks for a particular device (unary_backward_input
+// only checks that its tensors share one), so each caller keeps its own device checks and dispatch. Compiled into
+// strata_kernels in every build; nvcc includes this header, so it stays free of oneDNN/OpenMP.
 // Thread-safety: pure functions on values.
 #pragma once
 
