@@ -15,9 +15,8 @@ namespace {
 
 using testing::expect_matches_cpu;
 using testing::kFloat32Tolerance;
+using testing::on_gpu;
 using testing::random_host;
-
-Tensor on_gpu(const Tensor& t) { return t.to(testing::gpu()); }
 
 void check_matmul(const Shape& sa, const Shape& sb, bool ta, bool tb, uint64_t seed) {
   const Tensor a = random_host(sa, seed);

@@ -12,9 +12,8 @@ namespace {
 
 using testing::expect_matches_cpu;
 using testing::kFloat32Tolerance;
+using testing::on_gpu;
 using testing::random_host;
-
-Tensor on_gpu(const Tensor& t) { return t.to(testing::gpu()); }
 
 TEST(GpuLstmCellTest, ForwardAndBackwardMatchTheCpu) {
   STRATA_REQUIRE_GPU();

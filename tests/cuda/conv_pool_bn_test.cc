@@ -24,11 +24,10 @@ namespace {
 namespace k = kernels;
 using testing::expect_matches_cpu;
 using testing::kFloat32Tolerance;
+using testing::on_gpu;
 using testing::random_host;
 
 constexpr double kLongReduction = 1e-3;
-
-Tensor on_gpu(const Tensor& t) { return t.defined() ? t.to(testing::gpu()) : Tensor(); }
 
 k::Conv2DParams conv_params(int stride_h, int stride_w, k::Padding padding, bool relu = false, int dilation_h = 1,
                             int dilation_w = 1) {

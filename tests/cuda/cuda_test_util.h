@@ -1,5 +1,5 @@
-// Helpers of the GPU tests (tests/cuda): skip without a GPU, random inputs, and a GPU result compared with the CPU
-// kernel's on the same inputs, within a tolerance per dtype. Thread-safety: test-thread only.
+// Helpers of the GPU tests (tests/cuda): skip without a GPU, copies to the GPU, random inputs, and a GPU result
+// compared with the CPU kernel's on the same inputs, within a tolerance per dtype. Thread-safety: test-thread only.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -32,6 +32,9 @@ inline bool built_with_cuda() {
 }
 
 inline Device gpu() { return Device::cuda(0); }
+
+// A copy of `t` on GPU 0; an undefined tensor (an optional argument left out) stays undefined.
+inline Tensor on_gpu(const Tensor& t) { return t.defined() ? t.to(gpu()) : Tensor(); }
 
 // Uniform in [low, high), float32, on the host; the same `seed` gives the same tensor.
 inline Tensor random_host(const Shape& shape, uint64_t seed, float low = -1.0f, float high = 1.0f) {

@@ -16,9 +16,8 @@ using kernels::BinaryOp;
 using kernels::UnaryOp;
 using testing::expect_matches_cpu;
 using testing::kFloat32Tolerance;
+using testing::on_gpu;
 using testing::random_host;
-
-Tensor on_gpu(const Tensor& t) { return t.to(testing::gpu()); }
 
 const std::vector<std::pair<Shape, Shape>>& broadcast_cases() {
   static const std::vector<std::pair<Shape, Shape>> cases = {

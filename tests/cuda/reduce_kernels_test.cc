@@ -15,9 +15,8 @@ namespace {
 
 using testing::expect_matches_cpu;
 using testing::kFloat32Tolerance;
+using testing::on_gpu;
 using testing::random_host;
-
-Tensor on_gpu(const Tensor& t) { return t.to(testing::gpu()); }
 
 std::string axes_str(const std::vector<int>& axes) {
   std::string s = "{";

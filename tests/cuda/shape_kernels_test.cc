@@ -14,9 +14,8 @@ namespace {
 
 using testing::expect_matches_cpu;
 using testing::kFloat32Tolerance;
+using testing::on_gpu;
 using testing::random_host;
-
-Tensor on_gpu(const Tensor& t) { return t.to(testing::gpu()); }
 
 Tensor indices_host(const std::vector<int64_t>& values, const Shape& shape, DType dtype) {
   return Tensor::from_vector(values, shape).to(dtype);

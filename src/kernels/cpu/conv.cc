@@ -30,6 +30,7 @@
 #include "kernels/cpu/cpu_util.h"
 #include "kernels/cpu/dnnl_util.h"
 #include "kernels/device_dispatch.h"
+#include "kernels/kernel_checks.h"
 #include "kernels/kernels.h"
 #include "strata/threading.h"
 
@@ -48,43 +49,17 @@ constexpr int64_t kBlockedWeightGradMaxChannels = 3;
 // The sgemm + col2im path works on groups of images whose planes fit in this many bytes.
 constexpr int64_t kCol2ImChunkBytes = int64_t{16} << 20;
 
-struct ConvGeometry {
-  int64_t n = 0, h = 0, w = 0, c = 0;  // input
-  int64_t kh = 0, kw = 0, f = 0;       // kernel [kh, kw, c, f]
-  int64_t oh = 0, ow = 0;              // output
-  int64_t pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
-
+// Sizes and padding (kernel_checks.h), with oneDNN's views of them.
+struct ConvGeometry : ConvShape {
   memory::dims x_dims() const { return {n, c, h, w}; }
   memory::dims w_dims() const { return {f, c, kh, kw}; }
   memory::dims y_dims() const { return {n, f, oh, ow}; }
-  Shape y_shape() const { return {n, oh, ow, f}; }
 };
-
-void check_params(const char* op, const Conv2DParams& p) {
-  STRATA_CHECK(p.stride_h >= 1 && p.stride_w >= 1 && p.dilation_h >= 1 && p.dilation_w >= 1, InvalidArgument,
-               op << ": strides and dilations must be >= 1, got strides (" << p.stride_h << ", " << p.stride_w
-                  << ") and dilations (" << p.dilation_h << ", " << p.dilation_w << ")");
-}
 
 // Checks x and the kernel shape and computes the geometry.
 ConvGeometry conv_geometry(const char* op, const Shape& x, const Shape& w, const Conv2DParams& p) {
-  check_params(op, p);
-  STRATA_CHECK(x.size() == 4, ShapeError, op << ": input must be [N, H, W, C], got " << shape_str(x));
-  STRATA_CHECK(w.size() == 4, ShapeError, op << ": kernel must be [kh, kw, in, out], got " << shape_str(w));
-  STRATA_CHECK(x[3] == w[2], ShapeError,
-               op << ": input " << shape_str(x) << " has " << x[3] << " channels but kernel " << shape_str(w)
-                  << " expects " << w[2]);
   ConvGeometry g;
-  g.n = x[0], g.h = x[1], g.w = x[2], g.c = x[3];
-  g.kh = w[0], g.kw = w[1], g.f = w[3];
-  STRATA_CHECK(g.kh >= 1 && g.kw >= 1, ShapeError, op << ": kernel " << shape_str(w) << " has an empty window");
-  const bool fits_h =
-      cpu::window_geometry(g.h, g.kh, p.stride_h, p.dilation_h, p.padding, g.oh, g.pad_top, g.pad_bottom);
-  const bool fits_w =
-      cpu::window_geometry(g.w, g.kw, p.stride_w, p.dilation_w, p.padding, g.ow, g.pad_left, g.pad_right);
-  STRATA_CHECK(fits_h && fits_w, ShapeError,
-               op << ": kernel " << shape_str(w) << " with dilations (" << p.dilation_h << ", " << p.dilation_w
-                  << ") does not fit input " << shape_str(x) << " with VALID padding");
+  static_cast<ConvShape&>(g) = conv_shape(op, x, w, p);
   return g;
 }
 
@@ -260,9 +235,7 @@ Tensor conv2d_backward_input(const Tensor& dy, const Tensor& w, const Shape& x_s
   cpu::require_host(op, {&dy, &w});
   cpu::require_float(op, {&dy, &w});
   const ConvGeometry g = conv_geometry(op, x_shape, w.shape(), p);
-  STRATA_CHECK(dy.shape() == g.y_shape(), ShapeError,
-               op << ": output gradient " << dy.shape_str() << " does not match the output " << shape_str(g.y_shape())
-                  << " of input " << shape_str(x_shape) << " and kernel " << w.shape_str());
+  check_conv_dy(op, dy, g, x_shape, w.shape());
   Tensor dx = Tensor::empty(x_shape);
   if (dx.numel() == 0) return dx;
   if (is_empty(g)) {
@@ -302,9 +275,7 @@ Conv2DWeightGrads conv2d_backward_weights(const Tensor& x, const Tensor& dy, con
   cpu::require_host(op, {&x, &dy});
   cpu::require_float(op, {&x, &dy});
   const ConvGeometry g = conv_geometry(op, x.shape(), w_shape, p);
-  STRATA_CHECK(dy.shape() == g.y_shape(), ShapeError,
-               op << ": output gradient " << dy.shape_str() << " does not match the output " << shape_str(g.y_shape())
-                  << " of input " << x.shape_str() << " and kernel " << shape_str(w_shape));
+  check_conv_dy(op, dy, g, x.shape(), w_shape);
   Conv2DWeightGrads grads;
   grads.dw = Tensor::empty(w_shape);
   if (with_bias) grads.db = Tensor::empty({g.f});

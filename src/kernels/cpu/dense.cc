@@ -14,6 +14,7 @@
 #include "kernels/cpu/cpu_util.h"
 #include "kernels/cpu/dnnl_util.h"
 #include "kernels/device_dispatch.h"
+#include "kernels/kernel_checks.h"
 #include "kernels/kernels.h"
 #include "strata/threading.h"
 
@@ -80,15 +81,11 @@ void check_sgemm(dnnl_status_t st, const char* what, const Tensor& a, const Tens
 Tensor dense(const Tensor& x, const Tensor& w, const Tensor& bias, bool relu) {
   if (on_cuda("dense", {&x, &w})) STRATA_CUDA_KERNEL(return cuda::dense(x, w, bias, relu));
   cpu::require_host("dense", {&x, &w});
-  cpu::require_float("dense", {&x, &w});
-  STRATA_CHECK(x.rank() == 2 && w.rank() == 2 && x.dim(1) == w.dim(0), ShapeError,
-               "dense: wants x [M, K] and w [K, N], got x " << x.shape_str() << " and w " << w.shape_str());
-  const int64_t M = x.dim(0), K = x.dim(1), N = w.dim(1);
+  const DenseShape d = dense_shape(x, w);
+  const int64_t M = d.M, K = d.K, N = d.N;
   if (bias.defined()) {
     cpu::require_host("dense", {&bias});
-    cpu::require_float("dense", {&bias});
-    STRATA_CHECK(bias.rank() == 1 && bias.dim(0) == N, ShapeError,
-                 "dense: bias " << bias.shape_str() << " does not match w " << w.shape_str());
+    check_dense_bias(bias, w);
   }
   Tensor y = Tensor::empty({M, N});
   if (y.numel() == 0) return y;
@@ -113,9 +110,7 @@ DenseGrads dense_backward(const Tensor& x, const Tensor& w, const Tensor& y, con
   cpu::require_host("dense_backward", {&x, &w, &dy});
   cpu::require_float("dense_backward", {&x, &w, &dy});
   const int64_t M = x.dim(0), K = x.dim(1), N = w.dim(1);
-  STRATA_CHECK(dy.shape() == Shape({M, N}) && (!relu || y.shape() == dy.shape()), ShapeError,
-               "dense_backward: dy " << dy.shape_str() << " (and y " << y.shape_str() << " with relu) must be [" << M
-                                     << ", " << N << "] for x " << x.shape_str() << " and w " << w.shape_str());
+  check_dense_backward_dy(x, w, y, dy, relu);
   DenseGrads g;
   // dz: dy through relu's mask (y > 0 exactly where the pre-activation is), with the bias gradient's
   // column sums taken in the same pass; the blocks' float sums add up in double.

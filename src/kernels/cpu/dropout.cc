@@ -6,6 +6,7 @@
 // Thread-safety: safe to call concurrently with distinct generators (a Generator is not synchronised).
 #include "kernels/cpu/cpu_util.h"
 #include "kernels/device_dispatch.h"
+#include "kernels/kernel_checks.h"
 #include "kernels/kernels.h"
 
 namespace strata::kernels {
@@ -15,7 +16,7 @@ DropoutResult dropout(const Tensor& x, float rate, Generator& gen) {
   if (on_cuda(op, {&x})) STRATA_CUDA_KERNEL(return cuda::dropout(x, rate, gen));
   cpu::require_host(op, {&x});
   cpu::require_float(op, {&x});
-  STRATA_CHECK(rate >= 0.0f && rate < 1.0f, InvalidArgument, op << ": rate must be in [0, 1), got " << rate);
+  check_dropout_rate(rate);
   DropoutResult r;
   if (rate == 0.0f) {
     r.y = x.clone();

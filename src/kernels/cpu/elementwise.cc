@@ -10,6 +10,7 @@
 
 #include "kernels/cpu/cpu_util.h"
 #include "kernels/device_dispatch.h"
+#include "kernels/kernel_checks.h"
 #include "kernels/kernels.h"
 
 namespace strata::kernels {
@@ -17,58 +18,6 @@ namespace strata::kernels {
 namespace {
 
 using cpu::kGrain;
-
-const char* binary_name(BinaryOp op) {
-  switch (op) {
-    case BinaryOp::kAdd:
-      return "add";
-    case BinaryOp::kSub:
-      return "sub";
-    case BinaryOp::kMul:
-      return "mul";
-    case BinaryOp::kDiv:
-      return "div";
-    case BinaryOp::kPow:
-      return "pow";
-    case BinaryOp::kMaximum:
-      return "maximum";
-    case BinaryOp::kMinimum:
-      return "minimum";
-    case BinaryOp::kEqual:
-      return "equal";
-    case BinaryOp::kGreater:
-      return "greater";
-  }
-  return "binary";
-}
-
-const char* unary_name(UnaryOp op) {
-  switch (op) {
-    case UnaryOp::kNeg:
-      return "neg";
-    case UnaryOp::kExp:
-      return "exp";
-    case UnaryOp::kLog:
-      return "log";
-    case UnaryOp::kSqrt:
-      return "sqrt";
-    case UnaryOp::kAbs:
-      return "abs";
-    case UnaryOp::kSquare:
-      return "square";
-    case UnaryOp::kSign:
-      return "sign";
-    case UnaryOp::kRelu:
-      return "relu";
-    case UnaryOp::kSigmoid:
-      return "sigmoid";
-    case UnaryOp::kTanh:
-      return "tanh";
-    case UnaryOp::kGelu:
-      return "gelu";
-  }
-  return "unary";
-}
 
 // out[e] = f(a[...], b[...]) over a broadcast plan; the three inner loops cover same-shape runs and
 // runs where one side is constant (scalar, row or column broadcast).
@@ -254,49 +203,40 @@ Tensor unary(UnaryOp op, const Tensor& x) {
     case UnaryOp::kGelu:
       return map1(x, [](float v) { return gelu(v); });
   }
-  STRATA_THROW(InvalidArgument, "unary: unknown op " << static_cast<int>(op));
+  throw_unknown_unary_op("unary", op);
 }
 
 // Which of x and y each gradient reads; the one not read may be passed undefined.
 Tensor unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy) {
   const char* name = unary_name(op);
   if (on_cuda(name, {&dy})) STRATA_CUDA_KERNEL(return cuda::unary_backward(op, x, y, dy));
-  const bool needs_x = op == UnaryOp::kLog || op == UnaryOp::kAbs || op == UnaryOp::kSquare || op == UnaryOp::kRelu ||
-                       op == UnaryOp::kGelu;
-  const bool needs_y = op == UnaryOp::kExp || op == UnaryOp::kSqrt || op == UnaryOp::kSigmoid || op == UnaryOp::kTanh;
-  const Tensor& in = needs_y ? y : x;  // the forward tensor this gradient reads
-  if (needs_x || needs_y) {
-    cpu::require_host(name, {&in, &dy});
-    cpu::require_float(name, {&in, &dy});
-    cpu::require_same_shape(name, in, needs_y ? "y" : "x", dy, "dy");
-  } else {
-    check_unary_input(name, dy);
-  }
+  // dy is on the host here (on_cuda said so), so the shared checks' one device is the host.
+  const Tensor* in = unary_backward_input(op, x, y, dy);  // the forward tensor this gradient reads
   switch (op) {
     case UnaryOp::kNeg:
       return map1(dy, [](float g) { return -g; });
     case UnaryOp::kSign:
       return Tensor::zeros(dy.shape());
     case UnaryOp::kExp:
-      return map2(in, dy, [](float v, float g) { return g * v; });
+      return map2(*in, dy, [](float v, float g) { return g * v; });
     case UnaryOp::kLog:
-      return map2(in, dy, [](float v, float g) { return g / v; });
+      return map2(*in, dy, [](float v, float g) { return g / v; });
     case UnaryOp::kSqrt:
-      return map2(in, dy, [](float v, float g) { return g * 0.5f / v; });
+      return map2(*in, dy, [](float v, float g) { return g * 0.5f / v; });
     case UnaryOp::kAbs:
-      return map2(in, dy, [](float v, float g) { return g * sign(v); });
+      return map2(*in, dy, [](float v, float g) { return g * sign(v); });
     case UnaryOp::kSquare:
-      return map2(in, dy, [](float v, float g) { return 2.0f * v * g; });
+      return map2(*in, dy, [](float v, float g) { return 2.0f * v * g; });
     case UnaryOp::kRelu:
-      return map2(in, dy, [](float v, float g) { return v > 0.0f ? g : 0.0f; });
+      return map2(*in, dy, [](float v, float g) { return v > 0.0f ? g : 0.0f; });
     case UnaryOp::kSigmoid:
-      return map2(in, dy, [](float v, float g) { return g * v * (1.0f - v); });
+      return map2(*in, dy, [](float v, float g) { return g * v * (1.0f - v); });
     case UnaryOp::kTanh:
-      return map2(in, dy, [](float v, float g) { return g * (1.0f - v * v); });
+      return map2(*in, dy, [](float v, float g) { return g * (1.0f - v * v); });
     case UnaryOp::kGelu:
-      return map2(in, dy, [](float v, float g) { return g * gelu_grad(v); });
+      return map2(*in, dy, [](float v, float g) { return g * gelu_grad(v); });
   }
-  STRATA_THROW(InvalidArgument, "unary_backward: unknown op " << static_cast<int>(op));
+  throw_unknown_unary_op("unary_backward", op);
 }
 
 Tensor leaky_relu(const Tensor& x, float alpha) {
@@ -332,7 +272,7 @@ Tensor elu_backward(const Tensor& x, const Tensor& y, const Tensor& dy, float al
 Tensor clip(const Tensor& x, float low, float high) {
   if (on_cuda("clip", {&x})) STRATA_CUDA_KERNEL(return cuda::clip(x, low, high));
   check_unary_input("clip", x);
-  STRATA_CHECK(low <= high, InvalidArgument, "clip: low " << low << " is greater than high " << high);
+  check_clip_range(low, high);
   return map1(x, [low, high](float v) { return v < low ? low : (v > high ? high : v); });
 }
 

@@ -5,6 +5,7 @@
 
 #include "kernels/cpu/cpu_util.h"
 #include "kernels/device_dispatch.h"
+#include "kernels/kernel_checks.h"
 #include "kernels/kernels.h"
 
 namespace strata::kernels {
@@ -19,15 +20,11 @@ LstmCellResult lstm_cell(const Tensor& z, const Tensor& c_prev) {
   const char* op = "lstm_cell";
   if (on_cuda(op, {&z})) STRATA_CUDA_KERNEL(return cuda::lstm_cell(z, c_prev));
   cpu::require_host(op, {&z});
-  cpu::require_float(op, {&z});
-  STRATA_CHECK(z.rank() == 2 && z.dim(1) % 4 == 0 && z.dim(1) > 0, ShapeError,
-               op << ": z must be [batch, 4 * units], got " << z.shape_str());
-  const int64_t batch = z.dim(0), u = z.dim(1) / 4;
+  const LstmShape s = lstm_shape(op, z);
+  const int64_t batch = s.batch, u = s.units;
   if (c_prev.defined()) {
     cpu::require_host(op, {&c_prev});
-    cpu::require_float(op, {&c_prev});
-    STRATA_CHECK(c_prev.shape() == (Shape{batch, u}), ShapeError,
-                 op << ": c_prev must be [" << batch << ", " << u << "], got " << c_prev.shape_str());
+    check_lstm_c_prev(op, c_prev, s);
   }
   LstmCellResult r{Tensor::empty({batch, 4 * u}), Tensor::empty({batch, 2 * u})};
   const float* pz = z.data<float>();

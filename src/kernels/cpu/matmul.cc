@@ -12,6 +12,7 @@
 #include "kernels/cpu/cpu_util.h"
 #include "kernels/cpu/dnnl_util.h"
 #include "kernels/device_dispatch.h"
+#include "kernels/kernel_checks.h"
 #include "kernels/kernels.h"
 
 namespace strata::kernels {
@@ -40,28 +41,10 @@ void check_status(dnnl_status_t st, const Tensor& a, const Tensor& b) {
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   if (on_cuda("matmul", {&a, &b})) STRATA_CUDA_KERNEL(return cuda::matmul(a, b, trans_a, trans_b));
   cpu::require_host("matmul", {&a, &b});
-  cpu::require_float("matmul", {&a, &b});
-  STRATA_CHECK((a.rank() == 2 || a.rank() == 3) && (b.rank() == 2 || b.rank() == 3), ShapeError,
-               "matmul: wants rank-2 or rank-3 operands, got " << a.shape_str() << " and " << b.shape_str());
-  const int64_t M = trans_a ? a.dim(-1) : a.dim(-2);
-  const int64_t Ka = trans_a ? a.dim(-2) : a.dim(-1);
-  const int64_t Kb = trans_b ? b.dim(-1) : b.dim(-2);
-  const int64_t N = trans_b ? b.dim(-2) : b.dim(-1);
-  STRATA_CHECK(Ka == Kb, ShapeError,
-               "matmul: inner dimensions differ: a " << a.shape_str() << (trans_a ? " (transposed)" : "") << " and b "
-                                                     << b.shape_str() << (trans_b ? " (transposed)" : "") << " give "
-                                                     << Ka << " vs " << Kb);
-  const int64_t K = Ka;
-
-  const bool batched = a.rank() == 3 || b.rank() == 3;
-  const int64_t Ba = a.rank() == 3 ? a.dim(0) : 1;
-  const int64_t Bb = b.rank() == 3 ? b.dim(0) : 1;
-  if (a.rank() == 3 && b.rank() == 3) {
-    STRATA_CHECK(Ba == Bb || Ba == 1 || Bb == 1, ShapeError,
-                 "matmul: batch sizes differ: a " << a.shape_str() << " and b " << b.shape_str());
-  }
-  const int64_t batch = Ba == 1 ? Bb : Ba;  // a batch of 1 (or a rank-2 operand) is shared
-  Tensor out = batched ? Tensor::empty({batch, M, N}) : Tensor::empty({M, N});
+  const MatmulShape s = matmul_shape(a, b, trans_a, trans_b);
+  const int64_t M = s.M, N = s.N, K = s.K, Ba = s.Ba, Bb = s.Bb, batch = s.batch;
+  const bool batched = s.batched;
+  Tensor out = Tensor::empty(s.out_shape());
   if (out.numel() == 0) return out;
   if (K == 0) {
     out.fill_(0.0);

@@ -10,6 +10,7 @@
 #include "kernels/cpu/cpu_util.h"
 #include "kernels/cpu/dnnl_util.h"
 #include "kernels/device_dispatch.h"
+#include "kernels/kernel_checks.h"
 #include "kernels/kernels.h"
 
 namespace strata::kernels {
@@ -20,26 +21,10 @@ using cpu::CacheKey;
 using dnnl::memory;
 using tag = memory::format_tag;
 
-struct PoolGeometry {
-  int64_t n = 0, h = 0, w = 0, c = 0, oh = 0, ow = 0;
-  int64_t pad_top = 0, pad_bottom = 0, pad_left = 0, pad_right = 0;
-  Shape y_shape() const { return {n, oh, ow, c}; }
-};
+// Sizes and padding: kernel_checks.h's, whose checks and messages the CUDA kernels share.
+using PoolGeometry = PoolShape;
 
-PoolGeometry pool_geometry(const char* op, const Shape& x, const Pool2DParams& p) {
-  STRATA_CHECK(p.pool_h >= 1 && p.pool_w >= 1 && p.stride_h >= 1 && p.stride_w >= 1, InvalidArgument,
-               op << ": pool size and strides must be >= 1, got pool (" << p.pool_h << ", " << p.pool_w
-                  << ") and strides (" << p.stride_h << ", " << p.stride_w << ")");
-  STRATA_CHECK(x.size() == 4, ShapeError, op << ": input must be [N, H, W, C], got " << shape_str(x));
-  PoolGeometry g;
-  g.n = x[0], g.h = x[1], g.w = x[2], g.c = x[3];
-  const bool fits_h = cpu::window_geometry(g.h, p.pool_h, p.stride_h, 1, p.padding, g.oh, g.pad_top, g.pad_bottom);
-  const bool fits_w = cpu::window_geometry(g.w, p.pool_w, p.stride_w, 1, p.padding, g.ow, g.pad_left, g.pad_right);
-  STRATA_CHECK(fits_h && fits_w, ShapeError,
-               op << ": pool (" << p.pool_h << ", " << p.pool_w << ") does not fit input " << shape_str(x)
-                  << " with VALID padding");
-  return g;
-}
+PoolGeometry pool_geometry(const char* op, const Shape& x, const Pool2DParams& p) { return pool_shape(op, x, p); }
 
 CacheKey pool_key(const char* op, const PoolGeometry& g, const Pool2DParams& p) {
   CacheKey key(op);
@@ -107,9 +92,7 @@ bool begin_backward(const char* op, const Tensor& dy, const Shape& x_shape, cons
   cpu::require_host(op, {&dy});
   cpu::require_float(op, {&dy});
   g = pool_geometry(op, x_shape, p);
-  STRATA_CHECK(dy.shape() == g.y_shape(), ShapeError,
-               op << ": output gradient " << dy.shape_str() << " does not match the output " << shape_str(g.y_shape())
-                  << " of input " << shape_str(x_shape));
+  check_pool_dy(op, dy, g, x_shape);
   dx = Tensor::empty(x_shape);
   if (dx.numel() == 0) return false;
   if (dy.numel() == 0) {
@@ -153,9 +136,7 @@ Tensor max_pool2d_backward(const Tensor& dy, const Tensor& workspace, const Shap
   if (!begin_backward(op, dy, x_shape, p, g, dx)) return dx;
   auto entry = backward_entry(op, g, p, dnnl::algorithm::pooling_max);
   const memory::desc ws_desc = entry->pd.workspace_desc();
-  STRATA_CHECK(workspace.nbytes() == ws_desc.get_size(), InvalidArgument,
-               op << ": workspace of " << workspace.nbytes() << " bytes is not the " << ws_desc.get_size()
-                  << " bytes max_pool2d made for input " << shape_str(x_shape));
+  check_pool_workspace(op, workspace, ws_desc.get_size(), x_shape);
   cpu::execute(op, entry->prim, entry->pd,
                {{DNNL_ARG_DIFF_DST, cpu::wrap(y_desc(g), dy)},
                 {DNNL_ARG_WORKSPACE, cpu::wrap(ws_desc, workspace)},

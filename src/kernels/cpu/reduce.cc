@@ -15,6 +15,7 @@
 
 #include "kernels/cpu/cpu_util.h"
 #include "kernels/device_dispatch.h"
+#include "kernels/kernel_checks.h"
 #include "kernels/kernels.h"
 
 namespace strata::kernels {
@@ -125,72 +126,35 @@ void reduce_step(const In* in, int64_t outer, int64_t n, int64_t inner, typename
   }
 }
 
-// Which axes of x to reduce; an empty list means all of them.
-std::vector<bool> reduced_axes(const char* op, const Tensor& x, const std::vector<int>& axes) {
-  std::vector<bool> flags(x.rank(), axes.empty());
-  for (int a : axes) {
-    const int ax = normalize_axis(a, x.rank(), op);
-    STRATA_CHECK(!flags[ax], InvalidArgument, op << ": axis " << a << " is listed twice for " << x.shape_str());
-    flags[ax] = true;
-  }
-  return flags;
-}
-
 // Reduces x over the flagged axes with Op, then multiplies by `scale` (1/count for a mean when
 // `mean` is set).
 template <class Op>
 Tensor reduce_impl(const char* op, const Tensor& x, const std::vector<bool>& flags, bool keepdims, bool mean) {
   using Acc = typename Op::Acc;
-  Shape out_shape;
-  int64_t count = 1;
-  for (int j = 0; j < x.rank(); ++j) {
-    if (flags[j]) {
-      count *= x.shape()[j];
-      if (keepdims) out_shape.push_back(1);
-    } else {
-      out_shape.push_back(x.shape()[j]);
-    }
-  }
+  const ReduceLayout layout = reduce_layout(x, flags, keepdims);
+  const Shape& out_shape = layout.out_shape;
+  const int64_t count = layout.count;
   Tensor out = Tensor::empty(out_shape);
   const int64_t out_numel = out.numel();
   if (out_numel == 0) return out;
   if (count == 0) {
-    constexpr bool is_max = std::is_same_v<Op, MaxOp>;
-    STRATA_CHECK(!is_max, InvalidArgument, op << ": cannot reduce over an empty axis of " << x.shape_str());
+    check_empty_reduction(op, x, std::is_same_v<Op, MaxOp>);
     out.fill_(mean ? std::numeric_limits<double>::quiet_NaN() : 0.0);
     return out;
-  }
-  // Coalesce: drop unit axes, merge neighbours of the same kind.
-  std::vector<int64_t> sizes;
-  std::vector<bool> kinds;
-  for (int j = 0; j < x.rank(); ++j) {
-    if (x.shape()[j] == 1) continue;
-    if (!kinds.empty() && kinds.back() == flags[j]) {
-      sizes.back() *= x.shape()[j];
-    } else {
-      sizes.push_back(x.shape()[j]);
-      kinds.push_back(flags[j]);
-    }
   }
   float* po = out.data<float>();
   const float* px = x.data<float>();
   std::vector<Acc> cur, next;
   bool first = true;
-  for (int g = static_cast<int>(sizes.size()) - 1; g >= 0; --g) {
-    if (!kinds[g]) continue;
-    int64_t outer = 1, inner = 1;
-    for (int j = 0; j < g; ++j) outer *= sizes[j];
-    for (int j = g + 1; j < static_cast<int>(sizes.size()); ++j) inner *= sizes[j];
-    next.assign(outer * inner, Acc{});
+  for (const ReduceStep& st : layout.steps) {
+    next.assign(st.outer * st.inner, Acc{});
     if (first) {
-      reduce_step<Op, float>(px, outer, sizes[g], inner, next.data());
+      reduce_step<Op, float>(px, st.outer, st.n, st.inner, next.data());
     } else {
-      reduce_step<Op, Acc>(cur.data(), outer, sizes[g], inner, next.data());
+      reduce_step<Op, Acc>(cur.data(), st.outer, st.n, st.inner, next.data());
     }
     first = false;
     cur.swap(next);
-    sizes.erase(sizes.begin() + g);
-    kinds.erase(kinds.begin() + g);
   }
   if (first) {  // only unit axes were reduced: a copy
     std::memcpy(po, px, out_numel * sizeof(float));
@@ -247,13 +211,10 @@ Tensor max(const Tensor& x, const std::vector<int>& axes, bool keepdims) {
 Tensor argmax(const Tensor& x, int axis) {
   if (on_cuda("argmax", {&x})) STRATA_CUDA_KERNEL(return cuda::argmax(x, axis));
   check_reduce_input("argmax", x);
-  const int ax = normalize_axis(axis, x.rank(), "argmax");
-  Shape out_shape = x.shape();
-  out_shape.erase(out_shape.begin() + ax);
+  const auto [ax, out_shape] = argmax_shape(x, axis);
   Tensor out = Tensor::empty(out_shape, DType::kInt64);
   if (out.numel() == 0) return out;
   const cpu::AxisSplit s = cpu::split_at_axis(x.shape(), ax);
-  STRATA_CHECK(s.n > 0, InvalidArgument, "argmax: axis " << axis << " of " << x.shape_str() << " is empty");
   const float* px = x.data<float>();
   int64_t* pi = out.data<int64_t>();
   auto better = [](float v, float best) { return v > best || (v != v && best == best); };
@@ -289,8 +250,7 @@ Tensor argmax(const Tensor& x, int axis) {
 Tensor broadcast_to(const Tensor& x, const Shape& shape) {
   if (on_cuda("broadcast_to", {&x})) STRATA_CUDA_KERNEL(return cuda::broadcast_to(x, shape));
   cpu::require_host("broadcast_to", {&x});
-  const bool fits = shape.size() >= x.shape().size() && broadcast_shapes(x.shape(), shape, "broadcast_to") == shape;
-  STRATA_CHECK(fits, ShapeError, "broadcast_to: cannot broadcast " << x.shape_str() << " to " << shape_str(shape));
+  check_broadcast_to(x, shape);
   Tensor out = Tensor::empty(shape, x.dtype());
   if (out.numel() == 0) return out;
   const cpu::BroadcastPlan p = cpu::plan_broadcast(shape, {&x.shape()});
@@ -308,7 +268,7 @@ Tensor broadcast_to(const Tensor& x, const Shape& shape) {
       broadcast_copy(p, static_cast<const uint64_t*>(x.raw_data()), static_cast<uint64_t*>(out.raw_data()));
       break;
     default:
-      STRATA_THROW(InvalidArgument, "broadcast_to: unsupported dtype " << dtype_name(x.dtype()));
+      throw_broadcast_dtype(x);
   }
   return out;
 }
@@ -316,11 +276,7 @@ Tensor broadcast_to(const Tensor& x, const Shape& shape) {
 Tensor sum_to_shape(const Tensor& x, const Shape& shape) {
   if (on_cuda("sum_to_shape", {&x})) STRATA_CUDA_KERNEL(return cuda::sum_to_shape(x, shape));
   check_reduce_input("sum_to_shape", x);
-  const bool fits = shape.size() <= x.shape().size() && broadcast_shapes(shape, x.shape(), "sum_to_shape") == x.shape();
-  STRATA_CHECK(fits, ShapeError, "sum_to_shape: " << x.shape_str() << " is not a broadcast of " << shape_str(shape));
-  const int lead = x.rank() - static_cast<int>(shape.size());
-  std::vector<bool> flags(x.rank(), false);
-  for (int j = 0; j < x.rank(); ++j) flags[j] = j < lead || (shape[j - lead] == 1 && x.shape()[j] != 1);
+  const std::vector<bool> flags = sum_to_shape_axes(x, shape);
   return reduce_impl<SumOp>("sum_to_shape", x, flags, true, false).reshape(shape);
 }
 

@@ -9,6 +9,7 @@
 
 #include "kernels/cpu/cpu_util.h"
 #include "kernels/device_dispatch.h"
+#include "kernels/kernel_checks.h"
 #include "kernels/kernels.h"
 
 namespace strata::kernels {
@@ -30,11 +31,6 @@ void copy_blocks(const char* src, int64_t src_stride, char* dst, int64_t dst_str
       c = 0;
     }
   });
-}
-
-void require_index_dtype(const char* op, const Tensor& indices) {
-  STRATA_CHECK(indices.dtype() == DType::kInt32 || indices.dtype() == DType::kInt64, InvalidArgument,
-               op << ": indices must be int32 or int64, got " << dtype_name(indices.dtype()) << indices.shape_str());
 }
 
 // The indices as int64, whatever their integer dtype.
@@ -62,25 +58,11 @@ void check_indices_in_range(const char* op, const std::vector<int64_t>& idx, int
 }  // namespace
 
 Tensor concat(const std::vector<Tensor>& xs, int axis) {
-  STRATA_CHECK(!xs.empty(), InvalidArgument, "concat: no tensors to concatenate");
+  require_tensors("concat", xs, "concatenate");
   if (on_cuda("concat", {&xs[0]})) STRATA_CUDA_KERNEL(return cuda::concat(xs, axis));
   for (const Tensor& x : xs) cpu::require_host("concat", {&xs[0], &x});
   const Tensor& first = xs[0];
-  const int ax = normalize_axis(axis, first.rank(), "concat");
-  Shape out_shape = first.shape();
-  out_shape[ax] = 0;
-  for (size_t i = 0; i < xs.size(); ++i) {
-    const Tensor& x = xs[i];
-    STRATA_CHECK(x.dtype() == first.dtype(), InvalidArgument,
-                 "concat: tensor " << i << " holds " << dtype_name(x.dtype()) << ", tensor 0 holds "
-                                   << dtype_name(first.dtype()));
-    bool fits = x.rank() == first.rank();
-    for (int j = 0; fits && j < x.rank(); ++j) fits = j == ax || x.shape()[j] == first.shape()[j];
-    STRATA_CHECK(fits, ShapeError,
-                 "concat: along axis " << axis << ", tensor " << i << " " << x.shape_str() << " does not fit tensor 0 "
-                                       << first.shape_str());
-    out_shape[ax] += x.shape()[ax];
-  }
+  const auto [ax, out_shape] = concat_shape(xs, axis);
   Tensor out = Tensor::empty(out_shape, first.dtype());
   if (out.numel() == 0) return out;
   const cpu::AxisSplit s = cpu::split_at_axis(out_shape, ax);
@@ -96,32 +78,17 @@ Tensor concat(const std::vector<Tensor>& xs, int axis) {
 }
 
 Tensor stack(const std::vector<Tensor>& xs, int axis) {
-  STRATA_CHECK(!xs.empty(), InvalidArgument, "stack: no tensors to stack");
+  require_tensors("stack", xs, "stack");
   if (on_cuda("stack", {&xs[0]})) STRATA_CUDA_KERNEL(return cuda::stack(xs, axis));
   for (const Tensor& x : xs) cpu::require_host("stack", {&xs[0], &x});
-  const int ax = normalize_axis(axis, xs[0].rank() + 1, "stack");
-  std::vector<Tensor> views;
-  views.reserve(xs.size());
-  for (size_t i = 0; i < xs.size(); ++i) {
-    STRATA_CHECK(xs[i].shape() == xs[0].shape(), ShapeError,
-                 "stack: tensor " << i << " " << xs[i].shape_str() << " differs from tensor 0 " << xs[0].shape_str());
-    Shape s = xs[i].shape();
-    s.insert(s.begin() + ax, 1);
-    views.push_back(xs[i].reshape(s));
-  }
-  return concat(views, ax);
+  const StackViews s = stack_views(xs, axis);
+  return concat(s.views, s.axis);
 }
 
 Tensor slice_axis(const Tensor& x, int axis, int64_t start, int64_t end) {
   if (on_cuda("slice_axis", {&x})) STRATA_CUDA_KERNEL(return cuda::slice_axis(x, axis, start, end));
   cpu::require_host("slice_axis", {&x});
-  const int ax = normalize_axis(axis, x.rank(), "slice_axis");
-  const int64_t dim = x.shape()[ax];
-  STRATA_CHECK(
-      0 <= start && start <= end && end <= dim, InvalidArgument,
-      "slice_axis: range [" << start << ", " << end << ") is outside axis " << axis << " of " << x.shape_str());
-  Shape out_shape = x.shape();
-  out_shape[ax] = end - start;
+  const auto [ax, dim, out_shape] = slice_shape(x, axis, start, end);
   Tensor out = Tensor::empty(out_shape, x.dtype());
   if (out.numel() == 0) return out;
   const cpu::AxisSplit s = cpu::split_at_axis(x.shape(), ax);
@@ -136,11 +103,8 @@ Tensor slice_axis(const Tensor& x, int axis, int64_t start, int64_t end) {
 Tensor gather(const Tensor& params, const Tensor& indices) {
   if (on_cuda("gather", {&params, &indices})) STRATA_CUDA_KERNEL(return cuda::gather(params, indices));
   cpu::require_host("gather", {&params, &indices});
-  require_index_dtype("gather", indices);
-  STRATA_CHECK(params.rank() >= 1, ShapeError, "gather: params must have rank >= 1, got " << params.shape_str());
+  const Shape out_shape = gather_shape(params, indices);
   const int64_t rows = params.shape()[0];
-  Shape out_shape = indices.shape();
-  out_shape.insert(out_shape.end(), params.shape().begin() + 1, params.shape().end());
   const std::vector<int64_t> idx = read_indices(indices);
   check_indices_in_range("gather", idx, rows, indices);
   Tensor out = Tensor::empty(out_shape, params.dtype());
@@ -161,11 +125,7 @@ Tensor scatter_add(const Tensor& indices, const Tensor& updates, int64_t num_row
   if (on_cuda("scatter_add", {&indices, &updates})) {
     STRATA_CUDA_KERNEL(return cuda::scatter_add(indices, updates, num_rows));
   }
-  STRATA_CHECK(num_rows >= 0, InvalidArgument, "scatter_add: num_rows " << num_rows << " is negative");
-  Shape out_shape{num_rows};
-  const size_t index_rank = std::min(indices.shape().size(), updates.shape().size());
-  out_shape.insert(out_shape.end(), updates.shape().begin() + static_cast<std::ptrdiff_t>(index_rank),
-                   updates.shape().end());
+  const Shape out_shape = scatter_add_shape(indices, updates, num_rows);
   Tensor out = Tensor::zeros(out_shape);
   scatter_add_into(out, indices, updates);
   return out;
@@ -176,17 +136,7 @@ void scatter_add_into(Tensor& out, const Tensor& indices, const Tensor& updates)
     STRATA_CUDA_KERNEL(return cuda::scatter_add_into(out, indices, updates));
   }
   cpu::require_host("scatter_add", {&indices, &updates, &out});
-  require_index_dtype("scatter_add", indices);
-  cpu::require_float("scatter_add", {&updates, &out});
-  const Shape& is = indices.shape();
-  const Shape& us = updates.shape();
-  STRATA_CHECK(
-      us.size() >= is.size() && std::equal(is.begin(), is.end(), us.begin()), ShapeError,
-      "scatter_add: updates " << updates.shape_str() << " must start with the indices' shape " << indices.shape_str());
-  const Shape row_shape(us.begin() + static_cast<std::ptrdiff_t>(is.size()), us.end());
-  STRATA_CHECK(out.rank() >= 1 && Shape(out.shape().begin() + 1, out.shape().end()) == row_shape, ShapeError,
-               "scatter_add: into " << out.shape_str() << ", whose rows are not the updates' rows "
-                                    << shape_str(row_shape));
+  const Shape row_shape = scatter_add_row_shape(out, indices, updates);
   const int64_t num_rows = out.dim(0);
   const std::vector<int64_t> idx = read_indices(indices);
   check_indices_in_range("scatter_add", idx, num_rows, indices);
@@ -207,10 +157,7 @@ void scatter_add_into(Tensor& out, const Tensor& indices, const Tensor& updates)
 Tensor one_hot(const Tensor& indices, int64_t depth) {
   if (on_cuda("one_hot", {&indices})) STRATA_CUDA_KERNEL(return cuda::one_hot(indices, depth));
   cpu::require_host("one_hot", {&indices});
-  require_index_dtype("one_hot", indices);
-  STRATA_CHECK(depth >= 0, InvalidArgument, "one_hot: depth " << depth << " is negative");
-  Shape out_shape = indices.shape();
-  out_shape.push_back(depth);
+  const Shape out_shape = one_hot_shape(indices, depth);
   Tensor out = Tensor::zeros(out_shape);
   const std::vector<int64_t> idx = read_indices(indices);
   float* po = out.data<float>();

@@ -35,6 +35,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cudnn_util.h"
 #include "kernels/cuda/library_handles.h"
+#include "kernels/kernel_checks.h"
 #include "strata/error.h"
 
 namespace strata::kernels::cuda {
@@ -44,13 +45,10 @@ namespace {
 // Candidates needing more workspace than this are skipped (cuDNN's FFT algorithms can ask for gigabytes).
 constexpr size_t kMaxWorkspaceBytes = size_t{2} << 30;
 
-struct ConvGeometry {
-  int64_t n = 0, h = 0, w = 0, c = 0;  // input
-  int64_t kh = 0, kw = 0, f = 0;       // kernel [kh, kw, c, f]
-  int64_t oh = 0, ow = 0;              // output
+// Sizes and padding (kernel_checks.h), with the padding as cudnn_util.h's Pads.
+struct ConvGeometry : ConvShape {
   Pads pads;
 
-  Shape y_shape() const { return {n, oh, ow, f}; }
   // cuDNN pads symmetrically only: otherwise it runs on a padded copy of x, unpadded.
   bool explicit_padding() const { return !pads.symmetric(); }
   Shape padded_x_shape() const { return padded_shape({n, h, w, c}, pads); }
@@ -61,27 +59,11 @@ struct ConvGeometry {
   int64_t cudnn_pad_w() const { return explicit_padding() ? 0 : pads.left; }
 };
 
-// The checks and geometry of the CPU kernel (kernels/cpu/conv.cc), with its messages.
+// The checks and geometry of the CPU kernel (kernels/kernel_checks.h: one code, one set of messages).
 ConvGeometry conv_geometry(const char* op, const Shape& x, const Shape& w, const Conv2DParams& p) {
-  STRATA_CHECK(p.stride_h >= 1 && p.stride_w >= 1 && p.dilation_h >= 1 && p.dilation_w >= 1, InvalidArgument,
-               op << ": strides and dilations must be >= 1, got strides (" << p.stride_h << ", " << p.stride_w
-                  << ") and dilations (" << p.dilation_h << ", " << p.dilation_w << ")");
-  STRATA_CHECK(x.size() == 4, ShapeError, op << ": input must be [N, H, W, C], got " << shape_str(x));
-  STRATA_CHECK(w.size() == 4, ShapeError, op << ": kernel must be [kh, kw, in, out], got " << shape_str(w));
-  STRATA_CHECK(x[3] == w[2], ShapeError,
-               op << ": input " << shape_str(x) << " has " << x[3] << " channels but kernel " << shape_str(w)
-                  << " expects " << w[2]);
   ConvGeometry g;
-  g.n = x[0], g.h = x[1], g.w = x[2], g.c = x[3];
-  g.kh = w[0], g.kw = w[1], g.f = w[3];
-  STRATA_CHECK(g.kh >= 1 && g.kw >= 1, ShapeError, op << ": kernel " << shape_str(w) << " has an empty window");
-  const bool fits_h =
-      cpu::window_geometry(g.h, g.kh, p.stride_h, p.dilation_h, p.padding, g.oh, g.pads.top, g.pads.bottom);
-  const bool fits_w =
-      cpu::window_geometry(g.w, g.kw, p.stride_w, p.dilation_w, p.padding, g.ow, g.pads.left, g.pads.right);
-  STRATA_CHECK(fits_h && fits_w, ShapeError,
-               op << ": kernel " << shape_str(w) << " with dilations (" << p.dilation_h << ", " << p.dilation_w
-                  << ") does not fit input " << shape_str(x) << " with VALID padding");
+  static_cast<ConvShape&>(g) = conv_shape(op, x, w, p);
+  g.pads = {g.pad_top, g.pad_bottom, g.pad_left, g.pad_right};
   return g;
 }
 
@@ -543,9 +525,7 @@ Tensor conv2d_backward_input(const Tensor& dy, const Tensor& w, const Shape& x_s
   const char* op = "conv2d_backward_input";
   check_float(op, {&dy, &w});
   const ConvGeometry g = conv_geometry(op, x_shape, w.shape(), p);
-  STRATA_CHECK(dy.shape() == g.y_shape(), ShapeError,
-               op << ": output gradient " << dy.shape_str() << " does not match the output " << shape_str(g.y_shape())
-                  << " of input " << shape_str(x_shape) << " and kernel " << w.shape_str());
+  check_conv_dy(op, dy, g, x_shape, w.shape());
   const int device = dy.device().index;
   Tensor dx = Tensor::empty(x_shape, DType::kFloat32, dy.device());
   if (dx.numel() == 0) return dx;
@@ -583,9 +563,7 @@ Conv2DWeightGrads conv2d_backward_weights(const Tensor& x, const Tensor& dy, con
   const char* op = "conv2d_backward_weights";
   check_float(op, {&x, &dy});
   const ConvGeometry g = conv_geometry(op, x.shape(), w_shape, p);
-  STRATA_CHECK(dy.shape() == g.y_shape(), ShapeError,
-               op << ": output gradient " << dy.shape_str() << " does not match the output " << shape_str(g.y_shape())
-                  << " of input " << x.shape_str() << " and kernel " << shape_str(w_shape));
+  check_conv_dy(op, dy, g, x.shape(), w_shape);
   const int device = x.device().index;
   Conv2DWeightGrads grads;
   grads.dw = Tensor::empty(w_shape, DType::kFloat32, x.device());

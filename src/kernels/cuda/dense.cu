@@ -20,6 +20,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/gemm_rows.h"
 #include "kernels/cuda/library_handles.h"
+#include "kernels/kernel_checks.h"
 
 namespace strata::kernels::cuda {
 
@@ -130,16 +131,11 @@ bool lt_dense(const Tensor& x, const Tensor& w, const Tensor& bias, bool relu, T
 }  // namespace
 
 Tensor dense(const Tensor& x, const Tensor& w, const Tensor& bias, bool relu) {
-  check_dtype("dense", x, DType::kFloat32);
-  check_dtype("dense", w, DType::kFloat32);
-  STRATA_CHECK(x.rank() == 2 && w.rank() == 2 && x.dim(1) == w.dim(0), ShapeError,
-               "dense: wants x [M, K] and w [K, N], got x " << x.shape_str() << " and w " << w.shape_str());
-  const int64_t M = x.dim(0), K = x.dim(1), N = w.dim(1);
+  const DenseShape d = dense_shape(x, w);  // the CPU kernel's checks and messages
+  const int64_t M = d.M, K = d.K, N = d.N;
   if (bias.defined()) {
     check_same_device("dense", {&x, &bias});
-    check_dtype("dense", bias, DType::kFloat32);
-    STRATA_CHECK(bias.rank() == 1 && bias.dim(0) == N, ShapeError,
-                 "dense: bias " << bias.shape_str() << " does not match w " << w.shape_str());
+    check_dense_bias(bias, w);
   }
   const Device dev = x.device();
   if (M * N == 0) return Tensor::empty({M, N}, DType::kFloat32, dev);
@@ -172,9 +168,7 @@ DenseGrads dense_backward(const Tensor& x, const Tensor& w, const Tensor& y, con
   STRATA_CHECK(x.rank() == 2 && w.rank() == 2, ShapeError,
                "dense_backward: wants x [M, K] and w [K, N], got x " << x.shape_str() << " and w " << w.shape_str());
   const int64_t M = x.dim(0), K = x.dim(1), N = w.dim(1);
-  STRATA_CHECK(dy.shape() == Shape({M, N}) && (!relu || y.shape() == dy.shape()), ShapeError,
-               "dense_backward: dy " << dy.shape_str() << " (and y " << y.shape_str() << " with relu) must be [" << M
-                                     << ", " << N << "] for x " << x.shape_str() << " and w " << w.shape_str());
+  check_dense_backward_dy(x, w, y, dy, relu);
   if (relu) {
     check_same_device("dense_backward", {&dy, &y});
     check_dtype("dense_backward", y, DType::kFloat32);

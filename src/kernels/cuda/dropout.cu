@@ -14,6 +14,7 @@
 #include "kernels/cpu/cpu_util.h"
 #include "kernels/cuda/cuda_kernel_util.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/kernel_checks.h"
 
 namespace strata::kernels::cuda {
 
@@ -62,7 +63,7 @@ struct DropoutBlock {
 DropoutResult dropout(const Tensor& x, float rate, Generator& gen) {
   const char* op = "dropout";
   cpu::require_float(op, {&x});
-  STRATA_CHECK(rate >= 0.0f && rate < 1.0f, InvalidArgument, op << ": rate must be in [0, 1), got " << rate);
+  check_dropout_rate(rate);
   auto policy = thrust::cuda::par_nosync.on(stream_of(x));
   DropoutResult r;
   r.y = Tensor::empty(x.shape(), DType::kFloat32, x.device());

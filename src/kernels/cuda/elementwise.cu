@@ -18,64 +18,13 @@
 #include "kernels/cuda/cuda_kernel_util.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/library_handles.h"
+#include "kernels/kernel_checks.h"
 
 namespace strata::kernels::cuda {
 
 namespace {
 
 constexpr int kMaxDims = 12;  // coalesced broadcast dimensions a kernel takes (a tensor's rank bounds them)
-
-const char* binary_name(BinaryOp op) {
-  switch (op) {
-    case BinaryOp::kAdd:
-      return "add";
-    case BinaryOp::kSub:
-      return "sub";
-    case BinaryOp::kMul:
-      return "mul";
-    case BinaryOp::kDiv:
-      return "div";
-    case BinaryOp::kPow:
-      return "pow";
-    case BinaryOp::kMaximum:
-      return "maximum";
-    case BinaryOp::kMinimum:
-      return "minimum";
-    case BinaryOp::kEqual:
-      return "equal";
-    case BinaryOp::kGreater:
-      return "greater";
-  }
-  return "binary";
-}
-
-const char* unary_name(UnaryOp op) {
-  switch (op) {
-    case UnaryOp::kNeg:
-      return "neg";
-    case UnaryOp::kExp:
-      return "exp";
-    case UnaryOp::kLog:
-      return "log";
-    case UnaryOp::kSqrt:
-      return "sqrt";
-    case UnaryOp::kAbs:
-      return "abs";
-    case UnaryOp::kSquare:
-      return "square";
-    case UnaryOp::kSign:
-      return "sign";
-    case UnaryOp::kRelu:
-      return "relu";
-    case UnaryOp::kSigmoid:
-      return "sigmoid";
-    case UnaryOp::kTanh:
-      return "tanh";
-    case UnaryOp::kGelu:
-      return "gelu";
-  }
-  return "unary";
-}
 
 // ---- device formulas (as kernels/cpu/elementwise.cc)
 __device__ inline float nan_max(float a, float b) { return (a > b || a != a) ? a : b; }
@@ -357,27 +306,15 @@ void axpy_(Tensor& y, float alpha, const Tensor& x) {
 
 Tensor unary(UnaryOp op, const Tensor& x) {
   check_unary_input(unary_name(op), x);
-  STRATA_CHECK(static_cast<int>(op) >= 0 && op <= UnaryOp::kGelu, InvalidArgument,
-               "unary: unknown op " << static_cast<int>(op));
+  if (static_cast<int>(op) < 0 || op > UnaryOp::kGelu) throw_unknown_unary_op("unary", op);
   return map1(x, UnaryF{op});
 }
 
 // Which of x and y each gradient reads; the one not read may be passed undefined.
 Tensor unary_backward(UnaryOp op, const Tensor& x, const Tensor& y, const Tensor& dy) {
-  const char* name = unary_name(op);
-  STRATA_CHECK(static_cast<int>(op) >= 0 && op <= UnaryOp::kGelu, InvalidArgument,
-               "unary_backward: unknown op " << static_cast<int>(op));
-  const bool needs_x = op == UnaryOp::kLog || op == UnaryOp::kAbs || op == UnaryOp::kSquare || op == UnaryOp::kRelu ||
-                       op == UnaryOp::kGelu;
-  const bool needs_y = op == UnaryOp::kExp || op == UnaryOp::kSqrt || op == UnaryOp::kSigmoid || op == UnaryOp::kTanh;
-  const Tensor& in = needs_y ? y : x;
-  if (needs_x || needs_y) {
-    check_same_device(name, {&in, &dy});
-    cpu::require_float(name, {&in, &dy});
-    cpu::require_same_shape(name, in, needs_y ? "y" : "x", dy, "dy");
-    return map2(in, dy, UnaryGradF{op});
-  }
-  check_unary_input(name, dy);
+  if (static_cast<int>(op) < 0 || op > UnaryOp::kGelu) throw_unknown_unary_op("unary_backward", op);
+  const Tensor* in = unary_backward_input(op, x, y, dy);
+  if (in != nullptr) return map2(*in, dy, UnaryGradF{op});
   if (op == UnaryOp::kSign) return zeros_on(dy.shape(), DType::kFloat32, dy.device());
   return map2(dy, dy, UnaryGradF{op});  // kNeg reads dy only
 }
@@ -415,7 +352,7 @@ Tensor elu_backward(const Tensor& x, const Tensor& y, const Tensor& dy, float al
 
 Tensor clip(const Tensor& x, float low, float high) {
   check_unary_input("clip", x);
-  STRATA_CHECK(low <= high, InvalidArgument, "clip: low " << low << " is greater than high " << high);
+  check_clip_range(low, high);
   return map1(x, ClipF{low, high});
 }
 

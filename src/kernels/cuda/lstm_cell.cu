@@ -11,6 +11,7 @@
 #include "kernels/cpu/cpu_util.h"
 #include "kernels/cuda/cuda_kernel_util.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/kernel_checks.h"
 
 namespace strata::kernels::cuda {
 
@@ -77,15 +78,11 @@ struct CellBackward {
 
 LstmCellResult lstm_cell(const Tensor& z, const Tensor& c_prev) {
   const char* op = "lstm_cell";
-  cpu::require_float(op, {&z});
-  STRATA_CHECK(z.rank() == 2 && z.dim(1) % 4 == 0 && z.dim(1) > 0, ShapeError,
-               op << ": z must be [batch, 4 * units], got " << z.shape_str());
-  const int64_t batch = z.dim(0), u = z.dim(1) / 4;
+  const LstmShape s = lstm_shape(op, z);  // the CPU kernel's checks and messages
+  const int64_t batch = s.batch, u = s.units;
   if (c_prev.defined()) {
     check_same_device(op, {&z, &c_prev});
-    cpu::require_float(op, {&c_prev});
-    STRATA_CHECK(c_prev.shape() == (Shape{batch, u}), ShapeError,
-                 op << ": c_prev must be [" << batch << ", " << u << "], got " << c_prev.shape_str());
+    check_lstm_c_prev(op, c_prev, s);
   }
   LstmCellResult r{Tensor::empty({batch, 4 * u}, DType::kFloat32, z.device()),
                    Tensor::empty({batch, 2 * u}, DType::kFloat32, z.device())};
@@ -109,9 +106,7 @@ LstmCellGrads lstm_cell_backward(const Tensor& gates, const Tensor& packed, cons
   const int64_t batch = gates.dim(0), u = gates.dim(1) / 4;
   if (c_prev.defined()) {
     check_same_device(op, {&gates, &c_prev});
-    cpu::require_float(op, {&c_prev});
-    STRATA_CHECK(c_prev.shape() == (Shape{batch, u}), ShapeError,
-                 op << ": c_prev must be [" << batch << ", " << u << "], got " << c_prev.shape_str());
+    check_lstm_c_prev(op, c_prev, LstmShape{batch, u});
   }
   LstmCellGrads g{Tensor::empty({batch, 4 * u}, DType::kFloat32, gates.device()),
                   c_prev.defined() ? Tensor::empty({batch, u}, DType::kFloat32, gates.device()) : Tensor()};

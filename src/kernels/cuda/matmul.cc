@@ -11,6 +11,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/gemm_rows.h"
 #include "kernels/cuda/library_handles.h"
+#include "kernels/kernel_checks.h"
 
 namespace strata::kernels::cuda {
 
@@ -31,30 +32,12 @@ void sgemm_rows(cublasHandle_t h, bool ta, bool tb, int64_t M, int64_t N, int64_
 }
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
-  check_dtype("matmul", a, DType::kFloat32);
-  check_dtype("matmul", b, DType::kFloat32);
-  STRATA_CHECK((a.rank() == 2 || a.rank() == 3) && (b.rank() == 2 || b.rank() == 3), ShapeError,
-               "matmul: wants rank-2 or rank-3 operands, got " << a.shape_str() << " and " << b.shape_str());
-  const int64_t M = trans_a ? a.dim(-1) : a.dim(-2);
-  const int64_t Ka = trans_a ? a.dim(-2) : a.dim(-1);
-  const int64_t Kb = trans_b ? b.dim(-1) : b.dim(-2);
-  const int64_t N = trans_b ? b.dim(-2) : b.dim(-1);
-  STRATA_CHECK(Ka == Kb, ShapeError,
-               "matmul: inner dimensions differ: a " << a.shape_str() << (trans_a ? " (transposed)" : "") << " and b "
-                                                     << b.shape_str() << (trans_b ? " (transposed)" : "") << " give "
-                                                     << Ka << " vs " << Kb);
-  const int64_t K = Ka;
-  const bool batched = a.rank() == 3 || b.rank() == 3;
-  const int64_t Ba = a.rank() == 3 ? a.dim(0) : 1;
-  const int64_t Bb = b.rank() == 3 ? b.dim(0) : 1;
-  if (a.rank() == 3 && b.rank() == 3) {
-    STRATA_CHECK(Ba == Bb || Ba == 1 || Bb == 1, ShapeError,
-                 "matmul: batch sizes differ: a " << a.shape_str() << " and b " << b.shape_str());
-  }
-  const int64_t batch = Ba == 1 ? Bb : Ba;
+  const MatmulShape s = matmul_shape(a, b, trans_a, trans_b);  // the CPU kernel's checks and messages
+  const int64_t M = s.M, N = s.N, K = s.K, Ba = s.Ba, Bb = s.Bb, batch = s.batch;
+  const bool batched = s.batched;
   const Device dev = a.device();
-  if (K == 0) return zeros_on(batched ? Shape{batch, M, N} : Shape{M, N}, DType::kFloat32, dev);
-  Tensor out = Tensor::empty(batched ? Shape{batch, M, N} : Shape{M, N}, DType::kFloat32, dev);
+  if (K == 0) return zeros_on(s.out_shape(), DType::kFloat32, dev);
+  Tensor out = Tensor::empty(s.out_shape(), DType::kFloat32, dev);
   if (out.numel() == 0) return out;
   cublasHandle_t h = cublas_handle(dev.index);
   const float* pa = a.data<float>();

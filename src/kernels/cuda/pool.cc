@@ -24,32 +24,24 @@
 #include "kernels/cuda/cudnn_util.h"
 #include "kernels/cuda/dnn_kernels.h"
 #include "kernels/cuda/library_handles.h"
+#include "kernels/kernel_checks.h"
 #include "strata/error.h"
 
 namespace strata::kernels::cuda {
 
 namespace {
 
-struct PoolGeometry {
-  int64_t n = 0, h = 0, w = 0, c = 0, oh = 0, ow = 0;
+// Sizes and padding (kernel_checks.h), with the padding as cudnn_util.h's Pads.
+struct PoolGeometry : PoolShape {
   Pads pads;
   Shape x_shape() const { return {n, h, w, c}; }
-  Shape y_shape() const { return {n, oh, ow, c}; }
 };
 
-// The checks and geometry of the CPU kernel (kernels/cpu/pool.cc), with its messages.
+// The checks and geometry of the CPU kernel (kernels/kernel_checks.h: one code, one set of messages).
 PoolGeometry pool_geometry(const char* op, const Shape& x, const Pool2DParams& p) {
-  STRATA_CHECK(p.pool_h >= 1 && p.pool_w >= 1 && p.stride_h >= 1 && p.stride_w >= 1, InvalidArgument,
-               op << ": pool size and strides must be >= 1, got pool (" << p.pool_h << ", " << p.pool_w
-                  << ") and strides (" << p.stride_h << ", " << p.stride_w << ")");
-  STRATA_CHECK(x.size() == 4, ShapeError, op << ": input must be [N, H, W, C], got " << shape_str(x));
   PoolGeometry g;
-  g.n = x[0], g.h = x[1], g.w = x[2], g.c = x[3];
-  const bool fits_h = cpu::window_geometry(g.h, p.pool_h, p.stride_h, 1, p.padding, g.oh, g.pads.top, g.pads.bottom);
-  const bool fits_w = cpu::window_geometry(g.w, p.pool_w, p.stride_w, 1, p.padding, g.ow, g.pads.left, g.pads.right);
-  STRATA_CHECK(fits_h && fits_w, ShapeError,
-               op << ": pool (" << p.pool_h << ", " << p.pool_w << ") does not fit input " << shape_str(x)
-                  << " with VALID padding");
+  static_cast<PoolShape&>(g) = pool_shape(op, x, p);
+  g.pads = {g.pad_top, g.pad_bottom, g.pad_left, g.pad_right};
   return g;
 }
 
@@ -113,9 +105,7 @@ bool begin_backward(const char* op, const Tensor& dy, const Shape& x_shape, cons
                     Tensor& dx) {
   check_dtype(op, dy, DType::kFloat32);
   g = pool_geometry(op, x_shape, p);
-  STRATA_CHECK(dy.shape() == g.y_shape(), ShapeError,
-               op << ": output gradient " << dy.shape_str() << " does not match the output " << shape_str(g.y_shape())
-                  << " of input " << shape_str(x_shape));
+  check_pool_dy(op, dy, g, x_shape);
   dx = Tensor::empty(x_shape, DType::kFloat32, dy.device());
   if (dx.numel() == 0) return false;
   if (dy.numel() == 0) {
@@ -178,9 +168,7 @@ Tensor max_pool2d_backward(const Tensor& dy, const Tensor& workspace, const Shap
   Tensor dx;
   if (!begin_backward(op, dy, x_shape, p, g, dx)) return dx;
   const MaxWorkspaceLayout l = max_workspace_layout(g);
-  STRATA_CHECK(workspace.nbytes() == l.bytes, InvalidArgument,
-               op << ": workspace of " << workspace.nbytes() << " bytes is not the " << l.bytes
-                  << " bytes max_pool2d made for input " << shape_str(x_shape));
+  check_pool_workspace(op, workspace, l.bytes, x_shape);
   const int device = dy.device().index;
   const uint8_t* ws = workspace.data<uint8_t>();
   const float* xp = reinterpret_cast<const float*>(ws);

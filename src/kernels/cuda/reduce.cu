@@ -26,6 +26,7 @@
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/gemm_rows.h"
 #include "kernels/cuda/library_handles.h"
+#include "kernels/kernel_checks.h"
 
 namespace strata::kernels::cuda {
 
@@ -136,74 +137,37 @@ void max_step(const float* in, int64_t outer, int64_t n, int64_t inner, float* o
             "cub::DeviceSegmentedReduce::Reduce");
 }
 
-// Which axes of x to reduce; an empty list means all of them.
-std::vector<bool> reduced_axes(const char* op, const Tensor& x, const std::vector<int>& axes) {
-  std::vector<bool> flags(x.rank(), axes.empty());
-  for (int a : axes) {
-    const int ax = normalize_axis(a, x.rank(), op);
-    STRATA_CHECK(!flags[ax], InvalidArgument, op << ": axis " << a << " is listed twice for " << x.shape_str());
-    flags[ax] = true;
-  }
-  return flags;
-}
-
 Tensor reduce_impl(const char* op, const Tensor& x, const std::vector<bool>& flags, bool keepdims, Kind kind) {
   const Device dev = x.device();
   cudaStream_t stream = stream_of(x);
-  Shape out_shape;
-  int64_t count = 1;
-  for (int j = 0; j < x.rank(); ++j) {
-    if (flags[j]) {
-      count *= x.shape()[j];
-      if (keepdims) out_shape.push_back(1);
-    } else {
-      out_shape.push_back(x.shape()[j]);
-    }
-  }
+  const ReduceLayout layout = reduce_layout(x, flags, keepdims);
+  const Shape& out_shape = layout.out_shape;
+  const int64_t count = layout.count;
   Tensor out = Tensor::empty(out_shape, DType::kFloat32, dev);
   const int64_t out_numel = out.numel();
   if (out_numel == 0) return out;
   if (count == 0) {
-    STRATA_CHECK(kind != Kind::kMax, InvalidArgument, op << ": cannot reduce over an empty axis of " << x.shape_str());
+    check_empty_reduction(op, x, kind == Kind::kMax);
     thrust::fill_n(thrust::cuda::par_nosync.on(stream), out.data<float>(), out_numel,
                    kind == Kind::kMean ? std::numeric_limits<float>::quiet_NaN() : 0.0f);
     return out;
   }
-  // Coalesce: drop unit axes, merge neighbours of the same kind.
-  std::vector<int64_t> sizes;
-  std::vector<bool> kinds;
-  for (int j = 0; j < x.rank(); ++j) {
-    if (x.shape()[j] == 1) continue;
-    if (!kinds.empty() && kinds.back() == flags[j]) {
-      sizes.back() *= x.shape()[j];
-    } else {
-      sizes.push_back(x.shape()[j]);
-      kinds.push_back(flags[j]);
-    }
-  }
-  int groups = 0;
-  for (bool k : kinds) groups += k ? 1 : 0;
+  int groups = static_cast<int>(layout.steps.size());
   if (groups == 0) {  // only unit axes were reduced: a copy
     detail::cuda::check(cudaMemcpyAsync(out.raw_data(), x.raw_data(), out.nbytes(), cudaMemcpyDeviceToDevice, stream),
                         "cudaMemcpyAsync");
     return out;
   }
   Tensor cur = x;
-  for (int g = static_cast<int>(sizes.size()) - 1; g >= 0; --g) {
-    if (!kinds[g]) continue;
-    int64_t outer = 1, inner = 1;
-    for (int j = 0; j < g; ++j) outer *= sizes[j];
-    for (int j = g + 1; j < static_cast<int>(sizes.size()); ++j) inner *= sizes[j];
+  for (const ReduceStep& st : layout.steps) {
     --groups;
-    Tensor next = groups == 0 ? out : Tensor::empty({outer * inner}, DType::kFloat32, dev);
+    Tensor next = groups == 0 ? out : Tensor::empty({st.outer * st.inner}, DType::kFloat32, dev);
     if (kind == Kind::kMax) {
-      max_step(cur.data<float>(), outer, sizes[g], inner, next.data<float>(), dev);
+      max_step(cur.data<float>(), st.outer, st.n, st.inner, next.data<float>(), dev);
     } else {
-      sum_step(cur.data<float>(), outer, sizes[g], inner, next.data<float>(), dev);
+      sum_step(cur.data<float>(), st.outer, st.n, st.inner, next.data<float>(), dev);
     }
     cur = next;
-    sizes.erase(sizes.begin() + g);
-    kinds.erase(kinds.begin() + g);
   }
   if (kind == Kind::kMean) {
     const float scale = static_cast<float>(1.0 / static_cast<double>(count));
@@ -283,13 +247,10 @@ Tensor max(const Tensor& x, const std::vector<int>& axes, bool keepdims) {
 
 Tensor argmax(const Tensor& x, int axis) {
   check_reduce_input("argmax", x);
-  const int ax = normalize_axis(axis, x.rank(), "argmax");
-  Shape out_shape = x.shape();
-  out_shape.erase(out_shape.begin() + ax);
+  const auto [ax, out_shape] = argmax_shape(x, axis);
   Tensor out = Tensor::empty(out_shape, DType::kInt64, x.device());
   if (out.numel() == 0) return out;
   const cpu::AxisSplit s = cpu::split_at_axis(x.shape(), ax);
-  STRATA_CHECK(s.n > 0, InvalidArgument, "argmax: axis " << axis << " of " << x.shape_str() << " is empty");
   thrust::transform(thrust::cuda::par_nosync.on(stream_of(x)), thrust::counting_iterator<int64_t>(0),
                     thrust::counting_iterator<int64_t>(out.numel()), out.data<int64_t>(),
                     ArgmaxF{x.data<float>(), s.n, s.inner});
@@ -298,8 +259,7 @@ Tensor argmax(const Tensor& x, int axis) {
 
 // Any dtype.
 Tensor broadcast_to(const Tensor& x, const Shape& shape) {
-  const bool fits = shape.size() >= x.shape().size() && broadcast_shapes(x.shape(), shape, "broadcast_to") == shape;
-  STRATA_CHECK(fits, ShapeError, "broadcast_to: cannot broadcast " << x.shape_str() << " to " << shape_str(shape));
+  check_broadcast_to(x, shape);
   Tensor out = Tensor::empty(shape, x.dtype(), x.device());
   if (out.numel() == 0) return out;
   const cpu::BroadcastPlan p = cpu::plan_broadcast(shape, {&x.shape()});
@@ -328,18 +288,14 @@ Tensor broadcast_to(const Tensor& x, const Shape& shape) {
       broadcast_copy<uint64_t>(map, x.raw_data(), out.raw_data(), n, stream);
       break;
     default:
-      STRATA_THROW(InvalidArgument, "broadcast_to: unsupported dtype " << dtype_name(x.dtype()));
+      throw_broadcast_dtype(x);
   }
   return out;
 }
 
 Tensor sum_to_shape(const Tensor& x, const Shape& shape) {
   check_reduce_input("sum_to_shape", x);
-  const bool fits = shape.size() <= x.shape().size() && broadcast_shapes(shape, x.shape(), "sum_to_shape") == x.shape();
-  STRATA_CHECK(fits, ShapeError, "sum_to_shape: " << x.shape_str() << " is not a broadcast of " << shape_str(shape));
-  const int lead = x.rank() - static_cast<int>(shape.size());
-  std::vector<bool> flags(x.rank(), false);
-  for (int j = 0; j < x.rank(); ++j) flags[j] = j < lead || (shape[j - lead] == 1 && x.shape()[j] != 1);
+  const std::vector<bool> flags = sum_to_shape_axes(x, shape);
   return reduce_impl("sum_to_shape", x, flags, true, Kind::kSum).reshape(shape);
 }
 
