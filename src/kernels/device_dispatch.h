@@ -19,13 +19,11 @@
 namespace strata::kernels {
 
 #ifdef STRATA_WITH_CUDA
-inline constexpr bool kCudaKernelsBuilt = true;
 #define STRATA_CUDA_KERNEL(...) \
   do {                          \
     __VA_ARGS__;                \
   } while (0)
 #else
-inline constexpr bool kCudaKernelsBuilt = false;
 #define STRATA_CUDA_KERNEL(...) STRATA_THROW(Unavailable, "this build of strata has no CUDA kernels")
 #endif
 

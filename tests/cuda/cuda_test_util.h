@@ -9,27 +9,20 @@
 #include <string>
 
 #include "core/device_memory.h"
+#include "strata/device_stats.h"
 #include "strata/random.h"
 #include "strata/tensor.h"
 
 namespace strata::testing {
 
 // Skips the calling test, saying why, unless this build has CUDA and a GPU is visible.
-#define STRATA_REQUIRE_GPU()                                                                            \
-  do {                                                                                                  \
-    if (::strata::detail::cuda_device_count() == 0)                                                     \
-      GTEST_SKIP() << "no CUDA device visible (this build " << (::strata::testing::built_with_cuda() ? "has" \
-                                                                                                    : "lacks") \
-                   << " CUDA): the GPU checks run in scripts/gpu_check.sh on a GPU machine";           \
+#define STRATA_REQUIRE_GPU()                                                                   \
+  do {                                                                                         \
+    if (::strata::detail::cuda_device_count() == 0)                                            \
+      GTEST_SKIP() << "no CUDA device visible (this build "                                    \
+                   << (::strata::built_with_cuda() ? "has" : "lacks")                          \
+                   << " CUDA): the GPU checks run in scripts/gpu_check.sh on a GPU machine";  \
   } while (0)
-
-inline bool built_with_cuda() {
-#ifdef STRATA_WITH_CUDA
-  return true;
-#else
-  return false;
-#endif
-}
 
 inline Device gpu() { return Device::cuda(0); }
 
@@ -47,7 +40,6 @@ inline Tensor random_host(const Shape& shape, uint64_t seed, float low = -1.0f, 
 
 // Tolerance for float32 results of reductions and products of inner length up to a few thousand.
 inline constexpr double kFloat32Tolerance = 1e-4;
-inline constexpr double kBFloat16Tolerance = 2e-2;
 
 // Expects `gpu_result` (any device) to have `cpu_result`'s shape and dtype, and every element within
 // `tolerance * (1 + |expected|)`; names the first element that is not.

@@ -222,7 +222,7 @@ TEST(GpuMemoryTest, WithoutAGpuPinningAndStatsAreClearErrors) {
 }
 
 TEST(GpuMemoryTest, AMissingDeviceIsNamed) {
-  if (!testing::built_with_cuda()) GTEST_SKIP() << "this build lacks CUDA: no device exists";
+  if (!built_with_cuda()) GTEST_SKIP() << "this build lacks CUDA: no device exists";
   const int n = detail::cuda_device_count();
   try {
     memory_stats(Device::cuda(n));
