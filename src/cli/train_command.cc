@@ -191,8 +191,9 @@ void run_parameter_server_task(Job& job, const TrainArgs& args, const cluster::C
     std::printf("serving variables on %s", task.address.c_str());
     if (servers.server()->shards_restored() > 0) {
       const int64_t restored = servers.server()->shards_restored();
-      std::printf(" (restored %lld shard%s from %s)", static_cast<long long>(restored), restored == 1 ? "" : "s",
-                  servers.ps_checkpoint_dir(task.task_index).c_str());
+      std::printf(" (restored %lld shard%s from %s/ckpt-%lld)", static_cast<long long>(restored),
+                  restored == 1 ? "" : "s", servers.ps_checkpoint_dir(task.task_index).c_str(),
+                  static_cast<long long>(servers.committed_checkpoint()));
     }
     std::printf("\n");
     std::fflush(stdout);

@@ -179,15 +179,16 @@ ParameterServerClient::Stats ParameterServerClient::stats() {
   return {.shards = r.shards(), .pushes_applied = r.pushes_applied(), .pushes_dropped = r.pushes_dropped()};
 }
 
-int64_t ParameterServerClient::save(const std::string& directory) {
+int64_t ParameterServerClient::save(int64_t checkpoint, int64_t keep) {
   pb::SaveRequest req;
-  req.set_directory(directory);
+  req.set_checkpoint(checkpoint);
+  req.set_keep(keep);
   return impl_->call(&pb::ParameterServer::Stub::Save, "Save", req).shards();
 }
 
-int64_t ParameterServerClient::restore(const std::string& directory) {
+int64_t ParameterServerClient::restore(int64_t checkpoint) {
   pb::RestoreRequest req;
-  req.set_directory(directory);
+  req.set_checkpoint(checkpoint);
   return impl_->call(&pb::ParameterServer::Stub::Restore, "Restore", req).shards();
 }
 

@@ -10,6 +10,7 @@
 #include <mutex>
 
 #include "distribute/devices.h"
+#include "ps/ps_checkpoint.h"
 #include "ps/worker_client.h"
 #include "strata/error.h"
 #include "strata/optim/optimizer.h"
@@ -97,15 +98,17 @@ ParameterServerStrategy::ParameterServerStrategy(const cluster::TaskInfo& task, 
                                       : std::make_shared<MinSizePartitioner>(MinSizePartitioner::Options{
                                             .min_shard_bytes = 256 << 10,
                                             .max_shards = static_cast<int64_t>(ps_addresses_.size())});
-  if (task.task_type == "ps") {
-    std::string restore;
-    if (!options_.checkpoint_dir.empty()) {
-      const std::string dir = ps_checkpoint_dir(task.task_index);
-      std::error_code ec;
-      if (std::filesystem::is_directory(dir, ec)) restore = dir;
+  if (!options_.checkpoint_dir.empty()) {
+    if (const auto manifest = detail::read_ps_manifest(options_.checkpoint_dir)) {
+      committed_checkpoint_ = manifest->checkpoint;
     }
+  }
+  if (task.task_type == "ps") {
     server_ = std::make_unique<ParameterServer>();
-    server_->start(task.address, restore, options_.max_message_bytes);
+    server_->start(task.address,
+                   {.checkpoint_directory = options_.checkpoint_dir.empty() ? "" : ps_checkpoint_dir(task.task_index),
+                    .restore_checkpoint = committed_checkpoint_,
+                    .max_message_bytes = options_.max_message_bytes});
   }
 }
 
@@ -145,21 +148,28 @@ std::string ParameterServerStrategy::describe_ps(const std::string& address) con
 std::string ParameterServerStrategy::ps_checkpoint_dir(int64_t index) const {
   STRATA_CHECK(!options_.checkpoint_dir.empty(), InvalidArgument,
                "ParameterServerStrategy: no checkpoint_dir to save the ps shards in");
-  return (std::filesystem::path(options_.checkpoint_dir) / ("ps-" + std::to_string(index))).string();
+  return detail::ps_checkpoint_directory(options_.checkpoint_dir, index).string();
 }
 
-int64_t ParameterServerStrategy::save_ps_checkpoint() {
+int64_t ParameterServerStrategy::save_ps_checkpoint(int64_t step) {
   STRATA_CHECK(is_chief(), InvalidArgument, "ParameterServerStrategy: the chief saves the ps shards, not " << task_.name());
-  int64_t shards = 0;
+  STRATA_CHECK(!options_.checkpoint_dir.empty(), InvalidArgument,
+               "ParameterServerStrategy: no checkpoint_dir to save the ps shards in");
+  const int64_t number = committed_checkpoint_ + 1;
+  detail::PsCheckpointManifest manifest{.checkpoint = number, .step = step};
   const auto& clients = servers();
   for (size_t i = 0; i < clients.size(); ++i) {
     try {
-      shards += clients[i]->save(ps_checkpoint_dir(static_cast<int64_t>(i)));
+      manifest.ps_shards.push_back(clients[i]->save(number, committed_checkpoint_));
     } catch (const Error& e) {  // a ps down (Unavailable) or silent (Timeout) is named by its task
       if (e.code() != ErrorCode::kUnavailable && e.code() != ErrorCode::kDeadlineExceeded) throw;
       STRATA_THROW_CODE(e.code(), "saving the shards of " << describe_ps(clients[i]->address()) << ": " << e.what());
     }
   }
+  detail::commit_ps_manifest(options_.checkpoint_dir, manifest);  // only now does checkpoint `number` count
+  committed_checkpoint_ = number;
+  int64_t shards = 0;
+  for (int64_t n : manifest.ps_shards) shards += n;
   return shards;
 }
 

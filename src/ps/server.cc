@@ -1,7 +1,8 @@
 // The parameter server's gRPC service (proto/parameter_server.proto) and its lifecycle (strata/ps/server.h): the
 // handlers decode a request, find its shard and hand it to the shard's ShardState (shard_state.h: the duplicate-step
 // window, synchronous rounds, the sparse buffer), then encode the answer; Save and Restore write and read the shard
-// files. The client is client.cc; the tensor codec tensor_coding.cc.
+// files of a numbered checkpoint under the ps's own directory (ps_checkpoint.h). The client is client.cc; the
+// tensor codec tensor_coding.cc.
 // Thread-safety: the shard registry is guarded by Service::mu_, each shard by its own (ShardState); gRPC runs
 // handlers on its threads.
 #include "strata/ps/server.h"
@@ -20,6 +21,7 @@
 #include "cluster/rpc_credentials.h"
 #include "cluster/rpc_status.h"
 #include "ps/proto/parameter_server.grpc.pb.h"
+#include "ps/ps_checkpoint.h"
 #include "ps/shard_state.h"
 #include "ps/tensor_coding.h"
 #include "strata/cluster/cluster_resolver.h"
@@ -83,7 +85,8 @@ std::string non_finite(const Tensor& gradient) {
 class Service final : public pb::ParameterServer::WithRawCallbackMethod_Push<
                           pb::ParameterServer::WithRawCallbackMethod_Pull<pb::ParameterServer::Service>> {
  public:
-  explicit Service(int64_t step_window) : step_window_(step_window) {}
+  Service(int64_t step_window, std::filesystem::path checkpoint_directory)
+      : step_window_(step_window), checkpoint_directory_(std::move(checkpoint_directory)) {}
   // Step ids remembered for dropping repeats, over every shard.
   int64_t steps_remembered() {
     std::lock_guard lock(mu_);
@@ -190,34 +193,15 @@ class Service final : public pb::ParameterServer::WithRawCallbackMethod_Push<
 
   grpc::Status Save(grpc::ServerContext*, const pb::SaveRequest* req, pb::SaveResponse* resp) override {
     namespace fs = std::filesystem;
-    std::error_code ec;
-    fs::create_directories(req->directory(), ec);
-    if (ec) return invalid("Save: cannot create directory '" + req->directory() + "': " + ec.message());
+    if (grpc::Status refused = check_checkpoint_request("Save", req->checkpoint()); !refused.ok()) return refused;
+    if (req->keep() < 0) return invalid("Save: keep must be >= 0, got " + std::to_string(req->keep()));
     std::lock_guard lock(mu_);  // no shard is created meanwhile
-    for (const auto& entry : shards_) {
-      const std::string& name = entry.first;  // not a structured binding: a lambda below captures it
-      const ShardState& shard = *entry.second;
-      grpc::Status status;
-      shard.save([&](const ShardState::Saved& saved) {
-        pb::ShardRecord record;
-        record.set_name(name);
-        record.mutable_optimizer()->ParseFromString(shard.optimizer_key());
-        record.set_version(saved.version);
-        for (const std::string& step : saved.applied_steps) record.add_applied_steps(step);  // oldest first
-        std::string json;
-        if (!google::protobuf::util::MessageToJsonString(record, &json).ok()) {
-          status = invalid("Save " + name + ": cannot encode");
-          return;
-        }
-        io::NamedTensors tensors = {{"value", saved.value}};
-        for (const auto& [slot, t] : saved.optimizer_state) tensors.emplace_back("optimizer/" + slot, t);
-        try {
-          io::save_safetensors((fs::path(req->directory()) / shard_file(name)).string(), tensors, {{kShardKey, json}});
-        } catch (const Error& e) {
-          status = cluster::to_grpc_status(e.code(), "Save " + name + ": " + e.what());
-        }
+    try {
+      detail::write_ps_checkpoint(checkpoint_directory_, req->checkpoint(), req->keep(), [&](const fs::path& into) {
+        for (const auto& entry : shards_) save_shard(entry.first, *entry.second, into);
       });
-      if (!status.ok()) return status;
+    } catch (const Error& e) {
+      return cluster::to_grpc_status(e.code(), std::string("Save: ") + e.what());
     }
     resp->set_shards(static_cast<int64_t>(shards_.size()));
     return grpc::Status::OK;
@@ -225,45 +209,18 @@ class Service final : public pb::ParameterServer::WithRawCallbackMethod_Push<
 
   grpc::Status Restore(grpc::ServerContext*, const pb::RestoreRequest* req, pb::RestoreResponse* resp) override {
     namespace fs = std::filesystem;
+    if (grpc::Status refused = check_checkpoint_request("Restore", req->checkpoint()); !refused.ok()) return refused;
+    const fs::path directory = checkpoint_directory_ / detail::checkpoint_name(req->checkpoint());
     std::error_code ec;
-    if (!fs::is_directory(req->directory(), ec)) return invalid("Restore: no directory '" + req->directory() + "'");
+    if (!fs::is_directory(directory, ec)) {
+      return {grpc::StatusCode::NOT_FOUND, "Restore: this ps has no " + directory.string()};
+    }
     std::vector<std::pair<std::string, std::shared_ptr<ShardState>>> loaded;
-    for (const auto& entry : fs::directory_iterator(req->directory(), ec)) {
+    for (const auto& entry : fs::directory_iterator(directory, ec)) {
       if (entry.path().extension() != ".safetensors") continue;
-      const std::string path = entry.path().string();
-      std::map<std::string, std::string> metadata;
-      io::NamedTensors tensors;
-      try {
-        tensors = io::load_safetensors(path, &metadata);
-      } catch (const Error& e) {
-        return {grpc::StatusCode::DATA_LOSS, std::string("Restore: ") + e.what()};
-      }
-      pb::ShardRecord record;
-      if (!metadata.count(kShardKey) ||
-          !google::protobuf::util::JsonStringToMessage(metadata[kShardKey], &record).ok() || tensors.empty() ||
-          tensors[0].first != "value") {
-        return {grpc::StatusCode::DATA_LOSS, "Restore: " + path + " is not a shard file of a ps"};
-      }
-      std::shared_ptr<optim::Optimizer> optimizer;
-      try {
-        optimizer = make_optimizer(record.optimizer());
-      } catch (const InvalidArgument& e) {
-        return {grpc::StatusCode::DATA_LOSS, "Restore: " + path + ": " + e.what()};
-      }
-      if (!optimizer) return {grpc::StatusCode::DATA_LOSS, "Restore: " + path + " names an unknown optimizer"};
-      auto shard = std::make_shared<ShardState>(record.name(), tensors[0].second, std::move(optimizer),
-                                                record.optimizer().SerializeAsString(), step_window_);
-      io::NamedTensors state;
-      for (size_t i = 1; i < tensors.size(); ++i) {
-        if (tensors[i].first.rfind("optimizer/", 0) == 0)
-          state.emplace_back(tensors[i].first.substr(10), tensors[i].second);
-      }
-      try {
-        shard->restore(record.version(), {record.applied_steps().begin(), record.applied_steps().end()}, state);
-      } catch (const Error& e) {
-        return {grpc::StatusCode::DATA_LOSS, "Restore: " + path + ": " + e.what()};
-      }
-      loaded.emplace_back(record.name(), std::move(shard));
+      std::pair<std::string, std::shared_ptr<ShardState>> shard;
+      if (grpc::Status damaged = load_shard(entry.path().string(), &shard); !damaged.ok()) return damaged;
+      loaded.push_back(std::move(shard));
     }
     std::lock_guard lock(mu_);
     // A shard being read or updated right now stays alive (its handler holds a reference) until the handler returns.
@@ -316,11 +273,75 @@ class Service final : public pb::ParameterServer::WithRawCallbackMethod_Push<
     return grpc::Status::OK;
   }
 
+  // OK when this ps keeps checkpoints and `number` can name one.
+  grpc::Status check_checkpoint_request(const char* what, int64_t number) const {
+    if (checkpoint_directory_.empty()) {
+      return {grpc::StatusCode::FAILED_PRECONDITION,
+              std::string(what) + ": this ps was started without a checkpoint directory"};
+    }
+    if (number < 1) return invalid(std::string(what) + ": checkpoint numbers start at 1, got " + std::to_string(number));
+    return grpc::Status::OK;
+  }
+
+  // Writes shard `name` (value, optimizer slots and step count, the step ids applied) into `directory` as one file.
+  static void save_shard(const std::string& name, const ShardState& shard, const std::filesystem::path& directory) {
+    shard.save([&](const ShardState::Saved& saved) {
+      pb::ShardRecord record;
+      record.set_name(name);
+      record.mutable_optimizer()->ParseFromString(shard.optimizer_key());
+      record.set_version(saved.version);
+      for (const std::string& step : saved.applied_steps) record.add_applied_steps(step);  // oldest first
+      std::string json;
+      STRATA_CHECK(google::protobuf::util::MessageToJsonString(record, &json).ok(), IoError,
+                   "Save " << name << ": cannot encode");
+      io::NamedTensors tensors = {{"value", saved.value}};
+      for (const auto& [slot, t] : saved.optimizer_state) tensors.emplace_back("optimizer/" + slot, t);
+      io::save_safetensors((directory / shard_file(name)).string(), tensors, {{kShardKey, json}});
+    });
+  }
+
+  // The shard a file of save_shard holds, as (name, state) in `out`; DATA_LOSS naming the file when it is damaged.
+  grpc::Status load_shard(const std::string& path, std::pair<std::string, std::shared_ptr<ShardState>>* out) const {
+    std::map<std::string, std::string> metadata;
+    io::NamedTensors tensors;
+    try {
+      tensors = io::load_safetensors(path, &metadata);
+    } catch (const Error& e) {
+      return {grpc::StatusCode::DATA_LOSS, std::string("Restore: ") + e.what()};
+    }
+    pb::ShardRecord record;
+    if (!metadata.count(kShardKey) || !google::protobuf::util::JsonStringToMessage(metadata[kShardKey], &record).ok() ||
+        tensors.empty() || tensors[0].first != "value") {
+      return {grpc::StatusCode::DATA_LOSS, "Restore: " + path + " is not a shard file of a ps"};
+    }
+    std::shared_ptr<optim::Optimizer> optimizer;
+    try {
+      optimizer = make_optimizer(record.optimizer());
+    } catch (const InvalidArgument& e) {
+      return {grpc::StatusCode::DATA_LOSS, "Restore: " + path + ": " + e.what()};
+    }
+    if (!optimizer) return {grpc::StatusCode::DATA_LOSS, "Restore: " + path + " names an unknown optimizer"};
+    auto shard = std::make_shared<ShardState>(record.name(), tensors[0].second, std::move(optimizer),
+                                              record.optimizer().SerializeAsString(), step_window_);
+    io::NamedTensors state;
+    for (size_t i = 1; i < tensors.size(); ++i) {
+      if (tensors[i].first.rfind("optimizer/", 0) == 0) state.emplace_back(tensors[i].first.substr(10), tensors[i].second);
+    }
+    try {
+      shard->restore(record.version(), {record.applied_steps().begin(), record.applied_steps().end()}, state);
+    } catch (const Error& e) {
+      return {grpc::StatusCode::DATA_LOSS, "Restore: " + path + ": " + e.what()};
+    }
+    *out = {record.name(), std::move(shard)};
+    return grpc::Status::OK;
+  }
+
   static grpc::Status not_found(const char* what, const std::string& name) {
     return {grpc::StatusCode::NOT_FOUND, std::string(what) + ": no shard named '" + name + "' on this ps"};
   }
 
   const int64_t step_window_;
+  const std::filesystem::path checkpoint_directory_;  // "": Save and Restore are refused
   std::mutex mu_;
   // Guarded by mu_; a handler holds its shard's reference while it runs, so a restore may replace the shard.
   std::map<std::string, std::shared_ptr<ShardState>> shards_;
@@ -344,15 +365,19 @@ ParameterServer::ParameterServer(int64_t step_window) : impl_(std::make_unique<I
 }
 ParameterServer::~ParameterServer() { stop(); }
 
-void ParameterServer::start(const std::string& address, const std::string& restore_directory,
-                            int64_t max_message_bytes) {
-  STRATA_CHECK(max_message_bytes >= 0, InvalidArgument, "ps: max_message_bytes must be >= 0, got " << max_message_bytes);
+void ParameterServer::start(const std::string& address, const StartOptions& options) {
+  STRATA_CHECK(options.max_message_bytes >= 0, InvalidArgument,
+               "ps: max_message_bytes must be >= 0, got " << options.max_message_bytes);
+  STRATA_CHECK(options.restore_checkpoint >= 0, InvalidArgument,
+               "ps: restore_checkpoint must be >= 0, got " << options.restore_checkpoint);
+  STRATA_CHECK(options.restore_checkpoint == 0 || !options.checkpoint_directory.empty(), InvalidArgument,
+               "ps: restore_checkpoint " << options.restore_checkpoint << " needs a checkpoint_directory");
   STRATA_CHECK(!impl_->server, InvalidArgument, "ps: already serving on port " << impl_->port);
   const std::string where = cluster::listen_address(address);
-  auto service = std::make_unique<Service>(impl_->step_window);
-  if (!restore_directory.empty()) {  // before listening: no client ever sees the shards it replaces
+  auto service = std::make_unique<Service>(impl_->step_window, options.checkpoint_directory);
+  if (options.restore_checkpoint > 0) {  // before listening: no client ever sees the shards it replaces
     pb::RestoreRequest req;
-    req.set_directory(restore_directory);
+    req.set_checkpoint(options.restore_checkpoint);
     pb::RestoreResponse resp;
     const grpc::Status status = service->Restore(nullptr, &req, &resp);
     if (!status.ok()) STRATA_THROW_CODE(cluster::error_code_of(status), "ps: " << status.error_message());
@@ -363,7 +388,7 @@ void ParameterServer::start(const std::string& address, const std::string& resto
   builder.AddListeningPort(
       where, cluster::server_credentials(*cluster::process_job_credentials(), where, "the ps"), &port);
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);  // a port in use is an error, not a shared port
-  builder.SetMaxReceiveMessageSize(grpc_message_cap(max_message_bytes));  // the job's largest shard, or any size
+  builder.SetMaxReceiveMessageSize(grpc_message_cap(options.max_message_bytes));  // the job's largest shard, or any size
   builder.SetMaxSendMessageSize(-1);
   builder.RegisterService(service.get());
   auto server = builder.BuildAndStart();

@@ -90,7 +90,7 @@ void CoordinatorStepRunner::run_steps(const distribute::StepGroup& steps) {
 void CoordinatorStepRunner::end_group() {
   const int64_t every = strategy_.options().checkpoint_dir.empty() ? 0 : strategy_.options().checkpoint_every_steps;
   if (every > 0 && steps_done_ / every != checkpointed_at_ / every) {  // a multiple of `every` passed in the group
-    strategy_.save_ps_checkpoint();
+    strategy_.save_ps_checkpoint(steps_done_);
     checkpointed_at_ = steps_done_;
   }
 }
@@ -98,7 +98,7 @@ void CoordinatorStepRunner::end_group() {
 void CoordinatorStepRunner::end_epoch(bool stopped) {
   if (stopped) strategy_.coordinator().join();  // the steps scheduled after the one that stopped still run
   pull_model_variables(program_, variables_);   // validation, callbacks and evaluate see the trained weights
-  if (!strategy_.options().checkpoint_dir.empty()) strategy_.save_ps_checkpoint();
+  if (!strategy_.options().checkpoint_dir.empty()) strategy_.save_ps_checkpoint(steps_done_);
 }
 
 void CoordinatorStepRunner::end_fit() {

@@ -115,7 +115,7 @@ TEST(ParameterServerCommandTest, AKilledWorkerIsRunAroundAndRestartedAloneItServ
   // Worker 1 dies once the shards were first saved (step 20), mid-epoch, in the middle of its steps.
   // 40 epochs: the restarted worker must be up (about a second) well before the job ends.
   const auto [rc, out] = launch(t, 3, "--epochs 40 --checkpoint-dir " + ckpt.string() + " --checkpoint-every 20",
-                                "worker:1", "[ -e " + (ckpt / "ps-0").string() + " ]", 1);
+                                "worker:1", "[ -e " + (ckpt / "ps_checkpoint.json").string() + " ]", 1);
   ASSERT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("worker:1 was killed by signal 9 (SIGKILL); restarting it alone"), std::string::npos) << out;
   EXPECT_EQ(count(out, "[chief:0] strategy:"), 1u) << out;  // the chief went on
@@ -137,13 +137,14 @@ TEST(ParameterServerCommandTest, AKilledWorkerIsRunAroundAndRestartedAloneItServ
 TEST(ParameterServerCommandTest, AKilledPsIsRestoredFromItsCheckpointWithoutRestartingTheChief) {
   TinyJob t("ps_kill_ps", 2048);
   const fs::path ckpt = t.s.dir / "ckpt";
-  // ps:1 (the bias's shard) dies once its shard was saved (a file per shard, renamed into place).
-  const std::string shard_saved = "[ $(ls " + (ckpt / "ps-1").string() + "/*.safetensors 2>/dev/null | wc -l) -ge 1 ]";
+  // ps:1 (the bias's shard) dies once the first checkpoint was committed (the chief's manifest, written after every
+  // ps saved its shards).
+  const std::string shard_saved = "[ -e " + (ckpt / "ps_checkpoint.json").string() + " ]";
   const auto [rc, out] =
       launch(t, 2, "--epochs 12 --checkpoint-dir " + ckpt.string() + " --checkpoint-every 20", "ps:1", shard_saved, 1);
   ASSERT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("ps:1 was killed by signal 9 (SIGKILL); restarting it alone"), std::string::npos) << out;
-  EXPECT_TRUE(std::regex_search(out, std::regex(R"(\[ps:1\] serving variables on \S+ \(restored 1 shard from )")))
+  EXPECT_TRUE(std::regex_search(out, std::regex(R"(\[ps:1\] serving variables on \S+ \(restored 1 shard from \S+/ps-1/ckpt-\d+\))")))
       << out;
   EXPECT_EQ(count(out, "[chief:0] strategy:"), 1u) << out;
   EXPECT_NE(out.find("[chief:0] training ended after epoch 12 of 12: 768 steps on 2 workers"), std::string::npos) << out;

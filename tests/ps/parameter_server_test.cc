@@ -28,8 +28,9 @@ namespace {
 struct Running {
   ParameterServer server;
   std::unique_ptr<ParameterServerClient> client;
-  explicit Running(int64_t step_window = ParameterServer::kStepWindow) : server(step_window) {
-    server.start("127.0.0.1:0");
+  explicit Running(int64_t step_window = ParameterServer::kStepWindow, const std::string& checkpoint_directory = "")
+      : server(step_window) {
+    server.start("127.0.0.1:0", {.checkpoint_directory = checkpoint_directory});
     client = std::make_unique<ParameterServerClient>("127.0.0.1:" + std::to_string(server.port()));
   }
 };
@@ -97,7 +98,7 @@ TEST(ParameterServerTest, ANonFinitePushIsRefusedNamingTheWorkerTheShardAndTheSt
 // job's own messages.
 TEST(ParameterServerTest, ARequestOverTheMessageCapIsRefused) {
   ParameterServer server;
-  server.start("127.0.0.1:0", "", 64 << 10);
+  server.start("127.0.0.1:0", {.max_message_bytes = 64 << 10});
   ParameterServerClient client("127.0.0.1:" + std::to_string(server.port()));
   client.create("w", Tensor::zeros({1024}), {.name = "sgd", .learning_rate = 1.0});  // 4 KiB
   EXPECT_TRUE(client.push("w", Tensor::ones({1024})));
@@ -145,15 +146,15 @@ TEST(ParameterServerTest, SaveAndRestoreKeepTheStepWindowsOrder) {
   fs::remove_all(dir);
   const Tensor grad = Tensor::full({2}, 1.0);
   {
-    Running first(/*step_window=*/3);
+    Running first(/*step_window=*/3, dir.string());
     first.client->create("w", Tensor::zeros({2}), {.name = "sgd", .learning_rate = 1.0});
     // Ids whose hash order differs from their push order would show a lost order.
     for (const char* step : {"d", "a", "c", "b"}) EXPECT_TRUE(first.client->push("w", grad, step));
-    EXPECT_EQ(first.client->save(dir.string()), 1);  // the window is a, c, b (d forgotten)
+    EXPECT_EQ(first.client->save(1), 1);  // the window is a, c, b (d forgotten)
   }
   {
-    Running second(/*step_window=*/3);
-    EXPECT_EQ(second.client->restore(dir.string()), 1);
+    Running second(/*step_window=*/3, dir.string());
+    EXPECT_EQ(second.client->restore(1), 1);
     EXPECT_EQ(second.server.steps_remembered(), 3);
     EXPECT_TRUE(second.client->push("w", grad, "e"));  // forgets the oldest, a
     EXPECT_FALSE(second.client->push("w", grad, "c"));
@@ -163,8 +164,8 @@ TEST(ParameterServerTest, SaveAndRestoreKeepTheStepWindowsOrder) {
     EXPECT_FALSE(second.client->push("w", grad, "e"));
   }
   {
-    Running smaller(/*step_window=*/2);  // restoring into a smaller window keeps the newest ids
-    EXPECT_EQ(smaller.client->restore(dir.string()), 1);
+    Running smaller(/*step_window=*/2, dir.string());  // restoring into a smaller window keeps the newest ids
+    EXPECT_EQ(smaller.client->restore(1), 1);
     EXPECT_EQ(smaller.server.steps_remembered(), 2);
     EXPECT_FALSE(smaller.client->push("w", grad, "b"));
     EXPECT_FALSE(smaller.client->push("w", grad, "c"));
@@ -217,16 +218,20 @@ TEST(ParameterServerTest, ARestartedServerRestoresItsShardsAndGoesOnAsIfNeverSto
   namespace fs = std::filesystem;
   const fs::path dir = fs::temp_directory_path() / ("strata_ps_save_" + std::to_string(::getpid()));
   fs::remove_all(dir);
-  Running first;
+  Running first(ParameterServer::kStepWindow, dir.string());
   const OptimizerSpec adam{.name = "adam", .learning_rate = 0.01};
   first.client->create("dense/kernel:0/part_0", test::random_tensor({4, 3}, 1), adam);
   first.client->create("emb", test::random_tensor({6, 2}, 2), {.name = "adagrad", .learning_rate = 0.1});
   first.client->push("dense/kernel:0/part_0", test::random_tensor({4, 3}, 3), "step:1");
   first.client->push_rows("emb", {1, 4}, test::random_tensor({2, 2}, 4), "step:1");
-  EXPECT_EQ(first.client->save(dir.string()), 2);
+  EXPECT_EQ(first.client->save(1), 2);
 
-  Running second;  // a new ps (as after a restart), restored from the files
-  EXPECT_EQ(second.client->restore(dir.string()), 2);
+  // A new ps (as after a restart), restored from the files as it starts.
+  ParameterServer restarted;
+  restarted.start("127.0.0.1:0", {.checkpoint_directory = dir.string(), .restore_checkpoint = 1});
+  EXPECT_EQ(restarted.shards_restored(), 2);
+  Running second(ParameterServer::kStepWindow, dir.string());  // and one restored by a call
+  EXPECT_EQ(second.client->restore(1), 2);
   for (const char* name : {"dense/kernel:0/part_0", "emb"}) {
     EXPECT_EQ(values(second.client->pull(name)), values(first.client->pull(name))) << name;
   }
@@ -240,13 +245,13 @@ TEST(ParameterServerTest, ARestartedServerRestoresItsShardsAndGoesOnAsIfNeverSto
 
   // A damaged file is DataCorrupt naming it; nothing is replaced.
   std::string victim;
-  for (const auto& e : fs::directory_iterator(dir)) victim = e.path().string();
+  for (const auto& e : fs::directory_iterator(dir / "ckpt-1")) victim = e.path().string();
   {
     std::fstream f(victim, std::ios::in | std::ios::out | std::ios::binary);
     f.seekp(-3, std::ios::end);
     f.put('\x7f');
   }
-  const std::string m = test::message_of<DataCorrupt>([&] { second.client->restore(dir.string()); });
+  const std::string m = test::message_of<DataCorrupt>([&] { second.client->restore(1); });
   EXPECT_NE(m.find(fs::path(victim).filename().string()), std::string::npos) << m;
   fs::remove_all(dir);
 }

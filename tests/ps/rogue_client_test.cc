@@ -1,7 +1,7 @@
 // A job's ps and worker services with a job secret (the process's credentials, as `strata launch` hands them),
 // driven from outside the job (tests/rogue_client.h): every method without the secret is refused (UNAUTHENTICATED)
-// and does nothing. A NaN pushed into a shard is not applied, Save writes no directory of the caller's choosing, and
-// no worker function runs; the job's own clients still work.
+// and does nothing. A NaN pushed into a shard is not applied, Save writes no checkpoint, and no worker function
+// runs; the job's own clients still work.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -34,8 +34,9 @@ class RogueClientTest : public ::testing::Test {
 };
 
 TEST_F(RogueClientTest, EveryPsMethodWithoutTheSecretIsRefusedAndTheShardsStayAsTheJobLeftThem) {
+  test::ScratchDir dir;
   ParameterServer server;
-  server.start("127.0.0.1:0");
+  server.start("127.0.0.1:0", {.checkpoint_directory = dir / "ps-0"});
   const std::string address = "127.0.0.1:" + std::to_string(server.port());
   ParameterServerClient job(address);
   const Tensor initial = Tensor::full({4}, 0.5);
@@ -46,9 +47,8 @@ TEST_F(RogueClientTest, EveryPsMethodWithoutTheSecretIsRefusedAndTheShardsStayAs
   nan_push.mutable_gradient()->add_shape(4);
   const float nans[4] = {NAN, NAN, NAN, NAN};
   nan_push.mutable_gradient()->set_data(std::string(reinterpret_cast<const char*>(nans), sizeof nans));
-  test::ScratchDir dir;
   proto::SaveRequest save;
-  save.set_directory(dir / "planted");
+  save.set_checkpoint(1);
   testing::RogueClient rogue(address);
   const std::vector<std::string> paths = testing::method_paths("strata.ps.proto.ParameterServer");
   ASSERT_EQ(paths.size(), 6u);
@@ -63,7 +63,9 @@ TEST_F(RogueClientTest, EveryPsMethodWithoutTheSecretIsRefusedAndTheShardsStayAs
   }
   test::expect_near(job.pull("model/var_4/part_0"), initial);
   EXPECT_EQ(server.pushes_applied(), 0);
-  EXPECT_FALSE(std::filesystem::exists(dir / "planted"));
+  EXPECT_FALSE(std::filesystem::exists(dir / "ps-0"));  // no checkpoint written
+  EXPECT_EQ(job.save(1), 1);                              // the job's own client saves
+  EXPECT_TRUE(std::filesystem::exists(dir / "ps-0/ckpt-1"));
 }
 
 TEST_F(RogueClientTest, EveryWorkerMethodWithoutTheSecretIsRefusedAndRunsNothing) {

@@ -8,13 +8,15 @@
 //   Sequential model(...);  model.compile(...);  model.build_for({1, 28, 28, 1});
 //   model.fit(my_input(strategy.task_index()), {.epochs = 5, .steps_per_epoch = 938});
 //
-// - On a ps task the constructor starts a ParameterServer on the task's address (restored first from
-//   `checkpoint_dir`/ps-<index> when a save of its shards is there: a restarted ps goes on from its last checkpoint).
+// - On a ps task the constructor starts a ParameterServer on the task's address, writing its checkpoints under
+//   `checkpoint_dir`/ps-<index> (restored first from the checkpoint the job last committed there: a restarted ps
+//   goes on from its last checkpoint).
 // - On the chief, Model::fit puts the model's trainable variables on the ps tasks (sharded by the partitioner) and
 //   schedules steps_per_epoch training steps per epoch through a ClusterCoordinator onto the workers; the loss and
 //   metrics are those of the steps it got back; at each epoch's end the chief's model takes the ps values (so
 //   validation, callbacks and evaluate see the trained weights). `checkpoint_dir`: the ps shards are saved there at
-//   each epoch's end (and every checkpoint_every_steps steps).
+//   each epoch's end (and every checkpoint_every_steps steps); a checkpoint counts once the chief has committed its
+//   manifest, after every ps wrote it whole (src/ps/ps_checkpoint.h).
 // - On a worker task, Model::fit serves the training step (ps::RemoteTrainer on a ps::WorkerServer at the task's
 //   address) on the dataset given to it, which is this worker's input, until the chief's fit ends; then it returns
 //   an empty History.
@@ -60,7 +62,8 @@ struct ParameterServerStrategyOptions {
   CoordinatorOptions coordinator;
   // Every call to a ps waits this long for it (a ps restarting within it is waited for), then fails naming it.
   std::chrono::milliseconds ps_timeout = std::chrono::seconds(30);
-  // ps tasks restore from <checkpoint_dir>/ps-<index> when they start; the chief saves the shards there. "": none.
+  // Each ps task checkpoints under <checkpoint_dir>/ps-<index> and restores the job's last committed checkpoint
+  // when it starts; the chief asks for the saves and commits them. "": none.
   std::string checkpoint_dir;
   // The chief also saves the ps shards every this many steps (0: at each epoch's end only).
   int64_t checkpoint_every_steps = 0;
@@ -116,8 +119,12 @@ class ParameterServerStrategy final : public distribute::Strategy {
   std::string describe_ps(const std::string& address) const;
   // The directory the shards of ps `index` are saved in: <checkpoint_dir>/ps-<index>. REQUIRES: a checkpoint_dir.
   std::string ps_checkpoint_dir(int64_t index) const;
-  // Saves every ps's shards under checkpoint_dir (each into its own directory); returns the shards saved. Chief.
-  int64_t save_ps_checkpoint();
+  // Chief: has every ps save its shards as the next checkpoint (each under its own directory), then commits the
+  // checkpoint's manifest, recording `step` (training steps done); returns the shards saved. A ps that fails leaves
+  // the last committed checkpoint the job's.
+  int64_t save_ps_checkpoint(int64_t step);
+  // The number of the checkpoint the job last committed (0: none).
+  int64_t committed_checkpoint() const { return committed_checkpoint_; }
 
   // Chief: calls `function` once on every worker task at once (not through the coordinator's queue), each call
   // bounded by `timeout`; returns "worker:<i> (<address>): <why>" for each worker that did not answer.
@@ -149,6 +156,7 @@ class ParameterServerStrategy final : public distribute::Strategy {
   std::vector<std::shared_ptr<ParameterServerClient>> servers_;
   std::unique_ptr<ClusterCoordinator> coordinator_;
   std::unique_ptr<ParameterServer> server_;
+  int64_t committed_checkpoint_ = 0;  // the manifest's number under checkpoint_dir (ps tasks: the one restored)
   struct Stop;
   std::unique_ptr<Stop> stop_;
 };

@@ -12,8 +12,9 @@
 //   Tensor w = ps.pull("dense/kernel:0");
 //   Tensor rows = ps.pull_rows("embedding:0", {3, 17});    // an embedding lookup: rows 3 and 17
 //
-// save(dir) and restore(dir) write and read every shard of a ps (value, optimizer slots and step count, the step
-// ids applied), so a restarted ps continues where the last save stood.
+// save(n) and restore(n) write and read checkpoint n of every shard of a ps (value, optimizer slots and step count,
+// the step ids applied) under the checkpoint directory the ps was started with, so a restarted ps continues where
+// the last save stood. A caller names a number, never a path (src/ps/ps_checkpoint.h has the layout).
 // Synchronous rounds (max_staleness = 0, strata/ps/sync_round.h): a push that names a round is summed with the
 // round's other pushes to that shard; the push that brings the round to `round.size` distinct step ids applies their
 // mean as one update before it returns (a repeated step id is dropped as ever). A round pending at a save is not in
@@ -65,13 +66,22 @@ class ParameterServer {
   ParameterServer(const ParameterServer&) = delete;
   ParameterServer& operator=(const ParameterServer&) = delete;
 
+  struct StartOptions {
+    // Where this ps writes and reads its checkpoints (ckpt-<n>/ directories); "": none (Save and Restore are
+    // refused with FAILED_PRECONDITION).
+    std::string checkpoint_directory;
+    // > 0: first loads checkpoint n from checkpoint_directory (as ParameterServerClient::restore), so that a
+    // restarted ps answers its first call with its last checkpoint's values. 0: starts empty.
+    int64_t restore_checkpoint = 0;
+    // Caps every request (0: any size): a larger one is refused (RESOURCE_EXHAUSTED) before it is read whole.
+    // ParameterServerStrategy gives the job's largest variable plus a margin.
+    int64_t max_message_bytes = 0;
+  };
   // Serves on `address` ("host:port"; port 0: the OS picks; an empty host binds 127.0.0.1). Unavailable naming the
-  // address when it cannot listen there. With `restore_directory`, first loads the shards saved there (as
-  // ParameterServerClient::restore; a directory with no shard file restores none), so that a restarted ps answers
-  // its first call with its last checkpoint's values.
-  // `max_message_bytes` caps every request (0: any size): a larger one is refused (RESOURCE_EXHAUSTED) before it is
-  // read whole. ParameterServerStrategy gives the job's largest variable plus a margin.
-  void start(const std::string& address, const std::string& restore_directory = "", int64_t max_message_bytes = 0);
+  // address when it cannot listen there; InvalidArgument or DataCorrupt when the checkpoint to restore is missing
+  // or damaged.
+  void start(const std::string& address, const StartOptions& options);
+  void start(const std::string& address) { start(address, StartOptions{}); }
   int port() const;
   // Shards start() restored.
   int64_t shards_restored() const;
@@ -116,12 +126,14 @@ class ParameterServerClient {
   // Applies the gradient of rows `rows` ([rows.size(), ...]; the other rows' gradient is zero); `round` as push.
   bool push_rows(const std::string& name, const std::vector<int64_t>& rows, const Tensor& gradient,
                  const std::string& step_id = "", const SyncRound& round = {});
-  // Saves every shard of the ps to `directory` on the ps's machine (one safetensors file per shard, written
-  // atomically, with the optimizer's slots and step count and the step ids applied); returns how many.
-  int64_t save(const std::string& directory);
-  // Loads every shard file of `directory`, replacing shards of the same names; returns how many. DataCorrupt naming
-  // a damaged file.
-  int64_t restore(const std::string& directory);
+  // Saves every shard of the ps as checkpoint `checkpoint` (>= 1) under the ps's checkpoint directory (one
+  // safetensors file per shard, with the optimizer's slots and step count and the step ids applied; the checkpoint
+  // renamed into place whole); removes the ps's other checkpoints but `keep` (0: none). Returns how many shards.
+  // InvalidArgument when the ps has no checkpoint directory.
+  int64_t save(int64_t checkpoint, int64_t keep = 0);
+  // Loads every shard of checkpoint `checkpoint`, replacing shards of the same names; returns how many.
+  // InvalidArgument when the ps has no such checkpoint; DataCorrupt naming a damaged file.
+  int64_t restore(int64_t checkpoint);
   // What the ps holds and has done since it started (a restarted ps counts from its restart).
   struct Stats {
     int64_t shards = 0;
