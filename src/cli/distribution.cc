@@ -156,6 +156,12 @@ StrategySpec resolve_strategy(const StrategySpec& from_job, const StrategyFlags&
                                     << spec.name << ")");
     spec.max_staleness = flags.max_staleness;
   }
+  if (flags.no_ps_backups) {
+    STRATA_CHECK(spec.name == "parameter_server", InvalidArgument,
+                 "--no-ps-backups: only parameter_server keeps variables on ps tasks (this job's strategy is "
+                     << spec.name << ")");
+    spec.ps_backups = false;
+  }
   const auto pipeline_flag = [&](const char* flag, const std::optional<int>& value, int& into) {
     if (!value) return;
     STRATA_CHECK(*value >= 1, InvalidArgument, flag << ": must be a positive integer, got " << *value);
@@ -282,6 +288,7 @@ std::unique_ptr<distribute::Strategy> make_job_strategy(const StrategySpec& spec
     options.max_message_bytes = max_message_bytes;
     options.rendezvous_timeout = communication.rendezvous_timeout;
     options.coordinator.max_staleness = spec.max_staleness;
+    options.replicate_shards = spec.ps_backups;
     return std::make_unique<ps::ParameterServerStrategy>(cluster::resolve_cluster_from_environment(), options);
   }
   if (spec.name == "pipeline") {
@@ -320,6 +327,7 @@ std::string strategy_line(const distribute::Strategy& strategy, int64_t global_b
     else
       out << "steps at most " << *staleness << " ahead of the slowest worker";
     out << " (batch " << global_batch << " a step)";
+    if (servers->replicating()) out << ", each shard on 2 ps (a primary and its backup)";
     return out.str();
   }
   if (const auto* pipeline = dynamic_cast<const parallel::PipelineStrategy*>(&strategy)) {

@@ -48,6 +48,8 @@ struct StrategySpec {
   int64_t ps_checkpoint_every_steps = 0;
   // parameter_server: how many steps a worker may run ahead of the slowest (0: synchronous rounds; none: async).
   std::optional<int64_t> max_staleness;
+  // parameter_server with 2 or more ps: each shard backed up on another ps (ParameterServerStrategyOptions).
+  bool ps_backups = true;
   // pipeline: stages (threads), micro-batches per global batch, the schedule, and model chunks per stage
   // (interleaved; 0: 2).
   int pipeline_stages = 2;
@@ -89,6 +91,7 @@ struct StrategyFlags {
   std::string gradient_compression;                  // when given, none or bf16
   std::optional<int64_t> bytes_per_pack;             // when given, >= 1 (multi_worker_mirrored only)
   std::optional<int64_t> max_staleness;              // when given, >= 0 (parameter_server only)
+  bool no_ps_backups = false;                        // parameter_server only
   std::optional<int> stages, micro_batches, chunks;  // when given, >= 1 (pipeline only)
   std::string schedule;                              // pipeline only
   bool recompute = false;                            // pipeline only

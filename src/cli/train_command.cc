@@ -189,7 +189,11 @@ void run_parameter_server_task(Job& job, const TrainArgs& args, const cluster::C
   auto& servers = static_cast<ps::ParameterServerStrategy&>(*strategy);
   if (servers.task_type() == "ps") {
     std::printf("serving variables on %s", task.address.c_str());
-    if (servers.server()->shards_restored() > 0) {
+    if (servers.server()->shards_resynced() > 0) {
+      const int64_t copied = servers.server()->shards_resynced();
+      std::printf(" (copied %lld shard%s from the other ps tasks, as their backup)", static_cast<long long>(copied),
+                  copied == 1 ? "" : "s");
+    } else if (servers.server()->shards_restored() > 0) {
       const int64_t restored = servers.server()->shards_restored();
       std::printf(" (restored %lld shard%s from %s/ckpt-%lld)", static_cast<long long>(restored),
                   restored == 1 ? "" : "s", servers.ps_checkpoint_dir(task.task_index).c_str(),
@@ -245,13 +249,21 @@ void run_parameter_server_task(Job& job, const TrainArgs& args, const cluster::C
                 static_cast<long long>(workers[i].closures_run), static_cast<long long>(workers[i].times_lost));
   }
   // What each ps did: every step pushes each of its shards once, so the pushes applied count the steps applied (a
-  // step re-run after a lost worker has its repeated pushes dropped). A restarted ps counts from its restart.
+  // step re-run after a lost worker has its repeated pushes dropped). A restarted ps counts from its restart. With
+  // backups, "shards" are those a ps serves; it also holds the backups of others', and took some over.
   for (const auto& client : servers.servers()) {
     const ps::ParameterServerClient::Stats stats = client->stats();
-    std::printf("%s: %lld shard%s, %lld pushes applied, %lld repeats dropped\n",
-                servers.describe_ps(client->address()).c_str(), static_cast<long long>(stats.shards),
-                stats.shards == 1 ? "" : "s", static_cast<long long>(stats.pushes_applied),
+    const int64_t primaries = stats.shards - stats.backups;
+    std::printf("%s: %lld shard%s, %lld pushes applied, %lld repeats dropped",
+                servers.describe_ps(client->address()).c_str(), static_cast<long long>(primaries),
+                primaries == 1 ? "" : "s", static_cast<long long>(stats.pushes_applied),
                 static_cast<long long>(stats.pushes_dropped));
+    if (servers.replicating()) {
+      std::printf("; backs up %lld shard%s (%lld pushes); took over %lld shard%s", static_cast<long long>(stats.backups),
+                  stats.backups == 1 ? "" : "s", static_cast<long long>(stats.pushes_replicated),
+                  static_cast<long long>(stats.takeovers), stats.takeovers == 1 ? "" : "s");
+    }
+    std::printf("\n");
   }
   print_test_line(model->evaluate(test_dataset(job)));
 }
@@ -434,6 +446,9 @@ void add_strategy_options(CLI::App* command, StrategyFlags& flags) {
                       "multi_worker_mirrored, local_sgd, and pipeline on several workers: seconds the start-up may "
                       "wait for the other workers, saying every 10 s whom it waits for (default 60, or the "
                       "collective timeout if shorter); parameter_server: how long a worker waits for the chief's fit");
+  command->add_flag("--no-ps-backups", flags.no_ps_backups,
+                    "parameter_server with 2 or more ps: keep one copy of each shard instead of a primary and a "
+                    "backup on another ps (a lost ps is then waited for and restored from its checkpoint)");
   command->add_option("--max-staleness", flags.max_staleness,
                       "parameter_server: a worker may start step v only when every worker has finished step v - N "
                       "(0: synchronous rounds, each round's gradients applied as one mean; default: asynchronous)");

@@ -12,6 +12,7 @@
 #include "cluster/rpc_credentials.h"
 #include "cluster/rpc_status.h"
 #include "ps/proto/parameter_server.grpc.pb.h"
+#include "ps/replication.h"
 #include "ps/tensor_coding.h"
 #include "strata/error.h"
 #include "strata/ps/server.h"
@@ -20,6 +21,40 @@
 namespace strata::ps {
 namespace pb = strata::ps::proto;
 
+namespace {
+// A call for a shard reached a ps that is not (or no longer) its primary, or found its primary gone and had another
+// ps take over: the call goes to ps `primary`.
+struct ShardMoved {
+  int64_t primary;
+};
+}  // namespace
+
+// The clients of every ps task of one job, linked (link_replicas): where each shard's primary is now.
+struct ParameterServerClient::Replicas {
+  std::vector<std::weak_ptr<ParameterServerClient>> clients;  // in task order
+  std::mutex mu;
+  std::unordered_map<std::string, int64_t> moved;  // shards whose primary is not where they were created
+
+  int64_t primary_of(const std::string& name, int64_t placed) {
+    std::lock_guard lock(mu);
+    const auto it = moved.find(name);
+    return it == moved.end() ? placed : it->second;
+  }
+  void set_primary(const std::string& name, int64_t index) {
+    std::lock_guard lock(mu);
+    moved[name] = index;
+  }
+  std::shared_ptr<ParameterServerClient> client(int64_t index) {
+    std::shared_ptr<ParameterServerClient> c =
+        index >= 0 && index < static_cast<int64_t>(clients.size()) ? clients[static_cast<size_t>(index)].lock() : nullptr;
+    STRATA_CHECK(c != nullptr, Unavailable, "ps client: no client of ps:" << index << " any more");
+    return c;
+  }
+  // The primary of `name` was found gone: asks every other ps to take the shard over. The ps that did (or that is
+  // its primary already, or the one another ps names), or none.
+  std::optional<int64_t> promote(const std::string& name, int64_t lost);
+};
+
 struct ParameterServerClient::Impl {
   std::string address;
   std::string caller;
@@ -27,6 +62,11 @@ struct ParameterServerClient::Impl {
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<pb::ParameterServer::Stub> stub;
   std::unique_ptr<grpc::GenericStub> raw;  // the same channel, for requests encoded by hand (tensor_coding.h)
+  // Linked to the clients of the job's other ps tasks (replication): null when not. This client's ps index.
+  std::shared_ptr<Replicas> replicas;
+  int64_t index = -1;
+  // The shard of the call being made (routed): what a cut-off call asks the other ps to take over. Per thread.
+  static thread_local const std::string* shard_of_call;
 
   // Makes one call (`attempt(context)`) with the deadline; a failed status is the strata error for it
   // (cluster/rpc_status.h) naming the call and the address.
@@ -35,16 +75,25 @@ struct ParameterServerClient::Impl {
     const auto deadline = std::chrono::system_clock::now() + timeout;
     std::chrono::milliseconds backoff(20);
     grpc::Status status;
+    // Linked to the other ps tasks, a call fails fast on a ps that does not listen, so that its shard's backup takes
+    // over at once; otherwise a ps still starting is waited for, within the deadline.
+    const std::string* shard = replicas ? shard_of_call : nullptr;
     for (;;) {
       grpc::ClientContext context;
       context.set_deadline(deadline);
-      context.set_wait_for_ready(true);  // a ps still starting is waited for, within the deadline
+      context.set_wait_for_ready(shard == nullptr);
       status = attempt(context);
+      if (shard) {
+        if (const std::optional<int64_t> primary = detail::moved_to(status)) throw ShardMoved{*primary};
+      }
       // A call cut off by a ps that died or shut down (UNAVAILABLE, or CANCELLED by its server, at once rather than
       // at the deadline) is made again, within the deadline, when making it twice does no harm: the ps may be
       // restarting from its checkpoint.
       const bool cut_off =
           status.error_code() == grpc::StatusCode::UNAVAILABLE || status.error_code() == grpc::StatusCode::CANCELLED;
+      if (cut_off && shard) {
+        if (const std::optional<int64_t> primary = replicas->promote(*shard, index)) throw ShardMoved{*primary};
+      }
       if (!cut_off || !retry) break;
       if (std::chrono::system_clock::now() + backoff >= deadline) break;
       std::this_thread::sleep_for(backoff);
@@ -95,7 +144,65 @@ struct ParameterServerClient::Impl {
     });
     return response;
   }
+
+  // `call(impl)` on the client of the shard's primary: this one unless linked replicas moved it; a call that finds
+  // the shard moved (or its primary gone and another ps taking over) goes to the new primary.
+  template <class Call>
+  auto routed(const std::string& name, Call call) -> decltype(call(*this)) {
+    if (!replicas) return call(*this);
+    int64_t target = replicas->primary_of(name, index);
+    for (int hops = 0;; ++hops) {
+      const std::shared_ptr<ParameterServerClient> owner = target == index ? nullptr : replicas->client(target);
+      Impl& impl = owner ? *owner->impl_ : *this;
+      const std::string* outer = shard_of_call;
+      shard_of_call = &name;
+      try {
+        auto result = call(impl);
+        shard_of_call = outer;
+        return result;
+      } catch (const ShardMoved& moved) {
+        shard_of_call = outer;
+        STRATA_CHECK(hops < 2 * static_cast<int64_t>(replicas->clients.size()), Unavailable,
+                     "ps client: shard '" << name << "' moved " << hops + 1 << " times in one call (last to ps:"
+                                          << moved.primary << ")");
+        replicas->set_primary(name, moved.primary);
+        target = moved.primary;
+      } catch (...) {
+        shard_of_call = outer;
+        throw;
+      }
+    }
+  }
 };
+
+thread_local const std::string* ParameterServerClient::Impl::shard_of_call = nullptr;
+
+std::optional<int64_t> ParameterServerClient::Replicas::promote(const std::string& name, int64_t lost) {
+  for (int64_t k = 0; k < static_cast<int64_t>(clients.size()); ++k) {
+    if (k == lost) continue;
+    const std::shared_ptr<ParameterServerClient> c = clients[static_cast<size_t>(k)].lock();
+    if (!c) continue;
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() + std::min(c->impl_->timeout, std::chrono::milliseconds(2000)));
+    pb::PromoteRequest request;
+    request.set_name(name);
+    pb::PromoteResponse response;
+    const grpc::Status status = c->impl_->stub->Promote(&context, request, &response);
+    if (status.ok()) return k;
+    if (const std::optional<int64_t> primary = detail::moved_to(status)) return *primary;
+  }
+  return std::nullopt;
+}
+
+void ParameterServerClient::link_replicas(const std::vector<std::shared_ptr<ParameterServerClient>>& clients) {
+  if (clients.size() < 2) return;
+  auto replicas = std::make_shared<Replicas>();
+  for (const auto& c : clients) replicas->clients.push_back(c);
+  for (size_t i = 0; i < clients.size(); ++i) {
+    clients[i]->impl_->replicas = replicas;
+    clients[i]->impl_->index = static_cast<int64_t>(i);
+  }
+}
 
 ParameterServerClient::ParameterServerClient(const std::string& address, std::chrono::milliseconds timeout,
                                              const std::string& caller)
@@ -148,15 +255,19 @@ bool ParameterServerClient::create(const std::string& name, const Tensor& initia
   spec->set_beta_2(optimizer.beta_2);
   spec->set_epsilon(optimizer.epsilon);
   spec->set_initial_accumulator(optimizer.initial_accumulator);
-  return impl_->call(&pb::ParameterServer::Stub::Create, "Create", req).created();
+  return impl_->routed(name, [&](Impl& impl) {
+    return impl.call(&pb::ParameterServer::Stub::Create, "Create", req).created();
+  });
 }
 
 Tensor ParameterServerClient::pull(const std::string& name) {
   trace::Span span("comm", "ps pull");
   pb::PullRequest req;
   req.set_name(name);
-  pb::PullResponse resp = impl_->call(&pb::ParameterServer::Stub::Pull, "Pull", req);
-  return tensor_of(resp.mutable_value(), impl_->address);
+  return impl_->routed(name, [&](Impl& impl) {
+    pb::PullResponse resp = impl.call(&pb::ParameterServer::Stub::Pull, "Pull", req);
+    return tensor_of(resp.mutable_value(), impl.address);
+  });
 }
 
 Tensor ParameterServerClient::pull_rows(const std::string& name, const std::vector<int64_t>& rows) {
@@ -164,8 +275,10 @@ Tensor ParameterServerClient::pull_rows(const std::string& name, const std::vect
   pb::PullRequest req;
   req.set_name(name);
   for (int64_t r : rows) req.add_rows(r);
-  pb::PullResponse resp = impl_->call(&pb::ParameterServer::Stub::Pull, "Pull", req);
-  return tensor_of(resp.mutable_value(), impl_->address);
+  return impl_->routed(name, [&](Impl& impl) {
+    pb::PullResponse resp = impl.call(&pb::ParameterServer::Stub::Pull, "Pull", req);
+    return tensor_of(resp.mutable_value(), impl.address);
+  });
 }
 
 bool ParameterServerClient::push(const std::string& name, const Tensor& gradient, const std::string& step_id,
@@ -176,7 +289,12 @@ bool ParameterServerClient::push(const std::string& name, const Tensor& gradient
 
 ParameterServerClient::Stats ParameterServerClient::stats() {
   const pb::StatsResponse r = impl_->call(&pb::ParameterServer::Stub::Stats, "Stats", pb::StatsRequest());
-  return {.shards = r.shards(), .pushes_applied = r.pushes_applied(), .pushes_dropped = r.pushes_dropped()};
+  return {.shards = r.shards(),
+          .backups = r.backups(),
+          .pushes_applied = r.pushes_applied(),
+          .pushes_dropped = r.pushes_dropped(),
+          .takeovers = r.takeovers(),
+          .pushes_replicated = r.pushes_replicated()};
 }
 
 int64_t ParameterServerClient::save(int64_t checkpoint, int64_t keep) {
@@ -211,7 +329,9 @@ bool ParameterServerClient::push_request(const std::string& name, const std::vec
   head.set_round_size(round.size);
   head.set_caller(impl_->caller);
   const grpc::ByteBuffer request = encode_with_tensor_bytes(head, pb::PushRequest::kGradientFieldNumber, gradient);
-  return impl_->call_raw<pb::PushResponse>("Push", request, /*retry=*/!step_id.empty()).applied();
+  return impl_->routed(name, [&](Impl& impl) {
+    return impl.call_raw<pb::PushResponse>("Push", request, /*retry=*/!step_id.empty()).applied();
+  });
 }
 
 }  // namespace strata::ps

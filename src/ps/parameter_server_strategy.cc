@@ -108,7 +108,11 @@ ParameterServerStrategy::ParameterServerStrategy(const cluster::TaskInfo& task, 
     server_->start(task.address,
                    {.checkpoint_directory = options_.checkpoint_dir.empty() ? "" : ps_checkpoint_dir(task.task_index),
                     .restore_checkpoint = committed_checkpoint_,
-                    .max_message_bytes = options_.max_message_bytes});
+                    .max_message_bytes = options_.max_message_bytes,
+                    .replicas = replicating() ? ps_addresses_ : std::vector<std::string>{},
+                    .replica_index = task.task_index,
+                    // A forward must end well within the pushing client's deadline, so the primary can still answer.
+                    .replica_timeout = std::min<std::chrono::milliseconds>(options_.ps_timeout / 4, std::chrono::seconds(10))});
   }
 }
 
@@ -127,6 +131,7 @@ const std::vector<std::shared_ptr<ParameterServerClient>>& ParameterServerStrate
     for (const std::string& a : ps_addresses_) {
       servers_.push_back(std::make_shared<ParameterServerClient>(a, options_.ps_timeout, task_.name()));
     }
+    if (replicating()) ParameterServerClient::link_replicas(servers_);
   }
   return servers_;
 }

@@ -14,6 +14,7 @@
 #include <cctype>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <mutex>
@@ -22,6 +23,7 @@
 #include "cluster/rpc_status.h"
 #include "ps/proto/parameter_server.grpc.pb.h"
 #include "ps/ps_checkpoint.h"
+#include "ps/replication.h"
 #include "ps/shard_state.h"
 #include "ps/tensor_coding.h"
 #include "strata/cluster/cluster_resolver.h"
@@ -82,49 +84,74 @@ std::string non_finite(const Tensor& gradient) {
   return first + " (" + std::to_string(nans + infinities) + " of " + std::to_string(n) + " values non-finite)";
 }
 
+// A shard as a ps holds it: its state and its replication (a primary without a backup when the job has one ps).
+struct Held {
+  std::shared_ptr<ShardState> state;
+  std::shared_ptr<detail::ShardReplica> replica;
+};
+
+// An optimizer slot of any dtype in a ShardCopy, and back ("" or what does not fit).
+void to_slot(const std::string& name, const Tensor& t, pb::SlotTensor* out) {
+  const Tensor dense = t.clone();  // contiguous, on the host
+  out->set_name(name);
+  out->set_dtype(dtype_name(dense.dtype()));
+  for (int64_t d : dense.shape()) out->add_shape(d);
+  out->set_data(static_cast<const char*>(dense.raw_data()), dense.nbytes());
+}
+std::string from_slot(const pb::SlotTensor& slot, Tensor* out) {
+  for (DType dtype : {DType::kFloat32, DType::kInt32, DType::kInt64, DType::kUInt8, DType::kBFloat16}) {
+    if (slot.dtype() != dtype_name(dtype)) continue;
+    *out = Tensor::empty(Shape(std::vector<int64_t>(slot.shape().begin(), slot.shape().end())), dtype);
+    if (out->nbytes() != slot.data().size()) {
+      return "slot " + slot.name() + " of shape " + shape_str(out->shape()) + " holds " +
+             std::to_string(slot.data().size()) + " bytes";
+    }
+    std::memcpy(out->raw_data(), slot.data().data(), slot.data().size());
+    return "";
+  }
+  return "slot " + slot.name() + " has an unknown dtype '" + slot.dtype() + "'";
+}
+
 class Service final : public pb::ParameterServer::WithRawCallbackMethod_Push<
                           pb::ParameterServer::WithRawCallbackMethod_Pull<pb::ParameterServer::Service>> {
  public:
-  Service(int64_t step_window, std::filesystem::path checkpoint_directory)
-      : step_window_(step_window), checkpoint_directory_(std::move(checkpoint_directory)) {}
+  // `peers`: the job's other ps tasks when shards are replicated (2 or more ps); null: no replication.
+  Service(int64_t step_window, std::filesystem::path checkpoint_directory, std::unique_ptr<detail::PeerLinks> peers)
+      : step_window_(step_window), checkpoint_directory_(std::move(checkpoint_directory)), peers_(std::move(peers)) {}
   // Step ids remembered for dropping repeats, over every shard.
   int64_t steps_remembered() {
     std::lock_guard lock(mu_);
     int64_t n = 0;
-    for (auto& [name, shard] : shards_) n += shard->steps_remembered();
+    for (auto& [name, shard] : shards_) n += shard.state->steps_remembered();
     return n;
   }
   grpc::Status Create(grpc::ServerContext*, const pb::CreateRequest* req, pb::CreateResponse* resp) override {
-    Tensor initial;
-    if (const std::string bad = from_bytes(req->initial(), &initial); !bad.empty()) {
-      return invalid("Create " + req->name() + ": " + bad);
-    }
-    if (initial.rank() == 0) return invalid("Create " + req->name() + ": a shard has at least one axis");
-    const std::string spec = req->optimizer().SerializeAsString();
-    std::lock_guard lock(mu_);
-    if (auto it = shards_.find(req->name()); it != shards_.end()) {
-      if (it->second->shape() != initial.shape() || it->second->optimizer_key() != spec) {
-        return {grpc::StatusCode::ALREADY_EXISTS, "Create " + req->name() + ": it exists with shape " +
-                                                      shape_str(it->second->shape()) + " (asked " +
-                                                      shape_str(initial.shape()) + ") or another optimizer"};
-      }
+    Held held;
+    std::unique_lock<std::mutex> replica_lock;  // held until the backup has the shard: pushes wait for it
+    if (grpc::Status status = create_shard(*req, detail::ReplicaRole::kPrimary,
+                                           peers_ ? peers_->backup_for_new_shard() : -1, &held, &replica_lock);
+        !status.ok() || !replica_lock.owns_lock()) {
       resp->set_created(false);
-      return grpc::Status::OK;
+      return status;
     }
-    std::shared_ptr<optim::Optimizer> optimizer;
-    try {
-      optimizer = make_optimizer(req->optimizer());
-    } catch (const InvalidArgument& e) {
-      return invalid("Create " + req->name() + ": " + e.what());
-    }
-    if (!optimizer) {
-      return invalid("Create " + req->name() + ": unknown optimizer '" + req->optimizer().name() +
-                     "'; the ps applies sgd, adam or adagrad");
-    }
-    shards_.emplace(req->name(),
-                    std::make_shared<ShardState>(req->name(), initial, std::move(optimizer), spec, step_window_));
     resp->set_created(true);
+    if (!peers_) return grpc::Status::OK;
+    pb::ReplicateCreateRequest forward;
+    *forward.mutable_shard() = *req;
+    forward.set_primary(peers_->self());
+    // A backup that cannot be reached leaves the shard with one copy until that ps is back and resyncs.
+    held.replica->peer_attached = peers_->replicate_create(held.replica->peer, forward).ok();
     return grpc::Status::OK;
+  }
+
+  grpc::Status ReplicateCreate(grpc::ServerContext*, const pb::ReplicateCreateRequest* req,
+                               pb::CreateResponse* resp) override {
+    if (!peers_) return {grpc::StatusCode::FAILED_PRECONDITION, "ReplicateCreate: this ps replicates nothing"};
+    Held held;
+    std::unique_lock<std::mutex> replica_lock;
+    grpc::Status status = create_shard(req->shard(), detail::ReplicaRole::kBackup, req->primary(), &held, &replica_lock);
+    resp->set_created(status.ok() && replica_lock.owns_lock());
+    return status;
   }
 
   // Pull and Push are raw callback methods. Pull's response is encoded by hand so that the value's bytes are copied
@@ -141,16 +168,27 @@ class Service final : public pb::ParameterServer::WithRawCallbackMethod_Push<
                                  grpc::ByteBuffer* response) override {
     return serve_raw<pb::PushRequest>(context, *request, "Push", [&](const pb::PushRequest& req) {
       pb::PushResponse resp;
-      grpc::Status status = push(req, &resp);
+      grpc::Status status = push(req, request, &resp);
       bool own_buffer = false;
       if (status.ok()) status = grpc::SerializationTraits<pb::PushResponse>::Serialize(resp, response, &own_buffer);
       return status;
     });
   }
 
-  grpc::Status push(const pb::PushRequest& req, pb::PushResponse* resp) {
-    const std::shared_ptr<ShardState> shard = find(req.name());
-    if (!shard) return not_found("Push", req.name());
+  // A push the shard's primary applied and forwarded: applied here as there. A sync method, so it runs on the sync
+  // server's threads: a primary's forward blocks one of its callback threads, and must never wait for a callback
+  // thread here (two ps forwarding to each other, or both in one process, would wait for each other).
+  grpc::Status ReplicatePush(grpc::ServerContext*, const pb::PushRequest* req, pb::PushResponse* resp) override {
+    return push(*req, nullptr, resp);
+  }
+
+  // A push from a client (`raw`: the request as it came, which the primary forwards as it is to its backup before
+  // answering) or forwarded by the primary (`raw` null: this is the backup).
+  grpc::Status push(const pb::PushRequest& req, const grpc::ByteBuffer* raw, pb::PushResponse* resp) {
+    const bool forwarded = raw == nullptr;
+    const Held held = find(req.name());
+    if (!held.state) return not_found(forwarded ? "ReplicatePush" : "Push", req.name());
+    const std::shared_ptr<ShardState>& shard = held.state;
     Tensor grad;
     // Borrows the request's bytes when aligned (no copy): the request outlives this handler's use of `grad`, and
     // a round that keeps the gradient keeps a copy.
@@ -163,6 +201,13 @@ class Service final : public pb::ParameterServer::WithRawCallbackMethod_Push<
                      ": refused, the shard keeps its value (a step that diverged: lower the learning rate or check "
                      "the data; or a worker computing wrong)");
     }
+    detail::ShardReplica& replica = *held.replica;
+    std::lock_guard replica_lock(replica.mu);  // through the forward: the backup applies pushes in this order
+    if (forwarded && replica.role != detail::ReplicaRole::kBackup) {
+      return {grpc::StatusCode::FAILED_PRECONDITION,
+              "ReplicatePush " + req.name() + ": this ps took the shard over; it is no longer a backup"};
+    }
+    if (!forwarded && replica.role != detail::ReplicaRole::kPrimary) return detail::moved(req.name(), replica.peer);
     ShardState::PushResult result;
     try {
       result = shard->push(grad, {req.rows().data(), static_cast<size_t>(req.rows_size())}, req.step_id(),
@@ -170,8 +215,23 @@ class Service final : public pb::ParameterServer::WithRawCallbackMethod_Push<
     } catch (const InvalidArgument& e) {
       return invalid(e.what());
     }
+    if (result.taken && !forwarded && replica.peer_attached) {
+      const grpc::Status sent = peers_->forward_push(replica.peer, *raw, /*wait=*/replica.peer_syncing);
+      if (sent.ok()) {
+        replica.peer_syncing = false;
+      } else if (sent.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+        // The backup took over (a client found this ps unreachable): this copy, with this push, is stale. The client
+        // makes the push again at the new primary, which has not applied it.
+        replica.role = detail::ReplicaRole::kStale;
+        return detail::moved(req.name(), replica.peer);
+      } else {
+        replica.peer_attached = false;  // the backup is lost: one copy until its task is back and resyncs
+      }
+    }
     if (!result.taken) {
       ++dropped_;
+    } else if (forwarded) {
+      replicated_ += result.applied;
     } else {
       applied_ += result.applied;
       rows_pushed_ += req.rows().empty() ? shard->shape()[0] : req.rows_size();
@@ -181,13 +241,95 @@ class Service final : public pb::ParameterServer::WithRawCallbackMethod_Push<
     return grpc::Status::OK;
   }
 
-  grpc::Status Stats(grpc::ServerContext*, const pb::StatsRequest*, pb::StatsResponse* resp) override {
-    {
-      std::lock_guard lock(mu_);
-      resp->set_shards(static_cast<int64_t>(shards_.size()));
+  grpc::Status Promote(grpc::ServerContext*, const pb::PromoteRequest* req, pb::PromoteResponse* resp) override {
+    const Held held = find(req->name());
+    if (!held.state) return not_found("Promote", req->name());
+    std::lock_guard replica_lock(held.replica->mu);
+    switch (held.replica->role) {
+      case detail::ReplicaRole::kPrimary:
+        resp->set_took_over(false);
+        return grpc::Status::OK;
+      case detail::ReplicaRole::kStale:
+        return detail::moved(req->name(), held.replica->peer);
+      case detail::ReplicaRole::kBackup:
+        break;
     }
+    // The old primary stays the peer, detached: when its task is back, its resync makes it this shard's backup.
+    held.replica->role = detail::ReplicaRole::kPrimary;
+    held.replica->peer_attached = false;
+    ++takeovers_;
+    resp->set_took_over(true);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Resync(grpc::ServerContext*, const pb::ResyncRequest* req, grpc::ServerWriter<pb::ShardCopy>* writer) override {
+    if (!peers_ || req->requester() < 0 || req->requester() >= peers_->size() || req->requester() == peers_->self()) {
+      return invalid("Resync: no such peer ps " + std::to_string(req->requester()));
+    }
+    std::vector<std::pair<std::string, Held>> all = snapshot();
+    // Every copy is taken (and its backup attached) before any is sent: a push forwarded meanwhile waits at the
+    // restarted ps until it listens, which it does once it has all of them.
+    std::vector<pb::ShardCopy> copies;
+    for (auto& [name, held] : all) {
+      std::lock_guard replica_lock(held.replica->mu);
+      detail::ShardReplica& replica = *held.replica;
+      if (replica.peer != req->requester() || replica.role == detail::ReplicaRole::kStale) continue;
+      if (replica.role == detail::ReplicaRole::kBackup) ++takeovers_;  // its primary came back empty
+      replica.role = detail::ReplicaRole::kPrimary;
+      replica.peer_attached = true;
+      replica.peer_syncing = true;
+      pb::ShardCopy& copy = copies.emplace_back();
+      copy.set_primary(peers_->self());
+      held.state->save([&](const ShardState::Saved& saved) {
+        fill_record(name, *held.state, saved, copy.mutable_record());
+        to_bytes(saved.value.clone(), copy.mutable_value());
+        for (const auto& [slot, t] : saved.optimizer_state) to_slot(slot, t, copy.add_slots());
+      });
+    }
+    for (const pb::ShardCopy& copy : copies) {
+      if (!writer->Write(copy)) return {grpc::StatusCode::UNAVAILABLE, "Resync: the restarted ps went away"};
+    }
+    return grpc::Status::OK;
+  }
+
+  // Installs `copy` (from a Resync) as a backup whose primary is copy.primary(). DATA_LOSS when it cannot be read.
+  grpc::Status install_backup(pb::ShardCopy& copy) {
+    Tensor value;
+    if (const std::string bad = from_bytes(copy.value(), &value); !bad.empty()) {
+      return {grpc::StatusCode::DATA_LOSS, "Resync " + copy.record().name() + ": " + bad};
+    }
+    io::NamedTensors slots;
+    for (const pb::SlotTensor& slot : copy.slots()) {
+      Tensor t;
+      if (const std::string bad = from_slot(slot, &t); !bad.empty()) {
+        return {grpc::StatusCode::DATA_LOSS, "Resync " + copy.record().name() + ": " + bad};
+      }
+      slots.emplace_back(slot.name(), t);
+    }
+    std::pair<std::string, std::shared_ptr<ShardState>> shard;
+    if (grpc::Status bad = make_shard(copy.record(), value, slots, "Resync", &shard); !bad.ok()) return bad;
+    Held held{.state = std::move(shard.second), .replica = std::make_shared<detail::ShardReplica>()};
+    held.replica->role = detail::ReplicaRole::kBackup;
+    held.replica->peer = copy.primary();
+    held.replica->peer_attached = true;
+    std::lock_guard lock(mu_);
+    shards_[shard.first] = std::move(held);
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Stats(grpc::ServerContext*, const pb::StatsRequest*, pb::StatsResponse* resp) override {
+    int64_t backups = 0;
+    for (const auto& [name, held] : snapshot()) {
+      std::lock_guard replica_lock(held.replica->mu);
+      if (held.replica->role == detail::ReplicaRole::kStale) continue;
+      resp->set_shards(resp->shards() + 1);
+      if (held.replica->role == detail::ReplicaRole::kBackup) ++backups;
+    }
+    resp->set_backups(backups);
     resp->set_pushes_applied(applied());
     resp->set_pushes_dropped(dropped());
+    resp->set_takeovers(takeovers());
+    resp->set_pushes_replicated(replicated());
     return grpc::Status::OK;
   }
 
@@ -196,14 +338,22 @@ class Service final : public pb::ParameterServer::WithRawCallbackMethod_Push<
     if (grpc::Status refused = check_checkpoint_request("Save", req->checkpoint()); !refused.ok()) return refused;
     if (req->keep() < 0) return invalid("Save: keep must be >= 0, got " + std::to_string(req->keep()));
     std::lock_guard lock(mu_);  // no shard is created meanwhile
+    int64_t saved = 0;
     try {
       detail::write_ps_checkpoint(checkpoint_directory_, req->checkpoint(), req->keep(), [&](const fs::path& into) {
-        for (const auto& entry : shards_) save_shard(entry.first, *entry.second, into);
+        for (const auto& [name, held] : shards_) {
+          {
+            std::lock_guard replica_lock(held.replica->mu);
+            if (held.replica->role == detail::ReplicaRole::kStale) continue;  // another ps serves it now
+          }
+          save_shard(name, *held.state, into);
+          ++saved;
+        }
       });
     } catch (const Error& e) {
       return cluster::to_grpc_status(e.code(), std::string("Save: ") + e.what());
     }
-    resp->set_shards(static_cast<int64_t>(shards_.size()));
+    resp->set_shards(saved);
     return grpc::Status::OK;
   }
 
@@ -224,7 +374,12 @@ class Service final : public pb::ParameterServer::WithRawCallbackMethod_Push<
     }
     std::lock_guard lock(mu_);
     // A shard being read or updated right now stays alive (its handler holds a reference) until the handler returns.
-    for (auto& [name, shard] : loaded) shards_[name] = std::move(shard);
+    // A restored shard is this ps's primary; with replication its backup is attached when that ps resyncs.
+    for (auto& [name, shard] : loaded) {
+      Held held{.state = std::move(shard), .replica = std::make_shared<detail::ShardReplica>()};
+      held.replica->peer = peers_ ? peers_->backup_for_new_shard() : -1;
+      shards_[name] = std::move(held);
+    }
     resp->set_shards(static_cast<int64_t>(loaded.size()));
     return grpc::Status::OK;
   }
@@ -233,12 +388,57 @@ class Service final : public pb::ParameterServer::WithRawCallbackMethod_Push<
   int64_t dropped() const { return dropped_.load(); }
   int64_t rows_pulled() const { return rows_pulled_.load(); }
   int64_t rows_pushed() const { return rows_pushed_.load(); }
+  int64_t takeovers() const { return takeovers_.load(); }
+  int64_t replicated() const { return replicated_.load(); }
+  detail::PeerLinks* peers() const { return peers_.get(); }
 
  private:
-  std::shared_ptr<ShardState> find(const std::string& name) {
+  // The shard `name`; a null state when this ps holds none.
+  Held find(const std::string& name) {
     std::lock_guard lock(mu_);
     const auto it = shards_.find(name);
-    return it == shards_.end() ? nullptr : it->second;
+    return it == shards_.end() ? Held{} : it->second;
+  }
+
+  // Creates shard req.name() in `role` with replica peer `peer`, its replica lock taken into `replica_lock` (so no
+  // push reaches it before the caller lets go). An existing shard of the same shape and optimizer is OK, with
+  // `replica_lock` left empty; one of another shape or optimizer is ALREADY_EXISTS.
+  grpc::Status create_shard(const pb::CreateRequest& req, detail::ReplicaRole role, int64_t peer, Held* held,
+                            std::unique_lock<std::mutex>* replica_lock) {
+    Tensor initial;
+    if (const std::string bad = from_bytes(req.initial(), &initial); !bad.empty()) {
+      return invalid("Create " + req.name() + ": " + bad);
+    }
+    if (initial.rank() == 0) return invalid("Create " + req.name() + ": a shard has at least one axis");
+    const std::string spec = req.optimizer().SerializeAsString();
+    std::lock_guard lock(mu_);
+    if (auto it = shards_.find(req.name()); it != shards_.end()) {
+      if (it->second.state->shape() != initial.shape() || it->second.state->optimizer_key() != spec) {
+        return {grpc::StatusCode::ALREADY_EXISTS, "Create " + req.name() + ": it exists with shape " +
+                                                      shape_str(it->second.state->shape()) + " (asked " +
+                                                      shape_str(initial.shape()) + ") or another optimizer"};
+      }
+      *held = it->second;
+      return grpc::Status::OK;
+    }
+    std::shared_ptr<optim::Optimizer> optimizer;
+    try {
+      optimizer = make_optimizer(req.optimizer());
+    } catch (const InvalidArgument& e) {
+      return invalid("Create " + req.name() + ": " + e.what());
+    }
+    if (!optimizer) {
+      return invalid("Create " + req.name() + ": unknown optimizer '" + req.optimizer().name() +
+                     "'; the ps applies sgd, adam or adagrad");
+    }
+    held->state = std::make_shared<ShardState>(req.name(), initial, std::move(optimizer), spec, step_window_);
+    held->replica = std::make_shared<detail::ShardReplica>();
+    *replica_lock = std::unique_lock(held->replica->mu);
+    held->replica->role = role;
+    held->replica->peer = peer;
+    held->replica->peer_attached = role == detail::ReplicaRole::kBackup;  // a backup's primary forwards to it
+    shards_.emplace(req.name(), *held);
+    return grpc::Status::OK;
   }
   // A raw unary call: the request parsed as `Request` (INVALID_ARGUMENT when it is not one), then handle(request)'s
   // status.
@@ -257,8 +457,13 @@ class Service final : public pb::ParameterServer::WithRawCallbackMethod_Push<
   }
   // The shard (or its requested rows) with its version as a PullResponse in `response`.
   grpc::Status pull(const pb::PullRequest& req, grpc::ByteBuffer* response) {
-    const std::shared_ptr<ShardState> shard = find(req.name());
-    if (!shard) return not_found("Pull", req.name());
+    const Held held = find(req.name());
+    if (!held.state) return not_found("Pull", req.name());
+    {
+      std::lock_guard replica_lock(held.replica->mu);
+      if (held.replica->role != detail::ReplicaRole::kPrimary) return detail::moved(req.name(), held.replica->peer);
+    }
+    const std::shared_ptr<ShardState>& shard = held.state;
     ShardState::Pulled pulled;
     try {
       pulled = shard->pull({req.rows().data(), static_cast<size_t>(req.rows_size())});
@@ -287,10 +492,7 @@ class Service final : public pb::ParameterServer::WithRawCallbackMethod_Push<
   static void save_shard(const std::string& name, const ShardState& shard, const std::filesystem::path& directory) {
     shard.save([&](const ShardState::Saved& saved) {
       pb::ShardRecord record;
-      record.set_name(name);
-      record.mutable_optimizer()->ParseFromString(shard.optimizer_key());
-      record.set_version(saved.version);
-      for (const std::string& step : saved.applied_steps) record.add_applied_steps(step);  // oldest first
+      fill_record(name, shard, saved, &record);
       std::string json;
       STRATA_CHECK(google::protobuf::util::MessageToJsonString(record, &json).ok(), IoError,
                    "Save " << name << ": cannot encode");
@@ -298,6 +500,37 @@ class Service final : public pb::ParameterServer::WithRawCallbackMethod_Push<
       for (const auto& [slot, t] : saved.optimizer_state) tensors.emplace_back("optimizer/" + slot, t);
       io::save_safetensors((directory / shard_file(name)).string(), tensors, {{kShardKey, json}});
     });
+  }
+
+  // What a shard file or copy records beside the tensors.
+  static void fill_record(const std::string& name, const ShardState& shard, const ShardState::Saved& saved,
+                          pb::ShardRecord* record) {
+    record->set_name(name);
+    record->mutable_optimizer()->ParseFromString(shard.optimizer_key());
+    record->set_version(saved.version);
+    for (const std::string& step : saved.applied_steps) record->add_applied_steps(step);  // oldest first
+  }
+
+  // The shard `record` describes with `value` and optimizer `slots`, as (name, state) in `out`; DATA_LOSS naming
+  // `what` when it does not fit.
+  grpc::Status make_shard(const pb::ShardRecord& record, const Tensor& value, const io::NamedTensors& slots,
+                          const std::string& what, std::pair<std::string, std::shared_ptr<ShardState>>* out) const {
+    std::shared_ptr<optim::Optimizer> optimizer;
+    try {
+      optimizer = make_optimizer(record.optimizer());
+    } catch (const InvalidArgument& e) {
+      return {grpc::StatusCode::DATA_LOSS, what + ": " + e.what()};
+    }
+    if (!optimizer) return {grpc::StatusCode::DATA_LOSS, what + " names an unknown optimizer"};
+    auto shard = std::make_shared<ShardState>(record.name(), value, std::move(optimizer),
+                                              record.optimizer().SerializeAsString(), step_window_);
+    try {
+      shard->restore(record.version(), {record.applied_steps().begin(), record.applied_steps().end()}, slots);
+    } catch (const Error& e) {
+      return {grpc::StatusCode::DATA_LOSS, what + ": " + e.what()};
+    }
+    *out = {record.name(), std::move(shard)};
+    return grpc::Status::OK;
   }
 
   // The shard a file of save_shard holds, as (name, state) in `out`; DATA_LOSS naming the file when it is damaged.
@@ -314,38 +547,30 @@ class Service final : public pb::ParameterServer::WithRawCallbackMethod_Push<
         tensors.empty() || tensors[0].first != "value") {
       return {grpc::StatusCode::DATA_LOSS, "Restore: " + path + " is not a shard file of a ps"};
     }
-    std::shared_ptr<optim::Optimizer> optimizer;
-    try {
-      optimizer = make_optimizer(record.optimizer());
-    } catch (const InvalidArgument& e) {
-      return {grpc::StatusCode::DATA_LOSS, "Restore: " + path + ": " + e.what()};
-    }
-    if (!optimizer) return {grpc::StatusCode::DATA_LOSS, "Restore: " + path + " names an unknown optimizer"};
-    auto shard = std::make_shared<ShardState>(record.name(), tensors[0].second, std::move(optimizer),
-                                              record.optimizer().SerializeAsString(), step_window_);
     io::NamedTensors state;
     for (size_t i = 1; i < tensors.size(); ++i) {
       if (tensors[i].first.rfind("optimizer/", 0) == 0) state.emplace_back(tensors[i].first.substr(10), tensors[i].second);
     }
-    try {
-      shard->restore(record.version(), {record.applied_steps().begin(), record.applied_steps().end()}, state);
-    } catch (const Error& e) {
-      return {grpc::StatusCode::DATA_LOSS, "Restore: " + path + ": " + e.what()};
-    }
-    *out = {record.name(), std::move(shard)};
-    return grpc::Status::OK;
+    return make_shard(record, tensors[0].second, state, "Restore: " + path, out);
   }
 
   static grpc::Status not_found(const char* what, const std::string& name) {
     return {grpc::StatusCode::NOT_FOUND, std::string(what) + ": no shard named '" + name + "' on this ps"};
   }
 
+  // Every shard held, as they are now.
+  std::vector<std::pair<std::string, Held>> snapshot() {
+    std::lock_guard lock(mu_);
+    return {shards_.begin(), shards_.end()};
+  }
+
   const int64_t step_window_;
   const std::filesystem::path checkpoint_directory_;  // "": Save and Restore are refused
+  const std::unique_ptr<detail::PeerLinks> peers_;     // null: no replication
   std::mutex mu_;
   // Guarded by mu_; a handler holds its shard's reference while it runs, so a restore may replace the shard.
-  std::map<std::string, std::shared_ptr<ShardState>> shards_;
-  std::atomic<int64_t> applied_{0}, dropped_{0};
+  std::map<std::string, Held> shards_;
+  std::atomic<int64_t> applied_{0}, dropped_{0}, replicated_{0}, takeovers_{0};
   std::atomic<int64_t> rows_pulled_{0}, rows_pushed_{0};
 };
 
@@ -356,6 +581,8 @@ struct ParameterServer::Impl {
   std::unique_ptr<grpc::Server> server;
   int port = 0;
   int64_t restored = 0;
+  int64_t resynced = 0;
+  int64_t peers_resynced = 0;
   int64_t step_window = ParameterServer::kStepWindow;
 };
 
@@ -374,8 +601,28 @@ void ParameterServer::start(const std::string& address, const StartOptions& opti
                "ps: restore_checkpoint " << options.restore_checkpoint << " needs a checkpoint_directory");
   STRATA_CHECK(!impl_->server, InvalidArgument, "ps: already serving on port " << impl_->port);
   const std::string where = cluster::listen_address(address);
-  auto service = std::make_unique<Service>(impl_->step_window, options.checkpoint_directory);
-  if (options.restore_checkpoint > 0) {  // before listening: no client ever sees the shards it replaces
+  std::unique_ptr<detail::PeerLinks> peers;
+  if (!options.replicas.empty()) {
+    peers = std::make_unique<detail::PeerLinks>(options.replicas, options.replica_index, options.replica_timeout);
+  }
+  auto service = std::make_unique<Service>(impl_->step_window, options.checkpoint_directory, std::move(peers));
+  impl_->resynced = impl_->peers_resynced = 0;
+  // Before listening: a restarted ps takes the shards it shares with the others back as their backup (at a job's
+  // start the others hold nothing, or do not listen yet).
+  if (detail::PeerLinks* links = service->peers()) {
+    for (int64_t k = 0; k < links->size(); ++k) {
+      if (k == links->self()) continue;
+      grpc::Status installed;
+      const grpc::Status status = links->resync(k, [&](pb::ShardCopy& copy) {
+        if (installed.ok()) installed = service->install_backup(copy);
+        ++impl_->resynced;
+      });
+      if (!installed.ok()) STRATA_THROW_CODE(cluster::error_code_of(installed), "ps: " << installed.error_message());
+      if (status.ok()) ++impl_->peers_resynced;
+    }
+  }
+  // The checkpoint only when no live copy came (a whole job restarted; one ps): the live copies are newer.
+  if (options.restore_checkpoint > 0 && impl_->resynced == 0) {  // before listening: no client sees what it replaces
     pb::RestoreRequest req;
     req.set_checkpoint(options.restore_checkpoint);
     pb::RestoreResponse resp;
@@ -416,6 +663,10 @@ void ParameterServer::stop() {
 }
 
 int64_t ParameterServer::shards_restored() const { return impl_->restored; }
+int64_t ParameterServer::shards_resynced() const { return impl_->resynced; }
+int64_t ParameterServer::peers_resynced() const { return impl_->peers_resynced; }
+int64_t ParameterServer::takeovers() const { return impl_->service ? impl_->service->takeovers() : 0; }
+int64_t ParameterServer::pushes_replicated() const { return impl_->service ? impl_->service->replicated() : 0; }
 int64_t ParameterServer::pushes_applied() const { return impl_->service ? impl_->service->applied() : 0; }
 int64_t ParameterServer::pushes_dropped() const { return impl_->service ? impl_->service->dropped() : 0; }
 int64_t ParameterServer::rows_pulled() const { return impl_->service ? impl_->service->rows_pulled() : 0; }

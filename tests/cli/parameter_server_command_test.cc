@@ -134,14 +134,36 @@ TEST(ParameterServerCommandTest, AKilledWorkerIsRunAroundAndRestartedAloneItServ
   EXPECT_GT(test_accuracy(out), 0.5) << out;
 }
 
-TEST(ParameterServerCommandTest, AKilledPsIsRestoredFromItsCheckpointWithoutRestartingTheChief) {
+// Each shard has a backup on the other ps: ps:1 killed mid-job, ps:0 takes its shard over, and ps:1 restarted copies
+// the shards back from ps:0 as their backup; the chief never stops.
+TEST(ParameterServerCommandTest, AKilledPsIsTakenOverByItsBackupAndComesBackAsTheBackup) {
   TinyJob t("ps_kill_ps", 2048);
+  const fs::path ckpt = t.s.dir / "ckpt";
+  const std::string shard_saved = "[ -e " + (ckpt / "ps_checkpoint.json").string() + " ]";
+  const auto [rc, out] =
+      launch(t, 2, "--epochs 12 --checkpoint-dir " + ckpt.string() + " --checkpoint-every 20", "ps:1", shard_saved, 1);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("ps:1 was killed by signal 9 (SIGKILL); restarting it alone"), std::string::npos) << out;
+  EXPECT_TRUE(std::regex_search(
+      out, std::regex(R"(\[ps:1\] serving variables on \S+ \(copied 2 shards from the other ps tasks, as their backup\))")))
+      << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex(R"(\[chief:0\] ps:0 \(\S+\): 2 shards, .*took over 1 shard\n)"))) << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex(R"(\[chief:0\] ps:1 \(\S+\): 0 shards, .*backs up 2 shards)"))) << out;
+  EXPECT_EQ(count(out, "[chief:0] strategy:"), 1u) << out;
+  EXPECT_NE(out.find("[chief:0] training ended after epoch 12 of 12: 768 steps on 2 workers"), std::string::npos) << out;
+  EXPECT_GT(test_accuracy(out), 0.5) << out;
+}
+
+// Without backups (--no-ps-backups), a killed ps comes back from the job's last committed checkpoint.
+TEST(ParameterServerCommandTest, AKilledPsWithoutBackupsIsRestoredFromItsCheckpointWithoutRestartingTheChief) {
+  TinyJob t("ps_kill_ps_nobackup", 2048);
   const fs::path ckpt = t.s.dir / "ckpt";
   // ps:1 (the bias's shard) dies once the first checkpoint was committed (the chief's manifest, written after every
   // ps saved its shards).
   const std::string shard_saved = "[ -e " + (ckpt / "ps_checkpoint.json").string() + " ]";
-  const auto [rc, out] =
-      launch(t, 2, "--epochs 12 --checkpoint-dir " + ckpt.string() + " --checkpoint-every 20", "ps:1", shard_saved, 1);
+  const auto [rc, out] = launch(t, 2, "--epochs 12 --no-ps-backups --checkpoint-dir " + ckpt.string() +
+                                          " --checkpoint-every 20",
+                                "ps:1", shard_saved, 1);
   ASSERT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("ps:1 was killed by signal 9 (SIGKILL); restarting it alone"), std::string::npos) << out;
   EXPECT_TRUE(std::regex_search(out, std::regex(R"(\[ps:1\] serving variables on \S+ \(restored 1 shard from \S+/ps-1/ckpt-\d+\))")))

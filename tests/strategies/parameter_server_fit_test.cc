@@ -66,8 +66,10 @@ std::shared_ptr<Sequential> classifier(distribute::Strategy* strategy, uint64_t 
   return model;
 }
 
-ParameterServerStrategyOptions quick(std::chrono::milliseconds ps_timeout = std::chrono::seconds(10)) {
+ParameterServerStrategyOptions quick(std::chrono::milliseconds ps_timeout = std::chrono::seconds(10),
+                                     bool replicate_shards = true) {
   ParameterServerStrategyOptions o;
+  o.replicate_shards = replicate_shards;
   o.coordinator = {.probe_initial_backoff = std::chrono::milliseconds(20),
                    .probe_max_backoff = std::chrono::milliseconds(200),
                    .probe_timeout = std::chrono::milliseconds(200)};
@@ -80,12 +82,15 @@ class Tasks {
  public:
   using ModelFn = std::function<std::shared_ptr<Sequential>(distribute::Strategy*)>;
   explicit Tasks(const cluster::ClusterSpec& spec, std::chrono::milliseconds ps_timeout = std::chrono::seconds(10),
-                 ModelFn model_fn = nullptr)
+                 ModelFn model_fn = nullptr, bool replicate_shards = true)
       : spec_(spec) {
-    for (int i = 0; i < 2; ++i) ps_.push_back(std::make_unique<ParameterServerStrategy>(task_of(spec, "ps", i), quick()));
+    for (int i = 0; i < 2; ++i) {
+      ps_.push_back(std::make_unique<ParameterServerStrategy>(task_of(spec, "ps", i),
+                                                              quick(std::chrono::seconds(10), replicate_shards)));
+    }
     for (int w = 0; w < spec.num_tasks("worker"); ++w) {
-      workers_.emplace_back([this, w, ps_timeout, model_fn] {
-        ParameterServerStrategy strategy(task_of(spec_, "worker", w), quick(ps_timeout));
+      workers_.emplace_back([this, w, ps_timeout, model_fn, replicate_shards] {
+        ParameterServerStrategy strategy(task_of(spec_, "worker", w), quick(ps_timeout, replicate_shards));
         // Its own weights: the ps's replace them.
         auto model = model_fn ? model_fn(&strategy) : classifier(&strategy, 50 + w);
         try {
@@ -109,6 +114,7 @@ class Tasks {
   // Stops ps task `index` for good (its server goes away).
   void stop_ps(int index) { ps_[static_cast<size_t>(index)].reset(); }
   int64_t applied() const { return ps_[0]->server()->pushes_applied() + ps_[1]->server()->pushes_applied(); }
+  const ParameterServer& server(int index) const { return *ps_[static_cast<size_t>(index)]->server(); }
   int64_t dropped() const { return ps_[0]->server()->pushes_dropped() + ps_[1]->server()->pushes_dropped(); }
 
  private:
@@ -301,10 +307,11 @@ struct StopPsAt : Callback {
   }
 };
 
-TEST(ParameterServerFitTest, APsThatStaysAwayFailsTheFitNamingItsTask) {
+// Without backups (replicate_shards off), a ps that stays away fails the fit, naming it.
+TEST(ParameterServerFitTest, WithoutBackupsAPsThatStaysAwayFailsTheFitNamingItsTask) {
   const cluster::ClusterSpec spec = cluster_of(1);
-  Tasks tasks(spec, std::chrono::milliseconds(500));
-  ParameterServerStrategy chief(task_of(spec, "chief", 0), quick());
+  Tasks tasks(spec, std::chrono::milliseconds(500), nullptr, /*replicate_shards=*/false);
+  ParameterServerStrategy chief(task_of(spec, "chief", 0), quick(std::chrono::seconds(10), false));
   auto model = classifier(&chief, 1);
   const auto started = std::chrono::steady_clock::now();
   const std::string message = test::message_of<Unavailable>([&] {
@@ -313,6 +320,22 @@ TEST(ParameterServerFitTest, APsThatStaysAwayFailsTheFitNamingItsTask) {
   EXPECT_NE(message.find("fit: ps:1 (" + spec.jobs.at("ps")[1] + ") is unavailable"), std::string::npos) << message;
   // Within the workers' ps timeout (0.5 s), not the default 30 s.
   EXPECT_LT(std::chrono::steady_clock::now() - started, std::chrono::seconds(10));
+}
+
+// With backups (the default with 2 ps), a ps stopped mid-fit has its shards taken over by the other, and every step's
+// push to every shard is applied exactly once: as a primary, or as a backup before the takeover.
+TEST(ParameterServerFitTest, WithBackupsAPsStoppedMidFitIsTakenOverAndEveryStepIsAppliedOnce) {
+  const cluster::ClusterSpec spec = cluster_of(2);
+  Tasks tasks(spec);
+  ParameterServerStrategy chief(task_of(spec, "chief", 0), quick());
+  auto model = classifier(&chief, 1, optim::Adam(0.02));
+  const History history = model->fit(
+      points(100), {.epochs = 4, .steps_per_epoch = 10, .callbacks = {std::make_shared<StopPsAt>(tasks, 5)}, .verbose = 0});
+  ASSERT_EQ(history.epochs.size(), 4u);
+  const ParameterServer& survivor = tasks.server(0);
+  EXPECT_EQ(survivor.pushes_applied() + survivor.pushes_replicated(), 40 * shards_of(*model, kDefaultPartitioner));
+  EXPECT_GE(survivor.takeovers(), 1);
+  EXPECT_GT(model->evaluate(points(100)).at("accuracy"), 0.8);
 }
 
 TEST(ParameterServerFitTest, WhatThePsCannotApplyIsAClearError) {

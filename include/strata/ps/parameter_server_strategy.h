@@ -23,9 +23,11 @@
 // The chief's model and the workers' must be the same architecture compiled with the same loss, metrics and
 // optimizer (SGD with momentum, Adam or Adagrad at a constant learning rate: the ps applies the updates).
 //
-// Failures: a worker lost is rescheduled around by the coordinator (its step re-run elsewhere, applied once); a ps
-// call waits up to ps_timeout for an unreachable ps (one restarted by `strata launch --max-restarts` comes back
-// restored) and then fails naming the ps task.
+// Failures: a worker lost is rescheduled around by the coordinator (its step re-run elsewhere, applied once). With
+// 2 or more ps tasks each shard has a backup on another ps: a lost ps's shards are taken over by their backups with
+// every acknowledged push, and the ps restarted by `strata launch --max-restarts` copies them back as their backup.
+// With one ps (or replicate_shards off) a ps call waits up to ps_timeout for an unreachable ps (one restarted comes
+// back from its checkpoint) and then fails naming the ps task.
 //
 // Within a process the strategy is one replica on the calling thread (like OneDeviceStrategy): num_workers() is 1,
 // since the workers never meet in a collective; num_worker_tasks() counts them.
@@ -67,6 +69,10 @@ struct ParameterServerStrategyOptions {
   std::string checkpoint_dir;
   // The chief also saves the ps shards every this many steps (0: at each epoch's end only).
   int64_t checkpoint_every_steps = 0;
+  // With 2 or more ps tasks, each shard has a backup on the next ps, which takes over when its primary is lost, with
+  // every acknowledged push (src/ps/replication.h). false: one copy of each shard (a lost ps waits for its restart
+  // and its checkpoint).
+  bool replicate_shards = true;
   // During fit the chief and the workers form a worker group without a communicator (cluster::WorkerGroupOptions,
   // when the cluster names a coordinator address, as TF_CONFIG does): heartbeats, so that a worker whose chief is gone
   // stops naming it instead of serving forever, and `fingerprint`, compared at its rendezvous (what must agree across
@@ -107,6 +113,8 @@ class ParameterServerStrategy final : public distribute::Strategy {
   int64_t task_index() const { return task_.task_index; }
   int64_t num_worker_tasks() const { return static_cast<int64_t>(worker_addresses_.size()); }
   int64_t num_ps() const { return static_cast<int64_t>(ps_addresses_.size()); }
+  // Whether each shard has a backup (replicate_shards, with 2 or more ps tasks).
+  bool replicating() const { return options_.replicate_shards && ps_addresses_.size() >= 2; }
   const std::vector<std::string>& worker_addresses() const { return worker_addresses_; }
   const std::vector<std::string>& ps_addresses() const { return ps_addresses_; }
   const Partitioner& partitioner() const { return *partitioner_; }

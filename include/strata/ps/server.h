@@ -76,6 +76,14 @@ class ParameterServer {
     // Caps every request (0: any size): a larger one is refused (RESOURCE_EXHAUSTED) before it is read whole.
     // ParameterServerStrategy gives the job's largest variable plus a margin.
     int64_t max_message_bytes = 0;
+    // Replication (src/ps/replication.h): every ps task's address in task order (2 or more; empty: none) and this
+    // ps's index among them. Each shard created here is backed up on the next ps. Before it listens, the ps asks
+    // every other ps for the shards they share (a restarted ps takes its place again as their backup); when any
+    // come, restore_checkpoint is not loaded (the live copies are newer).
+    std::vector<std::string> replicas;
+    int64_t replica_index = 0;
+    // Bounds each call to another ps (a forwarded push waits this long for a restarted backup to listen).
+    std::chrono::milliseconds replica_timeout = std::chrono::seconds(10);
   };
   // Serves on `address` ("host:port"; port 0: the OS picks; an empty host binds 127.0.0.1). Unavailable naming the
   // address when it cannot listen there; InvalidArgument or DataCorrupt when the checkpoint to restore is missing
@@ -83,8 +91,11 @@ class ParameterServer {
   void start(const std::string& address, const StartOptions& options);
   void start(const std::string& address) { start(address, StartOptions{}); }
   int port() const;
-  // Shards start() restored.
+  // Shards start() restored from the checkpoint.
   int64_t shards_restored() const;
+  // Shards start() copied from the other ps tasks (as their backup), and how many of those answered.
+  int64_t shards_resynced() const;
+  int64_t peers_resynced() const;
   void stop();
   // How many pushes were applied (a round's pushes count once their round is applied) and how many dropped as
   // repeats, over every shard (for tests and reports).
@@ -96,6 +107,9 @@ class ParameterServer {
   // push counts every row), over every shard: what steps move, for tests and reports.
   int64_t rows_pulled() const;
   int64_t rows_pushed() const;
+  // Shards this ps took over from a lost primary, and pushes it applied as a backup.
+  int64_t takeovers() const;
+  int64_t pushes_replicated() const;
 
  private:
   struct Impl;
@@ -136,14 +150,24 @@ class ParameterServerClient {
   int64_t restore(int64_t checkpoint);
   // What the ps holds and has done since it started (a restarted ps counts from its restart).
   struct Stats {
-    int64_t shards = 0;
+    int64_t shards = 0;   // primaries and backups
+    int64_t backups = 0;  // of those, backups
     int64_t pushes_applied = 0;
     int64_t pushes_dropped = 0;
+    int64_t takeovers = 0;          // shards it took over from a lost primary
+    int64_t pushes_replicated = 0;  // pushes it applied as a backup
   };
   Stats stats();
   const std::string& address() const;
 
+  // Links the clients of every ps task of one job (in task order; 2 or more, else nothing), for shard replication
+  // (ParameterServer::StartOptions::replicas): a call for a shard goes to its primary now, wherever it moved, and a
+  // call that finds the primary gone has its backup take over and goes there. A linked client no longer waits for
+  // an unreachable ps that has a backup of the shard. The clients must outlive their use.
+  static void link_replicas(const std::vector<std::shared_ptr<ParameterServerClient>>& clients);
+
  private:
+  struct Replicas;
   // push (rows null) and push_rows.
   bool push_request(const std::string& name, const std::vector<int64_t>* rows, const Tensor& gradient,
                     const std::string& step_id, const SyncRound& round);

@@ -1,0 +1,108 @@
+// Shard replication between ps tasks (src/ps/replication.h), in process: a primary forwards every push to its
+// backup; when the primary is stopped, linked clients have the backup take over and every push is applied exactly
+// once (a step re-sent across the takeover is dropped); a restarted ps copies the shards back and becomes their
+// backup; and the value always equals the same optimizer applied locally to every acknowledged push.
+#include <gtest/gtest.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "strata/optim/optimizers.h"
+#include "strata/ps/server.h"
+#include "strata/variable.h"
+#include "test_util.h"
+
+namespace strata::ps {
+namespace {
+
+using namespace std::chrono_literals;
+
+// Two ps tasks on ports the OS picked, each told the other's address.
+struct TwoPs {
+  std::vector<int> ports;
+  std::vector<std::unique_ptr<ParameterServer>> servers;
+  std::vector<std::string> addresses() const {
+    return {"127.0.0.1:" + std::to_string(ports[0]), "127.0.0.1:" + std::to_string(ports[1])};
+  }
+  void start(size_t index) {
+    servers[index] = std::make_unique<ParameterServer>();
+    servers[index]->start(addresses()[index], {.replicas = addresses(),
+                                               .replica_index = static_cast<int64_t>(index),
+                                               .replica_timeout = 5s});
+  }
+  TwoPs() : ports{test::free_port(), test::free_port()}, servers(2) {
+    start(0);
+    start(1);
+  }
+};
+
+std::vector<std::shared_ptr<ParameterServerClient>> linked_clients(const std::vector<std::string>& addresses) {
+  std::vector<std::shared_ptr<ParameterServerClient>> clients;
+  for (const std::string& a : addresses) clients.push_back(std::make_shared<ParameterServerClient>(a, 10s, "worker:0"));
+  ParameterServerClient::link_replicas(clients);
+  return clients;
+}
+
+TEST(ReplicationTest, ABackupTakesOverWithEveryAcknowledgedPushAndARestartedPsBecomesItsBackup) {
+  TwoPs ps;
+  const auto clients = linked_clients(ps.addresses());
+  const Tensor initial = test::random_tensor({5, 3}, 1);
+  const OptimizerSpec adam{.name = "adam", .learning_rate = 0.01};
+  ASSERT_TRUE(clients[0]->create("w", initial, adam));  // primary ps:0, backup ps:1
+
+  // The reference: the same optimizer applied locally to every push that was acknowledged.
+  Variable reference(initial.clone(), true, "w");
+  optim::Adam local(optim::AdamOptions{.learning_rate = 0.01f});
+  const auto push = [&](int step) {
+    const Tensor grad = test::random_tensor({5, 3}, 100 + step);
+    const bool applied = clients[0]->push("w", grad, "step:" + std::to_string(step));
+    if (applied) local.apply_gradients({grad}, {reference});
+    return applied;
+  };
+  for (int step = 1; step <= 5; ++step) ASSERT_TRUE(push(step));
+  EXPECT_EQ(ps.servers[0]->pushes_applied(), 5);
+  EXPECT_EQ(ps.servers[1]->pushes_replicated(), 5);
+  EXPECT_EQ(clients[0]->stats().shards, 1);
+  EXPECT_EQ(clients[1]->stats().backups, 1);
+
+  // ps:0 is lost: the next push has ps:1 take over, and a step re-sent across the takeover is dropped.
+  ps.servers[0]->stop();
+  ASSERT_TRUE(push(6));
+  EXPECT_FALSE(push(5));
+  EXPECT_EQ(ps.servers[1]->takeovers(), 1);
+  test::expect_near(clients[0]->pull("w"), reference.value(), 0.0);
+
+  // ps:0 comes back on its address: it copies the shard from ps:1 before it listens and becomes its backup.
+  ps.start(0);
+  EXPECT_EQ(ps.servers[0]->shards_resynced(), 1);
+  ASSERT_TRUE(push(7));
+  EXPECT_EQ(ps.servers[0]->pushes_replicated(), 1);
+  EXPECT_EQ(clients[0]->stats().backups, 1);
+
+  // Now ps:1 is lost: ps:0 takes the shard back, with every push.
+  ps.servers[1]->stop();
+  ASSERT_TRUE(push(8));
+  EXPECT_FALSE(push(7));
+  EXPECT_EQ(ps.servers[0]->takeovers(), 1);
+  test::expect_near(clients[1]->pull("w"), reference.value(), 0.0);  // any linked client finds the primary
+}
+
+TEST(ReplicationTest, ACallToABackupIsSentToThePrimaryAndAPrimaryWithoutItsBackupGoesOnAlone) {
+  TwoPs ps;
+  // A client that is not linked reaches the backup directly: it is told where the primary is.
+  const auto linked = linked_clients(ps.addresses());
+  ASSERT_TRUE(linked[1]->create("b", Tensor::full({4}, 1.0), {.name = "sgd", .learning_rate = 1.0}));  // primary ps:1
+  ParameterServerClient direct(ps.addresses()[0], 5s);
+  test::expect_error_containing<InvalidArgument>([&] { direct.pull("b"); }, {"is served by ps:1 now"});
+
+  // The backup lost: the primary answers alone, and the push counts once.
+  ps.servers[0]->stop();
+  EXPECT_TRUE(linked[1]->push("b", Tensor::full({4}, 1.0), "step:1"));
+  EXPECT_EQ(linked[1]->pull("b").to_vector<float>(), std::vector<float>(4, 0.0f));
+  EXPECT_EQ(ps.servers[1]->pushes_applied(), 1);
+  EXPECT_EQ(ps.servers[1]->takeovers(), 0);
+}
+
+}  // namespace
+}  // namespace strata::ps
