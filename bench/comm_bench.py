@@ -3,7 +3,7 @@
 TensorFlow's collective ops.
 
     .venv-peers/bin/peer-python bench/comm_bench.py [--binary build/bench/comm_bench] [--procs 2,4] [--max-mb 64]
-        [--rounds 3] [--backends gloo,mpi] [--time-limit 240] [--no-tf] [--no-torch]
+        [--rounds 3] [--backends gloo,mpi] [--time-limit 480] [--no-tf] [--no-torch]
 
 For 2 and 4 processes and sizes 1 KB .. 64 MB (powers of 4) it times all_reduce (sum), broadcast (root 0) and
 all_gather (the size is the gathered output), all on float32 buffers, and prints one table:
@@ -198,7 +198,7 @@ def main():
     parser.add_argument("--backends", default="gloo,mpi",
                         help="gloo (strata gloo, raw Gloo, torch.distributed gloo) and/or mpi (strata mpi, raw MPI)")
     parser.add_argument("--mpirun", default="mpirun", help="OpenMPI's mpirun, for the mpi rows")
-    parser.add_argument("--time-limit", type=float, default=240, help="seconds for the whole run")
+    parser.add_argument("--time-limit", type=float, default=480, help="seconds for the whole run")
     parser.add_argument("--torch-worker", type=int, metavar="RANK", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--tf-worker", type=int, metavar="RANK", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--world", type=int, help=argparse.SUPPRESS)

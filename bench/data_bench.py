@@ -27,7 +27,7 @@ Prints records/s and the ratios pipeline/raw_inflate (zlib; target >= 0.8), pipe
 pipeline uses; target >= 0.8), pipeline/tf.data and pipeline/torch (target >= 2). Debian's PyTorch 1.13 column is
 gone: its DataLoader is the same Python loop, so it added nothing here.
 
-    .venv-peers/bin/peer-python bench/data_bench.py [--binary build/bench/data_bench] [--epochs 3] [--rounds 2]
+    .venv-peers/bin/peer-python bench/data_bench.py [--binary build/bench/data_bench] [--epochs 2] [--rounds 1]
         [--no-tf] [--no-torch]
 
 Every side times --epochs epochs after a warm-up epoch and reports its best; rounds alternate the sides so that slow
@@ -160,8 +160,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--binary", help="path to data_bench (default: build*/bench/data_bench)")
     ap.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
-    ap.add_argument("--epochs", type=int, default=3)
-    ap.add_argument("--rounds", type=int, default=2, help="rounds of every side; the best is kept")
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=1, help="rounds of every side; the best is kept")
     ap.add_argument("--idx", default=IDX_DIR, help="the Fashion-MNIST IDX directory")
     ap.add_argument("--torch-worker", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--tf-worker", type=int, help=argparse.SUPPRESS)

@@ -2,7 +2,7 @@
 """Strategies on one machine: MirroredStrategy with 2 CPU replicas against OneDeviceStrategy, TensorFlow's own
 MirroredStrategy and PyTorch 2, training the Keras tutorial CNN on Fashion-MNIST with global batch 128.
 
-    .venv-peers/bin/peer-python bench/distribute_bench.py [--binary build/bench/distribute_bench] [--steps 300]
+    .venv-peers/bin/peer-python bench/distribute_bench.py [--binary build/bench/distribute_bench] [--steps 200]
         [--rounds 2] [--no-tf] [--no-torch]
 
 Every side trains --steps global steps after as many warm-up steps (--steps 0: one pass of 468 steps), from data
@@ -73,7 +73,7 @@ def main():
     parser.add_argument("--binary", default=None)
     parser.add_argument("--data", default=DATA)
     parser.add_argument("--rounds", type=int, default=2, help="runs of each configuration; the best counts")
-    parser.add_argument("--steps", type=int, default=300,
+    parser.add_argument("--steps", type=int, default=200,
                         help="timed global steps per side, after as many warm-up steps (0: one pass, 468 steps)")
     parser.add_argument("--torch-worker", type=int, metavar="THREADS", help=argparse.SUPPRESS)
     parser.add_argument("--tf-worker", choices=("mirrored", "one_device"), help=argparse.SUPPRESS)

@@ -7,7 +7,7 @@ table of median times and each peer's time over strata's (above 1.0: strata is f
 CNN's and MLP's: the matmuls of a 256x784x128 dense layer (forward and both backward products) and 1024^3, the 3x3
 convolution on 64 28x28x1 images (forward, input gradient, weight+bias gradients), and 2x2 max pooling.
 
-    .venv-peers/bin/peer-python bench/kernels_bench.py [--binary build/bench/kernels_bench] [--reps 30] [--rounds 2]
+    .venv-peers/bin/peer-python bench/kernels_bench.py [--binary build/bench/kernels_bench] [--reps 20] [--rounds 2]
         [--threads 1,2] [--no-tf] [--no-torch] [--no-debian-torch]
 
 Each peer runs in a child process per thread count, with its threads pinned before it loads (see peers.py):
@@ -186,7 +186,7 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--binary", help="path to kernels_bench (default: build*/bench/kernels_bench)")
     ap.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
-    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--reps", type=int, default=20)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--rounds", type=int, default=2, help="rounds of every side; the best median is kept")
     for key in ("tf", "torch", "torch1"):

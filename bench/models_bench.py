@@ -8,7 +8,7 @@ batch 64, at 1 and 2 threads. Prints images/s of each side and the ratios strata
 /usr/bin/python3 has it (the peer the benches had before, kept here for its slow convolution: --no-debian-torch).
 
     .venv-peers/bin/peer-python bench/models_bench.py [--binary build/bench/models_bench] [--steps 300]
-        [--models cnn,mlp] [--threads 1,2] [--rounds 2] [--no-tf] [--no-torch] [--no-debian-torch] [--tf-jit]
+        [--models cnn,mlp] [--threads 1,2] [--rounds 1] [--no-tf] [--no-torch] [--no-debian-torch] [--tf-jit]
 
 Same steps on every side: a warm-up of --steps steps (one-time set-up: oneDNN primitives, tracing, allocators), then
 --steps timed steps (--steps 0: one pass over the 60000 images each). Each side trains from data decoded in memory,
@@ -220,7 +220,7 @@ def main():
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--binary", default=None)
     parser.add_argument("--data", default=peers.FASHION_MNIST)
-    parser.add_argument("--rounds", type=int, default=2, help="runs of each side; the best of each is reported")
+    parser.add_argument("--rounds", type=int, default=1, help="runs of each side; the best of each is reported")
     parser.add_argument("--models", default="cnn,mlp", help="comma-separated subset of cnn,mlp")
     parser.add_argument("--threads", default="1,2", help="comma-separated thread counts")
     parser.add_argument("--steps", type=int, default=300,

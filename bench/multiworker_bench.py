@@ -2,7 +2,7 @@
 """Synchronous training across processes: MultiWorkerMirroredStrategy against TensorFlow's own and PyTorch 2 DDP.
 
     .venv-peers/bin/peer-python bench/multiworker_bench.py [--binary build/bench/distribute_bench]
-        [--strata build/strata] [--steps 300] [--rounds 2] [--time-limit 900] [--no-slow-link] [--no-tf] [--no-torch]
+        [--strata build/strata] [--steps 200] [--rounds 2] [--time-limit 900] [--no-slow-link] [--no-tf] [--no-torch]
 
 Trains the Keras tutorial CNN on Fashion-MNIST with Adam, global batch 128, on 2 worker processes of 1 thread each
 (127.0.0.1), and reports the job's images/s over --steps global steps after as many warm-up steps (--steps 0: an
@@ -310,7 +310,7 @@ def main():
     parser.add_argument("--no-slow-link", action="store_true", help="skip the 1 Gbit/s network-namespace runs")
     parser.add_argument("--local-sgd-only", action="store_true",
                         help="only the 1 Gbit/s comparison of LocalSGDStrategy with MultiWorkerMirroredStrategy")
-    parser.add_argument("--steps", type=int, default=300,
+    parser.add_argument("--steps", type=int, default=200,
                         help="timed global steps per side, after as many warm-up steps (0: an epoch of 468 steps)")
     parser.add_argument("--ddp-worker", type=int, metavar="RANK", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--tf-worker", type=int, metavar="INDEX", default=None, help=argparse.SUPPRESS)

@@ -3,7 +3,7 @@
 TensorFlow's ParameterServerStrategy with the same tasks.
 
     .venv-peers/bin/peer-python bench/parameter_server_bench.py [--binary build/bench/distribute_bench]
-        [--strata build/strata] [--steps 300] [--rounds 2] [--time-limit 1200] [--skip-push-pull] [--skip-ctr] [--no-tf]
+        [--strata build/strata] [--steps 200] [--rounds 1] [--time-limit 1200] [--skip-push-pull] [--skip-ctr] [--no-tf]
 
 1. Push + pull throughput of one ps against a bare gRPC echo of the same bytes (build/bench/ps_bench, 1-64 MB).
 2. Training images/s of the Keras tutorial CNN on Fashion-MNIST (Adam, 1 thread per worker, --steps steps timed after
@@ -176,11 +176,11 @@ def main():
     parser.add_argument("--binary", help="distribute_bench (default: build/bench/distribute_bench)")
     parser.add_argument("--strata", default=None, help="the strata binary (default: build/strata)")
     parser.add_argument("--data", default=DATA)
-    parser.add_argument("--rounds", type=int, default=2)
+    parser.add_argument("--rounds", type=int, default=1)
     parser.add_argument("--time-limit", type=float, default=1200)
     parser.add_argument("--skip-push-pull", action="store_true")
     parser.add_argument("--skip-ctr", action="store_true", help="skip part 3, the embedding model")
-    parser.add_argument("--steps", type=int, default=300,
+    parser.add_argument("--steps", type=int, default=200,
                         help="timed steps of batch 64 per configuration, after as many warm-up steps (0: an epoch)")
     parser.add_argument("--tf-task", nargs=2, metavar=("ROLE", "INDEX"), help=argparse.SUPPRESS)
     parser.add_argument("--cluster", help=argparse.SUPPRESS)
