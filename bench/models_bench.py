@@ -25,8 +25,9 @@ Threads: see peers.py (TensorFlow intra-op n, inter-op 1; torch.set_num_threads(
 a child process of its own, started with the thread settings in its environment, and the sides alternate in each
 round; each side's best round counts (the machine is shared: single runs vary by tens of percent).
 Where the CNN misses a target, the bench measures what bounds it: strata's CPU time per step alone (models_bench
---steps) against its fit step, and TensorFlow's time per step with Keras's loop (a fit step) against the same
-train_step called alone, so the share of each side's framework overhead is printed, not guessed.
+--steps) against its fit step, TensorFlow's fit step against its train_step called alone, and each side's step in
+phases (forward with the loss, backward, the update): strata's from a trace of fit (distribute_bench --trace),
+TensorFlow's from tf.functions of each phase; bench/kernels_bench.py then has the ops of each phase.
 """
 import argparse
 import json
@@ -187,31 +188,34 @@ def run_peer(peer, model_name, threads, args, bound=False):
 
 
 def explain_cnn(binary, threads, args, s, found, missed):
-    """What bounds the CNN where a target is missed: each side's step alone against its step in fit."""
+    """What bounds the CNN where a target is missed: each side's step alone against its step in fit, and in phases.
+    Every figure compared is wall time; strata's CPU time of its step is printed beside, not compared."""
     print(f"  cnn at {threads} thread(s) misses {', '.join(missed)}; measuring what bounds it:")
     alone = run_strata(binary, "cnn", threads, args, step_mode=True)
+    phases = strata_phases(args, threads)
     fit_us = BATCH / s["images_per_s"] * 1e6
-    print(f"    strata: {fit_us:.0f} us per fit step; train_step alone {alone['step_us']:.0f} us of CPU, fed from the "
-          f"pipeline {alone['piped_step_us']:.0f} us: fit's loop and input add {fit_us - alone['step_us']:.0f} us")
+    names = ("forward", "backward", "optimizer")
+    line = f"    strata: {fit_us:.0f} us per fit step"
+    if phases is not None:
+        line += f"; its forward, backward and optimizer spans {sum(phases.get(n, 0.0) for n in names):.0f} us"
+    print(line + f" (train_step alone: {alone['step_us']:.0f} us of the calling thread's CPU time)")
     if not found["tf"].ok:
         return
     t = run_peer(found["tf"], "cnn", threads, args, bound=True)
     fit_tf = BATCH / t["images_per_s"] * 1e6
     print(f"    TensorFlow: {fit_tf:.0f} us per fit step; Keras's compiled train_step alone on one batch "
-          f"{t['step_us']:.0f} us: fit's loop and input add {fit_tf - t['step_us']:.0f} us")
-    print(f"    step alone, strata/TensorFlow speed: {t['step_us'] / alone['step_us']:.2f}x")
-    phases = strata_phases(args, threads)
+          f"{t['step_us']:.0f} us")
     if phases is None:
         print("    (distribute_bench not built: no per-phase figures for strata)")
         return
     tf_phase = {"forward": t["forward_us"], "backward": t["gradients_us"] - t["forward_us"],
                 "optimizer": t["step_us"] - t["gradients_us"]}
-    print("    per phase, us per step (strata from a trace of fit; TensorFlow: forward+loss, +gradients, +update "
-          "and metrics, each compiled alone):")
+    print("    per phase, us per step (strata: spans of a trace of fit; TensorFlow: forward+loss, +gradients, +update "
+          "and metrics, each a tf.function alone):")
     for name, tf_us in tf_phase.items():
         s_us = phases.get(name, 0.0)
         print(f"      {name:<10} strata {s_us:7.0f}  TensorFlow {tf_us:7.0f}  speed {peers.ratio(tf_us, s_us)}x")
-    rest = BATCH / s["images_per_s"] * 1e6 - sum(phases.get(n, 0.0) for n in tf_phase)
+    rest = fit_us - sum(phases.get(n, 0.0) for n in names)
     print(f"      strata's fit step beyond those spans: {rest:.0f} us (the loop, metrics, input hand-off)")
     print("    bench/kernels_bench.py times the CNN's convolution, pooling and matmul ops alone on each side.")
 
