@@ -32,6 +32,7 @@ TensorFlow's from tf.functions of each phase; bench/kernels_bench.py then has th
 import argparse
 import json
 import os
+import statistics
 import subprocess
 import sys
 import time
@@ -115,9 +116,10 @@ def tf_worker(model_name, threads, data_dir, steps, jit, batch=BATCH):
 
 
 def tf_phases(model, ds, steps):
-    """Microseconds per call of Keras's step in phases, on one batch, each compiled as fit compiles its step: the
-    forward pass with the loss; that and the gradients (tf.GradientTape); the whole train_step (plus Adam and the
-    metrics). Their differences are the backward pass and the update."""
+    """Microseconds per call (median) of Keras's step in phases, on one batch, each compiled as fit compiles its
+    step: the forward pass with the loss; that and the gradients (tf.GradientTape); the whole train_step (plus Adam
+    and the metrics). Their differences are the backward pass and the update. Each call's outputs are read back, as
+    fit reads its logs."""
     import tensorflow as tf
     xb, yb = next(iter(ds))
     variables = model.trainable_variables
@@ -133,17 +135,20 @@ def tf_phases(model, ds, steps):
     def step(x, y):
         return model.train_step((x, y))
 
-    out = {}
-    for name, fn in (("forward_us", forward), ("gradients_us", gradients), ("step_us", step)):
-        fn = tf.function(fn, jit_compile=model.jit_compile)
+    fns = {name: tf.function(fn, jit_compile=model.jit_compile)
+           for name, fn in (("forward_us", forward), ("gradients_us", gradients), ("step_us", step))}
+    for fn in fns.values():
         for _ in range(20):
             fn(xb, yb)
-        start = time.perf_counter()
-        for _ in range(steps):
-            r = fn(xb, yb)
-        tf.nest.map_structure(lambda t: t.numpy(), r)
-        out[name] = (time.perf_counter() - start) / steps * 1e6
-    return out
+    # Round-robin, one call of each per round, and the median of each: a slow spell of the shared machine falls on
+    # all three alike, so their differences (the backward pass, the update) stay meaningful.
+    times = {name: [] for name in fns}
+    for _ in range(steps):
+        for name, fn in fns.items():
+            start = time.perf_counter()
+            tf.nest.map_structure(lambda t: t.numpy(), fn(xb, yb))
+            times[name].append((time.perf_counter() - start) * 1e6)
+    return {name: statistics.median(t) for name, t in times.items()}
 
 
 def strata_phases(args, threads):

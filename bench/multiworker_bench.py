@@ -398,7 +398,7 @@ def tf_bound(args, strata_gloo, tf_mw, ceiling):
     finally:
         children.kill_all()
     print(f"strata gloo / TensorFlow MWMS is {strata_gloo / tf_mw:.2f}, under 2; what bounds it: TensorFlow's step alone "
-          f"(Keras fit, batch {BATCH // WORKERS}, 1 thread, no strategy) runs {alone:.0f} images/s, so its 2 workers on "
+          f"(its custom loop, batch {BATCH // WORKERS}, 1 thread, no strategy) runs {alone:.0f} images/s, so its 2 workers on "
           f"2 cores reach at most {2 * alone:.0f}: MWMS keeps {tf_mw / (2 * alone):.2f} of that; strata gloo keeps "
           f"{strata_gloo / ceiling:.2f} of its ceiling; 2x TensorFlow's MWMS would be {2 * tf_mw / ceiling:.2f} of "
           f"strata's ceiling")
