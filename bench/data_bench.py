@@ -1,5 +1,5 @@
-#!/usr/bin/python3
-"""strata's Fashion-MNIST TFRecord GZIP input pipeline against two raw inflate limits and PyTorch's DataLoader.
+#!/usr/bin/env python3
+"""strata's Fashion-MNIST TFRecord GZIP input pipeline against two raw inflate limits, tf.data and PyTorch 2's DataLoader.
 
 Runs the C++ program bench/data_bench (built from data_bench.cc), which times, at 1 and 2 threads:
   raw_inflate     zlib inflating the 4 GZIP shard files of the 60000 training records (written with
@@ -11,17 +11,27 @@ Runs the C++ program bench/data_bench (built from data_bench.cc), which times, a
   pipeline        make_example_dataset(shards, GZIP, num_parallel_reads=threads): read, inflate, check CRCs,
                   parse each tf.train.Example, decode the image to uint8 [28, 28, 1], shuffle(10000),
                   batch(64), then map each batch to float32 (/255).
-and, as the peer, the same steps in PyTorch 1.13 over the IDX arrays already in memory (no files, no
-inflate): a map-style Dataset whose __getitem__ returns (image as uint8 [28, 28, 1], label),
-DataLoader(batch_size=64, shuffle=True), then each batch to float32 (/255); 1 thread: num_workers=0,
-torch.set_num_threads(1); 2 threads: num_workers=2 (worker processes, each with 1 torch thread). Prints
-records/s and the ratios pipeline/raw_inflate (zlib; target >= 0.8), pipeline/raw_libdeflate (the
-decoder the pipeline uses; target >= 0.8) and pipeline/torch (target >= 2).
+Beside it, in the same run:
+  tf.data         the same shard files and steps in TensorFlow: TFRecordDataset(files, "GZIP",
+                  num_parallel_reads=threads), map(parse_single_example + decode_raw + reshape,
+                  num_parallel_calls=threads), shuffle(10000), batch(64), map(cast to float32 / 255), prefetch(AUTOTUNE)
+                  ("tf rec", strata's order of steps); and TensorFlow's vectorised form, shuffle(10000) and batch(64) of
+                  the serialized records, then map(parse_example + decode_raw + cast) on whole batches, prefetch
+                  ("tf vec"). tf.data's private pool has `threads` threads, each op's own parallelism 1, and
+                  TensorFlow's intra-op pool `threads` (peers.py); the ratio s/tf is against the faster of the two;
+  PyTorch 2       the same steps over the IDX arrays already in memory (no files, no inflate): a map-style Dataset
+                  whose __getitem__ returns (image as uint8 [28, 28, 1], label), DataLoader(batch_size=64,
+                  shuffle=True), then each batch to float32 (/255); 1 thread: num_workers=0,
+                  torch.set_num_threads(1); 2 threads: num_workers=2 (worker processes, each with 1 torch thread).
+Prints records/s and the ratios pipeline/raw_inflate (zlib; target >= 0.8), pipeline/raw_libdeflate (the decoder the
+pipeline uses; target >= 0.8), pipeline/tf.data and pipeline/torch (target >= 2). Debian's PyTorch 1.13 column is
+gone: its DataLoader is the same Python loop, so it added nothing here.
 
-    /usr/bin/python3 bench/data_bench.py [--binary build/bench/data_bench] [--epochs 3] [--rounds 2]
+    .venv-peers/bin/peer-python bench/data_bench.py [--binary build/bench/data_bench] [--epochs 2] [--rounds 1]
+        [--no-tf] [--no-torch]
 
-Each side reports its best epoch; rounds alternate strata and torch so that slow spells of a shared
-machine hit both. Use /usr/bin/python3 (the one with torch).
+Every side times --epochs epochs after a warm-up epoch and reports its best; rounds alternate the sides so that slow
+spells of a shared machine hit all of them.
 """
 import argparse
 import gzip
@@ -31,9 +41,15 @@ import subprocess
 import sys
 import time
 
+import glob
+import tempfile
+
+import peers
 from bench_common import find_binary
 
 IDX_DIR = "/usr/share/datasets/fashion-mnist"
+# data_bench's default shard directory (the shards are written there once, by the first strata run).
+SHARDS = os.path.join(tempfile.gettempdir(), "strata_data_bench_plain_gzip")
 
 
 def load_idx(path):
@@ -51,7 +67,7 @@ def torch_worker(threads, epochs, idx_dir):
     import torch
     from torch.utils.data import DataLoader, Dataset
 
-    torch.set_num_threads(1 if threads > 1 else threads)
+    peers.pin_torch(1)
     images = load_idx(os.path.join(idx_dir, "train-images-idx3-ubyte.gz"))
     labels = load_idx(os.path.join(idx_dir, "train-labels-idx1-ubyte.gz")).astype(np.int64)
 
@@ -78,54 +94,118 @@ def torch_worker(threads, epochs, idx_dir):
     print(json.dumps({"torch": n / best}))
 
 
+def tf_worker(threads, epochs, shards):
+    """Runs in the child process; prints {"tf_record": records/s, "tf_vectorised": records/s} as JSON."""
+    peers.pin_tf(threads)
+    import tensorflow as tf
+
+    files = sorted(glob.glob(os.path.join(shards, "train-*-of-*.tfrecord.gz")))
+    if not files:
+        raise SystemExit(f"no train-*.tfrecord.gz shards in {shards}")
+    spec = {"image": tf.io.FixedLenFeature([], tf.string), "label": tf.io.FixedLenFeature([], tf.int64)}
+    options = tf.data.Options()
+    options.threading.private_threadpool_size = threads
+    options.threading.max_intra_op_parallelism = 1
+
+    def parse_one(record):
+        ex = tf.io.parse_single_example(record, spec)
+        return tf.reshape(tf.io.decode_raw(ex["image"], tf.uint8), [28, 28, 1]), ex["label"]
+
+    def parse_batch(records):
+        ex = tf.io.parse_example(records, spec)
+        image = tf.reshape(tf.io.decode_raw(ex["image"], tf.uint8), [-1, 28, 28, 1])
+        return tf.cast(image, tf.float32) / 255.0, ex["label"]
+
+    def per_record(seed):
+        return (tf.data.TFRecordDataset(files, "GZIP", num_parallel_reads=threads)
+                .map(parse_one, num_parallel_calls=threads).shuffle(10000, seed=seed).batch(64)
+                .map(lambda x, y: (tf.cast(x, tf.float32) / 255.0, y)).prefetch(tf.data.AUTOTUNE).with_options(options))
+
+    def vectorised(seed):
+        return (tf.data.TFRecordDataset(files, "GZIP", num_parallel_reads=threads).shuffle(10000, seed=seed)
+                .batch(64).map(parse_batch, num_parallel_calls=threads).prefetch(tf.data.AUTOTUNE)
+                .with_options(options))
+
+    out = {}
+    for name, make in (("tf_record", per_record), ("tf_vectorised", vectorised)):
+        best = float("inf")
+        for epoch in range(epochs + 1):  # the first epoch warms up (tracing, the page cache)
+            start = time.perf_counter()
+            n = 0
+            for x, _ in make(epoch):
+                n += int(x.shape[0])
+            if epoch > 0:
+                best = min(best, time.perf_counter() - start)
+        if n != 60000:
+            raise SystemExit(f"tf.data read {n} records, expected 60000")
+        out[name] = n / best
+    print(json.dumps(out))
+
+
 def run_strata(binary, threads, epochs, idx_dir):
-    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-    text = subprocess.run([binary, "--threads", str(threads), "--epochs", str(epochs), "--idx", idx_dir], check=True,
-                          capture_output=True, text=True, env=env).stdout
+    env = peers.env(1)
+    text = subprocess.run([binary, "--threads", str(threads), "--epochs", str(epochs), "--idx", idx_dir, "--shards",
+                           SHARDS], check=True, capture_output=True, text=True, env=env).stdout
     return {k: float(v) for k, v in (line.split("\t") for line in text.splitlines() if line.strip())}
 
 
-def run_torch(threads, epochs, idx_dir):
-    env = dict(os.environ, OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1")
-    text = subprocess.run([sys.executable, os.path.abspath(__file__), "--torch-worker", str(threads), "--epochs",
-                           str(epochs), "--idx", idx_dir], check=True, capture_output=True, text=True, env=env).stdout
-    return json.loads(text.strip().splitlines()[-1])
+def run_peer(peer, threads, epochs, idx_dir):
+    # PyTorch's loader runs on one torch thread (its workers are the parallelism); TensorFlow's pools take `threads`.
+    env = peers.env(threads if peer.key == "tf" else 1)
+    return peers.run_json([peer.python, os.path.abspath(__file__), f"--{peer.key}-worker", str(threads), "--epochs",
+                           str(epochs), "--idx", idx_dir], env)
 
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--binary", help="path to data_bench (default: build*/bench/data_bench)")
     ap.add_argument("--threads", default="1,2", help="comma-separated thread counts (default 1,2)")
-    ap.add_argument("--epochs", type=int, default=3)
-    ap.add_argument("--rounds", type=int, default=2, help="rounds of (strata, torch); the best is kept")
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--rounds", type=int, default=1, help="rounds of every side; the best is kept")
     ap.add_argument("--idx", default=IDX_DIR, help="the Fashion-MNIST IDX directory")
     ap.add_argument("--torch-worker", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--tf-worker", type=int, help=argparse.SUPPRESS)
+    peers.add_arguments(ap)
     args = ap.parse_args()
     if args.torch_worker:
-        torch_worker(args.torch_worker, args.epochs, args.idx)
-        return
+        return torch_worker(args.torch_worker, args.epochs, args.idx)
+    if args.tf_worker:
+        return tf_worker(args.tf_worker, args.epochs, SHARDS)
 
     binary = find_binary("data_bench", args.binary)
-    print(f"strata: {binary}; best epoch of {args.epochs} per run, best of {args.rounds} rounds; 60000 records")
-    header = (f"{'thr':>3} {'zlib raw/s':>11} {'libdeflate/s':>13} {'strata rec/s':>13} {'torch rec/s':>12} "
-              f"{'s/zlib':>7} {'s/ldef':>7} {'s/torch':>8}")
+    found = peers.find(args)
+    tf_ok, torch_ok = found["tf"].ok, found["torch"].ok
+    print(f"strata: {binary}; best epoch of {args.epochs} per run, best of {args.rounds} rounds; 60000 records; "
+          f"shards in {SHARDS}")
+    header = (f"{'thr':>3} {'zlib raw/s':>11} {'libdeflate/s':>13} {'strata rec/s':>13} {'tf rec/s':>10} "
+              f"{'tf vec/s':>10} {'torch rec/s':>12} {'s/zlib':>7} {'s/ldef':>7} {'s/tf':>6} {'s/torch':>8}")
     print(header)
     print("-" * len(header))
     for threads in [int(t) for t in args.threads.split(",")]:
-        s_runs, t_runs = [], []
+        s_runs, tf_runs, t_runs = [], [], []
         for _ in range(args.rounds):
             s_runs.append(run_strata(binary, threads, args.epochs, args.idx))
-            t_runs.append(run_torch(threads, args.epochs, args.idx))
+            if tf_ok:
+                tf_runs.append(run_peer(found["tf"], threads, args.epochs, args.idx))
+            if torch_ok:
+                t_runs.append(run_peer(found["torch"], threads, args.epochs, args.idx))
         raw = max(r["raw_inflate"] for r in s_runs)
         ldef = max(r["raw_libdeflate"] for r in s_runs)
         pipe = max(r["pipeline"] for r in s_runs)
-        torch_rate = max(r["torch"] for r in t_runs)
-        print(f"{threads:>3} {raw:11.0f} {ldef:13.0f} {pipe:13.0f} {torch_rate:12.0f} {pipe / raw:7.2f} "
-              f"{pipe / ldef:7.2f} {pipe / torch_rate:8.2f}")
+        tf_rec = max((r["tf_record"] for r in tf_runs), default=None)
+        tf_vec = max((r["tf_vectorised"] for r in tf_runs), default=None)
+        tf_best = max(tf_rec, tf_vec) if tf_runs else None
+        torch_rate = max((r["torch"] for r in t_runs), default=None)
+        cell = lambda v, w: f"{v:{w}.0f}" if v else f"{'-':>{w}}"
+        print(f"{threads:>3} {raw:11.0f} {ldef:13.0f} {pipe:13.0f} {cell(tf_rec, 10)} {cell(tf_vec, 10)} "
+              f"{cell(torch_rate, 12)} {pipe / raw:7.2f} {pipe / ldef:7.2f} {peers.ratio(pipe, tf_best):>6} "
+              f"{peers.ratio(pipe, torch_rate):>8}", flush=True)
     print()
     print("s/zlib: strata pipeline / zlib inflating the same shards, the issue's raw limit (target >= 0.80);")
     print("s/ldef: strata pipeline / libdeflate inflating the same shards alone (target >= 0.80);")
-    print("s/torch: strata pipeline / PyTorch DataLoader over in-memory IDX arrays (target >= 2).")
+    print("s/tf: strata pipeline / the faster of tf rec (strata's order: parse each record, then shuffle and batch) and")
+    print("  tf vec (shuffle and batch the serialized records, then parse whole batches) on the same shard files;")
+    print("s/torch: strata pipeline / PyTorch 2 DataLoader over in-memory IDX arrays (target >= 2).")
     print("Ceiling: libdeflate/s is the fastest a library inflates these shards here (ISA-L's isal_inflate measured")
     print("0.84-0.87x of it on them, CRC-32 checked in both; 2026-11-24), and the pipeline also parses, shuffles and")
     print("batches on the same cores: at 2 threads on 2 cores it cannot reach libdeflate/s. The home-made decoder")

@@ -7,7 +7,7 @@
 //                    --replicas N --threads T
 //                    [--batch 128] [--epochs 1] [--data DIR] [--cross-device-ops ring] [--bucket-kb K]
 //                    [--steps-per-execution S] [--gradient-compression none|bf16] [--sync-every H] [--outer-step none|nesterov]
-//                    [--trace FILE]
+//                    [--trace FILE] [--steps-per-epoch S]
 //
 // --batch is the global batch; --threads the cores in all (one_device: its intra-op threads; the others:
 // split evenly over the replicas).
@@ -19,6 +19,10 @@
 //
 // --strategy local_sgd (LocalSGDStrategy, the cluster from TF_CONFIG like multi_worker_mirrored): each worker takes
 // --sync-every local steps, then the workers average their weights (--outer-step nesterov: DiLoCo's outer step).
+//
+// --steps-per-epoch S makes every epoch (the warm-up one too) S global steps of the training data repeated, so that a
+// short run times as many steps as its peers (bench/*.py); 0, the default, is one pass over the 60000 images (the
+// parameter-server chief: 60000 / batch steps).
 //
 // --trace FILE writes a Chrome trace of 100 steady-state steps (steps 600..699, in the measured epoch) to FILE, for
 // bench/trace_breakdown.py: where each replica's time goes.
@@ -60,6 +64,7 @@ int main(int argc, char** argv) {
   int sync_every = 8;            // local_sgd: local steps between weight averages
   bool outer_nesterov = false;   // local_sgd: DiLoCo's outer step
   std::string trace_path;        // --trace
+  int64_t steps_per_epoch = 0;   // --steps-per-epoch; 0: one pass over the data
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--strategy") strategy_name = argv[i + 1];
@@ -75,16 +80,19 @@ int main(int argc, char** argv) {
     else if (flag == "--sync-every") sync_every = std::stoi(argv[i + 1]);
     else if (flag == "--outer-step") outer_nesterov = std::string(argv[i + 1]) == "nesterov";
     else if (flag == "--trace") trace_path = argv[i + 1];
+    else if (flag == "--steps-per-epoch") steps_per_epoch = std::stoll(argv[i + 1]);
   }
   auto make_model = [] {
     return Sequential(std::vector<nn::LayerRef>{nn::Conv2D(32, 3, "relu"), nn::MaxPool2D(2), nn::Flatten(),
                                                 nn::Dense(64, "relu"), nn::Dense(10)});
   };
-  // Batches of `batch_size` from `split` (shard `index` of `shards`), scaled to [0, 1].
+  // Batches of `batch_size` from `split` (shard `index` of `shards`), scaled to [0, 1]; with --steps-per-epoch the
+  // training data repeats (fit's iterator then runs on across the epochs).
   auto prep = [&](data::Split split, bool shuffle, int64_t batch_size, int64_t shards = 1, int64_t index = 0) {
     data::Dataset ds = data::Dataset::from_idx(dir, split);
     if (shards > 1) ds = ds.shard(shards, index);
     if (shuffle) ds = ds.shuffle(60000, static_cast<uint64_t>(index));
+    if (shuffle && steps_per_epoch > 0) ds = ds.repeat();
     return ds.batch(batch_size)
         .map([](const data::Element& e) { return data::Element({data::to_float(e[0], 1.0f / 255.0f), e[1]}); })
         .prefetch(data::kAutotune);
@@ -118,8 +126,9 @@ int main(int argc, char** argv) {
         model.compile(losses::SparseCategoricalCrossentropy({.from_logits = true}), optim::Adam(), {"accuracy"});
         const data::Dataset train = prep(data::Split::kTrain, true, batch / replicas, replicas, r);
         auto timer = std::make_shared<EpochTimer>();
-        model.fit(train, {.epochs = epochs + 1, .callbacks = {timer}, .verbose = 0});
-        images_per_s[static_cast<size_t>(r)] = 60000.0 / replicas * static_cast<double>(epochs) / timer->seconds;
+        model.fit(train, {.epochs = epochs + 1, .steps_per_epoch = steps_per_epoch, .callbacks = {timer}, .verbose = 0});
+        const double images = steps_per_epoch > 0 ? static_cast<double>(steps_per_epoch * batch) : 60000.0;
+        images_per_s[static_cast<size_t>(r)] = images / replicas * static_cast<double>(epochs) / timer->seconds;
       });
     double total = 0;
     for (size_t r = 0; r < trainers.size(); ++r) {
@@ -169,8 +178,10 @@ int main(int argc, char** argv) {
   const data::Dataset train = prep(data::Split::kTrain, true, batch), test = prep(data::Split::kTest, false, batch);
   auto timer = std::make_shared<EpochTimer>();
   if (!trace_path.empty()) trace::start({.path = trace_path, .first_step = 600, .end_step = 700});
+  // The parameter-server chief reads no input, so its epochs need a length.
+  if (steps_per_epoch == 0 && servers != nullptr) steps_per_epoch = (60000 + batch - 1) / batch;
   const History h = model->fit(train, {.epochs = epochs + 1,
-                                       .steps_per_epoch = servers != nullptr ? (60000 + batch - 1) / batch : 0,
+                                       .steps_per_epoch = steps_per_epoch,
                                        .callbacks = {timer},
                                        .verbose = 0,
                                        .steps_per_execution = steps_per_execution});
@@ -179,6 +190,8 @@ int main(int argc, char** argv) {
   std::printf("{\"strategy\": \"%s\", \"replicas\": %d, \"threads\": %d, \"batch\": %lld, \"images_per_s\": %.1f, "
               "\"input_wait\": %.4f, \"test_accuracy\": %.4f}\n",
               strategy->name().c_str(), strategy->num_replicas_in_sync(), threads, static_cast<long long>(batch),
-              60000.0 * static_cast<double>(epochs) / timer->seconds, h.input_wait_fraction.back(), logs.at("accuracy"));
+              (steps_per_epoch > 0 ? static_cast<double>(steps_per_epoch * batch) : 60000.0) * static_cast<double>(epochs) /
+                  timer->seconds,
+              h.input_wait_fraction.back(), logs.at("accuracy"));
   return 0;
 }

@@ -1,8 +1,9 @@
-#!/usr/bin/python3
-"""Pipeline parallelism (issue 19): strata's stages as threads against one device, and the LSTM stack against PyTorch.
+#!/usr/bin/env python3
+"""Pipeline parallelism (issue 19): strata's stages as threads against one device, and the LSTM stack and the MLP
+against TensorFlow and PyTorch 2.
 
-    /usr/bin/python3 bench/pipeline_bench.py [--build-dir build] [--models mlp,lstm] [--mlp-steps 8]
-        [--lstm-steps 15] [--micro-batches 2,4,8] [--lstm-stages 2,4] [--threads 2] [--skip-torch] [--quick]
+    .venv-peers/bin/peer-python bench/pipeline_bench.py [--build-dir build] [--models mlp,lstm] [--mlp-steps 8]
+        [--lstm-steps 15] [--micro-batches 2,4,8] [--lstm-stages 2,4] [--threads 2] [--no-tf] [--no-torch] [--quick]
 
 Runs build/bench/pipeline_bench (it builds nothing) for
 1. the MLP, 8 Dense(2048, relu) + Dense(10) on 2048 features (34M weights, far over any cache), batch 256;
@@ -11,11 +12,16 @@ Runs build/bench/pipeline_bench (it builds nothing) for
 each on one device with --threads intra-op threads (the plain GradientTape loop) and cut into S stages run as threads
 (S = 2 on 2 cores: one core per stage; the LSTM also S = 4, two stages per core) for every schedule (GPipe, 1F1B,
 ZB-H1, interleaved 1F1B with 2 chunks) and micro-batch count M: step time, the measured bubble beside simulate()'s
-and the bound (S - 1) / (M + S - 1). Side by side in the same run, PyTorch (torch.set_num_threads(--threads),
-OPENBLAS_NUM_THREADS=1, in a child process so they hold before torch loads) trains the same models: the LSTM as four
-nn.LSTM(batch_first) layers + Linear, the MLP as Linear/ReLU; one step = forward, CrossEntropyLoss, backward, SGD.
+and the bound (S - 1) / (M + S - 1). Side by side in the same run, each in a child process with --threads threads
+pinned before it loads (peers.py), the peers train the same models on one device (neither pipelines a CPU model):
+  TensorFlow  Keras 3: the LSTM as four keras.layers.LSTM(64) (the first three return_sequences) + Dense(10), the MLP
+              as Dense(relu) layers; compiled with SGD(0.01), SparseCategoricalCrossentropy(from_logits) and Keras's
+              default jit_compile="auto" (off on a CPU-only machine); one step = train_on_batch (Keras's compiled
+              train_step: forward, loss, gradients, SGD);
+  PyTorch 2   the LSTM as four nn.LSTM(batch_first) layers + Linear, the MLP as Linear/ReLU; one step = forward,
+              CrossEntropyLoss, backward, SGD.
 Every step time is the best of the timed steps after warm-up (2 cores shared with other work: single steps vary 3x);
-PyTorch runs twice, before and after strata's run of the same model, and its best step counts. The data is random,
+each peer runs twice, before and after strata's run of the same model, and its best step counts. The data is random,
 drawn once from a fixed seed.
 The summary gives, per model, the best pipeline per stage count against one device, and strata against PyTorch.
 Every child runs in its own session and is killed with what it forked on every path. Thread-safety: a program.
@@ -27,6 +33,7 @@ import statistics
 import sys
 import time
 
+import peers
 from bench_common import REPO, Children
 
 LSTM_UNITS = 64
@@ -37,7 +44,7 @@ def torch_worker(model_name, threads, batch, warmup, steps):
     import torch
     import torch.nn as nn
 
-    torch.set_num_threads(threads)
+    peers.pin_torch(threads)
     torch.manual_seed(1)
     if model_name == "lstm":
         class Stack(nn.Module):
@@ -73,13 +80,43 @@ def torch_worker(model_name, threads, batch, warmup, steps):
         loss.item()
         if k >= warmup:
             times.append(time.perf_counter() - start)
-    print(json.dumps({"step_s": min(times), "median_s": statistics.median(times), "torch": torch.__version__,
+    print(json.dumps({"step_s": min(times), "median_s": statistics.median(times), "version": torch.__version__,
                       "threads": torch.get_num_threads()}))
 
 
+def tf_worker(model_name, threads, batch, warmup, steps):
+    """Prints the best step time of Keras training `model_name` on random data (train_on_batch) as JSON."""
+    peers.pin_tf(threads)
+    import keras
+    import numpy as np
+    import tensorflow as tf
+
+    keras.utils.set_random_seed(1)
+    rng = np.random.default_rng(1)
+    if model_name == "lstm":
+        layers = [keras.Input((28, 28))]
+        layers += [keras.layers.LSTM(LSTM_UNITS, return_sequences=i < 3) for i in range(4)]
+        x = rng.uniform(-1, 1, (batch, 28, 28)).astype(np.float32)
+    else:
+        layers = [keras.Input((2048,))] + [keras.layers.Dense(2048, activation="relu") for _ in range(8)]
+        x = rng.uniform(-1, 1, (batch, 2048)).astype(np.float32)
+    model = keras.Sequential(layers + [keras.layers.Dense(10)])
+    model.compile(optimizer=keras.optimizers.SGD(0.01),
+                  loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True))
+    y = rng.integers(0, 10, (batch,)).astype(np.int64)
+    x, y = tf.constant(x), tf.constant(y)
+    times = []
+    for k in range(warmup + steps):
+        start = time.perf_counter()
+        model.train_on_batch(x, y)
+        if k >= warmup:
+            times.append(time.perf_counter() - start)
+    print(json.dumps({"step_s": min(times), "median_s": statistics.median(times), "version": tf.__version__,
+                      "threads": threads}))
+
+
 def pinned_env(threads):
-    # OpenBLAS pinned to 1 (its pthread pool ignores OpenMP's settings): its own pool beside OpenMP's oversubscribes the cores.
-    return dict(os.environ, OMP_NUM_THREADS=str(threads), OPENBLAS_NUM_THREADS="1")
+    return peers.env(threads)
 
 
 def find_pipeline_bench(build_dir):
@@ -104,15 +141,15 @@ def run_strata(children, binary, model_name, args, steps, stages):
     return last_json(out)
 
 
-def run_torch(children, model_name, args, batch, steps):
-    cmd = [sys.executable, os.path.abspath(__file__), "--torch-worker", model_name, "--threads", str(args.threads),
-           "--batch", str(batch), "--warmup", str(args.warmup), "--torch-steps", str(steps)]
+def run_peer(children, peer, model_name, args, batch, steps):
+    cmd = [peer.python, os.path.abspath(__file__), f"--{peer.key}-worker", model_name, "--threads", str(args.threads),
+           "--batch", str(batch), "--warmup", str(args.warmup), "--peer-steps", str(steps)]
     print(f"$ OMP_NUM_THREADS={args.threads} OPENBLAS_NUM_THREADS=1 " + " ".join(cmd), flush=True)
-    (out,) = children.wait_all([children.start(cmd, pinned_env(args.threads))], f"PyTorch {model_name}")
+    (out,) = children.wait_all([children.start(cmd, pinned_env(args.threads))], f"{peer.label} {model_name}")
     return last_json(out)
 
 
-def summarize(name, r, torch_result):
+def summarize(name, r, peer_results):
     one = r["one_device"]["step_s"]
     batch = r["batch"]
     print(f"{name}, batch {batch}: one device with {r['threads']} threads {one * 1e3:.1f} ms/step "
@@ -127,15 +164,14 @@ def summarize(name, r, torch_result):
                              f" (sim {p['simulated']:.2f}, bound {p['bound']:.2f})"
                              for p in rows if p["schedule"] == schedule)
             print(f"    {schedule:<12} {line}")
-    if torch_result:
-        t = torch_result["step_s"]
-        note = ", reference" if r["model"] == "mlp" else ""
-        print(f"  PyTorch {torch_result['torch']} ({torch_result['threads']} threads{note}): {t * 1e3:.1f} ms/step; "
-              f"strata one device / PyTorch speed {t / one:.2f}x", end="")
+    for label, result in peer_results.items():
+        t = result["step_s"]
+        print(f"  {label} ({result['threads']} threads): {t * 1e3:.1f} ms/step; strata one device / {label} speed "
+              f"{t / one:.2f}x", end="")
         if r["pipelines"]:
             best = min(r["pipelines"], key=lambda p: p["step_s"])
             print(f", strata's best pipeline ({best['stages']} stages {best['schedule']} M={best['micro_batches']}) / "
-                  f"PyTorch {t / best['step_s']:.2f}x")
+                  f"{label} {t / best['step_s']:.2f}x")
         else:
             print()
 
@@ -150,19 +186,26 @@ def main():
     parser.add_argument("--micro-batches", default="2,4,8")
     parser.add_argument("--lstm-stages", default="2,4", help="stage counts for the LSTM (the MLP runs 2)")
     parser.add_argument("--threads", type=int, default=2, help="the one device's threads, PyTorch's too")
-    parser.add_argument("--skip-torch", action="store_true")
+    parser.add_argument("--skip-torch", action="store_true", help="the same as --no-torch")
     parser.add_argument("--quick", action="store_true", help="2 timed steps each, M in {2, 8}, the LSTM on 2 stages")
     parser.add_argument("--time-limit", type=float, default=900)
     parser.add_argument("--torch-worker", metavar="MODEL", help=argparse.SUPPRESS)
+    parser.add_argument("--tf-worker", metavar="MODEL", help=argparse.SUPPRESS)
     parser.add_argument("--batch", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--torch-steps", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--peer-steps", type=int, help=argparse.SUPPRESS)
+    peers.add_arguments(parser)
     args = parser.parse_args()
     if args.torch_worker:
-        torch_worker(args.torch_worker, args.threads, args.batch, args.warmup, args.torch_steps)
+        torch_worker(args.torch_worker, args.threads, args.batch, args.warmup, args.peer_steps)
         return
+    if args.tf_worker:
+        tf_worker(args.tf_worker, args.threads, args.batch, args.warmup, args.peer_steps)
+        return
+    args.no_torch = args.no_torch or args.skip_torch
     if args.quick:
         args.mlp_steps, args.lstm_steps, args.micro_batches, args.lstm_stages = 2, 2, "2,8", "2"
     binary = find_pipeline_bench(args.build_dir)
+    found = [p for p in peers.find(args).values() if p.ok]
     children = Children(time.monotonic() + args.time_limit)
     results = {}
     started = time.monotonic()
@@ -172,21 +215,22 @@ def main():
             stages = "2" if model_name == "mlp" else args.lstm_stages
             print(f"== {model_name}", flush=True)
             batch = 256 if model_name == "mlp" else 128
-            torch_steps = max(steps, 3) * (1 if model_name == "mlp" else 3)  # its LSTM step is short: more of them
-            t = None if args.skip_torch else run_torch(children, model_name, args, batch, torch_steps)
+            peer_steps = max(steps, 3) * (1 if model_name == "mlp" else 3)  # its LSTM step is short: more of them
+            before = {p.label: run_peer(children, p, model_name, args, batch, peer_steps) for p in found}
             r = run_strata(children, binary, model_name, args, steps, stages)
-            if t:
-                again = run_torch(children, model_name, args, batch, torch_steps)
-                t = min(t, again, key=lambda x: x["step_s"])
-                print(f"# PyTorch {t['torch']}, {t['threads']} threads: step {t['step_s'] * 1e3:.1f} ms, "
+            best = {}
+            for p in found:
+                again = run_peer(children, p, model_name, args, batch, peer_steps)
+                t = best[p.label] = min(before[p.label], again, key=lambda x: x["step_s"])
+                print(f"# {p.label}, {t['threads']} threads: step {t['step_s'] * 1e3:.1f} ms, "
                       f"{r['batch'] / t['step_s']:.1f} examples/s", flush=True)
-            results[model_name] = (r, t)
+            results[model_name] = (r, best)
             print(flush=True)
     finally:
         children.kill_all()
     print(f"== summary (speed ratios: above 1 means the first is faster; {time.monotonic() - started:.0f} s in all)")
-    for model_name, (r, t) in results.items():
-        summarize("MLP 8x2048" if model_name == "mlp" else "LSTM 64x4 (Fashion-MNIST rows)", r, t)
+    for model_name, (r, best) in results.items():
+        summarize("MLP 8x2048" if model_name == "mlp" else "LSTM 64x4 (Fashion-MNIST rows)", r, best)
 
 
 if __name__ == "__main__":

@@ -18,7 +18,8 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${STRATA_PEERS_VENV:-$root/.venv-peers}"
 
 tests_requirements=(tensorflow-cpu==2.21.* tensorboard==2.21.* safetensors)
-torch_requirements=(torch==2.15.* filelock typing-extensions sympy networkx jinja2 fsspec
+# (--no-deps: so each pure-Python need's own needs are listed too: sympy's mpmath, jinja2's MarkupSafe.)
+torch_requirements=(torch==2.15.* filelock typing-extensions sympy mpmath networkx jinja2 MarkupSafe fsspec
   nvidia-cusparselt-cu13 nvidia-nvshmem-cu13 nvidia-cufile nvidia-nccl-cu13)
 
 case "$mode" in
@@ -64,9 +65,10 @@ chmod +x "$venv/bin/peer-python"
 
 if [ "$mode" = "--bench" ]; then
   install_once torch --no-deps "${torch_requirements[@]}"
-  if ! "$venv/bin/peer-python" -c "import torch" 2>/dev/null; then
+  # torch.optim imports sympy (through torch.fx), which a bare `import torch` does not.
+  if ! "$venv/bin/peer-python" -c "import torch, torch.optim" 2>/dev/null; then
     echo "== peers: torch does not import here (it needs the CUDA toolkit's libraries under /usr/local/cuda):" >&2
-    "$venv/bin/peer-python" -c "import torch" 2>&1 | tail -1 >&2
+    "$venv/bin/peer-python" -c "import torch, torch.optim" 2>&1 | tail -1 >&2
     exit 1
   fi
 fi

@@ -6,7 +6,9 @@
 #                              without a GPU)
 #   scripts/setup.sh --fuzz [SECONDS]   install (with clang), build, run each fuzz target of fuzz/ for SECONDS
 #                              (default 60) on a copy of its seed corpus; fails if any finds something
-#   scripts/setup.sh --bench   install (with PyTorch as the peer), build, run the benchmarks
+#   scripts/setup.sh --bench   install, build, set up the peers (scripts/peers_env.sh --bench: TensorFlow and PyTorch 2
+#                              in .venv-peers; Debian's PyTorch 1.13 too, for the two benches that keep its column),
+#                              run the benchmarks with the peers' Python
 #   scripts/setup.sh --build   install and build only
 # Installing is idempotent: packages already present are not asked for again.
 set -euo pipefail
@@ -26,7 +28,9 @@ packages=(
   python3 python3-numpy dataset-fashion-mnist
   iproute2
 )
-[ "$mode" = "--bench" ] && packages+=(python3-torch)
+# Debian's PyTorch 1.13: models_bench and kernels_bench keep its column (its slow convolution); the other benches
+# compare with TensorFlow and PyTorch 2 from the peers' environment.
+[ "$mode" = "--bench" ] && packages+=(python3-torch python3-venv)
 # libFuzzer: Debian's clang and its runtime (fuzz/ is built with clang, the rest with the default compiler).
 if [ "$mode" = "--fuzz" ] || [ "$mode" = "--test" ]; then packages+=(clang libclang-rt-14-dev); fi
 
@@ -111,8 +115,12 @@ case "$mode" in
     "$root/fuzz/run.sh" "$build-fuzz" "${2:-60}"
     ;;
   --bench)
+    # Without the peers (no network, say) the benches still run, each saying which columns it skipped and why.
+    "$root/scripts/peers_env.sh" --bench || echo "== peers: not set up; the benches skip the TensorFlow and PyTorch 2 columns"
+    python="${STRATA_PEERS_VENV:-$root/.venv-peers}/bin/peer-python"
+    [ -x "$python" ] || python=/usr/bin/python3
     for script in "$root"/bench/*_bench.py; do
-      STRATA_BUILD_DIR="$build" /usr/bin/python3 "$script"
+      STRATA_BUILD_DIR="$build" "$python" "$script"
     done
     ;;
   *)
