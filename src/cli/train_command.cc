@@ -25,6 +25,7 @@
 #include "strata/io/checkpoint.h"
 #include "strata/parallel/pipeline_strategy.h"
 #include "strata/ps/parameter_server_strategy.h"
+#include "strata/ps/remote_trainer.h"
 #include "strata/random.h"
 #include "strata/threading.h"
 #include "strata/train/callbacks.h"
@@ -393,7 +394,9 @@ void run_evaluate(const EvaluateArgs& args) {
   std::shared_ptr<Sequential> model = make_model(job, *strategy, 0);
   struct stat st {};
   STRATA_CHECK(::stat(args.checkpoint.c_str(), &st) == 0, IoError, "no checkpoint at '" << args.checkpoint << "'");
-  if (S_ISDIR(st.st_mode)) {
+  if (S_ISDIR(st.st_mode) && fs::exists(fs::path(args.checkpoint) / "ps_checkpoint.json")) {
+    ps::load_ps_checkpoint(*model, args.checkpoint);  // a parameter-server job's: its shards reassembled
+  } else if (S_ISDIR(st.st_mode)) {
     model->restore_checkpoint(args.checkpoint);
   } else {
     model->load_weights(args.checkpoint);
@@ -576,7 +579,8 @@ void add_train_commands(CLI::App& app) {
       ->check(CLI::ExistingFile);
   evaluate
       ->add_option("--checkpoint", eval_args->checkpoint,
-                   "a checkpoint directory (its latest ckpt-N), one ckpt-N directory, or a .safetensors file")
+                   "a checkpoint directory (its latest ckpt-N; a parameter-server job's --checkpoint-dir, its shards "
+                   "reassembled), one ckpt-N directory, or a .safetensors file")
       ->required();
   evaluate->add_option("--batch-size", eval_args->batch_size, "override the job's batch_size")->check(kPositiveInteger);
   evaluate

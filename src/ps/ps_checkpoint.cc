@@ -72,6 +72,34 @@ void commit_ps_manifest(const fs::path& root, const PsCheckpointManifest& manife
   io::detail::write_file_atomically((root / kManifestFile).string(), json);
 }
 
+std::map<std::string, Tensor> read_ps_checkpoint_values(const fs::path& root, const PsCheckpointManifest& manifest) {
+  std::map<std::string, Tensor> values;
+  for (size_t ps = 0; ps < manifest.ps_shards.size(); ++ps) {
+    const fs::path dir = ps_checkpoint_directory(root, static_cast<int64_t>(ps)) / checkpoint_name(manifest.checkpoint);
+    std::error_code ec;
+    STRATA_CHECK(fs::is_directory(dir, ec), DataCorrupt,
+                 "the parameter-server checkpoint " << manifest.checkpoint << " under " << root.string()
+                                                    << " lacks ps:" << ps << "'s part (" << dir.string() << ")");
+    int64_t shards = 0;
+    for (const auto& entry : fs::directory_iterator(dir)) {
+      if (entry.path().extension() != ".safetensors") continue;
+      std::map<std::string, std::string> metadata;
+      io::NamedTensors tensors = io::load_safetensors(entry.path().string(), &metadata);
+      proto::ShardRecord record;
+      STRATA_CHECK(metadata.count(kShardMetadataKey) &&
+                       google::protobuf::util::JsonStringToMessage(metadata[kShardMetadataKey], &record).ok() &&
+                       !tensors.empty() && tensors[0].first == "value",
+                   DataCorrupt, entry.path().string() << " is not a shard file of a ps");
+      values.emplace(record.name(), tensors[0].second);
+      ++shards;
+    }
+    STRATA_CHECK(shards == manifest.ps_shards[ps], DataCorrupt,
+                 dir.string() << " holds " << shards << " shard files; the manifest says ps:" << ps << " saved "
+                              << manifest.ps_shards[ps]);
+  }
+  return values;
+}
+
 struct PsCheckpointWriter::InProgress {
   explicit InProgress(const fs::path& path) : registered(path.string()) {}
   io::detail::TempInProgress registered;

@@ -15,12 +15,19 @@
 
 #include <cstdint>
 #include <filesystem>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "strata/io/safetensors.h"
+
 namespace strata::ps::detail {
+
+// The key of a shard file's safetensors metadata that holds its ShardRecord (name, optimizer, version, step ids) as
+// JSON.
+inline constexpr const char* kShardMetadataKey = "shard";
 
 // "ckpt-<n>".
 std::string checkpoint_name(int64_t number);
@@ -38,6 +45,12 @@ struct PsCheckpointManifest {
 std::optional<PsCheckpointManifest> read_ps_manifest(const std::filesystem::path& root);
 // Writes the manifest under `root` atomically (a crash leaves the old one or the new one). IoError.
 void commit_ps_manifest(const std::filesystem::path& root, const PsCheckpointManifest& manifest);
+
+// Every shard's value in checkpoint `manifest.checkpoint` under `root`, by shard name ("model/var_3/part_1"), read
+// from each ps's ckpt-<n> (a shard held by a primary and its backup is read once). DataCorrupt naming a file that is
+// damaged or not a shard file, or a ps directory the manifest names that lacks the checkpoint.
+std::map<std::string, Tensor> read_ps_checkpoint_values(const std::filesystem::path& root,
+                                                        const PsCheckpointManifest& manifest);
 
 // Writes checkpoint `number` of one ps into `directory`: `write_shards` fills a fresh temporary directory it is
 // given, which is then renamed to ckpt-<number> (replacing one of that number left by a save that was never

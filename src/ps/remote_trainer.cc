@@ -10,6 +10,7 @@
 
 #include "kernels/kernels.h"
 #include "ps/proto/step_output.pb.h"
+#include "ps/ps_checkpoint.h"
 #include "strata/error.h"
 #include "strata/nn/core_layers.h"
 #include "strata/nn/layer.h"
@@ -130,6 +131,42 @@ void pull_model_variables(distribute::TrainingProgram& program, const std::vecto
   const std::vector<Variable> vars = ps_variables_of(program);
   check_matches(vars, variables, program.program_layer().name());
   pull_into(vars, variables);
+}
+
+PsCheckpointLoaded load_ps_checkpoint(distribute::TrainingProgram& program, const std::string& checkpoint_dir,
+                                      const std::string& prefix) {
+  check_built(program, "load_ps_checkpoint");
+  const std::optional<detail::PsCheckpointManifest> manifest = detail::read_ps_manifest(checkpoint_dir);
+  STRATA_CHECK(manifest.has_value(), InvalidArgument,
+               "'" << checkpoint_dir << "' holds no committed parameter-server checkpoint (no ps_checkpoint.json)");
+  const std::map<std::string, Tensor> values = detail::read_ps_checkpoint_values(checkpoint_dir, *manifest);
+  const std::vector<Variable> vars = ps_variables_of(program);
+  const size_t trainable = program.program_layer().trainable_variables().size();
+  std::vector<Tensor> wholes;
+  for (size_t k = 0; k < vars.size(); ++k) {
+    const std::string name = k < trainable ? model_variable_name(prefix, static_cast<int64_t>(k))
+                                           : model_state_name(prefix, static_cast<int64_t>(k - trainable));
+    std::vector<Tensor> parts;
+    for (int64_t i = 0;; ++i) {
+      const auto it = values.find(name + "/part_" + std::to_string(i));
+      if (it == values.end()) break;
+      parts.push_back(it->second);
+    }
+    STRATA_CHECK(!parts.empty(), InvalidArgument,
+                 "the parameter-server checkpoint " << manifest->checkpoint << " in '" << checkpoint_dir
+                                                    << "' has no " << name << " for the model's " << vars[k].name());
+    Tensor whole = parts.size() == 1 ? parts[0] : kernels::concat(parts, 0);
+    STRATA_CHECK(whole.shape() == vars[k].shape(), InvalidArgument,
+                 "the parameter-server checkpoint's " << name << " has shape " << shape_str(whole.shape())
+                                                      << ", the model's " << vars[k].name() << " "
+                                                      << shape_str(vars[k].shape()));
+    wholes.push_back(std::move(whole));
+  }
+  for (size_t k = 0; k < vars.size(); ++k) {
+    Variable v = vars[k];
+    v.assign(wholes[k]);
+  }
+  return {.checkpoint = manifest->checkpoint, .step = manifest->step};
 }
 
 std::string StepOutput::serialize() const {

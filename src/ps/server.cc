@@ -66,7 +66,6 @@ std::string shard_file(const std::string& name) {
   return out + ".safetensors";
 }
 
-constexpr const char* kShardKey = "shard";  // the ShardRecord's JSON in a shard file's metadata
 
 grpc::Status invalid(const std::string& message) { return {grpc::StatusCode::INVALID_ARGUMENT, message}; }
 
@@ -498,7 +497,7 @@ class Service final : public pb::ParameterServer::WithRawCallbackMethod_Push<
                    "Save " << name << ": cannot encode");
       io::NamedTensors tensors = {{"value", saved.value}};
       for (const auto& [slot, t] : saved.optimizer_state) tensors.emplace_back("optimizer/" + slot, t);
-      io::save_safetensors((directory / shard_file(name)).string(), tensors, {{kShardKey, json}});
+      io::save_safetensors((directory / shard_file(name)).string(), tensors, {{detail::kShardMetadataKey, json}});
     });
   }
 
@@ -543,7 +542,7 @@ class Service final : public pb::ParameterServer::WithRawCallbackMethod_Push<
       return {grpc::StatusCode::DATA_LOSS, std::string("Restore: ") + e.what()};
     }
     pb::ShardRecord record;
-    if (!metadata.count(kShardKey) || !google::protobuf::util::JsonStringToMessage(metadata[kShardKey], &record).ok() ||
+    if (!metadata.count(detail::kShardMetadataKey) || !google::protobuf::util::JsonStringToMessage(metadata[detail::kShardMetadataKey], &record).ok() ||
         tensors.empty() || tensors[0].first != "value") {
       return {grpc::StatusCode::DATA_LOSS, "Restore: " + path + " is not a shard file of a ps"};
     }

@@ -95,6 +95,19 @@ std::vector<ShardedVariable> create_model_variables(const distribute::TrainingPr
 // variable): the model is not the one the variables were made from.
 void pull_model_variables(distribute::TrainingProgram& model, const std::vector<ShardedVariable>& variables);
 
+// What load_ps_checkpoint read: the checkpoint's number and the training steps done when it was written.
+struct PsCheckpointLoaded {
+  int64_t checkpoint = 0;
+  int64_t step = 0;
+};
+// Assigns the values of the parameter-server checkpoint the job under `checkpoint_dir` last committed (its
+// ps_checkpoint.json) to `model`'s variables, as create_model_variables named them with `prefix`: each variable's
+// shards, read from whichever ps holds them, concatenated along axis 0 in part order. InvalidArgument when the
+// directory holds no committed checkpoint, or one that does not fit the model (naming the variable); DataCorrupt when
+// a shard is missing or damaged.
+PsCheckpointLoaded load_ps_checkpoint(distribute::TrainingProgram& model, const std::string& checkpoint_dir,
+                                      const std::string& prefix = "model");
+
 // What a training step returns to the chief: the batch's loss and the tracker states of that batch alone
 // (Model::tracker_states: the loss tracker's, then each compiled metric's), which add up across steps and workers.
 struct StepOutput {
