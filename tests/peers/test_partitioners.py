@@ -62,7 +62,7 @@ def test_partitions_of_every_shape_and_dtype_are_tensorflows():
             mismatches.append((case, ours["partitions"], theirs))
         rows = ours["shard_rows"]
         assert len(rows) == ours["partitions"][0] and sum(rows) == case["shape"][0], case
-    assert not mismatches, f"{len(mismatches)} of {len(cases)} differ, e.g. (case, strata, TensorFlow): {mismatches[:5]}"
+    assert not mismatches, f"{len(mismatches)} of {len(cases)} differ; (case, strata, TensorFlow): {mismatches[:5]}"
     # Every kind of partitioner split something, and left something whole.
     for kind in ("fixed", "min_size", "max_size"):
         counts = [a["partitions"][0] for c, a in zip(cases, answers) if c["partitioner"]["kind"] == kind]

@@ -4,6 +4,7 @@ For each fixture: the same task type and index, chief, rpc layer and cluster spe
 same id in the cluster and worker count (multi_worker_util, what MultiWorkerMirroredStrategy uses). Fixtures
 TensorFlow's strategies reject (multi_worker_util's checks) must be refused by strata too.
 """
+import contextlib
 import json
 import os
 
@@ -45,10 +46,23 @@ INVALID = [
 ]
 
 
+@contextlib.contextmanager
+def tf_config_variable(value):
+    """TF_CONFIG set to `value` in this process's environment (where TFConfigClusterResolver reads it) for a while."""
+    saved = os.environ.get("TF_CONFIG")
+    os.environ["TF_CONFIG"] = value
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ["TF_CONFIG"]
+        else:
+            os.environ["TF_CONFIG"] = saved
+
+
 def tensorflow_view(tf_config):
     """What TensorFlow makes of TF_CONFIG, by the names of strata's answer."""
-    os.environ["TF_CONFIG"] = json.dumps(tf_config)
-    try:
+    with tf_config_variable(json.dumps(tf_config)):
         resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
         spec = resolver.cluster_spec()
         task_type, task_id = resolver.task_type, resolver.task_id
@@ -66,19 +80,15 @@ def tensorflow_view(tf_config):
         if task_type in ("chief", "worker", "evaluator"):
             view["num_workers"] = multi_worker_util.worker_count(spec, task_type)
         return view
-    finally:
-        del os.environ["TF_CONFIG"]
 
 
 def tensorflow_refuses(tf_config):
-    os.environ["TF_CONFIG"] = json.dumps(tf_config)
-    try:
+    with tf_config_variable(json.dumps(tf_config)):
         resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
-        multi_worker_util._validate_cluster_spec(resolver.cluster_spec(), resolver.task_type, resolver.task_id)
-    except ValueError:
-        return True
-    finally:
-        del os.environ["TF_CONFIG"]
+        try:
+            multi_worker_util._validate_cluster_spec(resolver.cluster_spec(), resolver.task_type, resolver.task_id)
+        except ValueError:
+            return True
     return False
 
 
@@ -98,14 +108,11 @@ def test_tf_config_without_a_cluster_is_one_process(tf_config):
     """TensorFlow: an empty cluster spec and no task; strata: the single process, worker 0 of 1."""
     ours = run("tf-config", {"configs": [tf_config]})[0]
     assert ours["source"] == "single" and ours["cluster"] == {} and ours["num_workers"] == 1
-    os.environ["TF_CONFIG"] = tf_config
-    try:
+    with tf_config_variable(tf_config):
         resolver = tf.distribute.cluster_resolver.TFConfigClusterResolver()
         assert resolver.cluster_spec().as_dict() == {}
         assert resolver.task_type is None and resolver.task_id is None
         assert ours["rpc_layer"] == (resolver.rpc_layer or "")
-    finally:
-        del os.environ["TF_CONFIG"]
 
 
 def test_clusters_tensorflow_refuses_are_refused():
