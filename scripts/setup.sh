@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Sets strata up on a fresh Debian 12 machine and then does one thing:
 #   scripts/setup.sh --main    install, build, run the main job on Fashion-MNIST
-#   scripts/setup.sh --test    install, build, run every test (then the sanitizer build's tests, then each fuzz
-#                              target for 15 s, then compile the CUDA build and run its GPU tests, which skip
-#                              without a GPU)
+#   scripts/setup.sh --test    install (with the peers' venv of scripts/peers_env.sh --tests: TensorFlow, for the
+#                              tests labelled peers), build, run every test (then the sanitizer build's tests but
+#                              the peers, then each fuzz target for 15 s, then compile the CUDA build and run its GPU
+#                              tests, which skip without a GPU)
 #   scripts/setup.sh --fuzz [SECONDS]   install (with clang), build, run each fuzz target of fuzz/ for SECONDS
 #                              (default 60) on a copy of its seed corpus; fails if any finds something
 #   scripts/setup.sh --bench   install, build, set up the peers (scripts/peers_env.sh --bench: TensorFlow and PyTorch 2
@@ -25,7 +26,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libssl-dev
   nlohmann-json3-dev libcli11-dev zlib1g-dev libdeflate-dev libisal-dev libyaml-cpp-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
-  python3 python3-numpy dataset-fashion-mnist
+  python3 python3-numpy python3-venv dataset-fashion-mnist
   iproute2
 )
 # Debian's PyTorch 1.13: models_bench and kernels_bench keep its column (its slow convolution); the other benches
@@ -95,6 +96,8 @@ case "$mode" in
     "$build/strata" train "$root/configs/fashion_mnist_cnn.yaml"
     ;;
   --test)
+    # The compatibility tests (label peers) compare with TensorFlow, Keras, TensorBoard and safetensors in a venv.
+    "$root/scripts/peers_env.sh" --tests
     # Fast suites in parallel, the ones labelled slow one at a time.
     ctest --test-dir "$build" --output-on-failure -j "$jobs" -LE slow
     ctest --test-dir "$build" --output-on-failure -L slow
@@ -102,7 +105,8 @@ case "$mode" in
     echo "== sanitizer build"
     # (Warnings are held to -Werror in the main tree; the instrumented one only runs the tests.)
     build_tree "$build-asan" -DSTRATA_SANITIZE=ON -DSTRATA_BUILD_BENCH=OFF -DSTRATA_BUILD_EXAMPLES=OFF -DSTRATA_WERROR=OFF
-    ASAN_OPTIONS=detect_leaks=0 ctest --test-dir "$build-asan" --output-on-failure -j "$jobs" -LE package
+    # (Not the peers either: they check formats and numbers against TensorFlow, which the main tree did.)
+    ASAN_OPTIONS=detect_leaks=0 ctest --test-dir "$build-asan" --output-on-failure -j "$jobs" -LE 'package|peers'
     # Every fuzz target briefly, so that a parser that crashes on its seeds or soon after is caught on every change.
     echo "== fuzz targets, 15 s each"
     build_fuzz

@@ -133,7 +133,8 @@ TaskInfo describe(ClusterSpec spec, const std::string& type, int64_t index) {
   } else {
     info.id_in_cluster.reset();
   }
-  info.num_workers = spec.num_tasks("chief") + spec.num_tasks("worker");
+  // multi_worker_util.worker_count: the evaluator is a partition of its own, of one worker.
+  info.num_workers = type == "evaluator" ? 1 : spec.num_tasks("chief") + spec.num_tasks("worker");
   info.address = spec.jobs.at(type)[static_cast<size_t>(index)];
   if (has_chief) {
     info.coordinator_address = spec.jobs.at("chief")[0];

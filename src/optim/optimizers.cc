@@ -65,8 +65,8 @@ OptimizerConfig config_of(const O& o, const char* name, std::map<std::string, do
 
 double flag(bool b) { return b ? 1.0 : 0.0; }
 
-void check_unit(const char* who, const char* what, float value, bool allow_one = false) {
-  STRATA_CHECK(value >= 0.0f && (allow_one ? value <= 1.0f : value < 1.0f), InvalidArgument,
+void check_unit(const char* who, const char* what, double value, bool allow_one = false) {
+  STRATA_CHECK(value >= 0.0 && (allow_one ? value <= 1.0 : value < 1.0), InvalidArgument,
                who << ": " << what << " must be in [0, 1" << (allow_one ? "]" : ")") << ", got " << value);
 }
 
@@ -135,6 +135,14 @@ std::vector<Optimizer::SlotSpec> adam_slots(bool amsgrad) {
 
 std::map<std::string, double> adam_hyperparameters(const AdamOptions& o) {
   return {{"beta_1", o.beta_1}, {"beta_2", o.beta_2}, {"epsilon", o.epsilon}, {"amsgrad", flag(o.amsgrad)}};
+}
+
+// lr * sqrt(1 - b2^t) / (1 - b1^t): the bias corrections folded into the step size, in double and then rounded once,
+// from the betas rounded to float32, as Keras computes them (in the variable's dtype).
+float adam_step_size(float lr, int64_t step, double beta_1, double beta_2) {
+  const double t = static_cast<double>(step);
+  const double b1 = static_cast<float>(beta_1), b2 = static_cast<float>(beta_2);
+  return static_cast<float>(lr * std::sqrt(1.0 - std::pow(b2, t)) / (1.0 - std::pow(b1, t)));
 }
 
 void check_adam(const char* who, const AdamOptions& o) {
@@ -219,9 +227,8 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void adam_loop(
 
 void Adam::update(float* var, const float* grad, const std::array<float*, kMaxSlots>& slots, int64_t n,
                   const StepContext& ctx) const {
-  const double t = static_cast<double>(ctx.step);
   const double b1 = options_.beta_1, b2 = options_.beta_2;
-  const float alpha = static_cast<float>(ctx.lr * std::sqrt(1.0 - std::pow(b2, t)) / (1.0 - std::pow(b1, t)));
+  const float alpha = adam_step_size(ctx.lr, ctx.step, b1, b2);
   static const bool avx512 = __builtin_cpu_supports("avx512f");
   if (avx512 && !options_.amsgrad) {
     adam_loop_avx512(var, grad, slots[0], slots[1], n, alpha, static_cast<float>(1.0 - b1), static_cast<float>(1.0 - b2),
@@ -235,10 +242,8 @@ void Adam::update(float* var, const float* grad, const std::array<float*, kMaxSl
 
 void Adam::update_on_gpu(int device, float* var, const float* grad, const std::array<float*, kMaxSlots>& slots,
                          int64_t n, const StepContext& ctx) const {
-  const double t = static_cast<double>(ctx.step);
   const double b1 = options_.beta_1, b2 = options_.beta_2;
-  // As update(): the bias corrections folded into the step size, in double, then rounded once.
-  const float alpha = static_cast<float>(ctx.lr * std::sqrt(1.0 - std::pow(b2, t)) / (1.0 - std::pow(b1, t)));
+  const float alpha = adam_step_size(ctx.lr, ctx.step, b1, b2);  // as update()
   on_gpu(name().c_str(), device, [&] {
     cuda::adam_update(gpu_args(device, var, grad, slots, n, ctx.grad_scale, ctx.clip_value, ctx.decay), alpha,
                       static_cast<float>(1.0 - b1), static_cast<float>(1.0 - b2), options_.epsilon, options_.amsgrad);

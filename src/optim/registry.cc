@@ -34,10 +34,11 @@ class Hyperparameters {
   Hyperparameters(const OptimizerConfig& config, std::string optimizer)
       : given_(config.hyperparameters), optimizer_(std::move(optimizer)) {}
 
-  float number(const std::string& key, float fallback) {
+  // As given (a double); the option it fills may round it to float.
+  double number(const std::string& key, double fallback) {
     asked_.push_back(key);
     const auto it = given_.find(key);
-    return it == given_.end() ? fallback : static_cast<float>(it->second);
+    return it == given_.end() ? fallback : it->second;
   }
   bool flag(const std::string& key, bool fallback) {
     asked_.push_back(key);

@@ -113,6 +113,12 @@ void TensorBoard::on_epoch_end(int64_t epoch, const Logs& logs) {
           std::make_unique<io::detail::EventFileWriter>((std::filesystem::path(log_dir_) / "validation").string());
       validation_file_ = writers_->validation->path();
     }
+    // Keras writes each evaluation's logs at its end a second time, against the global step, before the epoch's.
+    std::vector<std::pair<std::string, float>> against_steps;
+    for (const auto& [tag, value] : validation) {
+      against_steps.emplace_back("evaluation_" + tag.substr(6) + "_vs_iterations", value);  // tag: "epoch_<name>"
+    }
+    writers_->validation->add_scalars(m.step(), against_steps);
     writers_->validation->add_scalars(epoch, validation);
     writers_->validation->flush();
   }

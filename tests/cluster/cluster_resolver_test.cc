@@ -70,6 +70,8 @@ TEST(TfConfig, PsAndEvaluatorAsTensorFlow) {
   EXPECT_TRUE(ev.is_chief);  // the chief of its own partition, as in TensorFlow
   EXPECT_FALSE(ev.hosts_coordinator);
   EXPECT_EQ(ev.id_in_cluster, 0);
+  EXPECT_EQ(ev.num_workers, 1);  // multi_worker_util.worker_count: the evaluator's partition of one
+  EXPECT_EQ(ps.num_workers, 3);  // chief + 2 workers, whom the ps serves
 }
 
 TEST(TfConfig, WithoutChiefWorkerZeroIsChief) {

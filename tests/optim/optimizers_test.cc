@@ -96,11 +96,11 @@ TEST(OptimizersTest, MatchPyTorchOverFourSteps) {
     expect_near(four_steps(o), {0.497472132f, -1.00729193f, 1.98946858f, 0.232531439f});
   }
   {
-    optim::Adam o({.learning_rate = 0.01, .beta_2 = 0.9f, .epsilon = 0});  // betas=(0.9, 0.9)
+    optim::Adam o({.learning_rate = 0.01, .beta_2 = 0.9, .epsilon = 0});  // betas=(0.9, 0.9)
     expect_near(four_steps(o), {0.497357757f, -1.00699635f, 1.98906221f, 0.232244491f});
   }
   {
-    optim::Adam o({.learning_rate = 0.01, .beta_2 = 0.9f, .epsilon = 0, .amsgrad = true});  // amsgrad=True
+    optim::Adam o({.learning_rate = 0.01, .beta_2 = 0.9, .epsilon = 0, .amsgrad = true});  // amsgrad=True
     expect_near(four_steps(o), {0.497317323f, -1.00670478f, 1.98919807f, 0.232463973f});
   }
   {

@@ -201,12 +201,21 @@ TEST(TensorBoardTest, EpochAndBatchScalarsOfBothRunsEqualTheHistory) {
   EXPECT_EQ(train.scalars.at("batch_loss"), batch_loss);
   EXPECT_EQ(train.scalars.at("batch_mse"), batch_mse);
 
-  // The validation run: the val_ logs without their prefix, at the epochs.
+  // The validation run: the val_ logs without their prefix, at the epochs, and again (as Keras writes them at each
+  // evaluation's end) against the global step at the epoch's end: 4, 8, 12.
   const EventRun validation = read_run(dir.path / "validation", started, ended);
   EXPECT_EQ(validation.file.string(), board->validation_file());
-  EXPECT_EQ(tags(validation), (std::vector<std::string>{"epoch_loss", "epoch_mse"}));
+  EXPECT_EQ(tags(validation), (std::vector<std::string>{"epoch_loss", "epoch_mse", "evaluation_loss_vs_iterations",
+                                                        "evaluation_mse_vs_iterations"}));
   EXPECT_EQ(validation.scalars.at("epoch_loss"), expected_epochs(history.history.at("val_loss")));
   EXPECT_EQ(validation.scalars.at("epoch_mse"), expected_epochs(history.history.at("val_mse")));
+  for (const char* name : {"loss", "mse"}) {
+    std::vector<std::pair<int64_t, float>> against_steps;
+    for (const auto& [epoch, value] : expected_epochs(history.history.at(std::string("val_") + name))) {
+      against_steps.emplace_back(4 * (epoch + 1), value);
+    }
+    EXPECT_EQ(validation.scalars.at(std::string("evaluation_") + name + "_vs_iterations"), against_steps) << name;
+  }
   EXPECT_NE(history.history.at("val_loss"), history.history.at("loss"));
 
   // After the first epoch the files already held its scalars, in valid records.

@@ -20,7 +20,8 @@
 // ps, evaluator; at most one chief and one evaluator; `is_chief` is the chief, or worker 0 when the cluster
 // has no chief, or the evaluator (which TensorFlow treats as the chief of its own partition);
 // `id_in_cluster` is 0 for the chief, index + (1 if there is a chief) for a worker, the index for the
-// evaluator, and none for a ps; `num_workers` (a MultiWorkerMirroredStrategy's) counts chief + workers.
+// evaluator, and none for a ps; `num_workers` (a MultiWorkerMirroredStrategy's, multi_worker_util.worker_count)
+// counts chief + workers, except for the evaluator, whose own partition is one worker.
 // The keys "rpc_layer" and "environment" are read; other top-level keys are ignored, as TensorFlow does.
 // Stricter than TensorFlow, so that a mistake is an error and not a silent single-process run or a hang:
 // a cluster job with an unknown name, an address that is not "host:port", two tasks on one address, a
@@ -92,7 +93,8 @@ struct TaskInfo {
   bool is_chief = true;
   // TensorFlow's multi_worker_util.id_in_cluster: the task's rank among the workers; none for a ps.
   std::optional<int64_t> id_in_cluster = 0;
-  // Workers of a MultiWorkerMirroredStrategy: chief + workers (the world size under mpirun / torchrun).
+  // Workers of a MultiWorkerMirroredStrategy: chief + workers (the world size under mpirun / torchrun); 1 for the
+  // evaluator (its own partition).
   int64_t num_workers = 1;
   // The task's index among the tasks of its machine, where the launcher says (mpirun, torchrun, srun).
   std::optional<int64_t> local_rank;

@@ -53,8 +53,11 @@ class SGD final : public Optimizer {
 
 struct AdamOptions {
   LearningRate learning_rate = 0.001;
-  float beta_1 = 0.9f;
-  float beta_2 = 0.999f;
+  // Doubles, as Keras's Python floats: the moments' rates 1 - beta_1 and 1 - beta_2 are taken before rounding to
+  // float32 (1 - 0.999 is 0.001, where 1 - 0.999f would be 0.00099998713); the bias corrections use the betas
+  // rounded to float32, as Keras computes them in the variable's dtype.
+  double beta_1 = 0.9;
+  double beta_2 = 0.999;
   float epsilon = 1e-7f;
   bool amsgrad = false;
   std::optional<float> clipnorm{}, clipvalue{}, global_clipnorm{}, weight_decay{};
@@ -83,8 +86,8 @@ class Adam : public Optimizer {
 struct AdamWOptions {
   LearningRate learning_rate = 0.001;
   float weight_decay = 0.004f;  // Keras's default (PyTorch's is 0.01)
-  float beta_1 = 0.9f;
-  float beta_2 = 0.999f;
+  double beta_1 = 0.9;  // doubles, as AdamOptions'
+  double beta_2 = 0.999;
   float epsilon = 1e-7f;
   bool amsgrad = false;
   std::optional<float> clipnorm{}, clipvalue{}, global_clipnorm{};

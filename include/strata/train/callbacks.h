@@ -276,9 +276,11 @@ class BackupAndRestore : public Callback {
 // time, validation excluded; across workers every worker's examples) and
 // epoch_input_wait_percent (the share of the epoch fit waited for input) and, across workers,
 // epoch_communication_seconds (the chief's time running collectives, strata/trace.h); the validation run gets the "val_" logs
-// without the prefix ("validation/epoch_loss"), and is made only when there are some. With `update_freq` N > 0 the
-// train run also gets batch_<name> (the epoch's running values, as fit passes them to callbacks) whenever the
-// global step (optimizer iterations) reaches a multiple of N, at that step. Files are flushed at each epoch's end,
+// without the prefix ("validation/epoch_loss") and, as Keras writes them at each evaluation's end, the same values
+// as evaluation_<name>_vs_iterations at the global step ("validation/evaluation_loss_vs_iterations"); it is made
+// only when there are some. With `update_freq` N > 0 the train run also gets batch_<name> (the epoch's running
+// values, as fit passes them to callbacks) whenever the global step (optimizer iterations) reaches a multiple of N,
+// at that step. Files are flushed at each epoch's end,
 // so a running TensorBoard sees every finished epoch and a run cut short between epochs leaves valid files; they
 // are closed when fit ends. A fit opens new files. Across workers only the chief writes; the others do nothing.
 class TensorBoard : public Callback {
