@@ -125,18 +125,8 @@ struct ParameterServerClient::Impl {
     const std::string method = std::string("/") + pb::ParameterServer::service_full_name() + "/" + what;
     Response response;
     run(what, retry, [&](grpc::ClientContext& context) {
-      grpc::CompletionQueue queue;
-      auto rpc = raw->PrepareUnaryCall(&context, method, request, &queue);
-      rpc->StartCall();
       grpc::ByteBuffer reply;
-      grpc::Status status;
-      rpc->Finish(&reply, &status, nullptr);
-      void* tag = nullptr;
-      bool ok = false;
-      queue.Next(&tag, &ok);
-      queue.Shutdown();
-      while (queue.Next(&tag, &ok)) {
-      }
+      const grpc::Status status = call_with_raw_bytes(*raw, context, method, request, &reply);
       if (status.ok() && !grpc::SerializationTraits<Response>::Deserialize(&reply, &response).ok()) {
         return grpc::Status(grpc::StatusCode::DATA_LOSS, std::string(what) + ": a malformed response");
       }

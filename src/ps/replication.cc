@@ -4,6 +4,7 @@
 #include "ps/replication.h"
 
 #include "cluster/rpc_credentials.h"
+#include "ps/tensor_coding.h"
 #include "strata/error.h"
 
 namespace strata::ps::detail {
@@ -42,20 +43,10 @@ grpc::Status PeerLinks::forward_push(int64_t index, const grpc::ByteBuffer& requ
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + timeout_);
   context.set_wait_for_ready(wait);
-  const std::string method = std::string("/") + pb::ParameterServer::service_full_name() + "/ReplicatePush";
-  grpc::CompletionQueue queue;
-  auto rpc = p.raw->PrepareUnaryCall(&context, method, request, &queue);
-  rpc->StartCall();
   grpc::ByteBuffer reply;
-  grpc::Status status;
-  rpc->Finish(&reply, &status, nullptr);
-  void* tag = nullptr;
-  bool ok = false;
-  queue.Next(&tag, &ok);
-  queue.Shutdown();
-  while (queue.Next(&tag, &ok)) {
-  }
-  return status;
+  return call_with_raw_bytes(*p.raw, context,
+                             std::string("/") + pb::ParameterServer::service_full_name() + "/ReplicatePush", request,
+                             &reply);
 }
 
 grpc::Status PeerLinks::replicate_create(int64_t index, const pb::ReplicateCreateRequest& request) {

@@ -3,6 +3,7 @@
 
 #include <google/protobuf/io/coded_stream.h>
 #include <google/protobuf/io/zero_copy_stream_impl_lite.h>
+#include <grpcpp/grpcpp.h>
 #include <grpcpp/support/slice.h>
 
 #include <algorithm>
@@ -84,6 +85,22 @@ grpc::ByteBuffer encode_with_tensor_bytes(const google::protobuf::MessageLite& h
                                                     const_cast<void*>(keep->raw_data()), n,
                                                     [](void* p) { delete static_cast<Tensor*>(p); }, keep)};
   return grpc::ByteBuffer(slices, 2);
+}
+
+grpc::Status call_with_raw_bytes(grpc::GenericStub& stub, grpc::ClientContext& context, const std::string& method,
+                                 const grpc::ByteBuffer& request, grpc::ByteBuffer* reply) {
+  grpc::CompletionQueue queue;
+  auto rpc = stub.PrepareUnaryCall(&context, method, request, &queue);
+  rpc->StartCall();
+  grpc::Status status;
+  rpc->Finish(reply, &status, nullptr);
+  void* tag = nullptr;
+  bool ok = false;
+  queue.Next(&tag, &ok);  // the call's one event: it finished
+  queue.Shutdown();
+  while (queue.Next(&tag, &ok)) {
+  }
+  return status;
 }
 
 }  // namespace strata::ps

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <google/protobuf/message_lite.h>
+#include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/support/byte_buffer.h>
 
 #include <climits>
@@ -35,6 +36,11 @@ std::string from_bytes(const proto::TensorBytes& t, Tensor* out, const std::stri
 // memory, kept alive by a reference the slice owns until gRPC has sent them: `t` must not be written meanwhile.
 // `t` is a contiguous float32 host tensor.
 grpc::ByteBuffer encode_with_tensor_bytes(const google::protobuf::MessageLite& head, int field, const Tensor& t);
+
+// A unary call of `method` ("/package.Service/Method") with the bytes of `request` as they are (a buffer of
+// encode_with_tensor_bytes), its reply's bytes into `reply`: the generic stub's call, waited for.
+grpc::Status call_with_raw_bytes(grpc::GenericStub& stub, grpc::ClientContext& context, const std::string& method,
+                                 const grpc::ByteBuffer& request, grpc::ByteBuffer* reply);
 
 // gRPC's receive limit for a cap of `bytes` (0: none, -1 to gRPC), at most INT_MAX.
 inline int grpc_message_cap(int64_t bytes) {
