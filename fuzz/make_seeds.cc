@@ -253,9 +253,23 @@ void ps_seeds() {
   seed("ps", "sparse-and-round",
        header + fuzz::encode_call(0, create.SerializeAsString()) + fuzz::encode_call(2, rows.SerializeAsString()) +
            fuzz::encode_call(1, pull_rows.SerializeAsString()) + fuzz::encode_call(2, round.SerializeAsString()));
+  pb::SaveRequest save;
+  save.set_checkpoint(1);
+  pb::RestoreRequest restore;
+  restore.set_checkpoint(1);
   seed("ps", "save-restore",
        header + fuzz::encode_call(0, create.SerializeAsString()) + fuzz::encode_call(2, push.SerializeAsString()) +
-           fuzz::encode_call(4, "") + fuzz::encode_call(5, "") + fuzz::encode_call(1, pull.SerializeAsString()));
+           fuzz::encode_call(4, save.SerializeAsString()) + fuzz::encode_call(5, restore.SerializeAsString()) +
+           fuzz::encode_call(1, pull.SerializeAsString()));
+  pb::PromoteRequest promote;
+  promote.set_name("dense/kernel:0");
+  pb::ReplicateCreateRequest replicate;
+  *replicate.mutable_shard() = create;
+  replicate.set_primary(1);
+  seed("ps", "replication",
+       header + fuzz::encode_call(0, create.SerializeAsString()) + fuzz::encode_call(6, promote.SerializeAsString()) +
+           fuzz::encode_call(7, replicate.SerializeAsString()) + fuzz::encode_call(8, push.SerializeAsString()) +
+           fuzz::encode_call(1, pull.SerializeAsString()));
 }
 
 void worker_seeds() {

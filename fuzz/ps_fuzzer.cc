@@ -1,9 +1,10 @@
 // Fuzzes the parameter server's handlers (src/ps/server.cc, shard_state.cc, tensor_coding.cc) with untrusted
 // requests: each input is a sequence of calls (a method byte, then the request's protobuf bytes) made in order to a
-// server of its own, over gRPC on 127.0.0.1, so pushes and pulls meet the shards earlier calls created. Save and
-// Restore always use this process's scratch directory (the directory in the request is replaced), so the fuzzer
-// writes nowhere else. A request that is not valid protobuf is not sent; Pull and Push, raw methods on the server,
-// get the bytes as they are.
+// server of its own, over gRPC on 127.0.0.1, so pushes and pulls meet the shards earlier calls created. The server's
+// checkpoint directory is this process's scratch directory, and Save and Restore name a checkpoint number, so the
+// fuzzer writes nowhere else. The replication methods (Promote, ReplicateCreate, ReplicatePush) reach a server that
+// replicates nothing: their refusals and role checks. A request that is not valid protobuf is not sent; Pull and
+// Push, raw methods on the server, get the bytes as they are.
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
@@ -66,7 +67,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   std::filesystem::remove_all(saves);
   ps::ParameterServer server(1 + in.byte() % 4);
   try {
-    server.start("127.0.0.1:0");
+    server.start("127.0.0.1:0", {.checkpoint_directory = saves});
   } catch (const Error&) {
     return 0;
   }
@@ -74,7 +75,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto stub = pb::ParameterServer::NewStub(channel);
   grpc::GenericStub generic(channel);
   for (int i = 0; i < kMaxCalls && !in.empty(); ++i) {
-    const int method = in.byte() % 6;
+    const int method = in.byte() % 9;
     const std::string bytes = in.string();
     using S = pb::ParameterServer::Stub;
     switch (method) {
@@ -90,20 +91,21 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
       case 3:
         call(*stub, &S::Stats, bytes);
         break;
-      case 4: {
-        pb::SaveRequest request;
-        if (!request.ParseFromString(bytes)) break;
-        request.set_directory(saves);
-        call(*stub, &S::Save, request);
+      case 4:
+        call(*stub, &S::Save, bytes);
         break;
-      }
-      case 5: {
-        pb::RestoreRequest request;
-        if (!request.ParseFromString(bytes)) break;
-        request.set_directory(saves);
-        call(*stub, &S::Restore, request);
+      case 5:
+        call(*stub, &S::Restore, bytes);
         break;
-      }
+      case 6:
+        call(*stub, &S::Promote, bytes);
+        break;
+      case 7:
+        call(*stub, &S::ReplicateCreate, bytes);
+        break;
+      case 8:
+        call(*stub, &S::ReplicatePush, bytes);
+        break;
     }
   }
   server.stop();

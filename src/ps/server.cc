@@ -269,7 +269,9 @@ class Service final : public pb::ParameterServer::WithRawCallbackMethod_Push<
     // Every copy is taken (and its backup attached) before any is sent: a push forwarded meanwhile waits at the
     // restarted ps until it listens, which it does once it has all of them.
     std::vector<pb::ShardCopy> copies;
-    for (auto& [name, held] : all) {
+    for (const auto& entry : all) {
+      const std::string& name = entry.first;  // not a structured binding: the lambda below captures it
+      const Held& held = entry.second;
       std::lock_guard replica_lock(held.replica->mu);
       detail::ShardReplica& replica = *held.replica;
       if (replica.peer != req->requester() || replica.role == detail::ReplicaRole::kStale) continue;
