@@ -583,7 +583,6 @@ struct ParameterServer::Impl {
   int port = 0;
   int64_t restored = 0;
   int64_t resynced = 0;
-  int64_t peers_resynced = 0;
   int64_t step_window = ParameterServer::kStepWindow;
 };
 
@@ -607,19 +606,19 @@ void ParameterServer::start(const std::string& address, const StartOptions& opti
     peers = std::make_unique<detail::PeerLinks>(options.replicas, options.replica_index, options.replica_timeout);
   }
   auto service = std::make_unique<Service>(impl_->step_window, options.checkpoint_directory, std::move(peers));
-  impl_->resynced = impl_->peers_resynced = 0;
+  impl_->resynced = 0;
   // Before listening: a restarted ps takes the shards it shares with the others back as their backup (at a job's
   // start the others hold nothing, or do not listen yet).
   if (detail::PeerLinks* links = service->peers()) {
     for (int64_t k = 0; k < links->size(); ++k) {
       if (k == links->self()) continue;
       grpc::Status installed;
-      const grpc::Status status = links->resync(k, [&](pb::ShardCopy& copy) {
+      // A peer that does not answer (down, or not started yet) has nothing to hand over: skipped.
+      (void)links->resync(k, [&](pb::ShardCopy& copy) {
         if (installed.ok()) installed = service->install_backup(copy);
         ++impl_->resynced;
       });
       if (!installed.ok()) STRATA_THROW_CODE(cluster::error_code_of(installed), "ps: " << installed.error_message());
-      if (status.ok()) ++impl_->peers_resynced;
     }
   }
   // The checkpoint only when no live copy came (a whole job restarted; one ps): the live copies are newer.
@@ -665,7 +664,6 @@ void ParameterServer::stop() {
 
 int64_t ParameterServer::shards_restored() const { return impl_->restored; }
 int64_t ParameterServer::shards_resynced() const { return impl_->resynced; }
-int64_t ParameterServer::peers_resynced() const { return impl_->peers_resynced; }
 int64_t ParameterServer::takeovers() const { return impl_->service ? impl_->service->takeovers() : 0; }
 int64_t ParameterServer::pushes_replicated() const { return impl_->service ? impl_->service->replicated() : 0; }
 int64_t ParameterServer::pushes_applied() const { return impl_->service ? impl_->service->applied() : 0; }

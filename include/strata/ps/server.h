@@ -93,9 +93,8 @@ class ParameterServer {
   int port() const;
   // Shards start() restored from the checkpoint.
   int64_t shards_restored() const;
-  // Shards start() copied from the other ps tasks (as their backup), and how many of those answered.
+  // Shards start() copied from the other ps tasks (as their backup).
   int64_t shards_resynced() const;
-  int64_t peers_resynced() const;
   void stop();
   // How many pushes were applied (a round's pushes count once their round is applied) and how many dropped as
   // repeats, over every shard (for tests and reports).
