@@ -13,6 +13,7 @@
 #include <map>
 #include <mutex>
 #include <set>
+#include <sstream>
 #include <thread>
 
 #include "strata/error.h"
@@ -111,24 +112,46 @@ Leads leads_of(const std::vector<Event>& events, int workers, int64_t bound) {
 // Worker 0 fast, worker 1 a little slower, worker 2 slow.
 const std::vector<milliseconds> kUnevenWorkers = {milliseconds(1), milliseconds(8), milliseconds(60)};
 
+// The workers' statuses, one line each: "worker 0: 8 steps, lost 0 calls (...)".
+std::string statuses(const std::vector<WorkerStatus>& status) {
+  std::ostringstream out;
+  for (size_t i = 0; i < status.size(); ++i) {
+    out << "worker " << i << ": " << status[i].steps << " steps, lost " << status[i].times_lost << " calls ("
+        << status[i].last_error << ")\n";
+  }
+  return out.str();
+}
+
 TEST(BoundedStalenessTest, NoWorkerStartsStepVBeforeEveryWorkerUpFinishedVMinusS) {
   for (const int64_t staleness : {1, 2}) {
     SCOPED_TRACE("max_staleness " + std::to_string(staleness));
-    LoggingWorkers workers(kUnevenWorkers);
-    ClusterCoordinator coordinator(workers.addresses(), quick(staleness));
-    constexpr int kClosures = 24;
-    for (int i = 0; i < kClosures; ++i) coordinator.schedule("step");
-    coordinator.join();
-    const std::vector<Event> events = workers.events();
-    ASSERT_EQ(events.size(), 2u * kClosures);
-    const Leads leads = leads_of(events, 3, staleness);
-    EXPECT_EQ(leads.violation, 0) << "a worker started a step " << leads.violation << " ahead";
-    // The bound holds the fast worker back, and only as far as it says: it runs exactly s ahead of the slow one.
-    EXPECT_EQ(leads.largest[0], staleness);
-    for (const Event& e : events) EXPECT_FALSE(e.step.round.defined());  // rounds are for s = 0 alone
-    int64_t steps = 0;
-    for (const WorkerStatus& w : coordinator.worker_status()) steps += w.steps;
-    EXPECT_EQ(steps, kClosures);
+    // A call lost by the transport (a loaded machine) rightly lets the others run ahead of the worker that is down,
+    // which this replay cannot see: such a run is retried, and one of three must lose nothing.
+    for (int attempt = 1;; ++attempt) {
+      LoggingWorkers workers(kUnevenWorkers);
+      ClusterCoordinator coordinator(workers.addresses(), quick(staleness));
+      constexpr int kClosures = 24;
+      for (int i = 0; i < kClosures; ++i) coordinator.schedule("step");
+      coordinator.join();
+      const std::vector<WorkerStatus> status = coordinator.worker_status();
+      const bool lost = std::any_of(status.begin(), status.end(), [](const auto& w) { return w.times_lost > 0; });
+      if (lost) {
+        std::cout << "attempt " << attempt << " lost a call:\n" << statuses(status);
+        ASSERT_LT(attempt, 3) << "every attempt lost a call";
+        continue;
+      }
+      const std::vector<Event> events = workers.events();
+      ASSERT_EQ(events.size(), 2u * kClosures);
+      const Leads leads = leads_of(events, 3, staleness);
+      EXPECT_EQ(leads.violation, 0) << "a worker started a step " << leads.violation << " ahead\n" << statuses(status);
+      // The bound holds the fast worker back, and only as far as it says: it runs exactly s ahead of the slow one.
+      EXPECT_EQ(leads.largest[0], staleness);
+      for (const Event& e : events) EXPECT_FALSE(e.step.round.defined());  // rounds are for s = 0 alone
+      int64_t steps = 0;
+      for (const WorkerStatus& w : status) steps += w.steps;
+      EXPECT_EQ(steps, kClosures);
+      break;
+    }
   }
 }
 
