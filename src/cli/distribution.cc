@@ -284,6 +284,7 @@ std::unique_ptr<distribute::Strategy> make_job_strategy(const StrategySpec& spec
     ps::ParameterServerStrategyOptions options;
     options.checkpoint_dir = spec.ps_checkpoint_dir;
     options.checkpoint_every_steps = spec.ps_checkpoint_every_steps;
+    options.resume = spec.ps_resume;
     options.fingerprint = fingerprint;
     options.max_message_bytes = max_message_bytes;
     options.rendezvous_timeout = communication.rendezvous_timeout;

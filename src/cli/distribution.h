@@ -46,6 +46,7 @@ struct StrategySpec {
   // parameter_server: where the ps shards are checkpointed ("" none) and how often besides each epoch's end.
   std::string ps_checkpoint_dir;
   int64_t ps_checkpoint_every_steps = 0;
+  bool ps_resume = false;  // the chief continues from the directory's committed ps checkpoint
   // parameter_server: how many steps a worker may run ahead of the slowest (0: synchronous rounds; none: async).
   std::optional<int64_t> max_staleness;
   // parameter_server with 2 or more ps: each shard backed up on another ps (ParameterServerStrategyOptions).

@@ -156,9 +156,6 @@ std::shared_ptr<Sequential> make_model(const Job& job, distribute::Strategy& str
 // many steps per epoch as the training set has batches, then evaluates. --checkpoint-dir keeps the ps shards (saved
 // by the chief at each epoch's end and every --checkpoint-every steps); a ps task restarted with it restores them.
 void run_parameter_server_task(Job& job, const TrainArgs& args, const cluster::CoreShare& cores) {
-  STRATA_CHECK(!args.resume, InvalidArgument,
-               "--resume: under parameter_server a restarted ps task restores its shards from --checkpoint-dir by "
-               "itself, and the chief is not resumed; start the job afresh");
   STRATA_CHECK(args.backup_dir.empty(), InvalidArgument,
                "--backup-dir: not supported under parameter_server; --checkpoint-dir keeps the ps shards, which a "
                "restarted ps task restores");
@@ -172,16 +169,27 @@ void run_parameter_server_task(Job& job, const TrainArgs& args, const cluster::C
   if (!job.checkpoint_dir.empty()) {
     check_output_directory(job.checkpoint_dir,
                            args.checkpoint_dir.empty() ? job.file + ": checkpoint_dir" : "--checkpoint-dir");
-    // A fresh job's ps tasks would restore another run's shards; a ps task restarted within the job must find them.
+    // A fresh job's ps tasks would restore another run's shards; a ps task restarted within the job must find them,
+    // and so must a chief restarted with the job (the same job id: the launcher's secret), which continues from
+    // them, as one given --resume does.
     if (task.task_type == "chief") {
-      for (const auto& entry : fs::directory_iterator(job.checkpoint_dir)) {
-        STRATA_CHECK(!(entry.is_directory() && entry.path().filename().string().rfind("ps-", 0) == 0 &&
-                       !fs::is_empty(entry.path())),
-                     InvalidArgument,
-                     "checkpoint directory '" << job.checkpoint_dir << "' already holds the ps shards of an earlier "
-                                              << "run (" << entry.path().filename().string()
-                                              << "): give an empty directory");
+      const std::optional<ps::CommittedPsCheckpoint> committed = ps::committed_ps_checkpoint(job.checkpoint_dir);
+      const std::string job_id = cluster::process_job_credentials()->job_id();
+      const bool same_job = committed && !job_id.empty() && committed->job_id == job_id;
+      STRATA_CHECK(!args.resume || committed, InvalidArgument,
+                   "--resume: checkpoint directory '" << job.checkpoint_dir
+                                                      << "' holds no committed parameter-server checkpoint");
+      if (!args.resume && !same_job) {
+        for (const auto& entry : fs::directory_iterator(job.checkpoint_dir)) {
+          STRATA_CHECK(!(entry.is_directory() && entry.path().filename().string().rfind("ps-", 0) == 0 &&
+                         !fs::is_empty(entry.path())),
+                       InvalidArgument,
+                       "checkpoint directory '" << job.checkpoint_dir << "' already holds the ps shards of an earlier "
+                                                << "run (" << entry.path().filename().string()
+                                                << "): pass --resume to continue it, or give an empty directory");
+        }
       }
+      job.strategy.ps_resume = committed && (args.resume || same_job);
     }
   }
   if (!args.csv_log.empty() && task.task_type == "chief") check_output_file(args.csv_log, "--csv-log");
@@ -240,7 +248,7 @@ void run_parameter_server_task(Job& job, const TrainArgs& args, const cluster::C
   if (!history.epochs.empty()) {
     std::printf("training ended after epoch %lld of %lld: %lld steps on %lld worker%s\n",
                 static_cast<long long>(history.epochs.back() + 1), static_cast<long long>(job.epochs),
-                static_cast<long long>(static_cast<int64_t>(history.epochs.size()) * steps_per_epoch),
+                static_cast<long long>((history.epochs.back() + 1) * steps_per_epoch),  // a resumed job's too
                 static_cast<long long>(servers.num_worker_tasks()), servers.num_worker_tasks() == 1 ? "" : "s");
   }
   // Where the steps ran: a call lost with its worker was re-run on another.
@@ -259,12 +267,23 @@ void run_parameter_server_task(Job& job, const TrainArgs& args, const cluster::C
                 servers.describe_ps(client->address()).c_str(), static_cast<long long>(primaries),
                 primaries == 1 ? "" : "s", static_cast<long long>(stats.pushes_applied),
                 static_cast<long long>(stats.pushes_dropped));
+    // Each shard it serves takes one update a step (a synchronous round's counts once), restored with it.
+    std::string updates;
+    for (const auto& shard : stats.shard_status) {
+      if (!shard.backup) updates += (updates.empty() ? "" : ", ") + shard.name + " " + std::to_string(shard.updates);
+    }
+    if (!updates.empty()) std::printf(" (updates: %s)", updates.c_str());
     if (servers.replicating()) {
       std::printf("; backs up %lld shard%s (%lld pushes); took over %lld shard%s", static_cast<long long>(stats.backups),
                   stats.backups == 1 ? "" : "s", static_cast<long long>(stats.pushes_replicated),
                   static_cast<long long>(stats.takeovers), stats.takeovers == 1 ? "" : "s");
     }
     std::printf("\n");
+  }
+  if (servers.rollbacks() > 0) {
+    std::printf("rolled back %lld time%s after a ps lost the job's state: %lld steps run again\n",
+                static_cast<long long>(servers.rollbacks()), servers.rollbacks() == 1 ? "" : "s",
+                static_cast<long long>(servers.steps_rolled_back()));
   }
   print_test_line(model->evaluate(test_dataset(job)));
 }

@@ -232,10 +232,12 @@ Tensor tensor_of(pb::TensorBytes* bytes, const std::string& address) {
 }
 }  // namespace
 
-bool ParameterServerClient::create(const std::string& name, const Tensor& initial, const OptimizerSpec& optimizer) {
+bool ParameterServerClient::create(const std::string& name, const Tensor& initial, const OptimizerSpec& optimizer,
+                                  bool replace) {
   check_float("create", initial);
   pb::CreateRequest req;
   req.set_name(name);
+  req.set_replace(replace);
   to_bytes(initial.clone(), req.mutable_initial());
   auto* spec = req.mutable_optimizer();
   spec->set_name(optimizer.name);
@@ -279,12 +281,17 @@ bool ParameterServerClient::push(const std::string& name, const Tensor& gradient
 
 ParameterServerClient::Stats ParameterServerClient::stats() {
   const pb::StatsResponse r = impl_->call(&pb::ParameterServer::Stub::Stats, "Stats", pb::StatsRequest());
-  return {.shards = r.shards(),
-          .backups = r.backups(),
-          .pushes_applied = r.pushes_applied(),
-          .pushes_dropped = r.pushes_dropped(),
-          .takeovers = r.takeovers(),
-          .pushes_replicated = r.pushes_replicated()};
+  Stats stats{.shards = r.shards(),
+              .backups = r.backups(),
+              .pushes_applied = r.pushes_applied(),
+              .pushes_dropped = r.pushes_dropped(),
+              .takeovers = r.takeovers(),
+              .pushes_replicated = r.pushes_replicated(),
+              .fenced_at = r.fenced_at()};
+  for (const pb::ShardStatus& s : r.shard_status()) {
+    stats.shard_status.push_back({.name = s.name(), .updates = s.updates(), .backup = s.backup()});
+  }
+  return stats;
 }
 
 int64_t ParameterServerClient::save(int64_t checkpoint, int64_t keep) {

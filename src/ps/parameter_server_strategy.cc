@@ -12,6 +12,7 @@
 #include "distribute/devices.h"
 #include "ps/ps_checkpoint.h"
 #include "ps/worker_client.h"
+#include "strata/cluster/job_credentials.h"
 #include "strata/error.h"
 #include "strata/optim/optimizer.h"
 
@@ -70,6 +71,15 @@ std::vector<std::string> job_addresses(const cluster::TaskInfo& task, const std:
 }
 }  // namespace
 
+std::optional<CommittedPsCheckpoint> committed_ps_checkpoint(const std::string& checkpoint_dir) {
+  const auto manifest = detail::read_ps_manifest(checkpoint_dir);
+  if (!manifest) return std::nullopt;
+  return CommittedPsCheckpoint{
+      .checkpoint = manifest->checkpoint,
+      .position = {.step = manifest->step, .epochs_done = manifest->epochs_done, .step_in_epoch = manifest->step_in_epoch},
+      .job_id = manifest->job_id};
+}
+
 ParameterServerStrategy::ParameterServerStrategy(const cluster::TaskInfo& task, ParameterServerStrategyOptions options)
     : Strategy(distribute::detail::checked_devices("ParameterServerStrategy", {"/cpu:0"})),
       task_(task),
@@ -99,8 +109,9 @@ ParameterServerStrategy::ParameterServerStrategy(const cluster::TaskInfo& task, 
                                             .min_shard_bytes = 256 << 10,
                                             .max_shards = static_cast<int64_t>(ps_addresses_.size())});
   if (!options_.checkpoint_dir.empty()) {
-    if (const auto manifest = detail::read_ps_manifest(options_.checkpoint_dir)) {
-      committed_checkpoint_ = manifest->checkpoint;
+    if (const auto committed = committed_ps_checkpoint(options_.checkpoint_dir)) {
+      committed_checkpoint_ = committed->checkpoint;
+      committed_position_ = committed->position;
     }
   }
   if (task.task_type == "ps") {
@@ -156,26 +167,49 @@ std::string ParameterServerStrategy::ps_checkpoint_dir(int64_t index) const {
   return detail::ps_checkpoint_directory(options_.checkpoint_dir, index).string();
 }
 
-int64_t ParameterServerStrategy::save_ps_checkpoint(int64_t step) {
+int64_t ParameterServerStrategy::save_ps_checkpoint(const PsJobPosition& at) {
   STRATA_CHECK(is_chief(), InvalidArgument, "ParameterServerStrategy: the chief saves the ps shards, not " << task_.name());
   STRATA_CHECK(!options_.checkpoint_dir.empty(), InvalidArgument,
                "ParameterServerStrategy: no checkpoint_dir to save the ps shards in");
   const int64_t number = committed_checkpoint_ + 1;
-  detail::PsCheckpointManifest manifest{.checkpoint = number, .step = step};
+  detail::PsCheckpointManifest manifest{.checkpoint = number,
+                                        .step = at.step,
+                                        .job_id = cluster::process_job_credentials()->job_id(),
+                                        .epochs_done = at.epochs_done,
+                                        .step_in_epoch = at.step_in_epoch};
   const auto& clients = servers();
   for (size_t i = 0; i < clients.size(); ++i) {
-    try {
-      manifest.ps_shards.push_back(clients[i]->save(number, committed_checkpoint_));
-    } catch (const Error& e) {  // a ps down (Unavailable) or silent (Timeout) is named by its task
-      if (e.code() != ErrorCode::kUnavailable && e.code() != ErrorCode::kDeadlineExceeded) throw;
-      STRATA_THROW_CODE(e.code(), "saving the shards of " << describe_ps(clients[i]->address()) << ": " << e.what());
-    }
+    manifest.ps_shards.push_back(on_ps(i, "saving the shards of", [&] { return clients[i]->save(number, committed_checkpoint_); }));
   }
   detail::commit_ps_manifest(options_.checkpoint_dir, manifest);  // only now does checkpoint `number` count
   committed_checkpoint_ = number;
+  committed_position_ = at;
   int64_t shards = 0;
   for (int64_t n : manifest.ps_shards) shards += n;
   return shards;
+}
+
+std::vector<ParameterServerClient::Stats> ParameterServerStrategy::ps_stats() {
+  const auto& clients = servers();
+  std::vector<std::future<ParameterServerClient::Stats>> calls;
+  for (size_t i = 0; i < clients.size(); ++i) {
+    calls.push_back(std::async(std::launch::async, [&, i] {
+      return on_ps(i, "asking for the state of", [&] { return clients[i]->stats(); });
+    }));
+  }
+  std::vector<ParameterServerClient::Stats> stats;
+  for (auto& c : calls) stats.push_back(c.get());
+  return stats;
+}
+
+void ParameterServerStrategy::restore_ps_checkpoint() {
+  STRATA_CHECK(committed_checkpoint_ > 0, InvalidArgument,
+               "ParameterServerStrategy: no committed ps checkpoint to restore under '" << options_.checkpoint_dir << "'");
+  const auto& clients = servers();
+  for (size_t i = 0; i < clients.size(); ++i) {
+    on_ps(i, "restoring checkpoint " + std::to_string(committed_checkpoint_) + " on",
+          [&] { return clients[i]->restore(committed_checkpoint_); });
+  }
 }
 
 std::vector<std::string> ParameterServerStrategy::on_every_worker(

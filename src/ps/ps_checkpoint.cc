@@ -56,7 +56,10 @@ std::optional<PsCheckpointManifest> read_ps_manifest(const fs::path& root) {
                DataCorrupt, path.string() << " is not a parameter-server checkpoint manifest");
   return PsCheckpointManifest{.checkpoint = message.checkpoint(),
                               .step = message.step(),
-                              .ps_shards = {message.ps_shards().begin(), message.ps_shards().end()}};
+                              .ps_shards = {message.ps_shards().begin(), message.ps_shards().end()},
+                              .job_id = message.job_id(),
+                              .epochs_done = message.epochs_done(),
+                              .step_in_epoch = message.step_in_epoch()};
 }
 
 void commit_ps_manifest(const fs::path& root, const PsCheckpointManifest& manifest) {
@@ -64,6 +67,9 @@ void commit_ps_manifest(const fs::path& root, const PsCheckpointManifest& manife
   message.set_checkpoint(manifest.checkpoint);
   message.set_step(manifest.step);
   for (int64_t n : manifest.ps_shards) message.add_ps_shards(n);
+  message.set_job_id(manifest.job_id);
+  message.set_epochs_done(manifest.epochs_done);
+  message.set_step_in_epoch(manifest.step_in_epoch);
   std::string json;
   google::protobuf::util::JsonPrintOptions options;
   options.add_whitespace = true;

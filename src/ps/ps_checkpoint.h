@@ -39,6 +39,9 @@ struct PsCheckpointManifest {
   int64_t checkpoint = 0;            // every ps holds ckpt-<checkpoint> whole
   int64_t step = 0;                  // the job's training steps done when it was written
   std::vector<int64_t> ps_shards;    // shards per ps task, in task order
+  std::string job_id;                // the job that wrote it (cluster::JobCredentials::job_id; "": no secret)
+  int64_t epochs_done = 0;           // the chief's fit position then: epochs completed
+  int64_t step_in_epoch = 0;         // and steps done in the next one
 };
 // The manifest under `root`; none when no checkpoint was committed there. DataCorrupt naming the file when it
 // cannot be read as one.

@@ -185,6 +185,7 @@ class Service final : public pb::ParameterServer::WithRawCallbackMethod_Push<
   // answering) or forwarded by the primary (`raw` null: this is the backup).
   grpc::Status push(const pb::PushRequest& req, const grpc::ByteBuffer* raw, pb::PushResponse* resp) {
     const bool forwarded = raw == nullptr;
+    if (grpc::Status fenced = check_not_fenced(forwarded ? "ReplicatePush" : "Push"); !fenced.ok()) return fenced;
     const Held held = find(req.name());
     if (!held.state) return not_found(forwarded ? "ReplicatePush" : "Push", req.name());
     const std::shared_ptr<ShardState>& shard = held.state;
@@ -324,8 +325,14 @@ class Service final : public pb::ParameterServer::WithRawCallbackMethod_Push<
       std::lock_guard replica_lock(held.replica->mu);
       if (held.replica->role == detail::ReplicaRole::kStale) continue;
       resp->set_shards(resp->shards() + 1);
-      if (held.replica->role == detail::ReplicaRole::kBackup) ++backups;
+      const bool backup = held.replica->role == detail::ReplicaRole::kBackup;
+      if (backup) ++backups;
+      pb::ShardStatus* status = resp->add_shard_status();
+      status->set_name(name);
+      status->set_updates(held.state->version());
+      status->set_backup(backup);
     }
+    resp->set_fenced_at(fenced_at_.load());
     resp->set_backups(backups);
     resp->set_pushes_applied(applied());
     resp->set_pushes_dropped(dropped());
@@ -338,6 +345,8 @@ class Service final : public pb::ParameterServer::WithRawCallbackMethod_Push<
     namespace fs = std::filesystem;
     if (grpc::Status refused = check_checkpoint_request("Save", req->checkpoint()); !refused.ok()) return refused;
     if (req->keep() < 0) return invalid("Save: keep must be >= 0, got " + std::to_string(req->keep()));
+    // Its shards are an older checkpoint's: saved as a newer one, they would roll part of the job back.
+    if (grpc::Status fenced = check_not_fenced("Save"); !fenced.ok()) return fenced;
     std::lock_guard lock(mu_);  // no shard is created meanwhile
     int64_t saved = 0;
     try {
@@ -345,7 +354,8 @@ class Service final : public pb::ParameterServer::WithRawCallbackMethod_Push<
         for (const auto& [name, held] : shards_) {
           {
             std::lock_guard replica_lock(held.replica->mu);
-            if (held.replica->role == detail::ReplicaRole::kStale) continue;  // another ps serves it now
+            // A backup is saved by its primary; a stale copy, by the ps that serves it now.
+            if (held.replica->role != detail::ReplicaRole::kPrimary) continue;
           }
           save_shard(name, *held.state, into);
           ++saved;
@@ -361,6 +371,18 @@ class Service final : public pb::ParameterServer::WithRawCallbackMethod_Push<
   grpc::Status Restore(grpc::ServerContext*, const pb::RestoreRequest* req, pb::RestoreResponse* resp) override {
     namespace fs = std::filesystem;
     if (grpc::Status refused = check_checkpoint_request("Restore", req->checkpoint()); !refused.ok()) return refused;
+    // Restarted from this very checkpoint and fenced since: its shards are that checkpoint already, and the chief's
+    // rollback only lets it serve.
+    if (int64_t at = req->checkpoint(); fenced_at_.compare_exchange_strong(at, 0)) {
+      // Backups taken since the restart are of shards the other ps now restore: they go (see below).
+      std::lock_guard lock(mu_);
+      std::erase_if(shards_, [](auto& entry) {
+        std::lock_guard replica_lock(entry.second.replica->mu);
+        return entry.second.replica->role != detail::ReplicaRole::kPrimary;
+      });
+      resp->set_shards(static_cast<int64_t>(shards_.size()));
+      return grpc::Status::OK;
+    }
     const fs::path directory = checkpoint_directory_ / detail::checkpoint_name(req->checkpoint());
     std::error_code ec;
     if (!fs::is_directory(directory, ec)) {
@@ -375,7 +397,10 @@ class Service final : public pb::ParameterServer::WithRawCallbackMethod_Push<
     }
     std::lock_guard lock(mu_);
     // A shard being read or updated right now stays alive (its handler holds a reference) until the handler returns.
-    // A restored shard is this ps's primary; with replication its backup is attached when that ps resyncs.
+    // A restored shard is this ps's primary; with replication its backup is attached when that ps resyncs. Every
+    // other shard goes: a backup held for another ps is of a newer state than that ps restores, and must never be
+    // promoted.
+    shards_.clear();
     for (auto& [name, shard] : loaded) {
       Held held{.state = std::move(shard), .replica = std::make_shared<detail::ShardReplica>()};
       held.replica->peer = peers_ ? peers_->backup_for_new_shard() : -1;
@@ -385,6 +410,8 @@ class Service final : public pb::ParameterServer::WithRawCallbackMethod_Push<
     return grpc::Status::OK;
   }
 
+  // Fences this ps after it restarted from `checkpoint` (check_not_fenced).
+  void fence(int64_t checkpoint) { fenced_at_ = checkpoint; }
   int64_t applied() const { return applied_.load(); }
   int64_t dropped() const { return dropped_.load(); }
   int64_t rows_pulled() const { return rows_pulled_.load(); }
@@ -413,6 +440,7 @@ class Service final : public pb::ParameterServer::WithRawCallbackMethod_Push<
     if (initial.rank() == 0) return invalid("Create " + req.name() + ": a shard has at least one axis");
     const std::string spec = req.optimizer().SerializeAsString();
     std::lock_guard lock(mu_);
+    if (req.replace()) shards_.erase(req.name());  // a handler still holding the old one finishes on it
     if (auto it = shards_.find(req.name()); it != shards_.end()) {
       if (it->second.state->shape() != initial.shape() || it->second.state->optimizer_key() != spec) {
         return {grpc::StatusCode::ALREADY_EXISTS, "Create " + req.name() + ": it exists with shape " +
@@ -458,6 +486,7 @@ class Service final : public pb::ParameterServer::WithRawCallbackMethod_Push<
   }
   // The shard (or its requested rows) with its version as a PullResponse in `response`.
   grpc::Status pull(const pb::PullRequest& req, grpc::ByteBuffer* response) {
+    if (grpc::Status fenced = check_not_fenced("Pull"); !fenced.ok()) return fenced;
     const Held held = find(req.name());
     if (!held.state) return not_found("Pull", req.name());
     {
@@ -477,6 +506,16 @@ class Service final : public pb::ParameterServer::WithRawCallbackMethod_Push<
     for (int64_t d : pulled.value.shape()) head.mutable_value()->add_shape(d);
     *response = encode_with_tensor_bytes(head, pb::PullResponse::kValueFieldNumber, pulled.value);
     return grpc::Status::OK;
+  }
+
+  // FAILED_PRECONDITION while fenced: a ps restarted from a checkpoint holds an older state than the job
+  // acknowledged, which must not be served (nor saved) until the chief rolls every ps back to it.
+  grpc::Status check_not_fenced(const char* what) const {
+    const int64_t at = fenced_at_.load();
+    if (at == 0) return grpc::Status::OK;
+    return {grpc::StatusCode::FAILED_PRECONDITION,
+            std::string(what) + ": this ps restarted from checkpoint " + std::to_string(at) +
+                " and serves again once the chief rolls the job back to it"};
   }
 
   // OK when this ps keeps checkpoints and `number` can name one.
@@ -573,6 +612,7 @@ class Service final : public pb::ParameterServer::WithRawCallbackMethod_Push<
   std::map<std::string, Held> shards_;
   std::atomic<int64_t> applied_{0}, dropped_{0}, replicated_{0}, takeovers_{0};
   std::atomic<int64_t> rows_pulled_{0}, rows_pushed_{0};
+  std::atomic<int64_t> fenced_at_{0};  // > 0: restarted from that checkpoint, not rolled back to it yet
 };
 
 }  // namespace
@@ -629,6 +669,7 @@ void ParameterServer::start(const std::string& address, const StartOptions& opti
     const grpc::Status status = service->Restore(nullptr, &req, &resp);
     if (!status.ok()) STRATA_THROW_CODE(cluster::error_code_of(status), "ps: " << status.error_message());
     impl_->restored = resp.shards();
+    service->fence(options.restore_checkpoint);
   }
   grpc::ServerBuilder builder;
   int port = 0;

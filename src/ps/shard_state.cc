@@ -143,6 +143,11 @@ int64_t ShardState::steps_remembered() const {
   return static_cast<int64_t>(applied_steps_.size());
 }
 
+int64_t ShardState::version() const {
+  std::lock_guard lock(mu_);
+  return version_;
+}
+
 void ShardState::apply(const Tensor& gradient, const std::unordered_set<std::string>& steps) {
   optimizer_->apply_gradients({gradient}, {var_});
   ++version_;

@@ -78,6 +78,8 @@ class ShardState {
 
   // Step ids remembered to drop repeats (at most step_window).
   int64_t steps_remembered() const;
+  // Updates applied to the shard so far (restored with it from a checkpoint).
+  int64_t version() const;
 
  private:
   // The pushes of one synchronous round taken so far: their gradients summed, and their step ids.

@@ -64,6 +64,17 @@ ShardedVariable::ShardedVariable(std::string name, const Tensor& initial, const 
   });
 }
 
+void ShardedVariable::replace(const Tensor& value, const OptimizerSpec& optimizer) const {
+  STRATA_CHECK(value.defined() && value.shape() == shape_, InvalidArgument,
+               "ShardedVariable " << name_ << ": replace needs a value of its shape " << shape_str(shape_));
+  const Tensor copy = value.clone();
+  on_shards(all_shards(num_shards()), [&](int64_t s) {
+    const size_t i = static_cast<size_t>(s);
+    servers_[static_cast<size_t>(shard_server(s))]->create(shard_name(s), copy.slice(first_[i], first_[i] + rows_[i]),
+                                                          optimizer, /*replace=*/true);
+  });
+}
+
 ShardedVariable ShardedVariable::existing(std::string name, const Shape& shape, const Partitioner& partitioner,
                                           std::vector<std::shared_ptr<ParameterServerClient>> servers) {
   return ShardedVariable(std::move(name), shape, DType::kFloat32, partitioner, std::move(servers));

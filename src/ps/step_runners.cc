@@ -42,10 +42,10 @@ StepOutput fetch_step(const ParameterServerStrategy& strategy, const RemoteValue
 
 }  // namespace
 
-void CoordinatorStepRunner::begin_fit(distribute::FitPosition&, bool requested) {
+void CoordinatorStepRunner::begin_fit(distribute::FitPosition& resume, bool requested) {
   STRATA_CHECK(!requested, InvalidArgument,
-               "fit: resuming the chief from a checkpoint is not supported under ParameterServerStrategy; its "
-               "checkpoint_dir keeps the ps shards, which a restarted ps task restores by itself");
+               "fit: resuming the chief from a model checkpoint is not supported under ParameterServerStrategy; the "
+               "job continues from its ps checkpoint (ParameterServerStrategyOptions::resume)");
   group_ = strategy_.join_worker_group();
   if (group_) {
     group_->client()->set_on_lost([](const cluster::LostTask& lost) {
@@ -55,8 +55,24 @@ void CoordinatorStepRunner::begin_fit(distribute::FitPosition&, bool requested) 
     });
   }
   const std::shared_ptr<optim::Optimizer> optimizer = program_.compiled_optimizer();
+  for (const Variable& v : ps_variables_of(program_)) initial_values_.push_back(v.value().clone());
   variables_ = create_model_variables(program_, strategy_.partitioner(), strategy_.servers(),
                                       optimizer_spec_of(*optimizer));
+  bool restarted = false;
+  for (const auto& s : strategy_.ps_stats()) restarted = restarted || s.fenced_at > 0;
+  if (strategy_.options().resume || restarted) {
+    // Every ps back to the committed checkpoint (those restarted from it only lift their fence), fit from there.
+    strategy_.restore_ps_checkpoint();
+    resumed_ = strategy_.committed_position();
+    resume.epochs_done = resumed_.epochs_done;
+    resume.step_in_epoch = resumed_.step_in_epoch;
+    steps_done_ = checkpointed_at_ = resumed_.step;
+    std::fflush(stdout);
+    std::fprintf(stderr, "fit: the job resumes from its ps checkpoint %lld, at step %lld (epoch %lld, step %lld)\n",
+                 static_cast<long long>(strategy_.committed_checkpoint()), static_cast<long long>(resumed_.step),
+                 static_cast<long long>(resumed_.epochs_done + 1), static_cast<long long>(resumed_.step_in_epoch));
+  }
+  remember_shards();
   // Workers still starting would count as lost and miss the first steps (under max_staleness = 0, the first rounds).
   for (const std::string& why : strategy_.wait_for_workers(strategy_.options().coordinator.unavailable_timeout)) {
     std::fflush(stdout);
@@ -66,6 +82,7 @@ void CoordinatorStepRunner::begin_fit(distribute::FitPosition&, bool requested) 
 
 void CoordinatorStepRunner::begin_epoch(int64_t epoch, int64_t steps_left) {
   epoch_ = epoch;
+  step_in_epoch_ = epoch == resumed_.epochs_done ? resumed_.step_in_epoch : 0;
   scheduled_.clear();
   fetched_ = 0;
   epoch_states_.clear();
@@ -77,28 +94,149 @@ void CoordinatorStepRunner::begin_epoch(int64_t epoch, int64_t steps_left) {
 void CoordinatorStepRunner::run_steps(const distribute::StepGroup& steps) {
   for (size_t k = 0; k < steps.size(); ++k) {
     STRATA_CHECK(fetched_ < scheduled_.size(), Error, "fit: more steps asked of the coordinator than were scheduled");
-    const size_t index = fetched_++;
-    const StepOutput out = fetch_step(strategy_, scheduled_[index], epoch_, index);
+    const size_t index = fetched_;
+    StepOutput out;
+    try {
+      out = fetch_step(strategy_, scheduled_[index], epoch_, index);
+    } catch (const Error&) {
+      const std::vector<std::string> lost = ps_that_lost_state();
+      if (lost.empty()) throw;
+      roll_back(lost);  // this step and those after it are scheduled again
+      --k;
+      continue;
+    }
+    ++fetched_;
     // The epoch's logs are those of the steps back so far, in the order they were scheduled.
     epoch_states_ = epoch_states_.empty() ? out.metric_states
                                           : sum_metric_states({StepOutput{0, epoch_states_}, out});
     program_.set_tracker_states(epoch_states_);
     ++steps_done_;
+    ++step_in_epoch_;
   }
+}
+
+void CoordinatorStepRunner::remember_shards() {
+  shards_given_.clear();
+  for (const auto& s : strategy_.ps_stats()) shards_given_.push_back(s.shards);
+}
+
+std::vector<std::string> CoordinatorStepRunner::ps_that_lost_state() {
+  std::vector<ParameterServerClient::Stats> stats;
+  try {
+    stats = strategy_.ps_stats();
+  } catch (const Error&) {
+    return {};  // a ps that cannot be asked: the caller's error says more
+  }
+  std::vector<std::string> lost;
+  for (size_t i = 0; i < stats.size(); ++i) {
+    const std::string who = strategy_.describe_ps(strategy_.ps_addresses()[i]);
+    if (stats[i].fenced_at > 0) {
+      lost.push_back(who + " restarted from checkpoint " + std::to_string(stats[i].fenced_at));
+    } else if (stats[i].shards < shards_given_[i]) {
+      lost.push_back(who + " restarted with " + std::to_string(stats[i].shards) + " of its " +
+                     std::to_string(shards_given_[i]) + " shards");
+    }
+  }
+  return lost;
+}
+
+void CoordinatorStepRunner::roll_back(const std::vector<std::string>& lost) {
+  // Every step still out ends first: those after the loss fail at the restarted ps (or are undone below).
+  for (size_t j = fetched_; j < scheduled_.size(); ++j) {
+    try {
+      scheduled_[j].fetch();
+    } catch (const Error&) {
+    }
+  }
+  std::string who;
+  for (const std::string& l : lost) who += (who.empty() ? "" : "; ") + l;
+  PsJobPosition to;
+  std::string from;
+  if (strategy_.committed_checkpoint() > 0) {
+    strategy_.restore_ps_checkpoint();
+    to = strategy_.committed_position();
+    from = "ckpt-" + std::to_string(strategy_.committed_checkpoint());
+  } else {
+    // No checkpoint yet: every variable as it was made, on every ps (the restarted one holds none of them).
+    STRATA_CHECK(!strategy_.replicating(), Unavailable,
+                 "fit: " << who << ", and the job has no checkpoint to roll back to");
+    const OptimizerSpec optimizer = optimizer_spec_of(*program_.compiled_optimizer());
+    const size_t trainable = variables_.size() - model_states(program_).size();  // the states follow
+    for (size_t v = 0; v < variables_.size(); ++v) {
+      variables_[v].replace(initial_values_[v], v < trainable ? optimizer : kStateUpdate);
+    }
+    from = "the initial values";
+  }
+  remember_shards();
+  const int64_t undone = steps_done_ - to.step;
+  strategy_.count_rollback(undone);
+  std::fflush(stdout);
+  std::fprintf(stderr, "fit: %s; the job rolled back to step %lld (%s), and runs the %lld steps since again\n",
+               who.c_str(), static_cast<long long>(to.step), from.c_str(), static_cast<long long>(undone));
+  steps_done_ = to.step;
+  run_steps_now(undone);
+  // The epoch's steps not back yet failed at the ps, or were undone: they run again.
+  ClusterCoordinator& coordinator = strategy_.coordinator();
+  for (size_t j = fetched_; j < scheduled_.size(); ++j) scheduled_[j] = coordinator.schedule(kTrainStep);
+}
+
+void CoordinatorStepRunner::run_steps_now(int64_t count) {
+  ClusterCoordinator& coordinator = strategy_.coordinator();
+  std::vector<RemoteValue> again;
+  for (int64_t i = 0; i < count; ++i) again.push_back(coordinator.schedule(kTrainStep));
+  for (size_t i = 0; i < again.size(); ++i) {
+    try {
+      fetch_step(strategy_, again[i], epoch_, fetched_);
+      ++steps_done_;
+    } catch (const Error&) {
+      const std::vector<std::string> lost = ps_that_lost_state();
+      if (lost.empty()) throw;
+      for (size_t j = i + 1; j < again.size(); ++j) {
+        try {
+          again[j].fetch();
+        } catch (const Error&) {
+        }
+      }
+      const int64_t still = steps_done_ + static_cast<int64_t>(again.size() - i);
+      roll_back(lost);  // runs what it undid
+      run_steps_now(still - steps_done_);
+      return;
+    }
+  }
+}
+
+void CoordinatorStepRunner::with_rollback(const std::function<void()>& action) {
+  for (int attempt = 0;; ++attempt) {
+    try {
+      action();
+      return;
+    } catch (const Error&) {
+      const std::vector<std::string> lost = attempt < 3 ? ps_that_lost_state() : std::vector<std::string>{};
+      if (lost.empty()) throw;
+      roll_back(lost);
+    }
+  }
+}
+
+void CoordinatorStepRunner::save_checkpoint(const PsJobPosition& at) {
+  with_rollback([&] { strategy_.save_ps_checkpoint(at); });
+  checkpointed_at_ = steps_done_;
 }
 
 void CoordinatorStepRunner::end_group() {
   const int64_t every = strategy_.options().checkpoint_dir.empty() ? 0 : strategy_.options().checkpoint_every_steps;
   if (every > 0 && steps_done_ / every != checkpointed_at_ / every) {  // a multiple of `every` passed in the group
-    strategy_.save_ps_checkpoint(steps_done_);
-    checkpointed_at_ = steps_done_;
+    save_checkpoint(position());
   }
 }
 
 void CoordinatorStepRunner::end_epoch(bool stopped) {
   if (stopped) strategy_.coordinator().join();  // the steps scheduled after the one that stopped still run
-  pull_model_variables(program_, variables_);   // validation, callbacks and evaluate see the trained weights
-  if (!strategy_.options().checkpoint_dir.empty()) strategy_.save_ps_checkpoint(steps_done_);
+  // validation, callbacks and evaluate see the trained weights
+  with_rollback([&] { pull_model_variables(program_, variables_); });
+  if (!strategy_.options().checkpoint_dir.empty()) {
+    save_checkpoint({.step = steps_done_, .epochs_done = epoch_ + 1, .step_in_epoch = 0});
+  }
 }
 
 void CoordinatorStepRunner::end_fit() {

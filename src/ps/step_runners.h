@@ -7,6 +7,8 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <string>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -23,12 +25,15 @@ class CoordinatorStepRunner final : public distribute::StepRunner {
   CoordinatorStepRunner(ParameterServerStrategy& strategy, distribute::TrainingProgram& program)
       : strategy_(strategy), program_(program) {}
   bool reads_input() const override { return false; }
-  // Refuses a resume (the ps shards keep their own checkpoints); creates the variables on the ps tasks and waits for
-  // the workers to come up.
+  // Refuses a resume from a model checkpoint (the ps shards keep their own); creates the variables on the ps tasks
+  // and waits for the workers to come up. A job whose ps tasks restarted from its committed checkpoint (the whole
+  // job restarted with its chief), or asked to (ParameterServerStrategyOptions::resume), continues from that
+  // checkpoint: every ps rolled back to it and fit's position set to where it was written.
   void begin_fit(distribute::FitPosition& resume, bool requested) override;
   // Schedules the epoch's steps.
   void begin_epoch(int64_t epoch, int64_t steps_left) override;
-  // Waits for the group's steps, in the order they were scheduled; the trackers hold the epoch's sums so far.
+  // Waits for the group's steps, in the order they were scheduled; the trackers hold the epoch's sums so far. A step
+  // that failed because a ps lost the job's state (restarted) rolls the job back (roll_back) and is run again.
   void run_steps(const distribute::StepGroup& steps) override;
   // A ps checkpoint every checkpoint_every_steps steps.
   void end_group() override;
@@ -38,14 +43,35 @@ class CoordinatorStepRunner final : public distribute::StepRunner {
   void end_fit() override;
 
  private:
+  // Each ps that no longer holds the job's state, described ("ps:0 (127.0.0.1:2224) restarted from checkpoint 2"):
+  // fenced after a restart from a checkpoint, or holding fewer shards than it was given (restarted empty). Empty
+  // when every ps holds it, or when a ps cannot be asked (the caller's own error stands then).
+  std::vector<std::string> ps_that_lost_state();
+  // Records what each ps holds now (shards_given_): after the variables are made, and after a rollback.
+  void remember_shards();
+  // Rolls every ps back to the job's committed checkpoint (none: every variable made again from its initial value),
+  // waiting first for every step still scheduled (they fail, or are undone), says so on stderr, and re-runs the steps
+  // since that checkpoint, so that the job's step count stays exact. `lost` says who lost the state.
+  void roll_back(const std::vector<std::string>& lost);
+  // Runs `action`; when it fails because a ps lost the job's state, rolls back and runs it again.
+  void with_rollback(const std::function<void()>& action);
+  // Schedules `count` steps and waits for each, rolling back again when a ps loses the state meanwhile.
+  void run_steps_now(int64_t count);
+  PsJobPosition position() const { return {.step = steps_done_, .epochs_done = epoch_, .step_in_epoch = step_in_epoch_}; }
+  void save_checkpoint(const PsJobPosition& at);
+
   ParameterServerStrategy& strategy_;
   distribute::TrainingProgram& program_;
   std::vector<ShardedVariable> variables_;
+  std::vector<Tensor> initial_values_;  // of ps_variables_of(program_), for a rollback before any checkpoint
+  std::vector<int64_t> shards_given_;   // per ps: the shards it held once the variables were made (or rolled back)
   int64_t epoch_ = 0;
+  int64_t step_in_epoch_ = 0;
+  PsJobPosition resumed_;                          // where fit began (a resumed job: its checkpoint's position)
   std::vector<RemoteValue> scheduled_;             // the epoch's steps
   size_t fetched_ = 0;                             // of scheduled_
   std::vector<std::vector<double>> epoch_states_;  // the tracker states of the steps fetched, summed
-  int64_t steps_done_ = 0;       // over the fit, for checkpoint_every_steps
+  int64_t steps_done_ = 0;       // over the job, for checkpoint_every_steps
   int64_t checkpointed_at_ = 0;  // steps_done_ at the last of those checkpoints
   std::unique_ptr<cluster::WorkerGroup> group_;  // during fit (ParameterServerStrategy::join_worker_group)
 };

@@ -6,6 +6,7 @@
 // every path.
 #include <gtest/gtest.h>
 
+#include <map>
 #include <regex>
 #include <sstream>
 
@@ -30,6 +31,28 @@ PsCounts ps_counts(const std::string& out) {
     ++c.reports;
   }
   return c;
+}
+
+// Each shard's updates from the chief's report ("(updates: model/var_0/part_0 768, ...)"), by shard name; a shard
+// reported twice (served by two ps) keeps both.
+std::multimap<std::string, int64_t> shard_updates(const std::string& out) {
+  const std::regex line(R"(\[chief:0\] ps:\d \([^)]*\): [^\n]*\(updates: ([^)]*)\))");
+  const std::regex entry(R"((\S+) (\d+))");
+  std::multimap<std::string, int64_t> updates;
+  for (std::sregex_iterator it(out.begin(), out.end(), line), end; it != end; ++it) {
+    const std::string list = (*it)[1];
+    for (std::sregex_iterator e(list.begin(), list.end(), entry); e != end; ++e) {
+      updates.emplace((*e)[1], std::stoll((*e)[2]));
+    }
+  }
+  return updates;
+}
+
+// Every shard of the job (`shards` of them) served once and updated once a step: `steps` updates each.
+void expect_every_shard_updated(const std::string& out, size_t shards, int64_t steps) {
+  const auto updates = shard_updates(out);
+  EXPECT_EQ(updates.size(), shards) << out;
+  for (const auto& [name, n] : updates) EXPECT_EQ(n, steps) << name << "\n" << out;
 }
 
 // Steps served by each run of `task` ("worker:1"), in order.
@@ -151,11 +174,14 @@ TEST(ParameterServerCommandTest, AKilledPsIsTakenOverByItsBackupAndComesBackAsTh
   EXPECT_TRUE(std::regex_search(out, std::regex(R"(\[chief:0\] ps:1 \(\S+\): 0 shards, .*backs up 2 shards)"))) << out;
   EXPECT_EQ(count(out, "[chief:0] strategy:"), 1u) << out;
   EXPECT_NE(out.find("[chief:0] training ended after epoch 12 of 12: 768 steps on 2 workers"), std::string::npos) << out;
+  EXPECT_EQ(out.find("rolled back"), std::string::npos) << out;  // nothing acknowledged was lost
+  expect_every_shard_updated(out, 2, 768);
   EXPECT_GT(test_accuracy(out), 0.5) << out;
 }
 
-// Without backups (--no-ps-backups), a killed ps comes back from the job's last committed checkpoint.
-TEST(ParameterServerCommandTest, AKilledPsWithoutBackupsIsRestoredFromItsCheckpointWithoutRestartingTheChief) {
+// Without backups (--no-ps-backups), a killed ps comes back from the job's last committed checkpoint, and the job
+// rolls back to it whole, without restarting the chief.
+TEST(ParameterServerCommandTest, AKilledPsWithoutBackupsRollsTheJobBackToItsCheckpointWithoutRestartingTheChief) {
   TinyJob t("ps_kill_ps_nobackup", 2048);
   const fs::path ckpt = t.s.dir / "ckpt";
   // ps:1 (the bias's shard) dies once the first checkpoint was committed (the chief's manifest, written after every
@@ -168,8 +194,22 @@ TEST(ParameterServerCommandTest, AKilledPsWithoutBackupsIsRestoredFromItsCheckpo
   EXPECT_NE(out.find("ps:1 was killed by signal 9 (SIGKILL); restarting it alone"), std::string::npos) << out;
   EXPECT_TRUE(std::regex_search(out, std::regex(R"(\[ps:1\] serving variables on \S+ \(restored 1 shard from \S+/ps-1/ckpt-\d+\))")))
       << out;
+  // Its shard is older than ps:0's: the whole job goes back to that checkpoint, saying so, and runs the steps since
+  // again, so that every shard has every step's update once.
+  std::smatch said;
+  ASSERT_TRUE(std::regex_search(
+      out, said,
+      std::regex(R"(\[chief:0\] fit: ps:1 \(\S+\) restarted from checkpoint (\d+); the job rolled back to step (\d+) \(ckpt-(\d+)\), and runs the (\d+) steps since again)")))
+      << out;
+  EXPECT_EQ(said[1], said[3]) << out;
+  EXPECT_EQ(std::stoll(said[2]) % 20, 0) << out;  // a checkpoint every 20 steps (or an epoch's end, 64)
+  EXPECT_NE(out.find("[chief:0] rolled back 1 time after a ps lost the job's state: " + said[4].str() +
+                     " steps run again"),
+            std::string::npos)
+      << out;
   EXPECT_EQ(count(out, "[chief:0] strategy:"), 1u) << out;
   EXPECT_NE(out.find("[chief:0] training ended after epoch 12 of 12: 768 steps on 2 workers"), std::string::npos) << out;
+  expect_every_shard_updated(out, 2, 768);
   EXPECT_GT(test_accuracy(out), 0.5) << out;
 }
 
@@ -230,9 +270,14 @@ TEST(ParameterServerCommandTest, WhatAParameterServerJobCannotDoIsAClearError) {
   auto [rc, out] = run("timeout 60 " + train);  // no cluster
   EXPECT_NE(rc, 0);
   EXPECT_NE(out.find("needs a cluster with a chief"), std::string::npos) << out;
-  std::tie(rc, out) = run("timeout 60 " + train + " --resume --checkpoint-dir " + (t.s.dir / "c").string());
+  // The chief resumes only from a committed ps checkpoint (checked before anything starts).
+  const std::string chief_config =
+      R"(TF_CONFIG='{"cluster":{"chief":["127.0.0.1:1"],"worker":["127.0.0.1:2"],"ps":["127.0.0.1:3"]},)"
+      R"("task":{"type":"chief","index":0}}' )";
+  std::tie(rc, out) =
+      run("timeout 60 env " + chief_config + train + " --resume --checkpoint-dir " + (t.s.dir / "c").string());
   EXPECT_NE(rc, 0);
-  EXPECT_NE(out.find("--resume: under parameter_server"), std::string::npos) << out;
+  EXPECT_NE(out.find("holds no committed parameter-server checkpoint"), std::string::npos) << out;
   std::tie(rc, out) = run("timeout 60 " + train + " --replicas 2");
   EXPECT_NE(rc, 0);
   EXPECT_NE(out.find("each parameter_server worker is one replica"), std::string::npos) << out;

@@ -4,6 +4,8 @@
 #include "ps/ps_checkpoint.h"
 
 #include <gtest/gtest.h>
+
+#include <functional>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -57,11 +59,22 @@ TEST(PsCheckpointTest, SavesAreNumberedUnderTheServersOwnDirectoryAndTheNextSave
   EXPECT_EQ(client.save(3, /*keep=*/2), 1);
   EXPECT_EQ(entries(dir), (std::set<std::string>{"ckpt-2", "ckpt-3", "notes.txt"}));
 
-  // A ps restarted on checkpoint 2 starts with its values.
+  // A ps restarted on checkpoint 2 starts with its values, fenced: it holds an older state than the job acknowledged,
+  // so it serves no pull, push or save until it is rolled back to that very checkpoint.
   ParameterServer restarted;
   restarted.start("127.0.0.1:0", {.checkpoint_directory = dir.string(), .restore_checkpoint = 2});
   EXPECT_EQ(restarted.shards_restored(), 1);
   ParameterServerClient again("127.0.0.1:" + std::to_string(restarted.port()));
+  const ParameterServerClient::Stats fenced = again.stats();
+  EXPECT_EQ(fenced.fenced_at, 2);
+  ASSERT_EQ(fenced.shard_status.size(), 1u);
+  EXPECT_EQ(fenced.shard_status[0].name, "w");
+  for (const auto& refused : std::vector<std::function<void()>>{
+           [&] { again.pull("w"); }, [&] { again.push("w", Tensor::ones({3}), "step:9"); }, [&] { again.save(4); }}) {
+    test::expect_error_containing<Error>(refused, {"restarted from checkpoint 2", "rolls the job back"});
+  }
+  EXPECT_EQ(again.restore(2), 1);  // lifts the fence only
+  EXPECT_EQ(again.stats().fenced_at, 0);
   EXPECT_EQ(again.pull("w").to_vector<float>(), std::vector<float>(3, 0.0f));
 }
 

@@ -39,12 +39,14 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "strata/cluster/cluster_resolver.h"
 #include "strata/cluster/worker_group.h"
 #include "strata/distribute/strategy.h"
+#include "strata/error.h"
 #include "strata/optim/optimizer.h"
 #include "strata/ps/cluster_coordinator.h"
 #include "strata/ps/partitioner.h"
@@ -69,6 +71,9 @@ struct ParameterServerStrategyOptions {
   std::string checkpoint_dir;
   // The chief also saves the ps shards every this many steps (0: at each epoch's end only).
   int64_t checkpoint_every_steps = 0;
+  // The chief continues the job from checkpoint_dir's committed checkpoint: every ps rolled back to it, fit from
+  // where it was written. (A job whose ps tasks all restarted from it continues from it without being asked.)
+  bool resume = false;
   // With 2 or more ps tasks, each shard has a backup on the next ps, which takes over when its primary is lost, with
   // every acknowledged push (src/ps/replication.h). false: one copy of each shard (a lost ps waits for its restart
   // and its checkpoint).
@@ -86,6 +91,24 @@ struct ParameterServerStrategyOptions {
   // plus 1 MiB: no shard, gradient or step message of the job is larger.
   int64_t max_message_bytes = 0;
 };
+
+// Where a parameter-server job stood between two steps: what its checkpoint manifest records, so that a rolled-back
+// or restarted chief continues from there.
+struct PsJobPosition {
+  int64_t step = 0;           // training steps done
+  int64_t epochs_done = 0;    // the chief's fit: epochs completed
+  int64_t step_in_epoch = 0;  // and steps done in the next one
+};
+
+// The last parameter-server checkpoint committed under a job's checkpoint_dir: its number, where the job stood, and
+// the id of the job that wrote it (cluster::JobCredentials::job_id; "": a job without a secret).
+struct CommittedPsCheckpoint {
+  int64_t checkpoint = 0;
+  PsJobPosition position;
+  std::string job_id;
+};
+// None when `checkpoint_dir` holds no committed checkpoint; DataCorrupt naming a damaged manifest.
+std::optional<CommittedPsCheckpoint> committed_ps_checkpoint(const std::string& checkpoint_dir);
 
 // The ps's update for `optimizer` (the job's, as compiled on the chief): its config (optim::OptimizerConfig, which
 // the ps turns back into an optimizer with optim::from_config) as the ps's OptimizerSpec. The ps applies SGD with
@@ -128,11 +151,25 @@ class ParameterServerStrategy final : public distribute::Strategy {
   // The directory the shards of ps `index` are saved in: <checkpoint_dir>/ps-<index>. REQUIRES: a checkpoint_dir.
   std::string ps_checkpoint_dir(int64_t index) const;
   // Chief: has every ps save its shards as the next checkpoint (each under its own directory), then commits the
-  // checkpoint's manifest, recording `step` (training steps done); returns the shards saved. A ps that fails leaves
-  // the last committed checkpoint the job's.
-  int64_t save_ps_checkpoint(int64_t step);
+  // checkpoint's manifest, recording `at` (where the job stood) and the job's id; returns the shards saved. A ps that
+  // fails leaves the last committed checkpoint the job's.
+  int64_t save_ps_checkpoint(const PsJobPosition& at);
   // The number of the checkpoint the job last committed (0: none).
   int64_t committed_checkpoint() const { return committed_checkpoint_; }
+  // Where the job stood at that checkpoint (all zeros: none committed).
+  const PsJobPosition& committed_position() const { return committed_position_; }
+  // Chief: every ps's Stats, asked of all at once, in task order.
+  std::vector<ParameterServerClient::Stats> ps_stats();
+  // Chief: has every ps load the committed checkpoint (a ps restarted from it only lifts its fence). InvalidArgument
+  // when none was committed.
+  void restore_ps_checkpoint();
+  // Chief: the steps rolled back after a ps lost the job's state, and how many times, over the job (for reports).
+  int64_t steps_rolled_back() const { return steps_rolled_back_; }
+  int64_t rollbacks() const { return rollbacks_; }
+  void count_rollback(int64_t steps) {
+    steps_rolled_back_ += steps;
+    ++rollbacks_;
+  }
 
   // Chief: calls `function` once on every worker task at once (not through the coordinator's queue), each call
   // bounded by `timeout`; returns "worker:<i> (<address>): <why>" for each worker that did not answer.
@@ -155,6 +192,16 @@ class ParameterServerStrategy final : public distribute::Strategy {
   // Runs `call` against every worker task at once; "worker:<i> (<address>): <why>" for each call that returned a
   // non-empty why.
   std::vector<std::string> on_every_worker(const std::function<std::string(detail::WorkerClient&)>& call) const;
+  // call() against ps `index`; a ps down (Unavailable) or silent (Timeout) is named by its task: "<what> ps:1 (...)".
+  template <class Call>
+  auto on_ps(size_t index, const std::string& what, Call call) -> decltype(call()) {
+    try {
+      return call();
+    } catch (const Error& e) {
+      if (e.code() != ErrorCode::kUnavailable && e.code() != ErrorCode::kDeadlineExceeded) throw;
+      STRATA_THROW_CODE(e.code(), what << " " << describe_ps(ps_addresses_[index]) << ": " << e.what());
+    }
+  }
 
   cluster::TaskInfo task_;
   ParameterServerStrategyOptions options_;
@@ -165,6 +212,8 @@ class ParameterServerStrategy final : public distribute::Strategy {
   std::unique_ptr<ClusterCoordinator> coordinator_;
   std::unique_ptr<ParameterServer> server_;
   int64_t committed_checkpoint_ = 0;  // the manifest's number under checkpoint_dir (ps tasks: the one restored)
+  PsJobPosition committed_position_;
+  int64_t steps_rolled_back_ = 0, rollbacks_ = 0;
   struct Stop;
   std::unique_ptr<Stop> stop_;
 };

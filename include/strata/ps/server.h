@@ -125,7 +125,8 @@ class ParameterServerClient {
   ~ParameterServerClient();
 
   // Creates shard `name` (float32 `initial`); false when it existed already with the same shape and optimizer.
-  bool create(const std::string& name, const Tensor& initial, const OptimizerSpec& optimizer);
+  // `replace`: a shard of that name is replaced by the new one (its value, slots and step ids gone).
+  bool create(const std::string& name, const Tensor& initial, const OptimizerSpec& optimizer, bool replace = false);
   Tensor pull(const std::string& name);
   // Rows `rows` of the shard (axis 0), in that order: [rows.size(), ...].
   Tensor pull_rows(const std::string& name, const std::vector<int64_t>& rows);
@@ -139,12 +140,15 @@ class ParameterServerClient {
   // Applies the gradient of rows `rows` ([rows.size(), ...]; the other rows' gradient is zero); `round` as push.
   bool push_rows(const std::string& name, const std::vector<int64_t>& rows, const Tensor& gradient,
                  const std::string& step_id = "", const SyncRound& round = {});
-  // Saves every shard of the ps as checkpoint `checkpoint` (>= 1) under the ps's checkpoint directory (one
+  // Saves every shard the ps serves (its primaries; a backup is saved by its primary) as checkpoint `checkpoint`
+  // (>= 1) under the ps's checkpoint directory (one
   // safetensors file per shard, with the optimizer's slots and step count and the step ids applied; the checkpoint
   // renamed into place whole); removes the ps's other checkpoints but `keep` (0: none). Returns how many shards.
   // InvalidArgument when the ps has no checkpoint directory.
   int64_t save(int64_t checkpoint, int64_t keep = 0);
-  // Loads every shard of checkpoint `checkpoint`, replacing shards of the same names; returns how many.
+  // Loads every shard of checkpoint `checkpoint` in place of every shard held (backups held for other ps go too: they
+  // are of a newer state than the checkpoint; a restored shard has no backup until its backup's ps restarts);
+  // returns how many. A ps fenced at that checkpoint (Stats::fenced_at) only lifts its fence: it holds it already.
   // InvalidArgument when the ps has no such checkpoint; DataCorrupt naming a damaged file.
   int64_t restore(int64_t checkpoint);
   // What the ps holds and has done since it started (a restarted ps counts from its restart).
@@ -155,6 +159,15 @@ class ParameterServerClient {
     int64_t pushes_dropped = 0;
     int64_t takeovers = 0;          // shards it took over from a lost primary
     int64_t pushes_replicated = 0;  // pushes it applied as a backup
+    // > 0: the ps restarted from that checkpoint and refuses pulls, pushes and saves (FailedPrecondition) until
+    // restore() of the same number: it holds an older state than the job acknowledged.
+    int64_t fenced_at = 0;
+    struct Shard {
+      std::string name;
+      int64_t updates = 0;  // updates applied (a synchronous round's counts once), checkpointed with the shard
+      bool backup = false;
+    };
+    std::vector<Shard> shard_status;  // every shard held, by name
   };
   Stats stats();
   const std::string& address() const;

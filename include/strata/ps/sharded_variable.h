@@ -42,6 +42,9 @@ class ShardedVariable {
   std::string shard_name(int64_t shard) const;
   int64_t shard_server(int64_t shard) const;
 
+  // Makes every shard again from `value` (the variable's shape), its optimizer's slots and step ids gone: a rollback to
+  // the variable's initial value.
+  void replace(const Tensor& value, const OptimizerSpec& optimizer) const;
   // The whole variable.
   Tensor pull() const;
   // Rows `rows` (axis 0, any order, repeats allowed): [rows.size(), ...].
