@@ -66,12 +66,13 @@ struct ClusterCoordinator::Impl {
   mutable std::mutex mu;
   std::condition_variable work_cv;  // a closure queued, or stopping
   std::condition_variable stop_cv;  // stopping (wakes probing dispatchers out of their backoff)
-  std::condition_variable idle_cv;  // pending reached 0
+  std::condition_variable idle_cv;  // pending reached 0, or a closure stopped running (pause() waits for none to run)
   std::deque<Closure> queue;        // GUARDED_BY(mu)
   int64_t pending = 0;              // GUARDED_BY(mu): queued + running
   int64_t next_step_id = 0;         // GUARDED_BY(mu)
   std::exception_ptr first_error;   // GUARDED_BY(mu)
   bool stopping = false;            // GUARDED_BY(mu)
+  bool paused = false;              // GUARDED_BY(mu): no fresh closure is taken (but a synchronous round's own)
 
   // The chief waits for closures (join(), fetch(): counted while they wait; done(): until the next schedule()), so
   // under max_staleness = 0 a round may open with fewer closures than workers.
@@ -89,7 +90,8 @@ struct ClusterCoordinator::Impl {
     if (error && !first_error) first_error = error;
     if (c.round.defined() && c.round.id == round.id) --round_unfinished;
     c.value->finish(std::move(result), std::move(error));
-    if (--pending == 0) idle_cv.notify_all();
+    --pending;
+    idle_cv.notify_all();
     if (options.max_staleness) work_cv.notify_all();
   }
 
@@ -127,6 +129,9 @@ struct ClusterCoordinator::Impl {
   bool take(Worker& w, Closure* out) {
     if (queue.empty()) return false;
     const bool fresh = !queue.front().rerun;
+    // Paused, only what lets the closures running finish: a synchronous round's other closures (its pushes wait for
+    // them), and re-runs of closures lost while running.
+    if (paused && fresh && !(options.max_staleness == 0 && round_taken < round.size)) return false;
     if (fresh && options.max_staleness) {
       const int64_t staleness = *options.max_staleness;
       if (staleness > 0 && w.status.steps - staleness > fewest_steps_up(&w)) return false;
@@ -237,6 +242,7 @@ struct ClusterCoordinator::Impl {
       if (out.kind == detail::WorkerClient::Outcome::kLost && !stopping) {
         c.rerun = true;
         queue.push_front(std::move(c));  // another worker runs it next, with the same step id (and round)
+        idle_cv.notify_all();            // one fewer running
         ++w.status.times_lost;
         w.status.up = false;
         w.status.last_error = w.lost_reason = out.lost_reason;
@@ -289,6 +295,7 @@ ClusterCoordinator::~ClusterCoordinator() {
   }
   impl_->work_cv.notify_all();
   impl_->stop_cv.notify_all();
+  impl_->idle_cv.notify_all();  // ends a pause()
   for (auto& w : impl_->workers) w->client.cancel();
   for (auto& w : impl_->workers) w->dispatcher.join();
   std::lock_guard lock(impl_->mu);
@@ -329,6 +336,24 @@ void ClusterCoordinator::join() {
   impl_->idle_cv.wait(lock, [&] { return impl_->pending == 0; });
   --impl_->waiters;
   if (auto error = std::exchange(impl_->first_error, nullptr)) std::rethrow_exception(error);
+}
+
+void ClusterCoordinator::pause() {
+  std::unique_lock lock(impl_->mu);
+  impl_->paused = true;
+  // Running: taken and not finished; a re-run waiting in the queue runs (take lets it) and counts as running.
+  impl_->idle_cv.wait(lock, [&] {
+    const bool rerun_queued = std::any_of(impl_->queue.begin(), impl_->queue.end(), [](const Closure& c) { return c.rerun; });
+    return impl_->stopping || (impl_->pending == static_cast<int64_t>(impl_->queue.size()) && !rerun_queued);
+  });
+}
+
+void ClusterCoordinator::resume() {
+  {
+    std::lock_guard lock(impl_->mu);
+    impl_->paused = false;
+  }
+  impl_->work_cv.notify_all();
 }
 
 bool ClusterCoordinator::done() {

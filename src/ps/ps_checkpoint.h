@@ -50,8 +50,8 @@ std::optional<PsCheckpointManifest> read_ps_manifest(const std::filesystem::path
 void commit_ps_manifest(const std::filesystem::path& root, const PsCheckpointManifest& manifest);
 
 // Every shard's value in checkpoint `manifest.checkpoint` under `root`, by shard name ("model/var_3/part_1"), read
-// from each ps's ckpt-<n> (a shard held by a primary and its backup is read once). DataCorrupt naming a file that is
-// damaged or not a shard file, or a ps directory the manifest names that lacks the checkpoint.
+// from each ps's ckpt-<n> (each shard is saved by the ps that serves it; one found twice is read once). DataCorrupt
+// naming a file that is damaged or not a shard file, or a ps directory the manifest names that lacks the checkpoint.
 std::map<std::string, Tensor> read_ps_checkpoint_values(const std::filesystem::path& root,
                                                         const PsCheckpointManifest& manifest);
 

@@ -2,6 +2,7 @@
 // Thread-safety: see step_runners.h.
 #include "ps/step_runners.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <future>
 #include <memory>
@@ -40,6 +41,12 @@ StepOutput fetch_step(const ParameterServerStrategy& strategy, const RemoteValue
   }
 }
 
+// Whether `e` may be a ps's refusal to serve a state it lost (fenced, or a shard it no longer holds), which the ps
+// tasks are then asked about; a ps that cannot be reached (Unavailable, Timeout) is not asked again.
+bool ps_refusal(const Error& e) {
+  return e.code() != ErrorCode::kUnavailable && e.code() != ErrorCode::kDeadlineExceeded;
+}
+
 }  // namespace
 
 void CoordinatorStepRunner::begin_fit(distribute::FitPosition& resume, bool requested) {
@@ -66,6 +73,9 @@ void CoordinatorStepRunner::begin_fit(distribute::FitPosition& resume, bool requ
     resumed_ = strategy_.committed_position();
     resume.epochs_done = resumed_.epochs_done;
     resume.step_in_epoch = resumed_.step_in_epoch;
+    // The epoch's running metrics start again from zero (the steps before the checkpoint are not in the logs).
+    resume.metric_states = program_.tracker_states();
+    for (auto& state : resume.metric_states) std::fill(state.begin(), state.end(), 0.0);
     steps_done_ = checkpointed_at_ = resumed_.step;
     std::fflush(stdout);
     std::fprintf(stderr, "fit: the job resumes from its ps checkpoint %lld, at step %lld (epoch %lld, step %lld)\n",
@@ -98,8 +108,8 @@ void CoordinatorStepRunner::run_steps(const distribute::StepGroup& steps) {
     StepOutput out;
     try {
       out = fetch_step(strategy_, scheduled_[index], epoch_, index);
-    } catch (const Error&) {
-      const std::vector<std::string> lost = ps_that_lost_state();
+    } catch (const Error& e) {
+      const std::vector<std::string> lost = ps_refusal(e) ? ps_that_lost_state() : std::vector<std::string>{};
       if (lost.empty()) throw;
       roll_back(lost);  // this step and those after it are scheduled again
       --k;
@@ -168,16 +178,22 @@ void CoordinatorStepRunner::roll_back(const std::vector<std::string>& lost) {
     from = "the initial values";
   }
   remember_shards();
+  // The checkpoint may hold steps that finished before it was written but were not back here yet (negative): those
+  // keep their outputs, and the epoch's steps after them run again.
   const int64_t undone = steps_done_ - to.step;
-  strategy_.count_rollback(undone);
+  const int64_t again = std::max<int64_t>(undone, 0);
+  strategy_.count_rollback(again);
   std::fflush(stdout);
   std::fprintf(stderr, "fit: %s; the job rolled back to step %lld (%s), and runs the %lld steps since again\n",
-               who.c_str(), static_cast<long long>(to.step), from.c_str(), static_cast<long long>(undone));
-  steps_done_ = to.step;
-  run_steps_now(undone);
+               who.c_str(), static_cast<long long>(to.step), from.c_str(), static_cast<long long>(again));
+  if (undone >= 0) {
+    steps_done_ = to.step;
+    run_steps_now(undone);
+  }
   // The epoch's steps not back yet failed at the ps, or were undone: they run again.
   ClusterCoordinator& coordinator = strategy_.coordinator();
-  for (size_t j = fetched_; j < scheduled_.size(); ++j) scheduled_[j] = coordinator.schedule(kTrainStep);
+  const size_t kept = fetched_ + static_cast<size_t>(std::max<int64_t>(-undone, 0));
+  for (size_t j = kept; j < scheduled_.size(); ++j) scheduled_[j] = coordinator.schedule(kTrainStep);
 }
 
 void CoordinatorStepRunner::run_steps_now(int64_t count) {
@@ -188,8 +204,8 @@ void CoordinatorStepRunner::run_steps_now(int64_t count) {
     try {
       fetch_step(strategy_, again[i], epoch_, fetched_);
       ++steps_done_;
-    } catch (const Error&) {
-      const std::vector<std::string> lost = ps_that_lost_state();
+    } catch (const Error& e) {
+      const std::vector<std::string> lost = ps_refusal(e) ? ps_that_lost_state() : std::vector<std::string>{};
       if (lost.empty()) throw;
       for (size_t j = i + 1; j < again.size(); ++j) {
         try {
@@ -210,23 +226,47 @@ void CoordinatorStepRunner::with_rollback(const std::function<void()>& action) {
     try {
       action();
       return;
-    } catch (const Error&) {
-      const std::vector<std::string> lost = attempt < 3 ? ps_that_lost_state() : std::vector<std::string>{};
+    } catch (const Error& e) {
+      const std::vector<std::string> lost =
+          attempt < 3 && ps_refusal(e) ? ps_that_lost_state() : std::vector<std::string>{};
       if (lost.empty()) throw;
       roll_back(lost);
     }
   }
 }
 
-void CoordinatorStepRunner::save_checkpoint(const PsJobPosition& at) {
-  with_rollback([&] { strategy_.save_ps_checkpoint(at); });
+namespace {
+// Holds a coordinator paused (ClusterCoordinator::pause) for its lifetime.
+class PausedCoordinator {
+ public:
+  explicit PausedCoordinator(ClusterCoordinator& coordinator) : coordinator_(coordinator) { coordinator_.pause(); }
+  ~PausedCoordinator() { coordinator_.resume(); }
+  PausedCoordinator(const PausedCoordinator&) = delete;
+  PausedCoordinator& operator=(const PausedCoordinator&) = delete;
+
+ private:
+  ClusterCoordinator& coordinator_;
+};
+}  // namespace
+
+void CoordinatorStepRunner::save_checkpoint_mid_epoch() {
+  with_rollback([&] {
+    // The workers run ahead of the steps back here: no step may be half applied when the ps save, so none runs
+    // meanwhile, and those that finished count in the checkpoint.
+    PausedCoordinator paused(strategy_.coordinator());
+    size_t finished = fetched_;
+    while (finished < scheduled_.size() && scheduled_[finished].is_ready()) ++finished;
+    const auto ahead = static_cast<int64_t>(finished - fetched_);
+    strategy_.save_ps_checkpoint(
+        {.step = steps_done_ + ahead, .epochs_done = epoch_, .step_in_epoch = step_in_epoch_ + ahead});
+  });
   checkpointed_at_ = steps_done_;
 }
 
 void CoordinatorStepRunner::end_group() {
   const int64_t every = strategy_.options().checkpoint_dir.empty() ? 0 : strategy_.options().checkpoint_every_steps;
   if (every > 0 && steps_done_ / every != checkpointed_at_ / every) {  // a multiple of `every` passed in the group
-    save_checkpoint(position());
+    save_checkpoint_mid_epoch();
   }
 }
 
@@ -234,8 +274,9 @@ void CoordinatorStepRunner::end_epoch(bool stopped) {
   if (stopped) strategy_.coordinator().join();  // the steps scheduled after the one that stopped still run
   // validation, callbacks and evaluate see the trained weights
   with_rollback([&] { pull_model_variables(program_, variables_); });
-  if (!strategy_.options().checkpoint_dir.empty()) {
-    save_checkpoint({.step = steps_done_, .epochs_done = epoch_ + 1, .step_in_epoch = 0});
+  if (!strategy_.options().checkpoint_dir.empty()) {  // every step of the epoch is back: none runs
+    with_rollback([&] { strategy_.save_ps_checkpoint({.step = steps_done_, .epochs_done = epoch_ + 1}); });
+    checkpointed_at_ = steps_done_;
   }
 }
 

@@ -35,7 +35,7 @@ class CoordinatorStepRunner final : public distribute::StepRunner {
   // Waits for the group's steps, in the order they were scheduled; the trackers hold the epoch's sums so far. A step
   // that failed because a ps lost the job's state (restarted) rolls the job back (roll_back) and is run again.
   void run_steps(const distribute::StepGroup& steps) override;
-  // A ps checkpoint every checkpoint_every_steps steps.
+  // A ps checkpoint every checkpoint_every_steps steps (save_checkpoint_mid_epoch).
   void end_group() override;
   // The steps scheduled after a stop still run; the chief's model takes the trained values; a ps checkpoint.
   void end_epoch(bool stopped) override;
@@ -57,8 +57,9 @@ class CoordinatorStepRunner final : public distribute::StepRunner {
   void with_rollback(const std::function<void()>& action);
   // Schedules `count` steps and waits for each, rolling back again when a ps loses the state meanwhile.
   void run_steps_now(int64_t count);
-  PsJobPosition position() const { return {.step = steps_done_, .epochs_done = epoch_, .step_in_epoch = step_in_epoch_}; }
-  void save_checkpoint(const PsJobPosition& at);
+  // A ps checkpoint between two steps of the epoch: the coordinator paused while the ps save, so that the checkpoint
+  // holds whole steps (those back here, and those finished after them), which its manifest counts.
+  void save_checkpoint_mid_epoch();
 
   ParameterServerStrategy& strategy_;
   distribute::TrainingProgram& program_;

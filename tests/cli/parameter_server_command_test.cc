@@ -6,93 +6,13 @@
 // every path.
 #include <gtest/gtest.h>
 
-#include <map>
-#include <regex>
-#include <sstream>
 
 #include "cli/cli_test_util.h"
+#include "cli/ps_job_util.h"
 #include "test_util.h"
 
 namespace strata::cli {
 namespace {
-
-// The pushes applied and the repeats dropped over every ps, from the chief's report.
-struct PsCounts {
-  int64_t applied = 0, dropped = 0, shards = 0;
-  int reports = 0;
-};
-PsCounts ps_counts(const std::string& out) {
-  const std::regex line(R"(\[chief:0\] ps:\d \([^)]*\): (\d+) shards?, (\d+) pushes applied, (\d+) repeats dropped)");
-  PsCounts c;
-  for (std::sregex_iterator it(out.begin(), out.end(), line), end; it != end; ++it) {
-    c.shards += std::stoll((*it)[1]);
-    c.applied += std::stoll((*it)[2]);
-    c.dropped += std::stoll((*it)[3]);
-    ++c.reports;
-  }
-  return c;
-}
-
-// Each shard's updates from the chief's report ("(updates: model/var_0/part_0 768, ...)"), by shard name; a shard
-// reported twice (served by two ps) keeps both.
-std::multimap<std::string, int64_t> shard_updates(const std::string& out) {
-  const std::regex line(R"(\[chief:0\] ps:\d \([^)]*\): [^\n]*\(updates: ([^)]*)\))");
-  const std::regex entry(R"((\S+) (\d+))");
-  std::multimap<std::string, int64_t> updates;
-  for (std::sregex_iterator it(out.begin(), out.end(), line), end; it != end; ++it) {
-    const std::string list = (*it)[1];
-    for (std::sregex_iterator e(list.begin(), list.end(), entry); e != end; ++e) {
-      updates.emplace((*e)[1], std::stoll((*e)[2]));
-    }
-  }
-  return updates;
-}
-
-// Every shard of the job (`shards` of them) served once and updated once a step: `steps` updates each.
-void expect_every_shard_updated(const std::string& out, size_t shards, int64_t steps) {
-  const auto updates = shard_updates(out);
-  EXPECT_EQ(updates.size(), shards) << out;
-  for (const auto& [name, n] : updates) EXPECT_EQ(n, steps) << name << "\n" << out;
-}
-
-// Steps served by each run of `task` ("worker:1"), in order.
-std::vector<int64_t> steps_served(const std::string& out, const std::string& task) {
-  const std::regex line("\\[" + task + "\\] served (\\d+) training steps");
-  std::vector<int64_t> served;
-  for (std::sregex_iterator it(out.begin(), out.end(), line), end; it != end; ++it) served.push_back(std::stoll((*it)[1]));
-  return served;
-}
-
-double test_accuracy(const std::string& out) {
-  std::smatch m;
-  return std::regex_search(out, m, std::regex(R"(\[chief:0\] test loss [0-9.]+ - test accuracy ([0-9.]+))"))
-             ? std::stod(m[1])
-             : -1;
-}
-
-size_t count(const std::string& out, const std::string& what) {
-  size_t n = 0;
-  for (size_t at = out.find(what); at != std::string::npos; at = out.find(what, at + 1)) ++n;
-  return n;
-}
-
-// `strata launch --chief --workers W --ps 2 [--max-restarts R] -- sh task.sh`, where task.sh runs `strata train ...
-// --strategy parameter_server EXTRA`, and the first run of `victim` ("worker:1", "ps:1"; "" none) SIGKILLs itself
-// once the shell condition `trigger` holds.
-std::pair<int, std::string> launch(const TinyJob& t, int workers, const std::string& extra, const std::string& victim,
-                                   const std::string& trigger, int max_restarts) {
-  std::string script = "exec " + std::string(STRATA_BINARY) + " train " + t.job +
-                       " --strategy parameter_server --threads 1 --verbose 2 " + extra;
-  if (!victim.empty()) {
-    const std::string type = victim.substr(0, victim.find(':')), index = victim.substr(victim.find(':') + 1);
-    script = "if [ \"$STRATA_LAUNCH_RESTART\" = 0 ] && echo \"$TF_CONFIG\" | grep -q '\"task\":{\"index\":" + index +
-             ",\"type\":\"" + type + "\"'; then (until " + trigger +
-             "; do sleep 0.005; done; kill -9 $$) & fi; " + script;
-  }
-  std::ofstream(t.s.dir / "task.sh") << script << "\n";
-  return run("timeout -k 5 240 " + std::string(STRATA_BINARY) + " launch --chief --workers " + std::to_string(workers) +
-             " --ps 2 --max-restarts " + std::to_string(max_restarts) + " -- sh " + (t.s.dir / "task.sh").string());
-}
 
 TEST(ParameterServerCommandTest, TheChiefTrainsThroughTheWorkersAndEveryStepIsAppliedOnce) {
   TinyJob t("ps_launch", 512);  // 16 steps an epoch at the batch of 32
@@ -202,7 +122,7 @@ TEST(ParameterServerCommandTest, AKilledPsWithoutBackupsRollsTheJobBackToItsChec
       std::regex(R"(\[chief:0\] fit: ps:1 \(\S+\) restarted from checkpoint (\d+); the job rolled back to step (\d+) \(ckpt-(\d+)\), and runs the (\d+) steps since again)")))
       << out;
   EXPECT_EQ(said[1], said[3]) << out;
-  EXPECT_EQ(std::stoll(said[2]) % 20, 0) << out;  // a checkpoint every 20 steps (or an epoch's end, 64)
+  EXPECT_GE(std::stoll(said[2]), 20) << out;  // the first checkpoint (at 20 steps, and those finished by then) or later
   EXPECT_NE(out.find("[chief:0] rolled back 1 time after a ps lost the job's state: " + said[4].str() +
                      " steps run again"),
             std::string::npos)

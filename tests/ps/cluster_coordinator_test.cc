@@ -7,6 +7,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <condition_variable>
 #include <iostream>
 #include <mutex>
@@ -83,6 +84,32 @@ TEST(ClusterCoordinatorTest, ManyClosuresRunSpreadOverTheWorkersAndJoinWaitsForA
     EXPECT_TRUE(w.up);
     EXPECT_EQ(w.times_lost, 0);
   }
+}
+
+// pause() returns once nothing runs: every closure scheduled has finished or not started (a state the chief can
+// checkpoint), and no more start until resume().
+TEST(ClusterCoordinatorTest, PauseWaitsForTheClosuresRunningAndStartsNoMoreUntilResume) {
+  Workers workers(2);
+  ClusterCoordinator coordinator(workers.addresses(), quick());
+  std::vector<RemoteValue> values;
+  for (int i = 0; i < 200; ++i) values.push_back(coordinator.schedule("echo"));
+  std::this_thread::sleep_for(milliseconds(20));  // some run
+  coordinator.pause();
+  const auto finished = [&] {
+    return std::count_if(values.begin(), values.end(), [](const RemoteValue& v) { return v.is_ready(); });
+  };
+  const auto run_so_far = [&] { return workers.servers[0]->functions_run() + workers.servers[1]->functions_run(); };
+  const int64_t at_pause = finished();
+  EXPECT_GT(at_pause, 0);
+  EXPECT_LT(at_pause, 200);
+  EXPECT_EQ(run_so_far(), at_pause);  // none half done
+  // The finished ones are the first scheduled (FIFO).
+  for (int64_t i = 0; i < at_pause; ++i) EXPECT_TRUE(values[static_cast<size_t>(i)].is_ready()) << i;
+  std::this_thread::sleep_for(milliseconds(50));
+  EXPECT_EQ(finished(), at_pause) << "a closure started while paused";
+  coordinator.resume();
+  coordinator.join();
+  EXPECT_EQ(finished(), 200);
 }
 
 TEST(ClusterCoordinatorTest, StepIdsStartAtTheClockSoARestartedCoordinatorDoesNotReuseThem) {

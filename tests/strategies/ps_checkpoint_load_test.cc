@@ -1,5 +1,5 @@
 // ps::load_ps_checkpoint: a parameter-server job's committed checkpoint read back into a fresh model, each
-// variable's shards reassembled from whichever ps holds them (with backups, each shard saved twice is read once),
+// variable's shards reassembled from whichever ps holds them (with backups, each shard saved by its primary alone),
 // and the clear errors when there is no committed checkpoint or it is not the model's.
 #include <gtest/gtest.h>
 
@@ -54,7 +54,7 @@ TEST(PsCheckpointLoadTest, AFreshModelTakesTheCommittedCheckpointsShardsReassemb
   for (size_t k = 0; k < vars.size(); ++k) vars[k].push(test::random_tensor(vars[k].shape(), 10 + k), "step:1");
   detail::PsCheckpointManifest manifest{.checkpoint = 1, .step = 1};
   for (const auto& c : clients) manifest.ps_shards.push_back(c->save(1));
-  EXPECT_EQ(manifest.ps_shards, (std::vector<int64_t>{8, 8}));  // 4 primaries and 4 backups each
+  EXPECT_EQ(manifest.ps_shards, (std::vector<int64_t>{4, 4}));  // each ps its 4 primaries (their backups are copies)
 
   // Before the manifest is committed there is no checkpoint to read.
   const auto fresh = model_of(2);

@@ -94,6 +94,12 @@ class ClusterCoordinator {
   void join();
   // Whether every closure scheduled so far finished; rethrows (and forgets) a closure error first, as join().
   bool done();
+  // Stops handing out queued closures and waits until none runs (a closure lost meanwhile is re-run first; under
+  // max_staleness = 0 a round being taken is completed): then every closure scheduled so far has either finished or
+  // not started, which is a state the chief may checkpoint. resume() hands them out again. The destructor ends a
+  // pause's wait.
+  void pause();
+  void resume();
   int64_t num_workers() const;
   std::vector<WorkerStatus> worker_status() const;
 
