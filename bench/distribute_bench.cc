@@ -7,7 +7,7 @@
 //                    --replicas N --threads T
 //                    [--batch 128] [--epochs 1] [--data DIR] [--cross-device-ops ring] [--bucket-kb K]
 //                    [--steps-per-execution S] [--gradient-compression none|bf16] [--sync-every H] [--outer-step none|nesterov]
-//                    [--trace FILE] [--steps-per-epoch S]
+//                    [--trace FILE] [--steps-per-epoch S] [--ps-backups 0|1] [--step-times FILE]
 //
 // --batch is the global batch; --threads the cores in all (one_device: its intra-op threads; the others:
 // split evenly over the replicas).
@@ -29,7 +29,9 @@
 //
 // --strategy parameter_server runs under `strata launch --chief --workers N --ps M`: the chief's fit schedules
 // 60000 / batch steps per epoch (each a batch of --batch on one worker, which reads the whole training set in an
-// order of its own) and prints the JSON; workers serve the steps; ps tasks serve the variables until stopped.
+// order of its own) and prints the JSON; workers serve the steps; ps tasks serve the variables until stopped. With 2
+// or more ps each shard has a backup on another ps (--ps-backups 0: none). --step-times FILE: the chief writes the
+// wall-clock time each step ended (bench/parameter_server_bench.py times a lost ps's takeover with it).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -65,6 +67,8 @@ int main(int argc, char** argv) {
   bool outer_nesterov = false;   // local_sgd: DiLoCo's outer step
   std::string trace_path;        // --trace
   int64_t steps_per_epoch = 0;   // --steps-per-epoch; 0: one pass over the data
+  bool ps_backups = true;        // --ps-backups 0: parameter_server without shard backups
+  std::string step_times_path;   // --step-times FILE: the wall-clock time each step ended, one a line
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--strategy") strategy_name = argv[i + 1];
@@ -81,6 +85,8 @@ int main(int argc, char** argv) {
     else if (flag == "--outer-step") outer_nesterov = std::string(argv[i + 1]) == "nesterov";
     else if (flag == "--trace") trace_path = argv[i + 1];
     else if (flag == "--steps-per-epoch") steps_per_epoch = std::stoll(argv[i + 1]);
+    else if (flag == "--ps-backups") ps_backups = std::string(argv[i + 1]) != "0";
+    else if (flag == "--step-times") step_times_path = argv[i + 1];
   }
   auto make_model = [] {
     return Sequential(std::vector<nn::LayerRef>{nn::Conv2D(32, 3, "relu"), nn::MaxPool2D(2), nn::Flatten(),
@@ -106,6 +112,21 @@ int main(int argc, char** argv) {
     }
     void on_train_end(const Logs&) override {
       seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    }
+  };
+
+  // Writes the wall-clock time (seconds since the epoch, as Python's time.time()) each step ended, flushed.
+  struct StepTimes : Callback {
+    std::FILE* out;
+    explicit StepTimes(const std::string& path) : out(std::fopen(path.c_str(), "w")) {}
+    ~StepTimes() override {
+      if (out) std::fclose(out);
+    }
+    void on_train_batch_end(int64_t, const Logs&) override {
+      if (!out) return;
+      const auto now = std::chrono::system_clock::now().time_since_epoch();
+      std::fprintf(out, "%.6f\n", std::chrono::duration<double>(now).count());
+      std::fflush(out);
     }
   };
 
@@ -157,7 +178,8 @@ int main(int argc, char** argv) {
     strategy = std::make_unique<distribute::LocalSGDStrategy>(
         distribute::LocalSGDOptions{.sync_every = sync_every, .outer_nesterov = outer_nesterov});
   } else if (strategy_name == "parameter_server") {
-    auto servers = std::make_unique<ps::ParameterServerStrategy>(cluster::resolve_cluster_from_environment());
+    auto servers = std::make_unique<ps::ParameterServerStrategy>(
+        cluster::resolve_cluster_from_environment(), ps::ParameterServerStrategyOptions{.replicate_shards = ps_backups});
     if (servers->task_type() == "ps") servers->join();  // until the launcher stops it
     strategy = std::move(servers);
   } else {
@@ -180,9 +202,11 @@ int main(int argc, char** argv) {
   if (!trace_path.empty()) trace::start({.path = trace_path, .first_step = 600, .end_step = 700});
   // The parameter-server chief reads no input, so its epochs need a length.
   if (steps_per_epoch == 0 && servers != nullptr) steps_per_epoch = (60000 + batch - 1) / batch;
+  std::vector<std::shared_ptr<Callback>> callbacks = {timer};
+  if (!step_times_path.empty()) callbacks.push_back(std::make_shared<StepTimes>(step_times_path));
   const History h = model->fit(train, {.epochs = epochs + 1,
                                        .steps_per_epoch = steps_per_epoch,
-                                       .callbacks = {timer},
+                                       .callbacks = callbacks,
                                        .verbose = 0,
                                        .steps_per_execution = steps_per_execution});
   if (!trace_path.empty()) trace::stop();

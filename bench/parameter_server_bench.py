@@ -3,7 +3,8 @@
 TensorFlow's ParameterServerStrategy with the same tasks.
 
     .venv-peers/bin/peer-python bench/parameter_server_bench.py [--binary build/bench/distribute_bench]
-        [--strata build/strata] [--steps 200] [--rounds 1] [--time-limit 1200] [--skip-push-pull] [--skip-ctr] [--no-tf]
+        [--strata build/strata] [--steps 200] [--rounds 1] [--time-limit 1200] [--skip-push-pull] [--skip-ctr]
+        [--skip-failover] [--no-tf]
 
 1. Push + pull throughput of one ps against a bare gRPC echo of the same bytes (build/bench/ps_bench, 1-64 MB).
 2. Training images/s of the Keras tutorial CNN on Fashion-MNIST (Adam, 1 thread per worker, --steps steps timed after
@@ -25,13 +26,21 @@ TensorFlow's ParameterServerStrategy with the same tasks.
    The machine has 2 cores: with 2 workers the chief and the 2 ps tasks share them with the workers.
 3. The embedding (CTR) model's examples/s with sparse against dense pushes (build/bench/ps_ctr_bench: SGD with 1
    and 2 workers, Adam with 1).
+4. A lost ps (issue 38), 2 workers and 2 ps: images/s with each shard backed up on the other ps (the default) and
+   without (--ps-backups 0), best of --rounds, which is the replication's cost; then one run with backups in which
+   ps:1 is SIGKILLed halfway through the timed steps (`strata launch --max-restarts 1` restarts it, and it copies its
+   shards back as their backup): the time from the kill to the first step that ended after it (every step pulls and
+   pushes a shard of ps:1, so that step was served by its backup), against the steady time between two steps, and
+   the run's images/s and test accuracy with the loss in it.
 Every child runs in its own session and is killed with what it forked on every path.
 """
 import argparse
 import json
 import os
+import signal
 import subprocess
 import sys
+import tempfile
 import time
 
 import peers
@@ -154,12 +163,68 @@ def explain(children, args, missed):
               f"us ({workers * us(tf_ps) - us(tf_alone):.0f} us beyond computing)")
 
 
-def run_ps(children, args, workers):
-    cmd = [args.strata, "launch", "--chief", "--workers", str(workers), "--ps", str(PS_TASKS), "--",
-           args.binary, "--strategy", "parameter_server", "--threads", "1", "--batch", str(STEP_BATCH),
-           "--data", args.data, "--steps-per-epoch", str(args.strata_steps)]
-    (out,) = children.wait_all([children.start(cmd, launch_env())], f"parameter_server x{workers}")
+def ps_command(args, workers, extra=(), max_restarts=0):
+    return [args.strata, "launch", "--chief", "--workers", str(workers), "--ps", str(PS_TASKS), "--max-restarts",
+            str(max_restarts), "--", args.binary, "--strategy", "parameter_server", "--threads", "1", "--batch",
+            str(STEP_BATCH), "--data", args.data, "--steps-per-epoch", str(args.strata_steps), *extra]
+
+
+def run_ps(children, args, workers, extra=()):
+    (out,) = children.wait_all([children.start(ps_command(args, workers, extra), launch_env())],
+                               f"parameter_server x{workers} {' '.join(extra)}")
     return last_json(out, "[chief:0] ")
+
+
+def task_pid(binary, task_type, index):
+    """The pid of the process running `binary` as task `task_type`:`index` of a launched job (by its TF_CONFIG)."""
+    want = f'"task":{{"index":{index},"type":"{task_type}"}}'.encode()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/cmdline", "rb") as f:
+                if os.path.basename(binary).encode() not in f.read():
+                    continue
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                if want in f.read():
+                    return int(entry)
+        except OSError:
+            continue
+    return None
+
+
+def run_ps_loss(children, args, workers, scratch):
+    """One run with backups in which ps:1 is SIGKILLed halfway through the timed epoch: (the run's JSON, seconds from
+    the kill to the first step that ended after it, the median seconds between two steps before it, the launcher's
+    stderr)."""
+    steps = args.strata_steps or 60000 // STEP_BATCH
+    times_path = os.path.join(scratch, "step_times")
+    p = children.start(ps_command(args, workers, ["--step-times", times_path], max_restarts=1), launch_env())
+    killed_at = None
+    while killed_at is None and p.poll() is None and time.monotonic() < children.deadline:
+        try:
+            with open(times_path) as f:
+                done = sum(1 for _ in f)
+        except OSError:
+            done = 0
+        if done >= steps + steps // 2:  # the warm-up epoch, then half the timed one
+            pid = task_pid(args.binary, "ps", 1)
+            if pid is None:
+                sys.exit("the ps:1 task was not found to kill")
+            killed_at = time.time()
+            os.kill(pid, signal.SIGKILL)
+        time.sleep(0.002)
+    try:
+        out, err = p.communicate(timeout=max(children.deadline - time.monotonic(), 0.1))
+    except subprocess.TimeoutExpired:
+        raise RuntimeError("parameter_server with ps:1 killed: over the time limit; killed")
+    if p.returncode != 0:
+        raise RuntimeError(f"parameter_server with ps:1 killed: exited {p.returncode}: {err.strip()[-2000:]}")
+    with open(times_path) as f:
+        ends = [float(line) for line in f if line.strip()]
+    before = [b - a for a, b in zip(ends, ends[1:]) if b < killed_at][-200:]
+    after = next(t for t in ends if t > killed_at)
+    return last_json(out, "[chief:0] "), after - killed_at, sorted(before)[len(before) // 2], err
 
 
 def run_mwms(children, args, workers):
@@ -180,6 +245,7 @@ def main():
     parser.add_argument("--time-limit", type=float, default=1200)
     parser.add_argument("--skip-push-pull", action="store_true")
     parser.add_argument("--skip-ctr", action="store_true", help="skip part 3, the embedding model")
+    parser.add_argument("--skip-failover", action="store_true", help="skip part 4, a lost ps")
     parser.add_argument("--steps", type=int, default=200,
                         help="timed steps of batch 64 per configuration, after as many warm-up steps (0: an epoch)")
     parser.add_argument("--tf-task", nargs=2, metavar=("ROLE", "INDEX"), help=argparse.SUPPRESS)
@@ -248,6 +314,23 @@ def main():
             print(subprocess.run([ctr, "--optimizer", optimizer, "--workers", str(workers), "--seconds", "3",
                                   "--repeats", "3"], capture_output=True, text=True, check=True,
                                  timeout=args.time_limit).stdout, flush=True)
+        if not args.skip_failover:
+            print(f"== a lost ps: 2 workers, {PS_TASKS} ps, best of {args.rounds}", flush=True)
+            backed = {}
+            for _ in range(args.rounds):
+                for flag in ("1", "0"):
+                    result = run_ps(children, args, 2, ["--ps-backups", flag])
+                    if flag not in backed or result["images_per_s"] > backed[flag]["images_per_s"]:
+                        backed[flag] = result
+            print(f"with backups {backed['1']['images_per_s']:8.0f} images/s, without {backed['0']['images_per_s']:8.0f}"
+                  f" images/s: the replication costs {1 - backed['1']['images_per_s'] / backed['0']['images_per_s']:.1%}"
+                  f" of the throughput", flush=True)
+            with tempfile.TemporaryDirectory() as scratch:
+                run, to_first, steady, launcher_said = run_ps_loss(children, args, 2, scratch)
+            restarted = "ps:1 was killed by signal 9 (SIGKILL); restarting it alone" in launcher_said
+            print(f"ps:1 SIGKILLed mid-epoch: the first step ended {to_first * 1e3:.0f} ms after the kill (a step ends "
+                  f"every {steady * 1e3:.1f} ms before it); ps:1 {'restarted' if restarted else 'NOT restarted'}; the "
+                  f"run: {run['images_per_s']:.0f} images/s, test accuracy {run['test_accuracy']:.4f}", flush=True)
     finally:
         children.kill_all()
 
