@@ -105,9 +105,9 @@ void run_predict(const PredictArgs& args) {
                "-o " << args.output << ": unknown output format '" << (out_ext.empty() ? "(no extension)" : out_ext)
                      << "'; supported: .npy (float32 [N, ...]) and .csv (a row per example)");
   check_output_file(args.output, "-o");
-  const SavedModelInfo info = read_saved_model_info(args.model);
+  SavedModelInfo info;
+  std::shared_ptr<Sequential> model = load_model(args.model, &info);
   const Tensor x = fit_dtype(fit_to_model(read_input(args.input), args.input, info), args.input, info);
-  std::shared_ptr<Sequential> model = load_model(args.model);
 
   const data::Dataset batches = data::Dataset::from_tensor_slices({x}).batch(args.batch_size);
   const int64_t steps = (x.dim(0) + args.batch_size - 1) / args.batch_size;

@@ -132,10 +132,11 @@ void Model::save(const std::string& path) const { save_model(*this, path); }
 
 SavedModelInfo read_saved_model_info(const std::string& path) { return info_of(read_config(path, nullptr), path); }
 
-std::shared_ptr<Sequential> load_model(const std::string& path) {
+std::shared_ptr<Sequential> load_model(const std::string& path, SavedModelInfo* info_out) {
   io::NamedTensors weights;
   const ReadConfig read = read_config(path, &weights);
   const SavedModelInfo info = info_of(read, path);
+  if (info_out != nullptr) *info_out = info;
   std::string name;
   json layers;
   try {

@@ -56,8 +56,8 @@ struct SavedModelInfo {
 SavedModelInfo read_saved_model_info(const std::string& path);
 
 // The model a saved model file describes, built for its input shape, with its weights; not compiled (the file
-// records no optimizer). Errors as read_saved_model_info, and InvalidArgument naming the tensor when the weights do
-// not fit the architecture.
-std::shared_ptr<Sequential> load_model(const std::string& path);
+// records no optimizer). Fills `*info` (when given) as read_saved_model_info would, from the same read. Errors as
+// read_saved_model_info, and InvalidArgument naming the tensor when the weights do not fit the architecture.
+std::shared_ptr<Sequential> load_model(const std::string& path, SavedModelInfo* info = nullptr);
 
 }  // namespace strata
