@@ -17,8 +17,11 @@
 #include "strata/data/idx.h"
 #include "strata/data/tfrecord.h"
 #include "strata/io/checkpoint.h"
+#include "strata/io/npy.h"
 #include "strata/io/safetensors.h"
 #include "strata/ps/remote_trainer.h"
+#include "strata/nn/nn.h"
+#include "strata/train/saved_model.h"
 
 using namespace strata;
 namespace fs = std::filesystem;
@@ -111,6 +114,27 @@ void idx_seeds(const fs::path& tmp) {
   seed("idx", "float32-gzip-valid", read_file(tmp / "c.idx.gz"));
   seed("idx", "uint8-truncated", cut(read_file(tmp / "a.idx"), 20));
   seed("idx", "int32-bad-dim", flip(read_file(tmp / "b.idx"), 4));
+}
+
+void npy_seeds(const fs::path& tmp) {
+  io::write_npy((tmp / "a.npy").string(), Tensor::full({2, 3}, 0.5));
+  io::write_npy((tmp / "b.npy").string(), Tensor::zeros({4}, DType::kUInt8));
+  seed("npy", "float32-valid", read_file(tmp / "a.npy"));
+  seed("npy", "uint8-valid", read_file(tmp / "b.npy"));
+  seed("npy", "float32-truncated", cut(read_file(tmp / "a.npy"), 20));
+  seed("npy", "bad-shape", flip(read_file(tmp / "a.npy"), 60));
+}
+
+void saved_model_seeds(const fs::path& tmp) {
+  Sequential model({nn::Rescaling(0.5f), nn::Conv2D(2, 3), nn::MaxPooling2D(2), nn::Flatten(), nn::Dense(3)});
+  model.build_for({1, 6, 6, 1}, DType::kUInt8);
+  save_model(model, (tmp / "m.safetensors").string(), {.input_dtype = DType::kUInt8});
+  Sequential recurrent({nn::Embedding(5, 2), nn::GRU(2), nn::Dense(1)});
+  recurrent.build_for({1, 3}, DType::kInt64);
+  save_model(recurrent, (tmp / "r.safetensors").string(), {.input_dtype = DType::kInt64});
+  seed("saved_model", "cnn-valid", read_file(tmp / "m.safetensors"));
+  seed("saved_model", "gru-valid", read_file(tmp / "r.safetensors"));
+  seed("saved_model", "cnn-flipped-config", flip(read_file(tmp / "m.safetensors"), 200));
 }
 
 void csv_seeds() {
@@ -324,6 +348,8 @@ int main(int argc, char** argv) {
   tfrecord_seeds(tmp);
   example_seeds();
   idx_seeds(tmp);
+  npy_seeds(tmp);
+  saved_model_seeds(tmp);
   csv_seeds();
   safetensors_seeds(tmp);
   checkpoint_seeds(tmp);

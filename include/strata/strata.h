@@ -47,6 +47,7 @@
 #include "strata/optim/schedules.h"
 
 #include "strata/io/checkpoint.h"
+#include "strata/io/npy.h"
 #include "strata/io/safetensors.h"
 
 #include "strata/data/autoshard.h"
@@ -78,3 +79,4 @@
 #include "strata/distribute/values.h"
 #include "strata/train/callbacks.h"
 #include "strata/train/model.h"
+#include "strata/train/saved_model.h"

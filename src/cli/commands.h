@@ -9,6 +9,14 @@ namespace strata::cli {
 // `strata train JOB.yaml ...` and `strata evaluate JOB.yaml --checkpoint D` (src/cli/train_command.cc).
 void add_train_commands(CLI::App& app);
 
+// `strata export JOB --checkpoint D -o OUT.safetensors`: a saved model from any checkpoint of the job
+// (src/cli/export_command.cc).
+void add_export_command(CLI::App& app);
+
+// `strata predict MODEL INPUT -o OUT.npy|OUT.csv`: a saved model's outputs for IDX or .npy examples
+// (src/cli/predict_command.cc).
+void add_predict_command(CLI::App& app);
+
 // `strata data convert ...` and `strata data inspect FILE...` (src/cli/data_command.cc).
 void add_data_commands(CLI::App& app);
 

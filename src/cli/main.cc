@@ -70,6 +70,8 @@ int run(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", "strata " STRATA_VERSION);
   strata::cli::add_train_commands(app);
+  strata::cli::add_export_command(app);
+  strata::cli::add_predict_command(app);
   strata::cli::add_data_commands(app);
   strata::cli::add_report_command(app);
   strata::cli::add_launch_command(app);

@@ -4,7 +4,6 @@
 // print a warning on stderr. A run whose loss turns NaN or infinite stops there and fails (TerminateOnNaN).
 //
 // Thread-safety: registration runs once in main; each command runs on the main thread.
-#include <sys/stat.h>
 
 #include <cmath>
 #include <cstdio>
@@ -12,6 +11,7 @@
 #include <memory>
 #include <thread>
 
+#include "cli/checkpoint_loading.h"
 #include "cli/commands.h"
 #include "cli/core_share.h"
 #include "cli/distribution.h"
@@ -411,15 +411,7 @@ void run_evaluate(const EvaluateArgs& args) {
   if (args.batch_size > 0) job.batch_size = args.batch_size;
   const std::unique_ptr<distribute::Strategy> strategy = open_strategy(job, args.strategy, cores);
   std::shared_ptr<Sequential> model = make_model(job, *strategy, 0);
-  struct stat st {};
-  STRATA_CHECK(::stat(args.checkpoint.c_str(), &st) == 0, IoError, "no checkpoint at '" << args.checkpoint << "'");
-  if (S_ISDIR(st.st_mode) && fs::exists(fs::path(args.checkpoint) / "ps_checkpoint.json")) {
-    ps::load_ps_checkpoint(*model, args.checkpoint);  // a parameter-server job's: its shards reassembled
-  } else if (S_ISDIR(st.st_mode)) {
-    model->restore_checkpoint(args.checkpoint);
-  } else {
-    model->load_weights(args.checkpoint);
-  }
+  load_job_checkpoint(*model, args.checkpoint);
   print_test_line(model->evaluate(test_dataset(job)));
 }
 

@@ -281,7 +281,7 @@ TEST(TrainCommandTest, FlagErrorsAndWarningsAreReadable) {
   EXPECT_NE(out1.find("unknown command 'data convrt'; did you mean 'data convert'?"), std::string::npos) << out1;
   auto [rc2, out2] = run(bin + " frobnicate");
   EXPECT_NE(rc2, 0);
-  EXPECT_NE(out2.find("unknown command 'frobnicate'; the commands are: train, evaluate, data"), std::string::npos)
+  EXPECT_NE(out2.find("unknown command 'frobnicate'; the commands are: train, evaluate, export, predict, data"), std::string::npos)
       << out2;
 
   for (const char* flag : {"--epochs 0", "--batch-size -3", "--threads x", "--strategy mirrored --replicas 0"}) {

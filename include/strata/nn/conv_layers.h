@@ -119,6 +119,7 @@ class GlobalAveragePooling2D : public LayerBase<GlobalAveragePooling2D> {
  public:
   explicit GlobalAveragePooling2D(GlobalPoolingOptions options = {});
   std::string class_name() const override { return "GlobalAveragePooling2D"; }
+  bool keepdims() const { return keepdims_; }
 
  protected:
   void build_impl(const Shape& input_shape) override;

@@ -108,6 +108,7 @@ class Dropout : public LayerBase<Dropout> {
   explicit Dropout(float rate, DropoutOptions options = {});
   std::string class_name() const override { return "Dropout"; }
   float rate() const { return rate_; }
+  const DropoutOptions& options() const { return options_; }
 
  protected:
   Variable call(const Variable& input, bool training) override;
@@ -134,6 +135,7 @@ class Embedding : public LayerBase<Embedding> {
   std::string class_name() const override { return "Embedding"; }
   int64_t input_dim() const { return input_dim_; }
   int64_t output_dim() const { return output_dim_; }
+  const EmbeddingOptions& options() const { return options_; }
   const Variable& embeddings() const { return embeddings_; }
 
  protected:

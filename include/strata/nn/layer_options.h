@@ -61,21 +61,23 @@ class InitializerSpec {
 };
 
 // A weight regularizer by name ("l1", "l2", "l1_l2" with Keras's factors) or object (nn::l2(1e-4));
-// the default is none.
+// the default is none. name() is what a saved model's config records: "" for none, the name given, or "custom".
 class RegularizerSpec {
  public:
   RegularizerSpec() = default;
   RegularizerSpec(const char* name) : RegularizerSpec(std::string(name)) {}  // NOLINT
-  RegularizerSpec(const std::string& name) : fn_(regularizer(name)) {}       // NOLINT
+  RegularizerSpec(const std::string& name) : fn_(regularizer(name)), name_(name) {}  // NOLINT
   template <class F>
   requires(std::is_invocable_r_v<Variable, F&, const Variable&> && !std::is_convertible_v<F, std::string>)
       RegularizerSpec(F fn)
-      : fn_(std::move(fn)) {}  // NOLINT
+      : fn_(std::move(fn)), name_("custom") {}  // NOLINT
 
   const Regularizer& fn() const { return fn_; }
+  const std::string& name() const { return name_; }
 
  private:
   Regularizer fn_;
+  std::string name_;
 };
 
 // "valid" or "same" (any case), or strata::Padding.

@@ -159,6 +159,9 @@ class Model : public nn::Layer, public distribute::TrainingProgram {
 
   // ---- weights and checkpoints (names are the variables' names: "conv2d/kernel", ...).
   std::vector<std::pair<std::string, Tensor>> named_weights() const;
+  // REQUIRES: built, a Sequential. The architecture and the weights in one safetensors file (Keras's model.save):
+  // save_model(*this, path) of strata/train/saved_model.h, which load_model reads back.
+  void save(const std::string& path) const;
   // REQUIRES: built. Writes every variable (trainable and not) to a safetensors file, atomically.
   void save_weights(const std::string& path) const;
   // REQUIRES: built. Reads a safetensors file; names, shapes and dtypes must match exactly (the error names

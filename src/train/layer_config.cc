@@ -1,0 +1,283 @@
+// Layer configs as JSON, Keras's get_config / from_config (see layer_config.h). Each layer class has one writer
+// and one reader below, with Keras's key names; a value made from a C++ function has no name to write and is
+// refused at save time, so every saved config can be read back.
+//
+// Thread-safety: free functions of their arguments; no shared state.
+#include "train/layer_config.h"
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "strata/error.h"
+#include "strata/nn/nn.h"
+
+namespace strata::detail {
+
+namespace {
+
+using json = nlohmann::ordered_json;
+
+std::string describe(const nn::Layer& layer) { return layer.class_name() + " '" + layer.name() + "'"; }
+
+// A Keras name of an option, or an InvalidArgument: a C++ function cannot be written to a file.
+std::string named(const std::string& name, const nn::Layer& layer, const char* option) {
+  STRATA_CHECK(name != "custom", InvalidArgument,
+               "cannot save " << describe(layer) << ": its " << option
+                              << " is a C++ function, which a saved model cannot hold; give it by Keras name");
+  return name;
+}
+json activation(const nn::ActivationSpec& spec, const nn::Layer& layer, const char* option) {
+  return named(spec.name(), layer, option);
+}
+json initializer(const nn::InitializerSpec& spec, const nn::Layer& layer, const char* option) {
+  return named(spec.name(), layer, option);
+}
+json regularizer(const nn::RegularizerSpec& spec, const nn::Layer& layer, const char* option) {
+  const std::string name = named(spec.name(), layer, option);
+  return name.empty() ? json(nullptr) : json(name);
+}
+json size2(nn::Size2 s) { return json::array({s.h, s.w}); }
+
+// Readers. A missing key or a value of the wrong type throws nlohmann's exceptions, which layer_from_config turns
+// into DataCorrupt naming the file and the layer.
+std::string name_or_empty(const json& value) { return value.is_null() ? std::string() : value.get<std::string>(); }
+nn::Size2 read_size2(const json& value) {
+  const std::vector<int> v = value.get<std::vector<int>>();
+  STRATA_CHECK(v.size() == 2, InvalidArgument, "expected [height, width], got " << value.dump());
+  return nn::Size2(v[0], v[1]);
+}
+nn::RegularizerSpec read_regularizer(const json& value) { return nn::RegularizerSpec(name_or_empty(value)); }
+
+}  // namespace
+
+json layer_config(const nn::Layer& layer) {
+  json c;
+  c["name"] = layer.name();
+  c["trainable"] = layer.trainable();
+  if (const auto* l = dynamic_cast<const nn::Rescaling*>(&layer)) {
+    c["scale"] = l->scale();
+    c["offset"] = l->offset();
+  } else if (const auto* l = dynamic_cast<const nn::Dense*>(&layer)) {
+    const nn::DenseOptions& o = l->options();
+    c["units"] = l->units();
+    c["activation"] = activation(o.activation, layer, "activation");
+    c["use_bias"] = o.use_bias;
+    c["kernel_initializer"] = initializer(o.kernel_initializer, layer, "kernel_initializer");
+    c["bias_initializer"] = initializer(o.bias_initializer, layer, "bias_initializer");
+    c["kernel_regularizer"] = regularizer(o.kernel_regularizer, layer, "kernel_regularizer");
+    c["bias_regularizer"] = regularizer(o.bias_regularizer, layer, "bias_regularizer");
+  } else if (const auto* l = dynamic_cast<const nn::Conv2D*>(&layer)) {
+    const nn::Conv2DLayerOptions& o = l->options();
+    c["filters"] = l->filters();
+    c["kernel_size"] = size2(l->kernel_size());
+    c["strides"] = size2(o.strides);
+    c["padding"] = o.padding.name();
+    c["dilation_rate"] = size2(o.dilation_rate);
+    c["activation"] = activation(o.activation, layer, "activation");
+    c["use_bias"] = o.use_bias;
+    c["kernel_initializer"] = initializer(o.kernel_initializer, layer, "kernel_initializer");
+    c["bias_initializer"] = initializer(o.bias_initializer, layer, "bias_initializer");
+    c["kernel_regularizer"] = regularizer(o.kernel_regularizer, layer, "kernel_regularizer");
+    c["bias_regularizer"] = regularizer(o.bias_regularizer, layer, "bias_regularizer");
+  } else if (const auto* l = dynamic_cast<const nn::detail::Pooling2D*>(&layer)) {
+    c["pool_size"] = size2(l->pool_size());
+    c["strides"] = size2(l->strides());
+    c["padding"] = nn::PaddingSpec(l->padding()).name();
+  } else if (const auto* l = dynamic_cast<const nn::GlobalAveragePooling2D*>(&layer)) {
+    c["keepdims"] = l->keepdims();
+  } else if (dynamic_cast<const nn::Flatten*>(&layer) != nullptr) {
+    // no options
+  } else if (const auto* l = dynamic_cast<const nn::Reshape*>(&layer)) {
+    c["target_shape"] = l->target_shape();
+  } else if (const auto* l = dynamic_cast<const nn::Dropout*>(&layer)) {
+    c["rate"] = l->rate();
+    c["seed"] = l->options().seed ? json(*l->options().seed) : json(nullptr);
+  } else if (const auto* l = dynamic_cast<const nn::BatchNormalization*>(&layer)) {
+    const nn::BatchNormalizationOptions& o = l->options();
+    c["axis"] = o.axis;
+    c["momentum"] = o.momentum;
+    c["epsilon"] = o.epsilon;
+    c["center"] = o.center;
+    c["scale"] = o.scale;
+    c["beta_initializer"] = initializer(o.beta_initializer, layer, "beta_initializer");
+    c["gamma_initializer"] = initializer(o.gamma_initializer, layer, "gamma_initializer");
+    c["moving_mean_initializer"] = initializer(o.moving_mean_initializer, layer, "moving_mean_initializer");
+    c["moving_variance_initializer"] =
+        initializer(o.moving_variance_initializer, layer, "moving_variance_initializer");
+    c["beta_regularizer"] = regularizer(o.beta_regularizer, layer, "beta_regularizer");
+    c["gamma_regularizer"] = regularizer(o.gamma_regularizer, layer, "gamma_regularizer");
+  } else if (const auto* l = dynamic_cast<const nn::Activation*>(&layer)) {
+    c["activation"] = activation(l->activation(), layer, "activation");
+  } else if (const auto* l = dynamic_cast<const nn::Embedding*>(&layer)) {
+    c["input_dim"] = l->input_dim();
+    c["output_dim"] = l->output_dim();
+    c["embeddings_initializer"] = initializer(l->options().embeddings_initializer, layer, "embeddings_initializer");
+    c["embeddings_regularizer"] = regularizer(l->options().embeddings_regularizer, layer, "embeddings_regularizer");
+  } else if (const auto* lstm = dynamic_cast<const nn::LSTM*>(&layer)) {
+    const nn::LSTMOptions& o = lstm->options();
+    c["units"] = lstm->units();
+    c["activation"] = activation(o.activation, layer, "activation");
+    c["recurrent_activation"] = activation(o.recurrent_activation, layer, "recurrent_activation");
+    c["use_bias"] = o.use_bias;
+    c["kernel_initializer"] = initializer(o.kernel_initializer, layer, "kernel_initializer");
+    c["recurrent_initializer"] = initializer(o.recurrent_initializer, layer, "recurrent_initializer");
+    c["bias_initializer"] = initializer(o.bias_initializer, layer, "bias_initializer");
+    c["unit_forget_bias"] = o.unit_forget_bias;
+    c["kernel_regularizer"] = regularizer(o.kernel_regularizer, layer, "kernel_regularizer");
+    c["recurrent_regularizer"] = regularizer(o.recurrent_regularizer, layer, "recurrent_regularizer");
+    c["bias_regularizer"] = regularizer(o.bias_regularizer, layer, "bias_regularizer");
+    c["return_sequences"] = o.return_sequences;
+    c["go_backwards"] = o.go_backwards;
+  } else if (const auto* gru = dynamic_cast<const nn::GRU*>(&layer)) {
+    const nn::GRUOptions& o = gru->options();
+    c["units"] = gru->units();
+    c["activation"] = activation(o.activation, layer, "activation");
+    c["recurrent_activation"] = activation(o.recurrent_activation, layer, "recurrent_activation");
+    c["use_bias"] = o.use_bias;
+    c["kernel_initializer"] = initializer(o.kernel_initializer, layer, "kernel_initializer");
+    c["recurrent_initializer"] = initializer(o.recurrent_initializer, layer, "recurrent_initializer");
+    c["bias_initializer"] = initializer(o.bias_initializer, layer, "bias_initializer");
+    c["kernel_regularizer"] = regularizer(o.kernel_regularizer, layer, "kernel_regularizer");
+    c["recurrent_regularizer"] = regularizer(o.recurrent_regularizer, layer, "recurrent_regularizer");
+    c["bias_regularizer"] = regularizer(o.bias_regularizer, layer, "bias_regularizer");
+    c["return_sequences"] = o.return_sequences;
+    c["go_backwards"] = o.go_backwards;
+    c["reset_after"] = o.reset_after;
+  } else {
+    STRATA_THROW(InvalidArgument, "cannot save " << describe(layer)
+                                                 << ": a saved model holds Rescaling, Dense, Conv2D, MaxPooling2D, "
+                                                    "AveragePooling2D, GlobalAveragePooling2D, Flatten, Reshape, "
+                                                    "Dropout, BatchNormalization, Activation, Embedding, LSTM and GRU "
+                                                    "layers");
+  }
+  return json{{"class_name", layer.class_name()}, {"config", c}};
+}
+
+namespace {
+
+std::shared_ptr<nn::Layer> make_from(const std::string& type, const json& c) {
+  const std::string name = c.at("name").get<std::string>();
+  if (type == "Rescaling") return std::make_shared<nn::Rescaling>(c.at("scale").get<float>(), c.at("offset").get<float>(), name);
+  if (type == "Dense") {
+    nn::DenseOptions o;
+    o.activation = c.at("activation").get<std::string>();
+    o.use_bias = c.at("use_bias").get<bool>();
+    o.kernel_initializer = c.at("kernel_initializer").get<std::string>();
+    o.bias_initializer = c.at("bias_initializer").get<std::string>();
+    o.kernel_regularizer = read_regularizer(c.at("kernel_regularizer"));
+    o.bias_regularizer = read_regularizer(c.at("bias_regularizer"));
+    o.name = name;
+    return std::make_shared<nn::Dense>(c.at("units").get<int64_t>(), o);
+  }
+  if (type == "Conv2D") {
+    nn::Conv2DLayerOptions o;
+    o.strides = read_size2(c.at("strides"));
+    o.padding = c.at("padding").get<std::string>();
+    o.dilation_rate = read_size2(c.at("dilation_rate"));
+    o.activation = c.at("activation").get<std::string>();
+    o.use_bias = c.at("use_bias").get<bool>();
+    o.kernel_initializer = c.at("kernel_initializer").get<std::string>();
+    o.bias_initializer = c.at("bias_initializer").get<std::string>();
+    o.kernel_regularizer = read_regularizer(c.at("kernel_regularizer"));
+    o.bias_regularizer = read_regularizer(c.at("bias_regularizer"));
+    o.name = name;
+    return std::make_shared<nn::Conv2D>(c.at("filters").get<int64_t>(), read_size2(c.at("kernel_size")), o);
+  }
+  if (type == "MaxPooling2D" || type == "AveragePooling2D") {
+    nn::Pooling2DOptions o;
+    o.strides = read_size2(c.at("strides"));
+    o.padding = c.at("padding").get<std::string>();
+    o.name = name;
+    const nn::Size2 pool = read_size2(c.at("pool_size"));
+    if (type == "MaxPooling2D") return std::make_shared<nn::MaxPooling2D>(pool, o);
+    return std::make_shared<nn::AveragePooling2D>(pool, o);
+  }
+  if (type == "GlobalAveragePooling2D") {
+    return std::make_shared<nn::GlobalAveragePooling2D>(
+        nn::GlobalPoolingOptions{.keepdims = c.at("keepdims").get<bool>(), .name = name});
+  }
+  if (type == "Flatten") return std::make_shared<nn::Flatten>(name);
+  if (type == "Reshape") return std::make_shared<nn::Reshape>(c.at("target_shape").get<Shape>(), name);
+  if (type == "Dropout") {
+    nn::DropoutOptions o;
+    if (!c.at("seed").is_null()) o.seed = c.at("seed").get<uint64_t>();
+    o.name = name;
+    return std::make_shared<nn::Dropout>(c.at("rate").get<float>(), o);
+  }
+  if (type == "BatchNormalization") {
+    nn::BatchNormalizationOptions o;
+    o.axis = c.at("axis").get<int>();
+    o.momentum = c.at("momentum").get<float>();
+    o.epsilon = c.at("epsilon").get<float>();
+    o.center = c.at("center").get<bool>();
+    o.scale = c.at("scale").get<bool>();
+    o.beta_initializer = c.at("beta_initializer").get<std::string>();
+    o.gamma_initializer = c.at("gamma_initializer").get<std::string>();
+    o.moving_mean_initializer = c.at("moving_mean_initializer").get<std::string>();
+    o.moving_variance_initializer = c.at("moving_variance_initializer").get<std::string>();
+    o.beta_regularizer = read_regularizer(c.at("beta_regularizer"));
+    o.gamma_regularizer = read_regularizer(c.at("gamma_regularizer"));
+    o.name = name;
+    return std::make_shared<nn::BatchNormalization>(o);
+  }
+  if (type == "Activation") return std::make_shared<nn::Activation>(c.at("activation").get<std::string>(), name);
+  if (type == "Embedding") {
+    nn::EmbeddingOptions o;
+    o.embeddings_initializer = c.at("embeddings_initializer").get<std::string>();
+    o.embeddings_regularizer = read_regularizer(c.at("embeddings_regularizer"));
+    o.name = name;
+    return std::make_shared<nn::Embedding>(c.at("input_dim").get<int64_t>(), c.at("output_dim").get<int64_t>(), o);
+  }
+  // LSTM and GRU share their keys but unit_forget_bias and reset_after.
+  auto recurrent = [&c, &name](auto& o) {
+    o.activation = c.at("activation").template get<std::string>();
+    o.recurrent_activation = c.at("recurrent_activation").template get<std::string>();
+    o.use_bias = c.at("use_bias").template get<bool>();
+    o.kernel_initializer = c.at("kernel_initializer").template get<std::string>();
+    o.recurrent_initializer = c.at("recurrent_initializer").template get<std::string>();
+    o.bias_initializer = c.at("bias_initializer").template get<std::string>();
+    o.kernel_regularizer = read_regularizer(c.at("kernel_regularizer"));
+    o.recurrent_regularizer = read_regularizer(c.at("recurrent_regularizer"));
+    o.bias_regularizer = read_regularizer(c.at("bias_regularizer"));
+    o.return_sequences = c.at("return_sequences").template get<bool>();
+    o.go_backwards = c.at("go_backwards").template get<bool>();
+    o.name = name;
+  };
+  if (type == "LSTM") {
+    nn::LSTMOptions o;
+    recurrent(o);
+    o.unit_forget_bias = c.at("unit_forget_bias").get<bool>();
+    return std::make_shared<nn::LSTM>(c.at("units").get<int64_t>(), o);
+  }
+  if (type == "GRU") {
+    nn::GRUOptions o;
+    recurrent(o);
+    o.reset_after = c.at("reset_after").get<bool>();
+    return std::make_shared<nn::GRU>(c.at("units").get<int64_t>(), o);
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+std::shared_ptr<nn::Layer> layer_from_config(const json& config, const std::string& where) {
+  std::string type = "?";
+  try {
+    type = config.at("class_name").get<std::string>();
+    const json& c = config.at("config");
+    std::shared_ptr<nn::Layer> layer = make_from(type, c);
+    STRATA_CHECK(layer != nullptr, DataCorrupt,
+                 where << ": unknown layer class '" << type << "' (this strata reads Rescaling, Dense, Conv2D, "
+                       << "MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, Flatten, Reshape, Dropout, "
+                       << "BatchNormalization, Activation, Embedding, LSTM and GRU)");
+    if (c.contains("trainable")) layer->set_trainable(c.at("trainable").get<bool>());
+    return layer;
+  } catch (const nlohmann::json::exception& e) {
+    STRATA_THROW(DataCorrupt, where << ": layer " << type << ": " << e.what() << " in " << config.dump());
+  } catch (const InvalidArgument& e) {  // a value the layer refuses (an unknown activation name, units 0, ...)
+    STRATA_THROW(DataCorrupt, where << ": layer " << type << ": " << e.what());
+  }
+}
+
+}  // namespace strata::detail
