@@ -2,9 +2,9 @@
 // requests: each input is a sequence of calls (a method byte, then the request's protobuf bytes) made in order to a
 // server of its own, over gRPC on 127.0.0.1, so pushes and pulls meet the shards earlier calls created. The server's
 // checkpoint directory is this process's scratch directory, and Save and Restore name a checkpoint number, so the
-// fuzzer writes nowhere else. The replication methods (Promote, ReplicateCreate, ReplicatePush) reach a server that
-// replicates nothing: their refusals and role checks. A request that is not valid protobuf is not sent; Pull and
-// Push, raw methods on the server, get the bytes as they are.
+// fuzzer writes nowhere else. The replication methods (Promote, ReplicateCreate, ReplicatePush, Rebackup) reach a
+// server that replicates nothing: their refusals and role checks. A request that is not valid protobuf is not sent;
+// Pull and Push, raw methods on the server, get the bytes as they are.
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
 
@@ -75,7 +75,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   auto stub = pb::ParameterServer::NewStub(channel);
   grpc::GenericStub generic(channel);
   for (int i = 0; i < kMaxCalls && !in.empty(); ++i) {
-    const int method = in.byte() % 9;
+    const int method = in.byte() % 10;
     const std::string bytes = in.string();
     using S = pb::ParameterServer::Stub;
     switch (method) {
@@ -105,6 +105,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         break;
       case 8:
         call(*stub, &S::ReplicatePush, bytes);
+        break;
+      case 9:
+        call(*stub, &S::Rebackup, bytes);
         break;
     }
   }

@@ -301,6 +301,10 @@ int64_t ParameterServerClient::save(int64_t checkpoint, int64_t keep) {
   return impl_->call(&pb::ParameterServer::Stub::Save, "Save", req).shards();
 }
 
+int64_t ParameterServerClient::rebackup() {
+  return impl_->call(&pb::ParameterServer::Stub::Rebackup, "Rebackup", pb::RebackupRequest()).backups();
+}
+
 int64_t ParameterServerClient::restore(int64_t checkpoint) {
   pb::RestoreRequest req;
   req.set_checkpoint(checkpoint);

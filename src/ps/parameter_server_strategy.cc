@@ -210,6 +210,12 @@ void ParameterServerStrategy::restore_ps_checkpoint() {
     on_ps(i, "restoring checkpoint " + std::to_string(committed_checkpoint_) + " on",
           [&] { return clients[i]->restore(committed_checkpoint_); });
   }
+  // Restored, each shard has one copy: every ps backs up its peers' shards again, once all hold the checkpoint.
+  if (replicating()) {
+    for (size_t i = 0; i < clients.size(); ++i) {
+      on_ps(i, "backing up the shards of the others on", [&] { return clients[i]->rebackup(); });
+    }
+  }
 }
 
 std::vector<std::string> ParameterServerStrategy::on_every_worker(

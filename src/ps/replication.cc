@@ -57,11 +57,15 @@ grpc::Status PeerLinks::replicate_create(int64_t index, const pb::ReplicateCreat
   return peer(index).stub->ReplicateCreate(&context, request, &response);
 }
 
-grpc::Status PeerLinks::resync(int64_t index, const std::function<void(pb::ShardCopy&)>& take) {
+grpc::Status PeerLinks::resync(int64_t index, bool primaries_only, const std::function<void(pb::ShardCopy&)>& take) {
   grpc::ClientContext context;
   context.set_deadline(std::chrono::system_clock::now() + timeout_);
+  // A Rebackup's peers are all up: wait for one whose channel still backs off from a start-up resync that found it
+  // not listening. A restarting ps asks peers that may be down: they fail at once.
+  context.set_wait_for_ready(primaries_only);
   pb::ResyncRequest request;
   request.set_requester(self_);
+  request.set_primaries_only(primaries_only);
   auto reader = peer(index).stub->Resync(&context, request);
   pb::ShardCopy copy;
   while (reader->Read(&copy)) take(copy);

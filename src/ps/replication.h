@@ -10,6 +10,8 @@
 //   and stays (or becomes) their primary; the restarted ps becomes their backup. The forwards that follow wait for
 //   it to listen.
 // - A primary whose backup cannot be reached goes on alone (one copy) until the backup's task is back and resyncs.
+// - A ps restored from a checkpoint holds its primaries alone (a checkpoint holds each shard once): once every ps is
+//   restored, the chief has each Rebackup, a Resync of the others' primaries only.
 // - A call for a shard to a ps that is not its primary is FAILED_PRECONDITION carrying a Moved (the primary's
 //   index) in its details: the client goes there.
 // Thread-safety: a ShardReplica is guarded by its mutex; PeerLinks may be used from many threads at once.
@@ -63,9 +65,10 @@ class PeerLinks {
   // the peer to listen (within the timeout), for a peer that is resyncing.
   grpc::Status forward_push(int64_t index, const grpc::ByteBuffer& request, bool wait);
   grpc::Status replicate_create(int64_t index, const proto::ReplicateCreateRequest& request);
-  // Ps `index`'s shards shared with this ps, each handed to `take` as it arrives. Fails fast (UNAVAILABLE) when the
-  // peer does not listen.
-  grpc::Status resync(int64_t index, const std::function<void(proto::ShardCopy&)>& take);
+  // Ps `index`'s shards shared with this ps (`primaries_only`: only those it serves, for a ps that serves its own
+  // still), each handed to `take` as it arrives. Fails fast (UNAVAILABLE) when the peer does not listen, except with
+  // `primaries_only` (every peer is up then), which waits for it within the timeout.
+  grpc::Status resync(int64_t index, bool primaries_only, const std::function<void(proto::ShardCopy&)>& take);
 
  private:
   struct Peer {

@@ -276,7 +276,10 @@ class Service final : public pb::ParameterServer::WithRawCallbackMethod_Push<
       std::lock_guard replica_lock(held.replica->mu);
       detail::ShardReplica& replica = *held.replica;
       if (replica.peer != req->requester() || replica.role == detail::ReplicaRole::kStale) continue;
-      if (replica.role == detail::ReplicaRole::kBackup) ++takeovers_;  // its primary came back empty
+      if (replica.role == detail::ReplicaRole::kBackup) {
+        if (req->primaries_only()) continue;  // its primary still serves it
+        ++takeovers_;                         // its primary came back empty
+      }
       replica.role = detail::ReplicaRole::kPrimary;
       replica.peer_attached = true;
       replica.peer_syncing = true;
@@ -292,6 +295,30 @@ class Service final : public pb::ParameterServer::WithRawCallbackMethod_Push<
       if (!writer->Write(copy)) return {grpc::StatusCode::UNAVAILABLE, "Resync: the restarted ps went away"};
     }
     return grpc::Status::OK;
+  }
+
+  grpc::Status Rebackup(grpc::ServerContext*, const pb::RebackupRequest*, pb::RebackupResponse* resp) override {
+    if (!peers_) return {grpc::StatusCode::FAILED_PRECONDITION, "Rebackup: this ps replicates nothing"};
+    if (grpc::Status fenced = check_not_fenced("Rebackup"); !fenced.ok()) return fenced;
+    int64_t backups = 0;
+    const grpc::Status status = take_backups_from_peers(/*primaries_only=*/true, &backups);
+    resp->set_backups(backups);
+    return status;
+  }
+
+  // Asks every other ps for the shards this ps backs up (Resync; `primaries_only`: this ps serves its own primaries
+  // still, so only the others' primaries) and installs them; `taken` counts them. A peer that does not answer (down,
+  // or not started yet) has nothing to hand over: skipped. DATA_LOSS when a copy cannot be read.
+  grpc::Status take_backups_from_peers(bool primaries_only, int64_t* taken) {
+    grpc::Status installed;
+    for (int64_t k = 0; k < peers_->size(); ++k) {
+      if (k == peers_->self()) continue;
+      (void)peers_->resync(k, primaries_only, [&](pb::ShardCopy& copy) {
+        if (installed.ok()) installed = install_backup(copy);
+        ++*taken;
+      });
+    }
+    return installed;
   }
 
   // Installs `copy` (from a Resync) as a backup whose primary is copy.primary(). DATA_LOSS when it cannot be read.
@@ -649,17 +676,9 @@ void ParameterServer::start(const std::string& address, const StartOptions& opti
   impl_->resynced = 0;
   // Before listening: a restarted ps takes the shards it shares with the others back as their backup (at a job's
   // start the others hold nothing, or do not listen yet).
-  if (detail::PeerLinks* links = service->peers()) {
-    for (int64_t k = 0; k < links->size(); ++k) {
-      if (k == links->self()) continue;
-      grpc::Status installed;
-      // A peer that does not answer (down, or not started yet) has nothing to hand over: skipped.
-      (void)links->resync(k, [&](pb::ShardCopy& copy) {
-        if (installed.ok()) installed = service->install_backup(copy);
-        ++impl_->resynced;
-      });
-      if (!installed.ok()) STRATA_THROW_CODE(cluster::error_code_of(installed), "ps: " << installed.error_message());
-    }
+  if (service->peers()) {
+    const grpc::Status installed = service->take_backups_from_peers(/*primaries_only=*/false, &impl_->resynced);
+    if (!installed.ok()) STRATA_THROW_CODE(cluster::error_code_of(installed), "ps: " << installed.error_message());
   }
   // The checkpoint only when no live copy came (a whole job restarted; one ps): the live copies are newer.
   if (options.restore_checkpoint > 0 && impl_->resynced == 0) {  // before listening: no client sees what it replaces

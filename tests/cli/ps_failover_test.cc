@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <iterator>
 #include <regex>
 #include <set>
 #include <string>
@@ -118,8 +119,11 @@ TEST(PsFailoverTest, AKilledChiefRestartsTheJobWhichResumesFromItsPsCheckpoint) 
   EXPECT_GE(std::stoll(said[1]), 3) << out;
   EXPECT_EQ(std::stoll(said[2]), (std::stoll(said[3]) - 1) * 64 + std::stoll(said[4])) << out;
   EXPECT_NE(out.find(std::string("[chief:0] ") + kTwelveEpochs), std::string::npos) << out;
-  // Every shard: the checkpoint's updates, then one a step after it.
+  // Every shard: the checkpoint's updates, then one a step after it; and backed up on the other ps again (a
+  // checkpoint holds each shard once: the ps were paired anew after the restore).
   expect_every_shard_updated(out, 2, kSteps);
+  const std::regex paired(R"(\[chief:0\] ps:\d \(\S+\): 1 shard, .*; backs up 1 shard \()");
+  EXPECT_EQ(std::distance(std::sregex_iterator(out.begin(), out.end(), paired), std::sregex_iterator()), 2) << out;
   EXPECT_GT(test_accuracy(out), 0.5) << out;
 }
 

@@ -76,7 +76,7 @@ TEST(RogueJobTest, CallsFromOutsideTheJobAreRefusedAndTheJobEndsAsAnUndisturbedR
   for (const std::string& path : testing::method_paths("strata.ps.proto.Worker")) {
     requests[worker + path] = path.ends_with("/RunFunction") ? step.SerializeAsString() : "";
   }
-  ASSERT_EQ(requests.size(), 12u);  // the ps's 10 methods (4 of them between ps tasks) and the worker's 2
+  ASSERT_EQ(requests.size(), 13u);  // the ps's 11 methods (4 of them between ps tasks) and the worker's 2
   testing::RogueClient ps_rogue(ps), worker_rogue(worker);
   std::set<std::string> refused;
   int calls = 0;

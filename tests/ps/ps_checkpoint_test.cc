@@ -4,13 +4,12 @@
 #include "ps/ps_checkpoint.h"
 
 #include <gtest/gtest.h>
-
-#include <functional>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <set>
 
 #include "io/io_test_util.h"

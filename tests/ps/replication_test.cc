@@ -1,7 +1,8 @@
 // Shard replication between ps tasks (src/ps/replication.h), in process: a primary forwards every push to its
 // backup; when the primary is stopped, linked clients have the backup take over and every push is applied exactly
 // once (a step re-sent across the takeover is dropped); a restarted ps copies the shards back and becomes their
-// backup; and the value always equals the same optimizer applied locally to every acknowledged push.
+// backup; both ps restored from a checkpoint are paired again by Rebackup; and the value always equals the same
+// optimizer applied locally to every acknowledged push.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -11,6 +12,7 @@
 #include "strata/optim/optimizers.h"
 #include "strata/ps/server.h"
 #include "strata/variable.h"
+#include "io/io_test_util.h"
 #include "test_util.h"
 
 namespace strata::ps {
@@ -25,15 +27,22 @@ struct TwoPs {
   std::vector<std::string> addresses() const {
     return {"127.0.0.1:" + std::to_string(ports[0]), "127.0.0.1:" + std::to_string(ports[1])};
   }
-  void start(size_t index) {
+  std::string checkpoints;  // "": none; else ps i checkpoints under <checkpoints>/ps-<i>
+  void start(size_t index, int64_t restore_checkpoint = 0) {
     servers[index] = std::make_unique<ParameterServer>();
-    servers[index]->start(addresses()[index], {.replicas = addresses(),
-                                               .replica_index = static_cast<int64_t>(index),
-                                               .replica_timeout = 5s});
+    servers[index]->start(addresses()[index],
+                          {.checkpoint_directory = checkpoints.empty() ? "" : checkpoints + "/ps-" + std::to_string(index),
+                           .restore_checkpoint = restore_checkpoint,
+                           .replicas = addresses(),
+                           .replica_index = static_cast<int64_t>(index),
+                           .replica_timeout = 5s});
   }
-  TwoPs() : ports{test::free_port(), test::free_port()}, servers(2) {
-    start(0);
-    start(1);
+  // Started on ports the OS picked; with `restore_checkpoint`, both from that checkpoint under `checkpoint_root`, ps:0
+  // first (ps:1 then finds it up, holding its restored shards).
+  explicit TwoPs(std::string checkpoint_root = "", int64_t restore_checkpoint = 0)
+      : ports{test::free_port(), test::free_port()}, servers(2), checkpoints(std::move(checkpoint_root)) {
+    start(0, restore_checkpoint);
+    start(1, restore_checkpoint);
   }
 };
 
@@ -102,6 +111,41 @@ TEST(ReplicationTest, ACallToABackupIsSentToThePrimaryAndAPrimaryWithoutItsBacku
   EXPECT_EQ(linked[1]->pull("b").to_vector<float>(), std::vector<float>(4, 0.0f));
   EXPECT_EQ(ps.servers[1]->pushes_applied(), 1);
   EXPECT_EQ(ps.servers[1]->takeovers(), 0);
+}
+
+// A job restarted whole: both ps come back from the checkpoint at once (neither finds the other's live copies), each
+// with its own primaries, fenced; restored (the fence lifted) and told to back each other up again, every shard is on
+// two tasks once more, and a ps lost afterwards is taken over with every push.
+TEST(ReplicationTest, AfterBothPsRestoreACheckpointRebackupPairsEveryShardAgain) {
+  test::ScratchDir scratch;
+  const OptimizerSpec sgd{.name = "sgd", .learning_rate = 1.0};
+  {
+    TwoPs before(scratch.path());
+    const auto clients = linked_clients(before.addresses());
+    ASSERT_TRUE(clients[0]->create("a", Tensor::full({2}, 1.0), sgd));  // primary ps:0
+    ASSERT_TRUE(clients[1]->create("b", Tensor::full({2}, 1.0), sgd));  // primary ps:1
+    ASSERT_TRUE(clients[0]->push("a", Tensor::full({2}, 0.5), "step:1"));
+    EXPECT_EQ(clients[0]->save(1), 1);  // its primary alone
+    EXPECT_EQ(clients[1]->save(1), 1);
+  }
+  // Both come back from checkpoint 1, fenced: ps:0 finds nobody to copy from and loads its own, ps:1 finds ps:0 up
+  // and copies the backups it is owed (then, having copies, loads nothing).
+  TwoPs after(scratch.path(), 1);
+  const auto clients = linked_clients(after.addresses());
+  for (const auto& c : clients) c->restore(1);
+  for (const auto& c : clients) c->rebackup();
+  const auto s0 = clients[0]->stats(), s1 = clients[1]->stats();
+  EXPECT_EQ(s0.fenced_at, 0);
+  EXPECT_EQ(s1.fenced_at, 0);
+  EXPECT_EQ(s0.shards - s0.backups, 1);  // "a"
+  EXPECT_EQ(s0.backups, 1);              // of "b"
+  EXPECT_EQ(s1.shards - s1.backups, 1);
+  EXPECT_EQ(s1.backups, 1);
+  EXPECT_EQ(clients[0]->pull("a").to_vector<float>(), std::vector<float>(2, 0.5f));
+  // Paired again: ps:0 lost, "a" is served by its backup with the push made after the restore.
+  ASSERT_TRUE(clients[0]->push("a", Tensor::full({2}, 0.5), "step:2"));
+  after.servers[0]->stop();
+  EXPECT_EQ(clients[1]->pull("a").to_vector<float>(), std::vector<float>(2, 0.0f));
 }
 
 }  // namespace

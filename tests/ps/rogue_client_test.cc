@@ -51,7 +51,7 @@ TEST_F(RogueClientTest, EveryPsMethodWithoutTheSecretIsRefusedAndTheShardsStayAs
   save.set_checkpoint(1);
   testing::RogueClient rogue(address);
   const std::vector<std::string> paths = testing::method_paths("strata.ps.proto.ParameterServer");
-  ASSERT_EQ(paths.size(), 10u);  // 6 for clients, 4 between the ps tasks (replication)
+  ASSERT_EQ(paths.size(), 11u);  // 6 for clients, 4 between the ps tasks (replication), Rebackup from the chief
   for (const std::string& path : paths) {
     SCOPED_TRACE(path);
     std::string request;

@@ -160,8 +160,8 @@ class ParameterServerStrategy final : public distribute::Strategy {
   const PsJobPosition& committed_position() const { return committed_position_; }
   // Chief: every ps's Stats, asked of all at once, in task order.
   std::vector<ParameterServerClient::Stats> ps_stats();
-  // Chief: has every ps load the committed checkpoint (a ps restarted from it only lifts its fence). InvalidArgument
-  // when none was committed.
+  // Chief: has every ps load the committed checkpoint (a ps restarted from it only lifts its fence), then, with
+  // replication, back up the others' shards again. InvalidArgument when none was committed.
   void restore_ps_checkpoint();
   // Chief: the steps rolled back after a ps lost the job's state, and how many times, over the job (for reports).
   int64_t steps_rolled_back() const { return steps_rolled_back_; }

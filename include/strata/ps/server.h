@@ -151,6 +151,10 @@ class ParameterServerClient {
   // returns how many. A ps fenced at that checkpoint (Stats::fenced_at) only lifts its fence: it holds it already.
   // InvalidArgument when the ps has no such checkpoint; DataCorrupt naming a damaged file.
   int64_t restore(int64_t checkpoint);
+  // A ps of a replicated job, after every ps was restored from a checkpoint (which leaves shards without backups):
+  // takes the backups of the other ps's shards again, as a restarted ps does; returns how many. FailedPrecondition
+  // on a ps without replication.
+  int64_t rebackup();
   // What the ps holds and has done since it started (a restarted ps counts from its restart).
   struct Stats {
     int64_t shards = 0;   // primaries and backups
