@@ -270,7 +270,10 @@ void run_parameter_server_task(Job& job, const TrainArgs& args, const cluster::C
     // Each shard it serves takes one update a step (a synchronous round's counts once), restored with it.
     std::string updates;
     for (const auto& shard : stats.shard_status) {
-      if (!shard.backup) updates += (updates.empty() ? "" : ", ") + shard.name + " " + std::to_string(shard.updates);
+      if (shard.backup) continue;
+      updates += (updates.empty() ? "" : ", ") + shard.name + " " + std::to_string(shard.updates);
+      if (shard.takeovers == 1) updates += " [taken over here]";
+      if (shard.takeovers > 1) updates += " [taken over here x" + std::to_string(shard.takeovers) + "]";
     }
     if (!updates.empty()) std::printf(" (updates: %s)", updates.c_str());
     if (servers.replicating()) {

@@ -289,7 +289,8 @@ ParameterServerClient::Stats ParameterServerClient::stats() {
               .pushes_replicated = r.pushes_replicated(),
               .fenced_at = r.fenced_at()};
   for (const pb::ShardStatus& s : r.shard_status()) {
-    stats.shard_status.push_back({.name = s.name(), .updates = s.updates(), .backup = s.backup()});
+    stats.shard_status.push_back(
+        {.name = s.name(), .updates = s.updates(), .backup = s.backup(), .takeovers = s.takeovers()});
   }
   return stats;
 }

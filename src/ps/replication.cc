@@ -18,6 +18,11 @@ PeerLinks::PeerLinks(std::vector<std::string> addresses, int64_t self, std::chro
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(-1);
   args.SetMaxSendMessageSize(-1);
+  // A peer not listening yet (a job's start) or restarting is found again within 100-500 ms: gRPC's default backoff
+  // (1 s growing to 2 min) would outlast a forwarded create's deadline, leaving a shard without its backup.
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 500);
   for (size_t i = 0; i < addresses.size(); ++i) {
     Peer p{.address = addresses[i]};
     if (static_cast<int64_t>(i) != self) {

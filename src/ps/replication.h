@@ -42,12 +42,13 @@ enum class ReplicaRole {
 // What a ps knows of one shard's replication. A push holds `mu` from its role check through the forward to the
 // backup; a promotion or resync takes it to change the role.
 struct ShardReplica {
-  std::mutex mu;
+  std::timed_mutex mu;  // timed: a resync does not wait on a shard whose create waits for the resyncing ps
   ReplicaRole role = ReplicaRole::kPrimary;  // guarded by mu
   // The other replica's ps index: a primary's backup, a backup's primary; -1 none. Guarded by mu.
   int64_t peer = -1;
   bool peer_attached = false;  // a primary forwards pushes to `peer`. Guarded by mu.
   bool peer_syncing = false;   // `peer` is a restarted ps that is not listening yet: forwards wait. Guarded by mu.
+  int64_t takeovers = 0;       // times this copy became the primary because its primary was lost. Guarded by mu.
 };
 
 // The other ps tasks of a job, as one ps calls them (with the job's credentials).

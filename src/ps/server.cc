@@ -126,7 +126,7 @@ class Service final : public pb::ParameterServer::WithRawCallbackMethod_Push<
   }
   grpc::Status Create(grpc::ServerContext*, const pb::CreateRequest* req, pb::CreateResponse* resp) override {
     Held held;
-    std::unique_lock<std::mutex> replica_lock;  // held until the backup has the shard: pushes wait for it
+    std::unique_lock<std::timed_mutex> replica_lock;  // held until the backup has the shard: pushes wait for it
     if (grpc::Status status = create_shard(*req, detail::ReplicaRole::kPrimary,
                                            peers_ ? peers_->backup_for_new_shard() : -1, &held, &replica_lock);
         !status.ok() || !replica_lock.owns_lock()) {
@@ -147,7 +147,7 @@ class Service final : public pb::ParameterServer::WithRawCallbackMethod_Push<
                                pb::CreateResponse* resp) override {
     if (!peers_) return {grpc::StatusCode::FAILED_PRECONDITION, "ReplicateCreate: this ps replicates nothing"};
     Held held;
-    std::unique_lock<std::mutex> replica_lock;
+    std::unique_lock<std::timed_mutex> replica_lock;
     grpc::Status status = create_shard(req->shard(), detail::ReplicaRole::kBackup, req->primary(), &held, &replica_lock);
     resp->set_created(status.ok() && replica_lock.owns_lock());
     return status;
@@ -257,6 +257,7 @@ class Service final : public pb::ParameterServer::WithRawCallbackMethod_Push<
     // The old primary stays the peer, detached: when its task is back, its resync makes it this shard's backup.
     held.replica->role = detail::ReplicaRole::kPrimary;
     held.replica->peer_attached = false;
+    ++held.replica->takeovers;
     ++takeovers_;
     resp->set_took_over(true);
     return grpc::Status::OK;
@@ -273,12 +274,16 @@ class Service final : public pb::ParameterServer::WithRawCallbackMethod_Push<
     for (const auto& entry : all) {
       const std::string& name = entry.first;  // not a structured binding: the lambda below captures it
       const Held& held = entry.second;
-      std::lock_guard replica_lock(held.replica->mu);
+      // A shard being created holds its lock while it forwards the create to its backup, which may be the requester,
+      // not listening until this resync ends: skipped, the create reaches the requester once it listens.
+      std::unique_lock replica_lock(held.replica->mu, std::chrono::seconds(1));
+      if (!replica_lock.owns_lock()) continue;
       detail::ShardReplica& replica = *held.replica;
       if (replica.peer != req->requester() || replica.role == detail::ReplicaRole::kStale) continue;
       if (replica.role == detail::ReplicaRole::kBackup) {
         if (req->primaries_only()) continue;  // its primary still serves it
-        ++takeovers_;                         // its primary came back empty
+        ++replica.takeovers;                  // its primary came back empty
+        ++takeovers_;
       }
       replica.role = detail::ReplicaRole::kPrimary;
       replica.peer_attached = true;
@@ -358,6 +363,7 @@ class Service final : public pb::ParameterServer::WithRawCallbackMethod_Push<
       status->set_name(name);
       status->set_updates(held.state->version());
       status->set_backup(backup);
+      status->set_takeovers(held.replica->takeovers);
     }
     resp->set_fenced_at(fenced_at_.load());
     resp->set_backups(backups);
@@ -459,7 +465,7 @@ class Service final : public pb::ParameterServer::WithRawCallbackMethod_Push<
   // push reaches it before the caller lets go). An existing shard of the same shape and optimizer is OK, with
   // `replica_lock` left empty; one of another shape or optimizer is ALREADY_EXISTS.
   grpc::Status create_shard(const pb::CreateRequest& req, detail::ReplicaRole role, int64_t peer, Held* held,
-                            std::unique_lock<std::mutex>* replica_lock) {
+                            std::unique_lock<std::timed_mutex>* replica_lock) {
     Tensor initial;
     if (const std::string bad = from_bytes(req.initial(), &initial); !bad.empty()) {
       return invalid("Create " + req.name() + ": " + bad);

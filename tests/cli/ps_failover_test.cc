@@ -32,6 +32,7 @@ TEST(PsFailoverTest, PsZeroKilledBeforeAnyCheckpointIsTakenOverByItsBackup) {
   ASSERT_EQ(rc, 0) << out;
   EXPECT_NE(out.find("ps:0 was killed by signal 9 (SIGKILL); restarting it alone"), std::string::npos) << out;
   EXPECT_TRUE(std::regex_search(out, std::regex(R"(\[chief:0\] ps:1 \(\S+\): 2 shards, .*took over 1 shard\n)"))) << out;
+  EXPECT_EQ(count(out, " [taken over here]"), 1u) << out;  // ps:0's shard, on ps:1
   EXPECT_EQ(out.find("rolled back"), std::string::npos) << out;
   EXPECT_NE(out.find(std::string("[chief:0] ") + kTwelveEpochs), std::string::npos) << out;
   expect_every_shard_updated(out, 2, kSteps);

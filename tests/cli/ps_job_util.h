@@ -38,8 +38,8 @@ inline PsCounts ps_counts(const std::string& out) {
   return c;
 }
 
-// Each shard's updates from the chief's report ("(updates: model/var_0/part_0 768, ...)"), by shard name; a shard
-// reported twice (served by two ps) keeps both.
+// Each shard's updates from the chief's report ("(updates: model/var_0/part_0 768 [taken over here], ...)"), by shard
+// name; a shard reported twice (served by two ps) keeps both.
 inline std::multimap<std::string, int64_t> shard_updates(const std::string& out) {
   const std::regex line(R"(\[chief:0\] ps:\d \([^)]*\): [^\n]*\(updates: ([^)]*)\))");
   const std::regex entry(R"((\S+) (\d+))");

@@ -170,6 +170,7 @@ class ParameterServerClient {
       std::string name;
       int64_t updates = 0;  // updates applied (a synchronous round's counts once), checkpointed with the shard
       bool backup = false;
+      int64_t takeovers = 0;  // times this ps took it over from a lost primary
     };
     std::vector<Shard> shard_status;  // every shard held, by name
   };
