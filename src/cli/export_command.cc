@@ -88,7 +88,8 @@ void add_export_command(CLI::App& app) {
                   "a checkpoint directory (its latest ckpt-N; a parameter-server job's --checkpoint-dir, its shards "
                   "reassembled), one ckpt-N directory, or a .safetensors weights file")
       ->required();
-  cmd->add_option("-o,--output", args->output, "the file to write; its extension names the format: .safetensors or .onnx")
+  cmd->add_option("-o,--output", args->output,
+                  "the file to write; its extension names the format: .safetensors or .onnx")
       ->required();
   cmd->callback([args] { run_export(*args); });
 }

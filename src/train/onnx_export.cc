@@ -42,11 +42,16 @@ struct Value {
 
 int onnx_elem_type(DType dtype) {
   switch (dtype) {
-    case DType::kFloat32: return onnx::TensorProto::FLOAT;
-    case DType::kInt32: return onnx::TensorProto::INT32;
-    case DType::kInt64: return onnx::TensorProto::INT64;
-    case DType::kUInt8: return onnx::TensorProto::UINT8;
-    case DType::kBFloat16: return onnx::TensorProto::BFLOAT16;
+    case DType::kFloat32:
+      return onnx::TensorProto::FLOAT;
+    case DType::kInt32:
+      return onnx::TensorProto::INT32;
+    case DType::kInt64:
+      return onnx::TensorProto::INT64;
+    case DType::kUInt8:
+      return onnx::TensorProto::UINT8;
+    case DType::kBFloat16:
+      return onnx::TensorProto::BFLOAT16;
   }
   return onnx::TensorProto::UNDEFINED;
 }
@@ -241,11 +246,12 @@ class Exporter {
     }
     if (const auto* l = dynamic_cast<const nn::LSTM*>(&layer)) return lstm(*l, x);
     if (const auto* l = dynamic_cast<const nn::GRU*>(&layer)) return gru(*l, x);
-    STRATA_THROW(InvalidArgument,
-                 "cannot export " << describe(layer)
-                                  << " to ONNX: strata exports Rescaling, Dense, Conv2D, MaxPooling2D, AveragePooling2D, "
-                                     "GlobalAveragePooling2D, Flatten, Reshape, Dropout, BatchNormalization, Activation, "
-                                     "Embedding, LSTM, GRU, Concatenate, Add, Subtract and Multiply layers");
+    STRATA_THROW(
+        InvalidArgument, "cannot export "
+                             << describe(layer)
+                             << " to ONNX: strata exports Rescaling, Dense, Conv2D, MaxPooling2D, AveragePooling2D, "
+                                "GlobalAveragePooling2D, Flatten, Reshape, Dropout, BatchNormalization, Activation, "
+                                "Embedding, LSTM, GRU, Concatenate, Add, Subtract and Multiply layers");
   }
 
   // Marks a graph input's dtype (Rescaling casts integers; Embedding casts floats).
@@ -268,7 +274,8 @@ class Exporter {
  private:
   Value nchw(const Value& v, const nn::Layer& layer) {
     STRATA_CHECK(v.shape.size() == 4, InvalidArgument,
-                 "cannot export " << describe(layer) << " to ONNX: it wants [batch, height, width, channels] inputs, got "
+                 "cannot export " << describe(layer)
+                                  << " to ONNX: it wants [batch, height, width, channels] inputs, got "
                                   << shape_str(v.shape));
     if (v.channels_first) return v;
     onnx::NodeProto* n = g_.node("Transpose", v.name + "_nchw", {v.name});
@@ -282,7 +289,9 @@ class Exporter {
                  "cannot export " << describe(layer) << " to ONNX: its " << option
                                   << " is a C++ function; give it by Keras name");
     const std::string base = layer.name() + "/" + name;
-    const auto unary = [&](const std::string& op) { return Value{g_.op(op, base, {x.name}), x.shape, x.channels_first}; };
+    const auto unary = [&](const std::string& op) {
+      return Value{g_.op(op, base, {x.name}), x.shape, x.channels_first};
+    };
     if (name.empty() || name == "linear") return x;
     if (name == "relu") return unary("Relu");
     if (name == "sigmoid") return unary("Sigmoid");
@@ -310,13 +319,14 @@ class Exporter {
       return {g_.op("Mul", base, {x.name, s}), x.shape, x.channels_first};
     }
     if (name == "gelu") {  // the exact form, as strata's kernel: x * (1 + erf(x / sqrt 2)) / 2
-      const std::string scaled = g_.op("Mul", base, {x.name, g_.scalar(base + "/rsqrt2", static_cast<float>(M_SQRT1_2))});
+      const std::string scaled =
+          g_.op("Mul", base, {x.name, g_.scalar(base + "/rsqrt2", static_cast<float>(M_SQRT1_2))});
       const std::string one_plus = g_.op("Add", base, {g_.op("Erf", base, {scaled}), g_.scalar(base + "/one", 1.0f)});
       const std::string half_x = g_.op("Mul", base, {x.name, g_.scalar(base + "/half", 0.5f)});
       return {g_.op("Mul", base, {half_x, one_plus}), x.shape, x.channels_first};
     }
-    STRATA_THROW(InvalidArgument,
-                 "cannot export " << describe(layer) << " to ONNX: its " << option << " '" << name << "' has no ONNX form here");
+    STRATA_THROW(InvalidArgument, "cannot export " << describe(layer) << " to ONNX: its " << option << " '" << name
+                                                   << "' has no ONNX form here");
   }
 
   Value dense(const nn::Dense& l, const Value& in) {
@@ -356,7 +366,8 @@ class Exporter {
     attr(n, "kernel_shape", std::vector<int64_t>{k[0], k[1]});
     attr(n, "strides", std::vector<int64_t>{o.strides.h, o.strides.w});
     attr(n, "dilations", std::vector<int64_t>{o.dilation_rate.h, o.dilation_rate.w});
-    attr(n, "pads", window_pads(in.shape, l.kernel_size(), o.strides, o.dilation_rate, o.padding.value() == Padding::kSame));
+    attr(n, "pads",
+         window_pads(in.shape, l.kernel_size(), o.strides, o.dilation_rate, o.padding.value() == Padding::kSame));
     return activation(o.activation.name(), l, "activation", {n->output(0), l.output_shape(), true});
   }
 
@@ -395,7 +406,8 @@ class Exporter {
         x.name = t->output(0);
       }
     }
-    const std::vector<float> gamma = o.scale ? host_floats(l.gamma()) : std::vector<float>(static_cast<size_t>(c), 1.0f);
+    const std::vector<float> gamma =
+        o.scale ? host_floats(l.gamma()) : std::vector<float>(static_cast<size_t>(c), 1.0f);
     const std::vector<float> beta = o.center ? host_floats(l.beta()) : std::vector<float>(static_cast<size_t>(c), 0.0f);
     onnx::NodeProto* n = g_.node("BatchNormalization", base,
                                  {x.name, g_.floats(base + "/gamma", {c}, gamma), g_.floats(base + "/beta", {c}, beta),
@@ -438,8 +450,9 @@ class Exporter {
     if (name == "tanh") return "Tanh";
     if (name == "sigmoid") return "Sigmoid";
     if (name == "relu") return "Relu";
-    STRATA_THROW(InvalidArgument, "cannot export " << describe(layer) << " to ONNX: its " << option << " '" << name
-                                                   << "' is not one ONNX's recurrent ops take here (tanh, sigmoid, relu)");
+    STRATA_THROW(InvalidArgument, "cannot export "
+                                      << describe(layer) << " to ONNX: its " << option << " '" << name
+                                      << "' is not one ONNX's recurrent ops take here (tanh, sigmoid, relu)");
   }
 
   // [features, gates * u] (Keras) -> [1, gates * u, features] (ONNX), gate blocks taken in `order`.
@@ -465,9 +478,9 @@ class Exporter {
   std::string time_major(const std::string& base, const Value& x, bool go_backwards) {
     std::string v = x.name;
     if (go_backwards) {  // Keras's go_backwards reads the steps last first and outputs them in that order
-      v = g_.op("Slice", base, {v, g_.int64s(base + "/starts", {-1}),
-                                g_.int64s(base + "/ends", {std::numeric_limits<int64_t>::min()}),
-                                g_.int64s(base + "/axes", {1}), g_.int64s(base + "/steps", {-1})});
+      v = g_.op("Slice", base,
+                {v, g_.int64s(base + "/starts", {-1}), g_.int64s(base + "/ends", {std::numeric_limits<int64_t>::min()}),
+                 g_.int64s(base + "/axes", {1}), g_.int64s(base + "/steps", {-1})});
     }
     onnx::NodeProto* t = g_.node("Transpose", base, {v});
     attr(t, "perm", std::vector<int64_t>{1, 0, 2});
@@ -486,9 +499,10 @@ class Exporter {
   Value lstm(const nn::LSTM& l, const Value& in) {
     const std::string base = l.name();
     const nn::LSTMOptions& o = l.options();
-    const std::vector<std::string> activations{recurrent_activation(o.recurrent_activation.name(), l, "recurrent_activation"),
-                                               recurrent_activation(o.activation.name(), l, "activation"),
-                                               recurrent_activation(o.activation.name(), l, "activation")};
+    const std::vector<std::string> activations{
+        recurrent_activation(o.recurrent_activation.name(), l, "recurrent_activation"),
+        recurrent_activation(o.activation.name(), l, "activation"),
+        recurrent_activation(o.activation.name(), l, "activation")};
     const int64_t u = l.units(), features = l.kernel().shape()[0];
     const std::vector<int64_t> order{0, 3, 1, 2};  // ONNX's i, o, f, c from Keras's i, f, c, o
     std::vector<std::string> inputs{
@@ -509,8 +523,9 @@ class Exporter {
   Value gru(const nn::GRU& l, const Value& in) {
     const std::string base = l.name();
     const nn::GRUOptions& o = l.options();
-    const std::vector<std::string> activations{recurrent_activation(o.recurrent_activation.name(), l, "recurrent_activation"),
-                                               recurrent_activation(o.activation.name(), l, "activation")};
+    const std::vector<std::string> activations{
+        recurrent_activation(o.recurrent_activation.name(), l, "recurrent_activation"),
+        recurrent_activation(o.activation.name(), l, "activation")};
     const int64_t u = l.units(), features = l.kernel().shape()[0];
     const std::vector<int64_t> order{0, 1, 2};  // z, r, h in both
     std::vector<std::string> inputs{
@@ -536,8 +551,9 @@ class Exporter {
 
 void check_exportable(const nn::Layer& layer) {
   STRATA_CHECK(dynamic_cast<const Model*>(&layer) == nullptr, InvalidArgument,
-               "cannot export " << describe(layer) << " to ONNX: a model nested in a model is not exported; add its "
-                                                    "layers to the outer model");
+               "cannot export " << describe(layer)
+                                << " to ONNX: a model nested in a model is not exported; add its "
+                                   "layers to the outer model");
 }
 
 onnx::ModelProto build_onnx(const Model& model, const OnnxExportOptions& options) {
@@ -572,10 +588,12 @@ onnx::ModelProto build_onnx(const Model& model, const OnnxExportOptions& options
     for (const nn::SymbolicTensor& out : functional->outputs()) outputs.push_back(values.at(out.node().get()));
   } else {
     STRATA_CHECK(model.class_name() == "Sequential", InvalidArgument,
-                 "save_onnx: model '" << model.name() << "' is a subclassed model (its call() is C++); only Sequential "
-                                                         "and functional models can be exported");
-    STRATA_CHECK(model.built() && !model.input_shapes().empty(), InvalidArgument,
-                 "save_onnx: model '" << model.name() << "' is not built; call build_for(input_shape) or train it first");
+                 "save_onnx: model '" << model.name()
+                                      << "' is a subclassed model (its call() is C++); only Sequential "
+                                         "and functional models can be exported");
+    STRATA_CHECK(
+        model.built() && !model.input_shapes().empty(), InvalidArgument,
+        "save_onnx: model '" << model.name() << "' is not built; call build_for(input_shape) or train it first");
     const Shape& shape = model.input_shapes()[0];
     set_value_info(graph->add_input(), "input", options.input_dtype, shape);
     exporter.note_input("input", options.input_dtype);

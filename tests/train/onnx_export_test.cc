@@ -227,8 +227,9 @@ TEST(OnnxExportTest, WhatHasNoOnnxFormIsAnErrorNamingTheLayer) {
 
   Sequential elu_lstm({nn::LSTM(2, {.activation = "elu"})});
   elu_lstm.build_for({1, 3, 2});
-  EXPECT_THAT([&] { onnx_model_bytes(elu_lstm); },
-              ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("its activation 'elu' is not one ONNX's recurrent ops")));
+  EXPECT_THAT(
+      [&] { onnx_model_bytes(elu_lstm); },
+      ::testing::ThrowsMessage<InvalidArgument>(HasSubstr("its activation 'elu' is not one ONNX's recurrent ops")));
 
   Sequential unbuilt({nn::Dense(2)}, "unbuilt");
   EXPECT_THAT([&] { onnx_model_bytes(unbuilt); },

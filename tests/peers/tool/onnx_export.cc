@@ -5,6 +5,8 @@
 // request's seed, exported by save_onnx; the answer is what strata predicts for the request's inputs, for
 // tests/peers/test_onnx_export.py to compare with onnxruntime on the file.
 // Thread-safety: runs on the calling thread alone.
+#include "strata/train/onnx_export.h"
+
 #include <random>
 #include <string>
 #include <vector>
@@ -12,7 +14,6 @@
 #include "commands.h"
 #include "strata/nn/nn.h"
 #include "strata/train/model.h"
-#include "strata/train/onnx_export.h"
 
 namespace strata::peers {
 
