@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Makes the virtual environment of the peers and independent readers, never touching the build or the system Python:
-#   scripts/peers_env.sh --tests   TensorFlow (tensorflow-cpu, with Keras 3 and TensorBoard), safetensors and pytest:
-#                                  what the `peers` tests (tests/peers) run with, read and compare with
+#   scripts/peers_env.sh --tests   TensorFlow (tensorflow-cpu, with Keras 3 and TensorBoard), safetensors, pytest,
+#                                  onnxruntime and onnx (its checker): what the `peers` tests (tests/peers) run with,
+#                                  read and compare with
 #   scripts/peers_env.sh --bench   the same, plus PyTorch 2 for the benches' PyTorch column
 # The environment is $STRATA_PEERS_VENV, or .venv-peers in the checkout. Its bin/peer-python runs Python there with
 # what PyTorch needs on this machine (below). Idempotent: what is installed is not asked for again.
@@ -17,7 +18,7 @@ mode="${1:---tests}"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${STRATA_PEERS_VENV:-$root/.venv-peers}"
 
-tests_requirements=(tensorflow-cpu==2.21.* tensorboard==2.21.* safetensors pytest)
+tests_requirements=(tensorflow-cpu==2.21.* tensorboard==2.21.* safetensors pytest onnxruntime onnx)
 # (--no-deps: so each pure-Python need's own needs are listed too: sympy's mpmath, jinja2's MarkupSafe.)
 torch_requirements=(torch==2.15.* filelock typing-extensions sympy mpmath networkx jinja2 MarkupSafe fsspec
   nvidia-cusparselt-cu13 nvidia-nvshmem-cu13 nvidia-cufile nvidia-nccl-cu13)
@@ -75,7 +76,7 @@ fi
 TF_CPP_MIN_LOG_LEVEL=2 "$venv/bin/peer-python" - <<'EOF'
 import importlib
 found = []
-for name in ("tensorflow", "keras", "tensorboard", "safetensors", "numpy", "torch"):
+for name in ("tensorflow", "keras", "tensorboard", "safetensors", "numpy", "onnxruntime", "onnx", "torch"):
     try:
         found.append(f"{name} {importlib.import_module(name).__version__}")
     except ImportError:

@@ -24,6 +24,7 @@ packages=(
   libdnnl-dev ocl-icd-opencl-dev libopenblas-dev
   libgloo-dev libopenmpi-dev openmpi-bin
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libssl-dev
+  libonnx-dev  # its onnx/onnx.proto only: ONNX export's messages are generated from it (src/CMakeLists.txt)
   nlohmann-json3-dev libcli11-dev zlib1g-dev libdeflate-dev libisal-dev libyaml-cpp-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-numpy python3-venv dataset-fashion-mnist

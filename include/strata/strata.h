@@ -79,4 +79,5 @@
 #include "strata/distribute/values.h"
 #include "strata/train/callbacks.h"
 #include "strata/train/model.h"
+#include "strata/train/onnx_export.h"
 #include "strata/train/saved_model.h"

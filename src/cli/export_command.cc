@@ -1,6 +1,7 @@
 // `strata export JOB --checkpoint D -o OUT`: a trained job's model, as a file that needs neither the job nor
 // strata's checkpoints to run (see strata/train/saved_model.h). The format follows OUT's extension: .safetensors is a
-// saved model (architecture, the job's input scaling as a first Rescaling layer, weights). Every checkpoint
+// saved model (architecture, the job's input scaling as a first Rescaling layer, weights); .onnx is the same model as
+// an ONNX file (strata/train/onnx_export.h) for onnxruntime and other ONNX runtimes. Every checkpoint
 // `strata train` writes exports: one device, mirrored, multi-worker, pipeline (a ckpt-N of the whole model) and
 // parameter server (the shards reassembled), read as `strata evaluate` reads them (checkpoint_loading.h).
 //
@@ -16,6 +17,7 @@
 #include "cli/output_paths.h"
 #include "strata/error.h"
 #include "strata/nn/preprocessing.h"
+#include "strata/train/onnx_export.h"
 #include "strata/train/saved_model.h"
 
 namespace strata::cli {
@@ -34,11 +36,10 @@ std::string extension_of(const std::string& path) { return std::filesystem::path
 // The formats `-o` may name, checked before any work.
 void check_export_format(const std::string& output) {
   const std::string ext = extension_of(output);
-  STRATA_CHECK(ext != ".onnx", Unavailable,
-               "-o " << output << ": ONNX export is not supported yet; export a saved model with -o MODEL.safetensors");
-  STRATA_CHECK(ext == ".safetensors", InvalidArgument,
+  STRATA_CHECK(ext == ".safetensors" || ext == ".onnx", InvalidArgument,
                "-o " << output << ": unknown model format '" << (ext.empty() ? "(no extension)" : ext)
-                     << "'; supported: .safetensors (a saved model: architecture and weights)");
+                     << "'; supported: .safetensors (a saved model: architecture and weights) and .onnx (ONNX, opset "
+                     << kOnnxOpset << ")");
 }
 
 // The job's model with the checkpoint's weights, behind a Rescaling of the job's input scaling when the job scales
@@ -59,7 +60,11 @@ void run_export(const ExportArgs& args) {
   exported->compile(trained->loss(), trained->optimizer());                    // the loss is recorded
   const DType input_dtype = ids ? DType::kInt64 : DType::kUInt8;
   exported->build_for(input_shape(job), input_dtype);
-  save_model(*exported, args.output, {.input_dtype = input_dtype});
+  if (extension_of(args.output) == ".onnx") {
+    save_onnx(*exported, args.output, {.input_dtype = input_dtype});
+  } else {
+    save_model(*exported, args.output, {.input_dtype = input_dtype});
+  }
 
   Shape example = input_shape(job);
   example.erase(example.begin());
@@ -76,13 +81,15 @@ void add_export_command(CLI::App& app) {
   CLI::App* cmd = app.add_subcommand(
       "export", "Write a trained job's model to one file that runs without the job: -o MODEL.safetensors is a saved "
                 "model (its architecture as Keras-style JSON in the metadata, the job's input scaling as a first "
-                "Rescaling layer, the weights), which `strata predict` and load_model read.");
+                "Rescaling layer, the weights), which `strata predict` and load_model read; -o MODEL.onnx is the same "
+                "model as ONNX (opset 17), for onnxruntime.");
   cmd->add_option("job", args->job, "job YAML file the model was trained with")->required()->check(CLI::ExistingFile);
   cmd->add_option("--checkpoint", args->checkpoint,
                   "a checkpoint directory (its latest ckpt-N; a parameter-server job's --checkpoint-dir, its shards "
                   "reassembled), one ckpt-N directory, or a .safetensors weights file")
       ->required();
-  cmd->add_option("-o,--output", args->output, "the file to write; its extension names the format: .safetensors")
+  cmd->add_option("-o,--output", args->output,
+                  "the file to write; its extension names the format: .safetensors or .onnx")
       ->required();
   cmd->callback([args] { run_export(*args); });
 }

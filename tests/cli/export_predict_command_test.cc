@@ -1,16 +1,21 @@
 // `strata export` and `strata predict` end to end: a CNN job trained under each strategy exports a saved model whose
 // predictions are the one-device model's with the checkpoint's weights; predicting the test images gives exactly
-// the test accuracy `strata train` and `strata evaluate` printed; bad inputs are clear errors with status 1.
+// the test accuracy `strata train` and `strata evaluate` printed; -o MODEL.onnx writes the model as ONNX; bad inputs
+// are clear errors with status 1.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <fstream>
 #include <regex>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include "cli/checkpoint_loading.h"
 #include "cli/job.h"
 #include "cli_test_util.h"
+#include "onnx/onnx.pb.h"
 #include "strata/data/convert.h"
 #include "strata/data/idx.h"
 #include "strata/io/npy.h"
@@ -203,9 +208,10 @@ TEST(ExportPredictCommandTest, BadInputsAreClearErrorsNotCrashes) {
   const std::string export_cmd = kStrata + " export " + job + " --checkpoint ";
   expect_error(export_cmd + ckpt.string() + " -o " + (s.dir / "model.pb").string(),
                "-o " + (s.dir / "model.pb").string() +
-                   ": unknown model format '.pb'; supported: .safetensors (a saved model: architecture and weights)");
-  expect_error(export_cmd + ckpt.string() + " -o " + (s.dir / "model.onnx").string(),
-               "-o " + (s.dir / "model.onnx").string() + ": ONNX export is not supported yet");
+                   ": unknown model format '.pb'; supported: .safetensors (a saved model: architecture and weights) "
+                   "and .onnx (ONNX, opset 17)");
+  expect_error(export_cmd + (s.dir / "nothing").string() + " -o " + (s.dir / "model.onnx").string(),
+               "no checkpoint at '" + (s.dir / "nothing").string() + "'");
   expect_error(export_cmd + (s.dir / "nothing").string() + " -o " + model.string(),
                "no checkpoint at '" + (s.dir / "nothing").string() + "'");
   EXPECT_FALSE(fs::exists(model));
@@ -237,4 +243,28 @@ TEST(ExportPredictCommandTest, BadInputsAreClearErrorsNotCrashes) {
 }
 
 }  // namespace
+// -o MODEL.onnx: the job's model as ONNX, raw uint8 pixels in (the job's scaling is the Cast and Mul first), its
+// layers' ops after; onnxruntime's agreement with `strata predict` is tests/peers/test_onnx_export.py's.
+TEST(ExportPredictCommandTest, OnnxExportWritesTheJobsModelWithItsScalingFirst) {
+  Scratch s("export_onnx");
+  const std::string job = cnn_job(s.dir);
+  const fs::path ckpt = s.dir / "ckpt", model = s.dir / "model.onnx";
+  const auto [rc, out] = run(kStrata + " train " + job + " --threads 1 --checkpoint-dir " + ckpt.string());
+  ASSERT_EQ(rc, 0) << out;
+  const auto [rc_export, log] = run(kStrata + " export " + job + " --checkpoint " + ckpt.string() + " -o " +
+                                    model.string());
+  ASSERT_EQ(rc_export, 0) << log;
+  EXPECT_THAT(log, HasSubstr("exported " + model.string()));
+  std::ifstream in(model, std::ios::binary);
+  onnx::ModelProto proto;
+  ASSERT_TRUE(proto.ParseFromIstream(&in));
+  std::vector<std::string> ops;
+  for (const onnx::NodeProto& node : proto.graph().node()) ops.push_back(node.op_type());
+  ASSERT_GE(ops.size(), 4u);
+  EXPECT_EQ(std::vector<std::string>(ops.begin(), ops.begin() + 4),
+            (std::vector<std::string>{"Cast", "Mul", "Transpose", "Conv"}));
+  EXPECT_EQ(ops.back(), "Gemm");
+  EXPECT_EQ(proto.graph().input(0).type().tensor_type().elem_type(), onnx::TensorProto::UINT8);
+}
+
 }  // namespace strata::cli

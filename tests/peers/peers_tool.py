@@ -15,6 +15,8 @@ tests/peers/run_peers_tests.sh sets; else build/tests/peers_tool) and returns it
   schedule           {"cases": [{"schedule": KERAS_OBJECT, "steps"}]} -> [[float bits per step]]
   optimizer          {"cases": [{"optimizer": KERAS_OBJECT, "initial": TENSOR, "gradients": [TENSOR]}]}
                      -> [{"values": [[float bits] per step], "learning_rates", "slots", "iterations"}]
+  onnx-functional    {"path", "seed", "inputs": [TENSOR per input]} -> TENSOR: strata's predictions of a functional model
+                     with random weights (tests/peers/tool/onnx_export.cc), exported to path as ONNX
   tf-config          {"configs": [TF_CONFIG string]} -> [{"task_type", "task_index", "is_chief", ...} | {"error"}]
   partition          {"cases": [{"partitioner": {"kind", ...}, "shape", "dtype", "num_ps"}]}
                      -> [{"partitions", "shard_rows", "shard_tasks"}]

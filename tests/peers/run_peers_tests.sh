@@ -8,8 +8,9 @@ tool="$1"
 shift
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 venv="${STRATA_PEERS_VENV:-$root/.venv-peers}"
-if ! "$venv/bin/python" -c "import pytest, tensorflow, tensorboard, safetensors" 2>/dev/null; then
-  echo "peers_test: the peers' virtual environment $venv lacks pytest, TensorFlow, TensorBoard or safetensors:" \
+if ! "$venv/bin/python" -c "import pytest, tensorflow, tensorboard, safetensors, onnxruntime, onnx" 2>/dev/null; then
+  echo "peers_test: the peers' virtual environment $venv lacks pytest, TensorFlow, TensorBoard, safetensors," \
+    "onnxruntime or onnx:" \
     "run scripts/peers_env.sh --tests" >&2
   exit 1
 fi

@@ -65,6 +65,8 @@ class Graph {
   std::vector<std::shared_ptr<Layer>> layers() const;
   const std::vector<SymbolicTensor>& inputs() const { return inputs_; }
   const std::vector<SymbolicTensor>& outputs() const { return outputs_; }
+  // The layer nodes (inputs excluded) in run order, each after its inputs; a layer used twice has two nodes.
+  const std::vector<std::shared_ptr<detail::GraphNode>>& nodes() const { return order_; }
 
  private:
   std::vector<SymbolicTensor> inputs_, outputs_;

@@ -107,6 +107,8 @@ class Model : public nn::Layer, public distribute::TrainingProgram {
 
   std::string class_name() const override { return graph_ ? "Functional" : "Model"; }
   std::shared_ptr<Layer> clone() const override { return std::make_shared<Model>(*this); }
+  // A functional model's graph (for exporters that walk it); null for a Sequential or subclassed model.
+  const nn::Graph* graph() const { return graph_.get(); }
 
   // Builds the model for inputs of this shape (batch dimension first; its value does not matter) by
   // running it once on zeros, so summary() and load_weights() work before training.

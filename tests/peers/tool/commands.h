@@ -19,6 +19,9 @@ json events_fit(const json& request);       // a small Model::fit with the Tenso
 json schedule_values(const json& request);  // learning-rate schedules at given steps
 json optimizer_steps(const json& request);  // an optimizer's updates over fixed gradients
 
+// ONNX export (onnx_export.cc).
+json onnx_functional(const json& request);  // a random functional model -> an .onnx file and its predictions
+
 // Cluster (cluster.cc).
 json tf_config(const json& request);  // TF_CONFIG values resolved as strata resolves them
 json partition(const json& request);  // variable shapes split by the ps partitioners

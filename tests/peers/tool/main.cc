@@ -22,6 +22,7 @@ int main(int argc, char** argv) {
       {"safetensors-read", strata::peers::safetensors_read},
       {"schedule", strata::peers::schedule_values},
       {"optimizer", strata::peers::optimizer_steps},
+      {"onnx-functional", strata::peers::onnx_functional},
       {"tf-config", strata::peers::tf_config},
       {"partition", strata::peers::partition},
   };
