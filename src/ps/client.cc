@@ -65,19 +65,17 @@ struct ParameterServerClient::Impl {
   // Linked to the clients of the job's other ps tasks (replication): null when not. This client's ps index.
   std::shared_ptr<Replicas> replicas;
   int64_t index = -1;
-  // The shard of the call being made (routed): what a cut-off call asks the other ps to take over. Per thread.
-  static thread_local const std::string* shard_of_call;
-
   // Makes one call (`attempt(context)`) with the deadline; a failed status is the strata error for it
-  // (cluster/rpc_status.h) naming the call and the address.
+  // (cluster/rpc_status.h) naming the call and the address. `shard`: the shard a routed call is for (what a cut-off
+  // call asks the other ps to take over); null for a call to this ps as a whole.
   template <class Attempt>
-  void run(const char* what, bool retry, Attempt attempt) {
+  void run(const char* what, bool retry, const std::string* shard_of_call, Attempt attempt) {
     const auto deadline = std::chrono::system_clock::now() + timeout;
     std::chrono::milliseconds backoff(20);
     grpc::Status status;
     // Linked to the other ps tasks, a call fails fast on a ps that does not listen, so that its shard's backup takes
     // over at once; otherwise a ps still starting is waited for, within the deadline.
-    const std::string* shard = replicas ? shard_of_call : nullptr;
+    const std::string* shard = replicas ? shard_of_call : nullptr;  // unlinked: no other ps to turn to
     for (;;) {
       grpc::ClientContext context;
       context.set_deadline(deadline);
@@ -113,18 +111,19 @@ struct ParameterServerClient::Impl {
 
   template <class Request, class Response>
   Response call(grpc::Status (pb::ParameterServer::Stub::*method)(grpc::ClientContext*, const Request&, Response*),
-                const char* what, const Request& request, bool retry = true) {
+                const char* what, const Request& request, const std::string* shard = nullptr, bool retry = true) {
     Response response;
-    run(what, retry, [&](grpc::ClientContext& context) { return (stub.get()->*method)(&context, request, &response); });
+    run(what, retry, shard,
+        [&](grpc::ClientContext& context) { return (stub.get()->*method)(&context, request, &response); });
     return response;
   }
 
   // `call` for a request encoded by hand, to method `what` of the ParameterServer service.
   template <class Response>
-  Response call_raw(const char* what, const grpc::ByteBuffer& request, bool retry) {
+  Response call_raw(const char* what, const grpc::ByteBuffer& request, const std::string* shard, bool retry) {
     const std::string method = std::string("/") + pb::ParameterServer::service_full_name() + "/" + what;
     Response response;
-    run(what, retry, [&](grpc::ClientContext& context) {
+    run(what, retry, shard, [&](grpc::ClientContext& context) {
       grpc::ByteBuffer reply;
       const grpc::Status status = call_with_raw_bytes(*raw, context, method, request, &reply);
       if (status.ok() && !grpc::SerializationTraits<Response>::Deserialize(&reply, &response).ok()) {
@@ -135,37 +134,28 @@ struct ParameterServerClient::Impl {
     return response;
   }
 
-  // `call(impl)` on the client of the shard's primary: this one unless linked replicas moved it; a call that finds
-  // the shard moved (or its primary gone and another ps taking over) goes to the new primary.
+  // `call(impl, shard)` on the client of the shard's primary: this one unless linked replicas moved it; a call that
+  // finds the shard moved (or its primary gone and another ps taking over) goes to the new primary. `shard`: the
+  // shard's name, for the calls `call` makes (null without linked replicas: nothing to take over).
   template <class Call>
-  auto routed(const std::string& name, Call call) -> decltype(call(*this)) {
-    if (!replicas) return call(*this);
+  auto routed(const std::string& name, Call call) -> decltype(call(*this, nullptr)) {
+    if (!replicas) return call(*this, nullptr);
     int64_t target = replicas->primary_of(name, index);
     for (int hops = 0;; ++hops) {
       const std::shared_ptr<ParameterServerClient> owner = target == index ? nullptr : replicas->client(target);
       Impl& impl = owner ? *owner->impl_ : *this;
-      const std::string* outer = shard_of_call;
-      shard_of_call = &name;
       try {
-        auto result = call(impl);
-        shard_of_call = outer;
-        return result;
+        return call(impl, &name);
       } catch (const ShardMoved& moved) {
-        shard_of_call = outer;
         STRATA_CHECK(hops < 2 * static_cast<int64_t>(replicas->clients.size()), Unavailable,
                      "ps client: shard '" << name << "' moved " << hops + 1 << " times in one call (last to ps:"
                                           << moved.primary << ")");
         replicas->set_primary(name, moved.primary);
         target = moved.primary;
-      } catch (...) {
-        shard_of_call = outer;
-        throw;
       }
     }
   }
 };
-
-thread_local const std::string* ParameterServerClient::Impl::shard_of_call = nullptr;
 
 std::optional<int64_t> ParameterServerClient::Replicas::promote(const std::string& name, int64_t lost) {
   for (int64_t k = 0; k < static_cast<int64_t>(clients.size()); ++k) {
@@ -247,8 +237,8 @@ bool ParameterServerClient::create(const std::string& name, const Tensor& initia
   spec->set_beta_2(optimizer.beta_2);
   spec->set_epsilon(optimizer.epsilon);
   spec->set_initial_accumulator(optimizer.initial_accumulator);
-  return impl_->routed(name, [&](Impl& impl) {
-    return impl.call(&pb::ParameterServer::Stub::Create, "Create", req).created();
+  return impl_->routed(name, [&](Impl& impl, const std::string* shard) {
+    return impl.call(&pb::ParameterServer::Stub::Create, "Create", req, shard).created();
   });
 }
 
@@ -256,8 +246,8 @@ Tensor ParameterServerClient::pull(const std::string& name) {
   trace::Span span("comm", "ps pull");
   pb::PullRequest req;
   req.set_name(name);
-  return impl_->routed(name, [&](Impl& impl) {
-    pb::PullResponse resp = impl.call(&pb::ParameterServer::Stub::Pull, "Pull", req);
+  return impl_->routed(name, [&](Impl& impl, const std::string* shard) {
+    pb::PullResponse resp = impl.call(&pb::ParameterServer::Stub::Pull, "Pull", req, shard);
     return tensor_of(resp.mutable_value(), impl.address);
   });
 }
@@ -267,8 +257,8 @@ Tensor ParameterServerClient::pull_rows(const std::string& name, const std::vect
   pb::PullRequest req;
   req.set_name(name);
   for (int64_t r : rows) req.add_rows(r);
-  return impl_->routed(name, [&](Impl& impl) {
-    pb::PullResponse resp = impl.call(&pb::ParameterServer::Stub::Pull, "Pull", req);
+  return impl_->routed(name, [&](Impl& impl, const std::string* shard) {
+    pb::PullResponse resp = impl.call(&pb::ParameterServer::Stub::Pull, "Pull", req, shard);
     return tensor_of(resp.mutable_value(), impl.address);
   });
 }
@@ -331,8 +321,8 @@ bool ParameterServerClient::push_request(const std::string& name, const std::vec
   head.set_round_size(round.size);
   head.set_caller(impl_->caller);
   const grpc::ByteBuffer request = encode_with_tensor_bytes(head, pb::PushRequest::kGradientFieldNumber, gradient);
-  return impl_->routed(name, [&](Impl& impl) {
-    return impl.call_raw<pb::PushResponse>("Push", request, /*retry=*/!step_id.empty()).applied();
+  return impl_->routed(name, [&](Impl& impl, const std::string* shard) {
+    return impl.call_raw<pb::PushResponse>("Push", request, shard, /*retry=*/!step_id.empty()).applied();
   });
 }
 
