@@ -51,6 +51,23 @@ nn::RegularizerSpec read_regularizer(const json& value) { return nn::Regularizer
 
 }  // namespace
 
+// LSTM's and GRU's shared keys (Keras's order), from their options `o`.
+template <class Options>
+void recurrent_config(int64_t units, const Options& o, const nn::Layer& layer, json& c) {
+  c["units"] = units;
+  c["activation"] = activation(o.activation, layer, "activation");
+  c["recurrent_activation"] = activation(o.recurrent_activation, layer, "recurrent_activation");
+  c["use_bias"] = o.use_bias;
+  c["kernel_initializer"] = initializer(o.kernel_initializer, layer, "kernel_initializer");
+  c["recurrent_initializer"] = initializer(o.recurrent_initializer, layer, "recurrent_initializer");
+  c["bias_initializer"] = initializer(o.bias_initializer, layer, "bias_initializer");
+  c["kernel_regularizer"] = regularizer(o.kernel_regularizer, layer, "kernel_regularizer");
+  c["recurrent_regularizer"] = regularizer(o.recurrent_regularizer, layer, "recurrent_regularizer");
+  c["bias_regularizer"] = regularizer(o.bias_regularizer, layer, "bias_regularizer");
+  c["return_sequences"] = o.return_sequences;
+  c["go_backwards"] = o.go_backwards;
+}
+
 json layer_config(const nn::Layer& layer) {
   json c;
   c["name"] = layer.name();
@@ -115,34 +132,11 @@ json layer_config(const nn::Layer& layer) {
     c["embeddings_initializer"] = initializer(l->options().embeddings_initializer, layer, "embeddings_initializer");
     c["embeddings_regularizer"] = regularizer(l->options().embeddings_regularizer, layer, "embeddings_regularizer");
   } else if (const auto* lstm = dynamic_cast<const nn::LSTM*>(&layer)) {
-    const nn::LSTMOptions& o = lstm->options();
-    c["units"] = lstm->units();
-    c["activation"] = activation(o.activation, layer, "activation");
-    c["recurrent_activation"] = activation(o.recurrent_activation, layer, "recurrent_activation");
-    c["use_bias"] = o.use_bias;
-    c["kernel_initializer"] = initializer(o.kernel_initializer, layer, "kernel_initializer");
-    c["recurrent_initializer"] = initializer(o.recurrent_initializer, layer, "recurrent_initializer");
-    c["bias_initializer"] = initializer(o.bias_initializer, layer, "bias_initializer");
-    c["unit_forget_bias"] = o.unit_forget_bias;
-    c["kernel_regularizer"] = regularizer(o.kernel_regularizer, layer, "kernel_regularizer");
-    c["recurrent_regularizer"] = regularizer(o.recurrent_regularizer, layer, "recurrent_regularizer");
-    c["bias_regularizer"] = regularizer(o.bias_regularizer, layer, "bias_regularizer");
-    c["return_sequences"] = o.return_sequences;
-    c["go_backwards"] = o.go_backwards;
+    recurrent_config(lstm->units(), lstm->options(), layer, c);
+    c["unit_forget_bias"] = lstm->options().unit_forget_bias;
   } else if (const auto* gru = dynamic_cast<const nn::GRU*>(&layer)) {
     const nn::GRUOptions& o = gru->options();
-    c["units"] = gru->units();
-    c["activation"] = activation(o.activation, layer, "activation");
-    c["recurrent_activation"] = activation(o.recurrent_activation, layer, "recurrent_activation");
-    c["use_bias"] = o.use_bias;
-    c["kernel_initializer"] = initializer(o.kernel_initializer, layer, "kernel_initializer");
-    c["recurrent_initializer"] = initializer(o.recurrent_initializer, layer, "recurrent_initializer");
-    c["bias_initializer"] = initializer(o.bias_initializer, layer, "bias_initializer");
-    c["kernel_regularizer"] = regularizer(o.kernel_regularizer, layer, "kernel_regularizer");
-    c["recurrent_regularizer"] = regularizer(o.recurrent_regularizer, layer, "recurrent_regularizer");
-    c["bias_regularizer"] = regularizer(o.bias_regularizer, layer, "bias_regularizer");
-    c["return_sequences"] = o.return_sequences;
-    c["go_backwards"] = o.go_backwards;
+    recurrent_config(gru->units(), o, layer, c);
     c["reset_after"] = o.reset_after;
   } else {
     STRATA_THROW(InvalidArgument, "cannot save " << describe(layer)
