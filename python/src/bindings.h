@@ -1,0 +1,19 @@
+// The parts of the extension module strata._strata, each defined in its own file and called once from module.cc while
+// the module is imported.
+// Thread-safety: the define_* functions run under the GIL at import; nothing here holds state.
+#pragma once
+
+#include <nanobind/nanobind.h>
+
+namespace strata::python {
+
+// Layers (strata.layers), losses (strata.losses) and optimizers (strata.optimizers): the C++ classes with Keras's
+// constructor arguments.
+void define_layers(nanobind::module_& m);
+void define_losses_and_optimizers(nanobind::module_& m);
+// Strategies and their scopes (strata.distribute).
+void define_strategies(nanobind::module_& m);
+// Sequential: compile, fit / evaluate / predict on numpy arrays, weights.
+void define_model(nanobind::module_& m);
+
+}  // namespace strata::python

@@ -1,0 +1,160 @@
+"""strata.Sequential: Keras's Sequential over the C++ strata::Sequential, with compile / fit / evaluate / predict on
+numpy arrays (float32 or uint8 inputs, integer labels; C-contiguous arrays of those dtypes are not copied).
+Thread-safety: one thread drives a model at a time; the GIL is released while the C++ core computes."""
+
+import numpy as np
+
+from . import _strata, distribute, layers as _layers, losses as _losses, optimizers as _optimizers
+from .callbacks import History
+
+_INPUT_DTYPES = (np.float32, np.uint8, np.int32, np.int64)
+
+
+def _as_input(x, what):
+    x = np.asarray(x)
+    if x.dtype == np.float64:
+        x = x.astype(np.float32)  # numpy's default float, as Keras casts it to the model's float32
+    if x.dtype not in _INPUT_DTYPES:
+        raise ValueError(f"{what}: strata takes float32, uint8, int32 or int64 arrays, got {x.dtype}")
+    return np.ascontiguousarray(x)
+
+
+def _as_labels(y, what):
+    y = np.asarray(y)
+    if y.dtype.kind in "iu" and y.dtype not in (np.int32, np.int64):
+        y = y.astype(np.int64)  # sparse labels: int32 or int64, as the CLI widens IDX's uint8 labels
+    return _as_input(y, what)
+
+
+class Sequential:
+    """keras.Sequential: a stack of strata.layers, optionally opened by strata.layers.Input(shape) (then built at
+    once). Made inside `with strategy.scope():`, it trains under that strategy."""
+
+    def __init__(self, layers=None, name=""):
+        self._strategy = distribute.get_strategy()
+        entries = list(layers or [])
+        self._input_shape = None
+        if entries and isinstance(entries[0], _layers.Input):
+            self._input_shape = entries.pop(0).shape
+        self._native = _strata.Sequential(entries, name)
+        if self._input_shape is not None:
+            self._build()
+
+    def _build(self):
+        self._native.build([1, *self._input_shape], self._native_strategy())
+
+    def _native_strategy(self):
+        return self._strategy._native if self._strategy is not None else None
+
+    def add(self, layer):
+        if isinstance(layer, _layers.Input):
+            self._input_shape = layer.shape
+            return
+        self._native.add(layer)
+        if self._input_shape is not None:
+            raise ValueError("add: strata builds a model given an Input at once; add every layer before the Input "
+                             "or pass them all to Sequential([...])")
+
+    @property
+    def name(self):
+        return self._native.name
+
+    @property
+    def built(self):
+        return self._native.built
+
+    @property
+    def stop_training(self):
+        return self._native.stop_training
+
+    @stop_training.setter
+    def stop_training(self, value):
+        self._native.stop_training = bool(value)
+
+    def compile(self, optimizer="rmsprop", loss=None, metrics=None):
+        if loss is None:
+            raise ValueError("compile: a loss is required (a name such as 'sparse_categorical_crossentropy' or a "
+                             "strata.losses object)")
+        names = []
+        for metric in metrics or []:
+            if not isinstance(metric, str):
+                raise TypeError(f"compile: metrics are given by name here, got {type(metric).__name__}")
+            names.append(metric)
+        self._native.compile(_losses.get(loss), _optimizers.get(optimizer), names)
+
+    def _callbacks(self, callbacks):
+        callbacks = list(callbacks or [])
+        for callback in callbacks:
+            if hasattr(callback, "set_model"):
+                callback.set_model(self)
+            else:
+                callback.model = self
+        return callbacks
+
+    def fit(self, x, y, batch_size=32, epochs=1, verbose="auto", callbacks=None, validation_split=0.0,
+            validation_data=None, shuffle=True, seed=None):
+        """Keras's fit from numpy arrays; returns a History whose .history maps each log to its values per epoch.
+        validation_split takes the last fraction of the rows (before shuffling), as Keras does."""
+        x = _as_input(x, "fit x")
+        y = _as_labels(y, "fit y")
+        validation_x = validation_y = None
+        if validation_data is not None:
+            validation_x = _as_input(validation_data[0], "fit validation x")
+            validation_y = _as_labels(validation_data[1], "fit validation y")
+        elif validation_split:
+            if not 0.0 < validation_split < 1.0:
+                raise ValueError(f"fit: validation_split must be in (0, 1), got {validation_split}")
+            split = int(len(x) * (1.0 - validation_split))
+            x, validation_x = x[:split], x[split:]
+            y, validation_y = y[:split], y[split:]
+        history = self._native.fit(x, y, epochs=int(epochs), batch_size=int(batch_size), validation_x=validation_x,
+                                   validation_y=validation_y, shuffle=bool(shuffle), seed=seed,
+                                   verbose=_verbosity(verbose), callbacks=self._callbacks(callbacks),
+                                   strategy=self._native_strategy())
+        result = History(history, range(len(next(iter(history.values()), []))))
+        result.set_model(self)
+        self.history = result
+        return result
+
+    def evaluate(self, x, y, batch_size=32, verbose="auto", callbacks=None, return_dict=False):
+        """Keras's evaluate: [loss, metric...] (the loss alone without metrics), or a dict with return_dict."""
+        logs = self._native.evaluate(_as_input(x, "evaluate x"), _as_labels(y, "evaluate y"),
+                                     batch_size=int(batch_size), verbose=_verbosity(verbose, default=0),
+                                     callbacks=self._callbacks(callbacks), strategy=self._native_strategy())
+        if return_dict:
+            return dict(logs)
+        values = [value for _, value in logs]
+        return values[0] if len(values) == 1 else values
+
+    def predict(self, x, batch_size=32, verbose="auto"):
+        """The model's outputs for every row of x, as a float32 numpy array."""
+        del verbose  # predict prints nothing here
+        return self._native.predict(_as_input(x, "predict x"), batch_size=int(batch_size),
+                                    strategy=self._native_strategy())
+
+    def __call__(self, x):
+        return self.predict(x)
+
+    def summary(self, print_fn=print):
+        print_fn(self._native.summary())
+
+    def get_weights(self):
+        return [value for _, value in self._native.named_weights()]
+
+    def save(self, path):
+        self._native.save(str(path))
+
+    def save_weights(self, path):
+        self._native.save_weights(str(path))
+
+    def load_weights(self, path):
+        self._native.load_weights(str(path))
+
+    def count_params(self):
+        return self._native.count_params()
+
+
+def _verbosity(verbose, default=1):
+    if verbose == "auto":
+        return default
+    return int(verbose)
