@@ -2,7 +2,8 @@
 # Makes the virtual environment of the peers and independent readers, never touching the build or the system Python:
 #   scripts/peers_env.sh --tests   TensorFlow (tensorflow-cpu, with Keras 3 and TensorBoard), safetensors, pytest,
 #                                  onnxruntime and onnx (its checker): what the `peers` tests (tests/peers) run with,
-#                                  read and compare with
+#                                  read and compare with; nanobind, scikit-build-core and numpy: the Python package's
+#                                  build and tests (tests/python)
 #   scripts/peers_env.sh --bench   the same, plus PyTorch 2 for the benches' PyTorch column
 # The environment is $STRATA_PEERS_VENV, or .venv-peers in the checkout. Its bin/peer-python runs Python there with
 # what PyTorch needs on this machine (below). Idempotent: what is installed is not asked for again.
@@ -18,7 +19,9 @@ mode="${1:---tests}"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 venv="${STRATA_PEERS_VENV:-$root/.venv-peers}"
 
-tests_requirements=(tensorflow-cpu==2.21.* tensorboard==2.21.* safetensors pytest onnxruntime onnx)
+# nanobind, scikit-build-core, numpy: the Python package (python/) is built for this venv's Python and tested in it.
+tests_requirements=(tensorflow-cpu==2.21.* tensorboard==2.21.* safetensors pytest onnxruntime onnx nanobind
+  scikit-build-core numpy)
 # (--no-deps: so each pure-Python need's own needs are listed too: sympy's mpmath, jinja2's MarkupSafe.)
 torch_requirements=(torch==2.15.* filelock typing-extensions sympy mpmath networkx jinja2 MarkupSafe fsspec
   nvidia-cusparselt-cu13 nvidia-nvshmem-cu13 nvidia-cufile nvidia-nccl-cu13)

@@ -50,10 +50,15 @@ install_packages() {
 }
 
 # Our own sources build without warnings, and -Werror keeps them so (STRATA_WERROR covers strata's targets only).
+# The Python package's module (python/, STRATA_PYTHON) is built for the peers' venv's Python when it exists (it has
+# nanobind: scripts/peers_env.sh --tests), so that the python tests import it from the build tree.
+peers_python="${STRATA_PEERS_VENV:-$root/.venv-peers}/bin/python"
 configure_tree() {  # configure_tree DIR [cmake args...]
   local dir="$1"
   shift
-  cmake -S "$root" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_WERROR=ON "$@" >/dev/null
+  local python_args=()
+  [ -x "$peers_python" ] && python_args=(-DPython_EXECUTABLE="$peers_python")
+  cmake -S "$root" -B "$dir" -G Ninja -DCMAKE_BUILD_TYPE=Release -DSTRATA_WERROR=ON "${python_args[@]}" "$@" >/dev/null
 }
 build_tree() {  # build_tree DIR [cmake args...]: every target (tests, benchmarks, examples)
   configure_tree "$@"
@@ -81,6 +86,8 @@ build_cuda() {
 }
 
 install_packages
+# The peers' venv before the build: the Python module is built for its Python (configure_tree).
+[ "$mode" = "--test" ] && "$root/scripts/peers_env.sh" --tests
 echo "== building in $build"
 if [ "$mode" = "--main" ]; then
   # The first result needs the strata binary alone, not every test, benchmark and example.
@@ -97,8 +104,8 @@ case "$mode" in
     "$build/strata" train "$root/configs/fashion_mnist_cnn.yaml"
     ;;
   --test)
-    # The compatibility tests (label peers) compare with TensorFlow, Keras, TensorBoard and safetensors in a venv.
-    "$root/scripts/peers_env.sh" --tests
+    # (The peers' venv was made before the build: the compatibility tests (label peers) compare with TensorFlow,
+    # Keras, TensorBoard and safetensors there, and the python tests run the module built for its Python.)
     # Fast suites in parallel, the ones labelled slow one at a time.
     ctest --test-dir "$build" --output-on-failure -j "$jobs" -LE slow
     ctest --test-dir "$build" --output-on-failure -L slow

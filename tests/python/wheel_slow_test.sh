@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# ctest's python_wheel_slow_test (labels python, slow): `pip wheel .` from the checkout (scikit-build-core compiles the
+# strata libraries and the module in build-python/, apart from the main build), then the wheel installed into a fresh
+# virtual environment trains, evaluates and predicts from outside the checkout.
+#   tests/python/wheel_slow_test.sh PYTHON   (a Python with pip; the wheel's build requirements come from PyPI)
+set -euo pipefail
+
+python="$1"
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+start=$(date +%s)
+CMAKE_BUILD_PARALLEL_LEVEL="${CMAKE_BUILD_PARALLEL_LEVEL:-2}" \
+  "$python" -m pip wheel --disable-pip-version-check -q --no-deps -w "$work/wheels" "$root"
+echo "pip wheel .: $(($(date +%s) - start)) s"
+wheel=("$work"/wheels/strata-*.whl)
+"$python" -m venv "$work/fresh"
+"$work/fresh/bin/python" -m pip install --disable-pip-version-check -q "${wheel[0]}"
+cd "$work"
+"$work/fresh/bin/python" - <<'PY'
+import numpy as np
+import strata
+
+assert "site-packages" in strata.__file__, strata.__file__
+rng = np.random.default_rng(0)
+x = rng.normal(size=(512, 8)).astype(np.float32)
+y = (x[:, 0] > 0).astype(np.int64)
+with strata.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]).scope():
+    model = strata.Sequential([strata.layers.Dense(16, activation="relu"), strata.layers.Dense(2)])
+    model.compile(optimizer="adam", loss=strata.losses.SparseCategoricalCrossentropy(from_logits=True),
+                  metrics=["accuracy"])
+history = model.fit(x, y, epochs=5, batch_size=32, verbose=0)
+loss, accuracy = model.evaluate(x, y, verbose=0)
+assert accuracy > 0.8, accuracy
+assert model.predict(x).shape == (512, 2)
+print(f"the installed wheel trains: accuracy {accuracy:.3f} from {strata.__file__}")
+PY
