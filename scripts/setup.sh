@@ -112,7 +112,9 @@ case "$mode" in
     # The same tests under AddressSanitizer + UBSan (no benchmarks or examples: they add nothing here).
     echo "== sanitizer build"
     # (Warnings are held to -Werror in the main tree; the instrumented one only runs the tests.)
-    build_tree "$build-asan" -DSTRATA_SANITIZE=ON -DSTRATA_BUILD_BENCH=OFF -DSTRATA_BUILD_EXAMPLES=OFF -DSTRATA_WERROR=OFF
+    # (No Python module: an ASan-instrumented one cannot load into an uninstrumented Python.)
+    build_tree "$build-asan" -DSTRATA_SANITIZE=ON -DSTRATA_BUILD_BENCH=OFF -DSTRATA_BUILD_EXAMPLES=OFF -DSTRATA_WERROR=OFF \
+      -DSTRATA_PYTHON=OFF
     # (Not the peers either: they check formats and numbers against TensorFlow, which the main tree did.)
     ASAN_OPTIONS=detect_leaks=0 ctest --test-dir "$build-asan" --output-on-failure -j "$jobs" -LE 'package|peers'
     # Every fuzz target briefly, so that a parser that crashes on its seeds or soon after is caught on every change.
