@@ -28,9 +28,10 @@ x = rng.normal(size=(512, 8)).astype(np.float32)
 y = (x[:, 0] > 0).astype(np.int64)
 with strata.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]).scope():
     model = strata.Sequential([strata.layers.Dense(16, activation="relu"), strata.layers.Dense(2)])
-    model.compile(optimizer="adam", loss=strata.losses.SparseCategoricalCrossentropy(from_logits=True),
+    model.compile(optimizer=strata.optimizers.Adam(learning_rate=0.01),
+                  loss=strata.losses.SparseCategoricalCrossentropy(from_logits=True),
                   metrics=["accuracy"])
-history = model.fit(x, y, epochs=5, batch_size=32, verbose=0)
+history = model.fit(x, y, epochs=10, batch_size=32, verbose=0)
 loss, accuracy = model.evaluate(x, y, verbose=0)
 assert accuracy > 0.8, accuracy
 assert model.predict(x).shape == (512, 2)
