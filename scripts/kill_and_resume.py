@@ -172,6 +172,7 @@ def main():
         delay = rng.uniform(0.0, 1.0) * epoch_seconds
         attempt_log = os.path.join(work, f"attempt-{attempts}.log")
         with open(attempt_log, "wb") as log:
+            started = time.monotonic()
             p = start(train_command(args, killed, True), log)
             try:
                 wait_for_line(p, attempt_log, f"Epoch {target}/{args.epochs}", deadline)
@@ -186,7 +187,11 @@ def main():
             if p.returncode != 0:
                 raise RuntimeError(f"a resumed run exited with {p.returncode}; see {attempt_log}:\n" +
                                    tail(attempt_log))
-            print(f"  attempt {attempts}: finished before the kill; training again from scratch", flush=True)
+            # The reference run's epochs were slower than this one's (a machine busier then): the kills aim at
+            # this run's epoch time from now on, or every later one would finish before its kill too.
+            epoch_seconds = min(epoch_seconds, (time.monotonic() - started) / (args.epochs - epochs_done))
+            print(f"  attempt {attempts}: finished before the kill; training again from scratch (an epoch now takes "
+                  f"at most {epoch_seconds:.1f} s)", flush=True)
             subprocess.run(["rm", "-rf", killed], check=True)
             continue
         kills += 1
