@@ -111,7 +111,8 @@ void Model::compile(const std::string& first, const std::string& second, std::ve
     return;
   }
   auto describe = [](const std::string& name, const std::string& kind) {
-    return "'" + name + "' is " + (kind.empty() ? "neither an optimizer nor a loss" : kind == "both" ? "both" : "a " + kind);
+    return "'" + name + "' is " +
+           (kind.empty() ? "neither an optimizer nor a loss" : kind == "both" ? "both" : kind == "loss" ? "a loss" : "an optimizer");
   };
   STRATA_THROW(InvalidArgument, "compile('" << first << "', '" << second
                                             << "'): expected an optimizer and a loss (Keras's order: compile(optimizer, "
