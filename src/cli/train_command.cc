@@ -173,6 +173,14 @@ std::shared_ptr<Sequential> make_model(const Job& job, distribute::Strategy& str
 // many steps per epoch as the training set has batches, then evaluates. --checkpoint-dir keeps the ps shards (saved
 // by the chief at each epoch's end and every --checkpoint-every steps); a ps task restarted with it restores them.
 void run_parameter_server_task(Job& job, const TrainArgs& args, const cluster::CoreShare& cores) {
+  // The optimizer's state and the variables live on the ps tasks: the chief could lower neither's rate nor put back
+  // their best weights.
+  STRATA_CHECK(!job.callbacks.reduce_lr_on_plateau, InvalidArgument,
+               job.file << ": reduce_lr_on_plateau: not supported under parameter_server (each ps task applies the "
+                           "updates with its own optimizer)");
+  STRATA_CHECK(!(job.callbacks.early_stopping && job.callbacks.early_stopping->restore_best_weights), InvalidArgument,
+               job.file << ": early_stopping.restore_best_weights: not supported under parameter_server (the "
+                           "weights live on the ps tasks)");
   STRATA_CHECK(args.backup_dir.empty(), InvalidArgument,
                "--backup-dir: not supported under parameter_server; --checkpoint-dir keeps the ps shards, which a "
                "restarted ps task restores");
@@ -209,14 +217,6 @@ void run_parameter_server_task(Job& job, const TrainArgs& args, const cluster::C
       job.strategy.ps_resume = committed && (args.resume || same_job);
     }
   }
-  // The optimizer's state and the variables live on the ps tasks: the chief could lower neither's rate nor put back
-  // their best weights.
-  STRATA_CHECK(!job.callbacks.reduce_lr_on_plateau, InvalidArgument,
-               job.file << ": reduce_lr_on_plateau: not supported under parameter_server (each ps task applies the "
-                           "updates with its own optimizer)");
-  STRATA_CHECK(!(job.callbacks.early_stopping && job.callbacks.early_stopping->restore_best_weights), InvalidArgument,
-               job.file << ": early_stopping.restore_best_weights: not supported under parameter_server (the "
-                           "weights live on the ps tasks)");
   if (task.task_type == "chief") check_model_checkpoint_path(job);
   if (!args.csv_log.empty() && task.task_type == "chief") check_output_file(args.csv_log, "--csv-log");
   if (!args.log_dir.empty() && task.task_type == "chief") check_output_directory(args.log_dir, "--log-dir");
