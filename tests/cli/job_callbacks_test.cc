@@ -13,6 +13,7 @@
 
 #include "cli/cli_test_util.h"
 #include "cli/job.h"
+#include "cli/ps_job_util.h"
 #include "strata/error.h"
 
 namespace strata::cli {
@@ -123,6 +124,29 @@ TEST(JobCallbacksTest, ModelCheckpointsDirectoryIsCheckedBeforeTraining) {
   EXPECT_NE(rc, 0) << out;
   EXPECT_NE(out.find("model_checkpoint.filepath"), std::string::npos) << out;
   EXPECT_EQ(out.find("Epoch 1"), std::string::npos) << "refused before training\n" << out;
+}
+
+// Under parameter_server the chief validates on its copy of the trained weights (pulled at each epoch's end), stops
+// the workers' steps with its fit and writes the checkpoints; ps tasks and workers print none of it.
+TEST(JobCallbacksTest, EarlyStoppingAndCheckpointsRunOnAParameterServerChief) {
+  TinyJob t("callbacks_ps_chief");
+  write_job(t.s.dir, tiny_job(t.s.dir) +
+                         "validation: {split: 0.25}\n"
+                         "early_stopping: {monitor: val_loss, min_delta: 100, patience: 1}\n"
+                         "model_checkpoint: {filepath: \"" + (t.s.dir / "best" / "w-{epoch:02d}.safetensors").string() +
+                         "\", save_best_only: true, monitor: val_loss}\n");
+  const auto [rc, out] = launch(t, 2, "--epochs 5", "", "", 0, /*ps=*/1);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("[chief:0] training ended after epoch 2 of 5"), std::string::npos) << out;
+  EXPECT_EQ(count_of(out, "Epoch 2: early stopping"), 1u) << out;
+  EXPECT_EQ(count_of(out, "[chief:0] Epoch 2: early stopping"), 1u) << out;
+  std::vector<std::string> files;
+  for (const auto& e : fs::directory_iterator(t.s.dir / "best")) files.push_back(e.path().filename().string());
+  EXPECT_EQ(files.size(), count_of(out, ": saved weights to ")) << out;
+  EXPECT_EQ(count_of(out, ": saved weights to "), count_of(out, "[chief:0] Epoch 1: saved weights to ") +
+                                                     count_of(out, "[chief:0] Epoch 2: saved weights to "))
+      << "the chief alone saves\n" << out;
+  EXPECT_TRUE(fs::exists(t.s.dir / "best" / "w-01.safetensors")) << out;
 }
 
 TEST(JobCallbacksTest, ParameterServerRefusesWhatWouldChangeOnlyTheChiefsCopy) {
