@@ -159,7 +159,6 @@ ModelCheckpoint::ModelCheckpoint(std::string filepath, Options options)
 
 void ModelCheckpoint::on_train_begin(const Logs&) {
   const Model& model = require_model(*this, "ModelCheckpoint");
-  best_.reset();
   if (options_.save_best_only) resolved_mode_ = resolve_mode(options_.mode, options_.monitor, model, "ModelCheckpoint");
   if (!is_chief(model)) return;
   // Keras creates the directory when it saves; it is made (and proven writable) now, before the first step.

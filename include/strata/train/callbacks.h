@@ -139,7 +139,8 @@ class CSVLogger : public Callback {
 };
 
 // Saves the model's weights (safetensors) at the end of an epoch: every epoch, or only when the monitored
-// value improved on the best so far (Keras 3: strictly better; the first epoch with the value always saves).
+// value improved on the best so far (Keras 3: strictly better; the first value always saves; the best carries over
+// to a later fit with the same callback, as Keras keeps it).
 // `filepath` may hold "{epoch}" / "{epoch:02d}" and "{<log name>:.4f}" placeholders. Its directory is created
 // and proven writable when training begins (an IoError then, not after the first epoch). Across workers only
 // the chief writes; every worker keeps the same best value (the logs are the job's).
