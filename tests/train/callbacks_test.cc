@@ -233,7 +233,7 @@ TEST(CallbacksTest, ReduceLROnPlateauWaitsCoolsDownAndStopsAtMinLr) {
   EXPECT_THROW(callbacks::ReduceLROnPlateau({.factor = 1.0}), InvalidArgument);
 }
 
-TEST(CallbacksTest, ModelCheckpointChecksItsDirectoryWhenTrainingBegins) {
+TEST(CallbacksTest, OutputPathsAreCheckedWhenTrainingBegins) {
   const fs::path dir = fs::temp_directory_path() / ("strata_ckpt_dir_test_" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
@@ -242,6 +242,11 @@ TEST(CallbacksTest, ModelCheckpointChecksItsDirectoryWhenTrainingBegins) {
   auto blocked = std::make_shared<callbacks::ModelCheckpoint>((dir / "a_file" / "ckpt_{epoch}.safetensors").string());
   EXPECT_THROW(model->fit(regression_data(32), {.epochs = 1, .callbacks = {blocked}, .verbose = 0}), IoError);
   EXPECT_EQ(model->step(), 0) << "refused before the first step";
+  auto csv = std::make_shared<callbacks::CSVLogger>((dir / "a_file" / "log.csv").string());
+  EXPECT_THROW(model->fit(regression_data(32), {.epochs = 1, .callbacks = {csv}, .verbose = 0}), IoError);
+  auto board = std::make_shared<callbacks::TensorBoard>((dir / "a_file" / "tb").string());
+  EXPECT_THROW(model->fit(regression_data(32), {.epochs = 1, .callbacks = {board}, .verbose = 0}), Error);
+  EXPECT_EQ(model->step(), 0) << "each refused before the first step";
 
   auto nested = std::make_shared<callbacks::ModelCheckpoint>((dir / "new" / "sub" / "w.safetensors").string());
   nested->set_model(model.get());
