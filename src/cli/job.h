@@ -29,6 +29,9 @@
 // or, for ids (see configs/ctr_embedding.yaml, data from `strata data ctr`), an int64 list feature kept as int64:
 //   data: {format: tfrecord, train: [ctr/train-*], test: [ctr/test-*], x: ids, x_dtype: int64, x_shape: [26]}
 //
+// Validation data and Keras's callbacks (`validation:`, `early_stopping:`, `model_checkpoint:`,
+// `reduce_lr_on_plateau:`) are read by job_callbacks.h, which shows them.
+//
 // Thread-safety: a Job is a value; building from it is safe from any thread.
 #pragma once
 
