@@ -236,7 +236,9 @@ std::unique_ptr<distribute::Strategy> make_job_strategy(const StrategySpec& spec
   check_strategy_name(spec.name, "strategy");
   int replicas = spec.replicas;
   if (replicas <= 0) {
-    replicas = spec.name == "one_device" || spec.name == "multi_worker_mirrored" ? 1 : std::max(1, num_threads());
+    replicas = spec.name == "one_device" || spec.name == "multi_worker_mirrored"
+                   ? 1
+                   : distribute::MirroredStrategy::default_cpu_replicas();
   }
   distribute::CommunicationOptions communication;  // across worker processes
   if (spec.collective_timeout_seconds > 0) {

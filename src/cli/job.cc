@@ -190,6 +190,13 @@ LayerFactory make_layer(const std::string& type, Section& s) {
   return layer;
 }
 
+// A YAML node on one line (flow style), so that two tasks' values compare as text.
+std::string one_line(const YAML::Node& node) {
+  YAML::Emitter out;
+  out << YAML::Flow << node;
+  return out.c_str();
+}
+
 }  // namespace
 
 Job load_job(const std::string& path) {
@@ -329,6 +336,15 @@ Job load_job(const std::string& path) {
                                       << "data.auto_shard: expected auto, file, data or off, got '" << auto_shard << "'");
   }
   data.finish();
+  STRATA_CHECK(!(top.has("validation") && d.auto_shard == data::AutoShardPolicy::kFile), InvalidArgument,
+               top.where(top.get("validation")) << "validation: needs data.auto_shard auto, data or off (a split is "
+                                                   "of records, which workers cannot share out by file)");
+  job.validation = read_validation(top, d.format);
+  job.callbacks = read_callbacks(top, job.metrics, job.validation.enabled());
+  if (top.has("validation")) job.validation_text = one_line(top.get("validation"));
+  for (const char* key : {"early_stopping", "model_checkpoint", "reduce_lr_on_plateau"}) {
+    if (top.has(key)) job.callbacks_text += std::string(key) + ": " + one_line(top.get(key)) + "; ";
+  }
 
   // Checked before they are assigned: a missing key is an invalid node, which YAML::Node's assignment throws on.
   const YAML::Node layers = top.get("model"), loss = top.get("loss"), optimizer = top.get("optimizer");
@@ -528,9 +544,52 @@ data::Dataset test_source(const Job& job) {
 }
 }  // namespace
 
+namespace {
+// The training records, before any split.
+data::Dataset train_source(const Job& job) {
+  if (job.data.format == "idx") return data::Dataset::from_idx(job.data.directory, data::Split::kTrain);
+  return tfrecord_source(job, job.data.train_files, true);
+}
+
+// With `validation: {split: f}`: how many of the training records train (Keras: floor(n * (1 - f))), and n.
+std::pair<int64_t, int64_t> split_point(const Job& job, const data::Dataset& source) {
+  int64_t records = source.cardinality();
+  if (records < 0) {
+    records = 0;
+    for (data::Iterator it = source.make_iterator(); it.next();) ++records;
+  }
+  const auto kept = static_cast<int64_t>(std::floor(static_cast<double>(records) * (1.0 - job.validation.split)));
+  STRATA_CHECK(kept > 0 && kept < records, InvalidArgument,
+               job.file << ": validation.split " << job.validation.split << " of " << records
+                        << " training records leaves " << kept << " to train on and " << records - kept
+                        << " to validate: both need at least one");
+  return {kept, records};
+}
+
+// Splits of records to be shared out across workers record by record (a take/skip is not a file's contents).
+data::Dataset with_split_sharding(const Job& job, data::Dataset batched) {
+  if (job.data.auto_shard != data::AutoShardPolicy::kAuto) return batched;
+  return batched.with_options({.auto_shard_policy = data::AutoShardPolicy::kData});
+}
+}  // namespace
+
 data::Dataset train_dataset(const Job& job) {
-  if (job.data.format == "idx") return pipeline(job, data::Dataset::from_idx(job.data.directory, data::Split::kTrain), true);
-  return pipeline(job, tfrecord_source(job, job.data.train_files, true), true);
+  data::Dataset source = train_source(job);
+  if (job.validation.split == 0) return pipeline(job, std::move(source), true);
+  const int64_t kept = split_point(job, source).first;
+  return with_split_sharding(job, pipeline(job, source.take(kept), true));
+}
+
+std::optional<data::Dataset> validation_dataset(const Job& job) {
+  const ValidationSpec& v = job.validation;
+  if (!v.enabled()) return std::nullopt;
+  if (v.split > 0) {
+    data::Dataset source = train_source(job);
+    const int64_t kept = split_point(job, source).first;
+    return with_split_sharding(job, pipeline(job, source.skip(kept), false));
+  }
+  if (v.format == "idx") return pipeline(job, data::Dataset::from_idx(v.directory, data::Split::kTest), false);
+  return pipeline(job, tfrecord_source(job, v.files, false), false);
 }
 
 data::Dataset test_dataset(const Job& job) {
@@ -547,15 +606,6 @@ int64_t check_test_data(const Job& job) {
   }
   return records;
 }
-
-namespace {
-// A YAML node on one line (flow style), so that two tasks' values compare as text.
-std::string one_line(const YAML::Node& node) {
-  YAML::Emitter out;
-  out << YAML::Flow << node;
-  return out.c_str();
-}
-}  // namespace
 
 std::map<std::string, std::string> job_fingerprint(const Job& job) {
   std::map<std::string, std::string> f;
@@ -577,6 +627,8 @@ std::map<std::string, std::string> job_fingerprint(const Job& job) {
                   " schedule " + s.pipeline_schedule + " sync_every " + std::to_string(s.sync_every) +
                   " outer_step " + s.outer_step;
   const DataSpec& d = job.data;
+  f["validation"] = job.validation_text;
+  f["callbacks"] = job.callbacks_text;
   f["data"] = d.format + " compression " + d.compression + " x " + d.x_feature + " (" + d.x_dtype + ") y " +
               d.y_feature + " shuffle " + std::to_string(d.shuffle) + " auto_shard " +
               data::auto_shard_policy_name(d.auto_shard);

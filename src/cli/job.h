@@ -29,6 +29,9 @@
 // or, for ids (see configs/ctr_embedding.yaml, data from `strata data ctr`), an int64 list feature kept as int64:
 //   data: {format: tfrecord, train: [ctr/train-*], test: [ctr/test-*], x: ids, x_dtype: int64, x_shape: [26]}
 //
+// Validation data and Keras's callbacks (`validation:`, `early_stopping:`, `model_checkpoint:`,
+// `reduce_lr_on_plateau:`) are read by job_callbacks.h, which shows them.
+//
 // Thread-safety: a Job is a value; building from it is safe from any thread.
 #pragma once
 
@@ -42,6 +45,7 @@
 #include <yaml-cpp/yaml.h>
 
 #include "cli/distribution.h"
+#include "cli/job_callbacks.h"
 #include "strata/data/dataset.h"
 #include "strata/train/model.h"
 
@@ -81,6 +85,10 @@ struct Job {
   std::string checkpoint_dir;
   StrategySpec strategy;
   LrScalingSpec lr_scaling;
+  ValidationSpec validation;  // `validation:` (job_callbacks.h)
+  JobCallbacks callbacks;     // `early_stopping:`, `model_checkpoint:`, `reduce_lr_on_plateau:`
+  // The validation and callback sections as written (one line each), for job_fingerprint.
+  std::string validation_text, callbacks_text;
 };
 
 // Reads and checks a job file.
@@ -99,8 +107,12 @@ std::shared_ptr<Sequential> build_model(const Job& job);
 void compile_model(const Job& job, Model& model, int64_t steps_per_epoch = 0);
 // The optimizer the job names, at its configured learning rate (before lr_scaling).
 std::shared_ptr<optim::Optimizer> make_optimizer(const Job& job);
+// With `validation: {split: f}` the training set is its first floor(n * (1 - f)) records (before shuffling) and the
+// validation set the rest, as Keras's validation_split; n is counted once (a pass over TFRecord files).
 data::Dataset train_dataset(const Job& job);
 data::Dataset test_dataset(const Job& job);
+// The job's validation data, batched as the test set; nullopt without `validation:`.
+std::optional<data::Dataset> validation_dataset(const Job& job);
 // Reads every test record once (for TFRecord: decompressed, CRC-checked and parsed as the spec says) and
 // returns how many there are; a bad one raises its error (DataCorrupt, IoError, InvalidArgument) prefixed
 // with "job.yaml: data.test: ". `strata train` calls it before training so a corrupt test shard does not

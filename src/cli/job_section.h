@@ -78,6 +78,8 @@ class Section {
     return out.str();
   }
   std::string key_path(const std::string& key) const { return path_.empty() ? key : path_ + "." + key; }
+  // The job file this section is read from (for a nested Section).
+  const std::string& file() const { return file_; }
 
   YAML::Node get(const std::string& key) {
     known_.insert(key);

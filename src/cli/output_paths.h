@@ -1,20 +1,13 @@
-// Checking the paths a command will write before it starts its work, so that a path it cannot write fails at once
-// with its flag named, not after an epoch (or a whole run) of training.
+// The CLI's checks of the paths a command will write (before it starts its work): io's, shared with fit's
+// callbacks (see io/output_paths.h).
 // Thread-safety: plain functions; each touches only the path it is given.
 #pragma once
 
-#include <string>
+#include "io/output_paths.h"
 
 namespace strata::cli {
 
-// `dir` exists as a directory we can write in, created (with its parents) if need be. Writability is proven by
-// creating and removing a file there: permission bits do not tell (root, read-only mounts). `what` names where the
-// path came from ("--checkpoint-dir"). IoError otherwise.
-void check_output_directory(const std::string& dir, const std::string& what);
-
-// `path` can be opened for appending (an existing file is left as it is; a new one is created and removed again,
-// so a run that fails before training leaves nothing behind). IoError naming `what` otherwise: a directory, a
-// missing folder, a folder we cannot write in.
-void check_output_file(const std::string& path, const std::string& what);
+using io::check_output_directory;
+using io::check_output_file;
 
 }  // namespace strata::cli

@@ -140,6 +140,23 @@ void add_log_callbacks(FitOptions& fit, const TrainArgs& args, bool chief) {
   if (args.log_format == "json") fit.callbacks.push_back(std::make_shared<JsonEpochLogger>());
 }
 
+// The job's validation data and its Keras callbacks (early stopping, best-only checkpoints, learning rate on a
+// plateau) on `fit`; every worker runs them (their decisions use the job's logs, alike everywhere) and only the chief
+// writes or prints.
+void add_job_callbacks(FitOptions& fit, const Job& job) {
+  fit.validation_data = validation_dataset(job);
+  const std::vector<std::shared_ptr<Callback>> made = make_callbacks(job.callbacks);
+  fit.callbacks.insert(fit.callbacks.end(), made.begin(), made.end());
+}
+
+// model_checkpoint's directory, made and proven writable before anything runs (the callback checks again when
+// training begins).
+void check_model_checkpoint_path(const Job& job) {
+  if (!job.callbacks.model_checkpoint) return;
+  const fs::path directory = fs::path(job.callbacks.model_checkpoint->filepath).parent_path();
+  check_output_directory(directory.empty() ? "." : directory.string(), job.file + ": model_checkpoint.filepath");
+}
+
 // The job's model, created, compiled and built inside the strategy's scope so that its variables are the
 // strategy's (mirrored, or stored once); fit and evaluate then run under that strategy.
 std::shared_ptr<Sequential> make_model(const Job& job, distribute::Strategy& strategy, int64_t steps_per_epoch) {
@@ -156,6 +173,14 @@ std::shared_ptr<Sequential> make_model(const Job& job, distribute::Strategy& str
 // many steps per epoch as the training set has batches, then evaluates. --checkpoint-dir keeps the ps shards (saved
 // by the chief at each epoch's end and every --checkpoint-every steps); a ps task restarted with it restores them.
 void run_parameter_server_task(Job& job, const TrainArgs& args, const cluster::CoreShare& cores) {
+  // The optimizer's state and the variables live on the ps tasks: the chief could lower neither's rate nor put back
+  // their best weights.
+  STRATA_CHECK(!job.callbacks.reduce_lr_on_plateau, InvalidArgument,
+               job.file << ": reduce_lr_on_plateau: not supported under parameter_server (each ps task applies the "
+                           "updates with its own optimizer)");
+  STRATA_CHECK(!(job.callbacks.early_stopping && job.callbacks.early_stopping->restore_best_weights), InvalidArgument,
+               job.file << ": early_stopping.restore_best_weights: not supported under parameter_server (the "
+                           "weights live on the ps tasks)");
   STRATA_CHECK(args.backup_dir.empty(), InvalidArgument,
                "--backup-dir: not supported under parameter_server; --checkpoint-dir keeps the ps shards, which a "
                "restarted ps task restores");
@@ -192,6 +217,7 @@ void run_parameter_server_task(Job& job, const TrainArgs& args, const cluster::C
       job.strategy.ps_resume = committed && (args.resume || same_job);
     }
   }
+  if (task.task_type == "chief") check_model_checkpoint_path(job);
   if (!args.csv_log.empty() && task.task_type == "chief") check_output_file(args.csv_log, "--csv-log");
   if (!args.log_dir.empty() && task.task_type == "chief") check_output_directory(args.log_dir, "--log-dir");
   const std::unique_ptr<distribute::Strategy> strategy = open_strategy(job, args.strategy, cores);
@@ -237,6 +263,7 @@ void run_parameter_server_task(Job& job, const TrainArgs& args, const cluster::C
   fit.epochs = job.epochs;
   fit.steps_per_epoch = steps_per_epoch;
   fit.verbose = args.verbose;
+  add_job_callbacks(fit, job);
   if (!args.csv_log.empty()) fit.callbacks.push_back(std::make_shared<callbacks::CSVLogger>(args.csv_log));
   add_log_callbacks(fit, args, /*chief=*/true);
   auto nan = std::make_shared<callbacks::TerminateOnNaN>(callbacks::TerminateOnNaN::Options{.verbose = false});
@@ -333,6 +360,7 @@ void run_train(const TrainArgs& args) {
   }
   if (!args.csv_log.empty()) check_output_file(args.csv_log, "--csv-log");
   if (!args.log_dir.empty()) check_output_directory(args.log_dir, "--log-dir");
+  check_model_checkpoint_path(job);
   const std::unique_ptr<distribute::Strategy> strategy = open_strategy(job, args.strategy, cores);
 
   const data::Dataset train = train_dataset(job);
@@ -367,6 +395,7 @@ void run_train(const TrainArgs& args) {
     fit.callbacks.push_back(std::make_shared<callbacks::BackupAndRestore>(
         args.backup_dir, callbacks::BackupAndRestore::Options{.save_freq = args.backup_every_steps}));
   }
+  add_job_callbacks(fit, job);
   if (!args.csv_log.empty() && strategy->is_chief()) {
     fit.callbacks.push_back(
         std::make_shared<callbacks::CSVLogger>(args.csv_log, callbacks::CSVLogger::Options{.append = args.resume}));

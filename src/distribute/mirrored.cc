@@ -3,9 +3,12 @@
 // still running), and one update per step written to every copy.
 // Thread-safety: each replica thread uses only its own aggregator and communicator rank; see
 // all_reduce_aggregator.h for who updates what when.
+#include <algorithm>
+
 #include "distribute/all_reduce_aggregator.h"
 #include "distribute/devices.h"
 #include "strata/distribute/strategies.h"
+#include "strata/threading.h"
 
 namespace strata::distribute {
 
@@ -30,8 +33,12 @@ std::unique_ptr<MirroredStrategy> MirroredStrategy::cpu_replicas(int n, Mirrored
   return std::make_unique<MirroredStrategy>(cpu_devices(n), options);
 }
 
+int MirroredStrategy::default_cpu_replicas() { return std::max(1, num_threads()); }
+
 MirroredStrategy::MirroredStrategy(std::vector<std::string> devices, MirroredOptions options)
-    : Strategy(detail::checked_devices("MirroredStrategy", std::move(devices)), options.threads_per_replica,
+    : Strategy(detail::checked_devices("MirroredStrategy",
+                                       devices.empty() ? cpu_devices(default_cpu_replicas()) : std::move(devices)),
+               options.threads_per_replica,
                options.cross_device_ops.algorithm),
       options_(options) {
   STRATA_CHECK(options_.cross_device_ops.bucket_bytes > 0, InvalidArgument,

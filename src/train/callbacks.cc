@@ -1,8 +1,10 @@
 // Logs and the Keras callbacks other than the progress bar (see strata/train/callbacks.h).
 #include "strata/train/callbacks.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <regex>
 #include <sstream>
 
@@ -10,6 +12,7 @@
 #include "strata/error.h"
 #include "strata/io/checkpoint.h"
 #include "strata/train/model.h"
+#include "io/output_paths.h"
 #include "train/worker_state.h"
 
 namespace strata {
@@ -40,22 +43,40 @@ double Logs::at(const std::string& name) const {
 
 namespace callbacks {
 
-namespace {
-// Whether `current` is better than `best` for `monitor` under `mode`, by more than min_delta.
-bool improved(Mode mode, const std::string& monitor, double current, std::optional<double> best,
-              double min_delta = 0) {
-  if (!best) return true;
-  if (mode == Mode::kAuto) {
-    const bool up = monitor.find("acc") != std::string::npos || monitor.find("auc") != std::string::npos ||
-                    monitor.find("precision") != std::string::npos || monitor.find("recall") != std::string::npos;
-    mode = up ? Mode::kMax : Mode::kMin;
-  }
-  return mode == Mode::kMax ? current - std::fabs(min_delta) > *best : current + std::fabs(min_delta) < *best;
+Mode parse_mode(const std::string& text, const std::string& what) {
+  if (text == "auto") return Mode::kAuto;
+  if (text == "min") return Mode::kMin;
+  if (text == "max") return Mode::kMax;
+  STRATA_THROW(InvalidArgument, what << ": mode must be auto, min or max, got '" << text << "'");
 }
 
+Mode resolve_mode(Mode mode, const std::string& monitor, const Model& model, const char* callback) {
+  if (mode != Mode::kAuto) return mode;
+  const std::string name = monitor.rfind("val_", 0) == 0 ? monitor.substr(4) : monitor;
+  if (name == "loss") return Mode::kMin;
+  if (model.compiled()) {
+    for (const auto& metric : model.metrics()) {
+      if (metric->name() != name) continue;
+      if (metric->direction() == metrics::Metric::Direction::kUp) return Mode::kMax;
+      if (metric->direction() == metrics::Metric::Direction::kDown) return Mode::kMin;
+    }
+  }
+  STRATA_THROW(InvalidArgument, callback << ": monitor '" << monitor
+                                         << "' with mode auto: cannot tell whether it should go up or down (it is "
+                                            "neither the loss nor a compiled metric with a direction); give mode "
+                                            "min or max");
+}
+
+namespace {
 Model& require_model(const Callback& cb, const char* what) {
   STRATA_CHECK(cb.model() != nullptr, InvalidArgument, what << " is not attached to a model (pass it to fit)");
   return *cb.model();
+}
+
+// Across workers only the chief writes files and prints; with no strategy or one worker, this process.
+bool is_chief(const Model& model) {
+  const distribute::Strategy* strategy = model.owning_strategy();
+  return strategy == nullptr || strategy->is_chief();
 }
 }  // namespace
 
@@ -136,17 +157,31 @@ std::string format_path(const std::string& pattern, int64_t epoch, const Logs& l
 ModelCheckpoint::ModelCheckpoint(std::string filepath, Options options)
     : filepath_(std::move(filepath)), options_(std::move(options)) {}
 
+void ModelCheckpoint::on_train_begin(const Logs&) {
+  const Model& model = require_model(*this, "ModelCheckpoint");
+  if (options_.save_best_only) resolved_mode_ = resolve_mode(options_.mode, options_.monitor, model, "ModelCheckpoint");
+  if (!is_chief(model)) return;
+  // Keras creates the directory when it saves; it is made (and proven writable) now, before the first step.
+  const std::filesystem::path directory = std::filesystem::path(filepath_).parent_path();
+  io::check_output_directory(directory.empty() ? "." : directory.string(),
+                                   "ModelCheckpoint('" + filepath_ + "')");
+}
+
 void ModelCheckpoint::on_epoch_end(int64_t epoch, const Logs& logs) {
   Model& model = require_model(*this, "ModelCheckpoint");
   if (options_.save_best_only) {
     const std::optional<double> current = logs.get(options_.monitor);
     if (!current) {
-      std::fprintf(stderr, "ModelCheckpoint: '%s' is not in the logs; saving skipped\n", options_.monitor.c_str());
+      if (is_chief(model)) {
+        std::fprintf(stderr, "ModelCheckpoint: '%s' is not in the logs; saving skipped\n", options_.monitor.c_str());
+      }
       return;
     }
-    if (!improved(options_.mode, options_.monitor, *current, best_)) return;
+    const bool better = !best_ || (resolved_mode_ == Mode::kMax ? *current > *best_ : *current < *best_);
+    if (!better) return;
     best_ = *current;
   }
+  if (!is_chief(model)) return;  // every worker holds the same weights; the chief writes them
   const std::string path = format_path(filepath_, epoch, logs);
   model.save_weights(path);
   if (options_.verbose > 0) std::printf("Epoch %lld: saved weights to %s\n", static_cast<long long>(epoch + 1), path.c_str());
@@ -154,45 +189,136 @@ void ModelCheckpoint::on_epoch_end(int64_t epoch, const Logs& logs) {
 
 // ---- EarlyStopping
 
-EarlyStopping::EarlyStopping(Options options) : options_(std::move(options)) {}
+EarlyStopping::EarlyStopping(Options options) : options_(std::move(options)) {
+  STRATA_CHECK(options_.patience >= 0, InvalidArgument, "EarlyStopping: patience must be >= 0, got " << options_.patience);
+}
+
+bool EarlyStopping::is_improvement(double current, std::optional<double> reference) const {
+  if (!reference) return true;
+  const double delta = std::fabs(options_.min_delta);
+  return resolved_mode_ == Mode::kMax ? current - delta > *reference : current + delta < *reference;
+}
 
 void EarlyStopping::on_train_begin(const Logs&) {
+  const Model& model = require_model(*this, "EarlyStopping");
+  resolved_mode_ = resolve_mode(options_.mode, options_.monitor, model, "EarlyStopping");
   wait_ = 0;
   stopped_epoch_ = -1;
-  best_ = options_.baseline;
+  best_epoch_ = -1;
+  best_.reset();
   best_weights_.clear();
 }
+
+namespace {
+std::vector<Tensor> host_copies(const Model& model) {
+  std::vector<Tensor> copies;
+  for (const Variable& v : model.variables()) {
+    const Tensor& t = v.value();
+    copies.push_back(t.device().is_cpu() ? t.clone() : t.to(Device::cpu()));
+  }
+  return copies;
+}
+}  // namespace
 
 void EarlyStopping::on_epoch_end(int64_t epoch, const Logs& logs) {
   Model& model = require_model(*this, "EarlyStopping");
   const std::optional<double> current = logs.get(options_.monitor);
   if (!current) {
-    std::fprintf(stderr, "EarlyStopping: '%s' is not in the logs\n", options_.monitor.c_str());
+    if (is_chief(model)) std::fprintf(stderr, "EarlyStopping: '%s' is not in the logs\n", options_.monitor.c_str());
     return;
   }
-  if (improved(options_.mode, options_.monitor, *current, best_, options_.min_delta)) {
+  if (options_.restore_best_weights && best_weights_.empty()) {  // until one improves, the first epoch's are best
+    best_weights_ = host_copies(model);
+    best_epoch_ = epoch;
+  }
+  ++wait_;
+  if (is_improvement(*current, best_)) {
     best_ = *current;
-    wait_ = 0;
-    if (options_.restore_best_weights) {
-      best_weights_.clear();
-      for (const auto& [name, t] : model.named_weights()) best_weights_.emplace_back(name, t.clone().to_vector<float>());
-    }
+    best_epoch_ = epoch;
+    if (options_.restore_best_weights) best_weights_ = host_copies(model);
+    // The wait restarts only when the value beats the baseline too.
+    if (!options_.baseline || is_improvement(*current, options_.baseline)) wait_ = 0;
     return;
   }
-  if (++wait_ >= options_.patience && epoch > 0) {  // Keras: patience epochs without improvement
+  if (wait_ >= options_.patience && epoch > 0) {
     stopped_epoch_ = epoch;
     model.stop_training = true;
-    if (options_.verbose > 0) std::printf("Epoch %lld: early stopping\n", static_cast<long long>(epoch + 1));
   }
 }
 
 void EarlyStopping::on_train_end(const Logs&) {
-  if (!options_.restore_best_weights || best_weights_.empty() || stopped_epoch_ < 0) return;
   Model& model = require_model(*this, "EarlyStopping");
-  const auto vars = model.variables();
-  for (size_t i = 0; i < vars.size() && i < best_weights_.size(); ++i) {
+  if (stopped_epoch_ >= 0 && options_.verbose > 0 && is_chief(model)) {
+    std::printf("Epoch %lld: early stopping\n", static_cast<long long>(stopped_epoch_ + 1));
+  }
+  if (!options_.restore_best_weights || best_weights_.empty()) return;
+  if (options_.verbose > 0 && is_chief(model)) {
+    std::printf("Restoring model weights from the end of the best epoch: %lld\n",
+                static_cast<long long>(best_epoch_ + 1));
+  }
+  const std::vector<Variable> vars = model.variables();
+  STRATA_CHECK(vars.size() == best_weights_.size(), InvalidArgument,
+               "EarlyStopping: the model has " << vars.size() << " variables, the best epoch had "
+                                               << best_weights_.size());
+  for (size_t i = 0; i < vars.size(); ++i) {
     Variable v = vars[i];
-    v.assign(Tensor::from_vector(best_weights_[i].second, v.shape()));
+    v.assign(best_weights_[i]);
+  }
+  std::fflush(stdout);
+}
+
+// ---- ReduceLROnPlateau
+
+ReduceLROnPlateau::ReduceLROnPlateau(Options options) : options_(std::move(options)) {
+  STRATA_CHECK(options_.factor > 0 && options_.factor < 1, InvalidArgument,
+               "ReduceLROnPlateau: factor must be in (0, 1) (it multiplies the rate), got " << options_.factor);
+  STRATA_CHECK(options_.patience >= 0 && options_.cooldown >= 0 && options_.min_lr >= 0, InvalidArgument,
+               "ReduceLROnPlateau: patience, cooldown and min_lr must be >= 0");
+}
+
+void ReduceLROnPlateau::on_train_begin(const Logs&) {
+  require_model(*this, "ReduceLROnPlateau");
+  // Keras's own rule (not MonitorCallback's): max when the name holds "acc".
+  up_ = options_.mode == Mode::kMax ||
+        (options_.mode == Mode::kAuto && options_.monitor.find("acc") != std::string::npos);
+  best_.reset();
+  wait_ = 0;
+  cooldown_counter_ = 0;
+  reductions_ = 0;
+}
+
+void ReduceLROnPlateau::on_epoch_end(int64_t epoch, const Logs& logs) {
+  Model& model = require_model(*this, "ReduceLROnPlateau");
+  const std::optional<double> current = logs.get(options_.monitor);
+  if (!current) {
+    if (is_chief(model)) std::fprintf(stderr, "ReduceLROnPlateau: '%s' is not in the logs\n", options_.monitor.c_str());
+    return;
+  }
+  if (cooldown_counter_ > 0) {
+    --cooldown_counter_;
+    wait_ = 0;
+  }
+  const double delta = options_.min_delta;
+  const bool better = !best_ || (up_ ? *current > *best_ + delta : *current < *best_ - delta);
+  if (better) {
+    best_ = *current;
+    wait_ = 0;
+    return;
+  }
+  if (cooldown_counter_ > 0 || ++wait_ < options_.patience) return;
+  optim::Optimizer& optimizer = model.optimizer();
+  const double old_lr = optimizer.learning_rate();
+  if (old_lr > static_cast<float>(options_.min_lr)) {
+    const double new_lr = std::max(old_lr * options_.factor, options_.min_lr);
+    optimizer.set_learning_rate(static_cast<float>(new_lr));
+    ++reductions_;
+    if (options_.verbose > 0 && is_chief(model)) {
+      std::printf("Epoch %lld: ReduceLROnPlateau reducing learning rate to %g.\n",
+                  static_cast<long long>(epoch + 1), new_lr);
+      std::fflush(stdout);
+    }
+    cooldown_counter_ = options_.cooldown;
+    wait_ = 0;
   }
 }
 

@@ -2,6 +2,7 @@
 // Weights, checkpoints and the summary table live in model_io.cc.
 #include "strata/train/model.h"
 
+#include <atomic>
 #include <chrono>
 #include <cmath>
 #include <future>
@@ -11,6 +12,7 @@
 #include "strata/distribute/strategy.h"
 #include "strata/error.h"
 #include "strata/gradient_tape.h"
+#include "strata/nn/core_layers.h"
 #include "strata/ops.h"
 #include "strata/threading.h"
 #include "strata/trace.h"
@@ -74,8 +76,48 @@ void Model::compile(const losses::Loss& loss, const optim::Optimizer& optimizer,
   compile(loss.clone(), optimizer.clone(), std::move(metrics));
 }
 
-void Model::compile(const std::string& loss, const std::string& optimizer, std::vector<MetricSpec> metrics) {
-  compile(losses::get(loss), optim::get(optimizer), std::move(metrics));
+void Model::compile(const optim::Optimizer& optimizer, const losses::Loss& loss, std::vector<MetricSpec> metrics) {
+  compile(loss.clone(), optimizer.clone(), std::move(metrics));
+}
+
+void Model::compile(std::shared_ptr<optim::Optimizer> optimizer, std::shared_ptr<losses::Loss> loss,
+                    std::vector<MetricSpec> metrics) {
+  compile(std::move(loss), std::move(optimizer), std::move(metrics));
+}
+
+namespace {
+// What a compile() name is: "optimizer", "loss", or "" (neither).
+std::string kind_of_name(const std::string& name) {
+  const bool loss = !losses::canonical_name(name).empty();
+  bool optimizer = false;
+  try {
+    optim::get(name);
+    optimizer = true;
+  } catch (const InvalidArgument&) {
+  }
+  if (loss && optimizer) return "both";  // no Keras name is; kept honest should one ever be
+  return optimizer ? "optimizer" : loss ? "loss" : "";
+}
+}  // namespace
+
+void Model::compile(const std::string& first, const std::string& second, std::vector<MetricSpec> metrics) {
+  const std::string first_kind = kind_of_name(first), second_kind = kind_of_name(second);
+  if (first_kind == "optimizer" && second_kind == "loss") {  // Keras's order
+    compile(losses::get(second), optim::get(first), std::move(metrics));
+    return;
+  }
+  if (first_kind == "loss" && second_kind == "optimizer") {
+    compile(losses::get(first), optim::get(second), std::move(metrics));
+    return;
+  }
+  auto describe = [](const std::string& name, const std::string& kind) {
+    return "'" + name + "' is " +
+           (kind.empty() ? "neither an optimizer nor a loss" : kind == "both" ? "both" : kind == "loss" ? "a loss" : "an optimizer");
+  };
+  STRATA_THROW(InvalidArgument, "compile('" << first << "', '" << second
+                                            << "'): expected an optimizer and a loss (Keras's order: compile(optimizer, "
+                                               "loss, metrics)), but "
+                                            << describe(first, first_kind) << " and " << describe(second, second_kind));
 }
 
 void Model::compile(std::shared_ptr<losses::Loss> loss, std::shared_ptr<optim::Optimizer> optimizer,
@@ -93,6 +135,49 @@ void Model::compile(std::shared_ptr<losses::Loss> loss, std::shared_ptr<optim::O
   }
   loss_tracker_ = std::make_shared<metrics::Mean>();
   replica_trackers_.clear();
+  warn_if_logits_into_probability_loss();
+}
+
+namespace {
+// Whether the loss expects probabilities: a crossentropy with from_logits false.
+bool loss_expects_probabilities(const losses::Loss& loss) {
+  if (const auto* l = dynamic_cast<const losses::SparseCategoricalCrossentropy*>(&loss)) return !l->options().from_logits;
+  if (const auto* l = dynamic_cast<const losses::CategoricalCrossentropy*>(&loss)) return !l->options().from_logits;
+  if (const auto* l = dynamic_cast<const losses::BinaryCrossentropy*>(&loss)) return !l->options().from_logits;
+  return false;
+}
+
+// The activation a Sequential's output ends with, looking past layers that only reshape or drop ("": cannot tell).
+std::string output_activation(const std::vector<std::shared_ptr<nn::Layer>>& layers, std::string& layer_name) {
+  for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
+    const nn::Layer& layer = **it;
+    if (dynamic_cast<const nn::Dropout*>(&layer) || dynamic_cast<const nn::Flatten*>(&layer) ||
+        dynamic_cast<const nn::Reshape*>(&layer)) {
+      continue;
+    }
+    layer_name = layer.name();
+    if (const auto* dense = dynamic_cast<const nn::Dense*>(&layer)) return dense->options().activation.name();
+    if (const auto* activation = dynamic_cast<const nn::Activation*>(&layer)) return activation->activation().name();
+    return "";
+  }
+  return "";
+}
+}  // namespace
+
+void Model::warn_if_logits_into_probability_loss() const {
+  static std::atomic<bool> warned{false};
+  if (loss_ == nullptr || warned.load() || !loss_expects_probabilities(*loss_)) return;
+  if (dynamic_cast<const Sequential*>(this) == nullptr) return;  // a graph or a subclass: its output is not known here
+  std::string layer_name;
+  const std::string activation = output_activation(layers(), layer_name);
+  if (activation.empty() || activation == "custom" || activation == "softmax" || activation == "sigmoid") return;
+  if (warned.exchange(true)) return;
+  std::fflush(stdout);
+  std::fprintf(stderr,
+               "strata: warning: model '%s' ends in layer '%s' with activation %s, so it outputs logits, but the loss "
+               "%s has from_logits false and expects probabilities; give the loss from_logits true (in a job file: "
+               "loss: {name: %s, from_logits: true}) or end the model with a softmax (sigmoid for binary)\n",
+               name().c_str(), layer_name.c_str(), activation.c_str(), loss_->name().c_str(), loss_->name().c_str());
 }
 
 optim::Optimizer& Model::optimizer() const {
@@ -518,6 +603,7 @@ std::vector<std::shared_ptr<Callback>> Model::fit_callbacks(const FitOptions& op
 
 History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
   check_compiled("fit");
+  warn_if_logits_into_probability_loss();  // a Sequential given its layers after compile
   STRATA_CHECK(options.epochs >= 0 && options.initial_epoch >= 0 && options.steps_per_epoch >= 0, InvalidArgument,
                "fit: epochs, initial_epoch and steps_per_epoch must not be negative");
   STRATA_CHECK(options.steps_per_execution >= 1, InvalidArgument,
@@ -683,6 +769,7 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
     const double elapsed = now_seconds() - epoch_start;
     input_wait_fraction_ = elapsed > 0 ? waited / elapsed : 0;
     Logs logs = metric_logs();
+    epoch_examples_ = job_examples();  // before validation, whose evaluate resets the trackers
     if (options.validation_data && !stop_training) {
       const Logs val = evaluate(*options.validation_data, {.steps = options.validation_steps});
       for (const auto& [k, v] : val.items()) logs.set("val_" + k, v);
@@ -690,7 +777,6 @@ History Model::fit(const data::Dataset& dataset, const FitOptions& options) {
     history.epochs.push_back(epoch);
     for (const auto& [k, v] : logs.items()) history.history[k].push_back(v);
     history.input_wait_fraction.push_back(input_wait_fraction_);
-    epoch_examples_ = job_examples();
     history.examples.push_back(epoch_examples_);
     // The epoch is done: a checkpoint from on_epoch_end resumes at the next one.
     fit_state_.epochs_done = epoch + 1;

@@ -334,3 +334,31 @@ TEST(TrainCommandTest, HelpIsCompleteAndUsageErrorsFail) {
 
 }  // namespace
 }  // namespace strata::cli
+
+namespace strata::cli {
+namespace {
+// A job whose model ends in logits with a loss that expects probabilities trains badly (Keras too): the run says so
+// once on stderr, and says nothing when the loss is told (from_logits: true) or the model ends in a softmax.
+TEST(TrainCommandTest, WarnsOnceWhenLogitsFeedALossThatExpectsProbabilities) {
+  TinyJob t("logits_warning");
+  const std::string told = tiny_job(t.s.dir);
+  std::string untold = told;
+  untold.replace(untold.find("{name: sparse_categorical_crossentropy, from_logits: true}"),
+                 std::string("{name: sparse_categorical_crossentropy, from_logits: true}").size(),
+                 "sparse_categorical_crossentropy");
+  std::string softmax = untold;
+  softmax.replace(softmax.find("dense: {units: 10}"), std::string("dense: {units: 10}").size(),
+                  "dense: {units: 10, activation: softmax}");
+  const std::string warning = "has from_logits false and expects probabilities";
+  for (const auto& [body, warnings] :
+       std::vector<std::pair<std::string, size_t>>{{untold, 1}, {told, 0}, {softmax, 0}}) {
+    const std::string job = write_job(t.s.dir, body);
+    auto [rc, out] = run(std::string(STRATA_BINARY) + " train " + job + " --threads 1 --epochs 1");
+    ASSERT_EQ(rc, 0) << out;
+    size_t n = 0;
+    for (size_t pos = out.find(warning); pos != std::string::npos; pos = out.find(warning, pos + 1)) ++n;
+    EXPECT_EQ(n, warnings) << body << "\n" << out;
+  }
+}
+}  // namespace
+}  // namespace strata::cli

@@ -340,3 +340,17 @@ TEST(StrategyTest, BadUseIsAClearError) {
 
 }  // namespace
 }  // namespace strata::distribute
+
+namespace strata::distribute {
+namespace {
+// TensorFlow's MirroredStrategy() takes every device; strata's, every core this thread may use, as the CLI does.
+TEST(MirroredDefaultTest, NoDevicesMeansOneReplicaPerCore) {
+  for (int cores : {1, 3}) {
+    ScopedNumThreads threads(cores);
+    EXPECT_EQ(MirroredStrategy::default_cpu_replicas(), cores);
+    EXPECT_EQ(MirroredStrategy().num_replicas_in_sync(), cores);
+  }
+  EXPECT_EQ(MirroredStrategy({"/cpu:0"}).num_replicas_in_sync(), 1) << "a device list is kept as given";
+}
+}  // namespace
+}  // namespace strata::distribute

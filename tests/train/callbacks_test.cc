@@ -1,4 +1,5 @@
-// The Keras callbacks: progress bar forms, early stopping, checkpoints, learning-rate schedule, NaN stop.
+// The Keras callbacks: progress bar forms, early stopping, checkpoints, learning-rate schedule and plateau, NaN stop.
+// The monitoring callbacks are also driven epoch by epoch with scripted logs, to pin Keras 3's exact rules.
 #include "strata/train/callbacks.h"
 
 #include <gtest/gtest.h>
@@ -6,6 +7,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <limits>
 
 #include "strata/nn/nn.h"
@@ -13,6 +15,7 @@
 #include "strata/optim/optimizers.h"
 #include "strata/random.h"
 #include "strata/train/model.h"
+#include "strata/error.h"
 #include "test_util.h"
 
 namespace strata {
@@ -113,6 +116,142 @@ TEST(CallbacksTest, ModelCheckpointSavesOnlyImprovementsUnderFormattedNames) {
   char first[64];
   std::snprintf(first, sizeof first, "w-01-%.3f.safetensors", h.history.at("loss")[0]);
   EXPECT_TRUE(fs::exists(dir / first)) << first;
+  fs::remove_all(dir);
+}
+
+// Drives `cb` through on_train_begin and one on_epoch_end per value of `monitor`; returns the epochs run (an epoch
+// that set stop_training is the last).
+int64_t drive(Callback& cb, Model& model, const std::string& monitor, const std::vector<double>& values) {
+  cb.set_model(&model);
+  model.stop_training = false;
+  cb.on_train_begin(Logs());
+  int64_t epochs = 0;
+  for (size_t e = 0; e < values.size() && !model.stop_training; ++e, ++epochs) {
+    Logs logs;
+    logs.set(monitor, values[e]);
+    cb.on_epoch_end(static_cast<int64_t>(e), logs);
+  }
+  cb.on_train_end(Logs());
+  return epochs;
+}
+
+std::shared_ptr<Sequential> classifier() {
+  manual_seed(5);
+  auto model = std::make_shared<Sequential>(std::vector<nn::LayerRef>{nn::Dense(3)});
+  model->compile(optim::SGD(optim::SGDOptions{.learning_rate = 1.0f}),
+                 losses::SparseCategoricalCrossentropy({.from_logits = true}), {"accuracy"});
+  model->build_for({1, 2});
+  return model;
+}
+
+TEST(CallbacksTest, EarlyStoppingCountsPatienceMinDeltaAndBaselineAsKeras3) {
+  auto model = classifier();
+  using Options = callbacks::EarlyStopping::Options;
+  {  // two epochs without improvement after the best (epoch 1): stops at epoch 3
+    callbacks::EarlyStopping stop(Options{.monitor = "val_loss", .patience = 2});
+    EXPECT_EQ(drive(stop, *model, "val_loss", {1.0, 0.9, 0.95, 0.96, 0.97}), 4);
+    EXPECT_EQ(stop.stopped_epoch(), 3);
+    EXPECT_EQ(stop.best_epoch(), 1);
+  }
+  {  // 0.85 is not better than 1.0 by more than min_delta 0.2
+    callbacks::EarlyStopping stop(Options{.monitor = "val_loss", .min_delta = 0.2, .patience = 1});
+    EXPECT_EQ(drive(stop, *model, "val_loss", {1.0, 0.85, 0.7}), 2);
+    EXPECT_EQ(stop.stopped_epoch(), 1);
+  }
+  {  // improvements that never beat the baseline do not reset the wait: stops at the first epoch that does not improve
+    callbacks::EarlyStopping stop(Options{.monitor = "val_loss", .patience = 2, .baseline = 0.5});
+    EXPECT_EQ(drive(stop, *model, "val_loss", {1.0, 0.9, 0.95, 0.8}), 3);
+    EXPECT_EQ(stop.stopped_epoch(), 2);
+    callbacks::EarlyStopping without(Options{.monitor = "val_loss", .patience = 2});
+    EXPECT_EQ(drive(without, *model, "val_loss", {1.0, 0.9, 0.95, 0.8}), 4) << "the baseline made the difference";
+  }
+  {  // mode auto: accuracy goes up (the compiled metric's direction), so 0.6 is the best and 0.55 the first miss
+    callbacks::EarlyStopping stop(Options{.monitor = "val_accuracy", .patience = 1});
+    EXPECT_EQ(drive(stop, *model, "val_accuracy", {0.5, 0.6, 0.55, 0.7}), 3);
+    EXPECT_EQ(stop.best_epoch(), 1);
+    callbacks::EarlyStopping forced_min(Options{.monitor = "val_accuracy", .patience = 1, .mode = callbacks::Mode::kMin});
+    EXPECT_EQ(drive(forced_min, *model, "val_accuracy", {0.5, 0.6, 0.55, 0.7}), 2);
+  }
+  {  // a name auto cannot place is refused when training begins
+    callbacks::EarlyStopping stop(Options{.monitor = "val_throughput"});
+    stop.set_model(model.get());
+    try {
+      stop.on_train_begin(Logs());
+      FAIL() << "expected InvalidArgument";
+    } catch (const InvalidArgument& e) {
+      EXPECT_NE(std::string(e.what()).find("val_throughput"), std::string::npos) << e.what();
+      EXPECT_NE(std::string(e.what()).find("mode min or max"), std::string::npos) << e.what();
+    }
+  }
+}
+
+TEST(CallbacksTest, EarlyStoppingRestoresTheBestWeightsEvenWithoutStopping) {
+  auto model = classifier();
+  callbacks::EarlyStopping stop({.monitor = "loss", .patience = 5, .restore_best_weights = true});
+  stop.set_model(model.get());
+  stop.on_train_begin(Logs());
+  Variable kernel = model->variables()[0];
+  std::vector<std::vector<float>> at_epoch;
+  const std::vector<double> losses = {1.0, 0.5, 0.7};
+  for (int64_t e = 0; e < 3; ++e) {
+    kernel.assign(Tensor::full(kernel.shape(), static_cast<float>(e + 1)));
+    at_epoch.push_back(kernel.value().to_vector<float>());
+    Logs logs;
+    logs.set("loss", losses[static_cast<size_t>(e)]);
+    stop.on_epoch_end(e, logs);
+  }
+  stop.on_train_end(Logs());
+  EXPECT_EQ(stop.stopped_epoch(), -1);
+  EXPECT_EQ(model->variables()[0].value().to_vector<float>(), at_epoch[1]);
+}
+
+TEST(CallbacksTest, ReduceLROnPlateauWaitsCoolsDownAndStopsAtMinLr) {
+  auto model = classifier();  // SGD at rate 1
+  callbacks::ReduceLROnPlateau plateau(
+      {.monitor = "val_loss", .factor = 0.5, .patience = 1, .min_delta = 0.1, .cooldown = 2, .min_lr = 0.3});
+  plateau.set_model(model.get());
+  plateau.on_train_begin(Logs());
+  std::vector<double> rates;
+  for (int64_t e = 0; e < 6; ++e) {
+    Logs logs;
+    logs.set("val_loss", e == 0 ? 1.0 : 0.95);  // 0.95 is not better than 1.0 by more than 0.1
+    plateau.on_epoch_end(e, logs);
+    rates.push_back(model->optimizer().learning_rate());
+  }
+  // epoch 1: halved; epochs 2 and 3 cool down (Keras counts the cooldown down at an epoch's start, so the second
+  // of them already counts towards the patience); epoch 3: halved to 0.25, raised to min_lr; then no lower.
+  const std::vector<double> expected = {1.0, 0.5, 0.5, 0.3, 0.3, 0.3};
+  ASSERT_EQ(rates.size(), expected.size());
+  for (size_t i = 0; i < rates.size(); ++i) EXPECT_NEAR(rates[i], expected[i], 1e-7) << "epoch " << i;
+  EXPECT_EQ(plateau.reductions(), 2);
+
+  // "acc" in the name: it goes up (Keras's rule for this callback), so rising accuracy never lowers the rate.
+  auto rising = classifier();
+  callbacks::ReduceLROnPlateau on_accuracy({.monitor = "val_accuracy", .patience = 1});
+  EXPECT_EQ(drive(on_accuracy, *rising, "val_accuracy", {0.1, 0.2, 0.3, 0.4}), 4);
+  EXPECT_EQ(on_accuracy.reductions(), 0);
+  EXPECT_THROW(callbacks::ReduceLROnPlateau({.factor = 1.0}), InvalidArgument);
+}
+
+TEST(CallbacksTest, OutputPathsAreCheckedWhenTrainingBegins) {
+  const fs::path dir = fs::temp_directory_path() / ("strata_ckpt_dir_test_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream(dir / "a_file") << "x";
+  auto model = regressor(0.05f);
+  auto blocked = std::make_shared<callbacks::ModelCheckpoint>((dir / "a_file" / "ckpt_{epoch}.safetensors").string());
+  EXPECT_THROW(model->fit(regression_data(32), {.epochs = 1, .callbacks = {blocked}, .verbose = 0}), IoError);
+  EXPECT_EQ(model->step(), 0) << "refused before the first step";
+  auto csv = std::make_shared<callbacks::CSVLogger>((dir / "a_file" / "log.csv").string());
+  EXPECT_THROW(model->fit(regression_data(32), {.epochs = 1, .callbacks = {csv}, .verbose = 0}), IoError);
+  auto board = std::make_shared<callbacks::TensorBoard>((dir / "a_file" / "tb").string());
+  EXPECT_THROW(model->fit(regression_data(32), {.epochs = 1, .callbacks = {board}, .verbose = 0}), Error);
+  EXPECT_EQ(model->step(), 0) << "each refused before the first step";
+
+  auto nested = std::make_shared<callbacks::ModelCheckpoint>((dir / "new" / "sub" / "w.safetensors").string());
+  nested->set_model(model.get());
+  nested->on_train_begin(Logs());
+  EXPECT_TRUE(fs::is_directory(dir / "new" / "sub")) << "made when training begins, as Keras makes it on save";
   fs::remove_all(dir);
 }
 

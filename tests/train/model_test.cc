@@ -7,6 +7,7 @@
 #include <cmath>
 #include <filesystem>
 
+#include "strata/error.h"
 #include "strata/gradient_tape.h"
 #include "strata/nn/nn.h"
 #include "strata/optim/losses.h"
@@ -74,6 +75,82 @@ TEST(ModelTest, FitLearnsSeparableClassesAndReportsHistory) {
   Logs logs = model->evaluate(blob_dataset(256, 2, 64));
   EXPECT_NEAR(logs.at("accuracy"), h.history.at("val_accuracy").back(), 1e-9);
   EXPECT_NEAR(logs.at("loss"), h.history.at("val_loss").back(), 1e-6);
+}
+
+TEST(ModelTest, CompileTakesKerasOrderByNameOrTypeAndRefusesNamesOfTheWrongKind) {
+  Sequential keras_order({nn::Dense(3)});
+  keras_order.compile("adam", "sparse_categorical_crossentropy", {"accuracy"});
+  EXPECT_EQ(keras_order.optimizer().name(), "adam");
+  EXPECT_EQ(keras_order.loss().name(), "sparse_categorical_crossentropy");
+  EXPECT_EQ(keras_order.metric_logs().items().size(), 2u) << "loss and accuracy";
+
+  Sequential loss_first({nn::Dense(3)});
+  loss_first.compile("mse", "sgd");
+  EXPECT_EQ(loss_first.optimizer().name(), "sgd");
+  EXPECT_EQ(loss_first.loss().name(), "mean_squared_error");
+
+  Sequential typed({nn::Dense(3)});
+  typed.compile(optim::RMSprop(), losses::MeanSquaredError(), {"mse"});
+  EXPECT_EQ(typed.optimizer().name(), "rmsprop");
+  EXPECT_EQ(typed.loss().name(), "mean_squared_error");
+
+  auto message = [](const std::string& first, const std::string& second) {
+    Sequential model({nn::Dense(3)});
+    try {
+      model.compile(first, second);
+    } catch (const InvalidArgument& e) {
+      EXPECT_FALSE(model.compiled()) << "nothing half-compiled";
+      return std::string(e.what());
+    }
+    return std::string("(compiled)");
+  };
+  const std::string two_losses = message("sparse_categorical_crossentropy", "categorical_crossentropy");
+  EXPECT_NE(two_losses.find("'sparse_categorical_crossentropy' is a loss and 'categorical_crossentropy' is a loss"),
+            std::string::npos)
+      << two_losses;
+  EXPECT_NE(two_losses.find("compile(optimizer, loss, metrics)"), std::string::npos) << two_losses;
+  const std::string unknown = message("adam", "crossentropyy");
+  EXPECT_NE(unknown.find("'adam' is an optimizer and 'crossentropyy' is neither an optimizer nor a loss"),
+            std::string::npos)
+      << unknown;
+}
+
+// The warning is once per process, and other tests here compile logits models: it is checked in a process of its own
+// (a death test in the "threadsafe" style runs this test alone in a fresh process), which exits 0 when all holds.
+TEST(ModelTest, OneWarningWhenLogitsFeedALossThatExpectsProbabilities) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto compile_and_capture = [](std::vector<nn::LayerRef> layers, std::shared_ptr<losses::Loss> loss) {
+    Sequential model(std::move(layers));
+    testing::internal::CaptureStderr();
+    model.compile(std::move(loss), std::make_shared<optim::SGD>());
+    return testing::internal::GetCapturedStderr();
+  };
+  auto checks = [&] {
+    using SCCE = losses::SparseCategoricalCrossentropy;
+    bool ok = compile_and_capture({nn::Dense(3, "softmax")}, std::make_shared<SCCE>()).empty();  // probabilities
+    // a dropout after the sigmoid still gives probabilities
+    ok = ok && compile_and_capture({nn::Dense(1, "sigmoid"), nn::Dropout(0.5)},
+                                   std::make_shared<losses::BinaryCrossentropy>()).empty();
+    ok = ok && compile_and_capture({nn::Dense(3)}, std::make_shared<SCCE>(SCCE::Options{.from_logits = true})).empty();
+    ok = ok && compile_and_capture({nn::Dense(3)}, std::make_shared<losses::MeanSquaredError>()).empty();
+    const std::string warned = compile_and_capture({nn::Dense(3)}, std::make_shared<SCCE>());
+    std::fprintf(stderr, "%s", warned.c_str());  // shown should the test fail
+    ok = ok && warned.find("warning") != std::string::npos && warned.find("activation linear") != std::string::npos &&
+         warned.find("from_logits true") != std::string::npos;
+    ok = ok && compile_and_capture({nn::Dense(3)}, std::make_shared<SCCE>()).empty();  // once per process
+    return ok;
+  };
+  EXPECT_EXIT(std::exit(checks() ? 0 : 1), testing::ExitedWithCode(0), "loss sparse_categorical_crossentropy has "
+                                                                        "from_logits false");
+}
+
+TEST(ModelTest, FitWithValidationCountsTheTrainingExamplesAndLogsValidation) {
+  auto model = small_mlp();
+  History h = model->fit(blob_dataset(96, 1, 32),
+                         {.epochs = 2, .validation_data = blob_dataset(40, 2, 16), .verbose = 0});
+  EXPECT_EQ(h.examples, (std::vector<int64_t>{96, 96})) << "the validation set's 40 are not training examples";
+  EXPECT_EQ(h.history.at("val_loss").size(), 2u);
+  EXPECT_EQ(h.history.at("val_accuracy").size(), 2u);
 }
 
 TEST(ModelTest, FitStepEqualsACustomTrainingLoop) {

@@ -64,8 +64,12 @@ struct MirroredOptions {
 
 class MirroredStrategy final : public Strategy {
  public:
-  // devices: "/cpu:0", "/cpu:1", ... (each a replica; empty means one replica on "/cpu:0").
+  // devices: "/cpu:0", "/cpu:1", ... (each a replica). Empty, as TensorFlow's MirroredStrategy() takes every device,
+  // means default_cpu_replicas() replicas: one per core this thread may use, as `strata train --strategy mirrored`.
   explicit MirroredStrategy(std::vector<std::string> devices = {}, MirroredOptions options = {});
+  // The replicas a MirroredStrategy (or CentralStorageStrategy) makes by default: this thread's num_threads() (the
+  // cores it may run on, or what set_num_threads / STRATA_NUM_THREADS / the CLI's core share chose), at least 1.
+  static int default_cpu_replicas();
   ~MirroredStrategy() override;
   // n CPU replicas: "/cpu:0" ... "/cpu:<n-1>".
   static std::vector<std::string> cpu_devices(int n);

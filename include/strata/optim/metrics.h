@@ -34,6 +34,10 @@ class Metric {
   const std::string& name() const { return name_; }
   // The same configuration, with a reset state.
   virtual std::shared_ptr<Metric> clone() const = 0;
+  // Whether a better model has a higher (kUp) or lower (kDown) value, Keras's `_direction`; kNone when the metric
+  // does not say (a plain Mean). Callbacks in mode "auto" read it.
+  enum class Direction { kNone, kUp, kDown };
+  virtual Direction direction() const { return Direction::kNone; }
 
  protected:
   explicit Metric(std::string name) : name_(std::move(name)) {}
@@ -82,6 +86,7 @@ class Accuracy final : public MeanMetricWrapper {
  public:
   explicit Accuracy(std::string name = "accuracy") : MeanMetricWrapper(std::move(name)) {}
   std::shared_ptr<Metric> clone() const override { return std::make_shared<Accuracy>(name()); }
+  Direction direction() const override { return Direction::kUp; }
 
  protected:
   void score(const Tensor& y_true, const Tensor& y_pred, int64_t rows, int64_t width, double* scores) const override;
@@ -93,6 +98,7 @@ class SparseCategoricalAccuracy final : public MeanMetricWrapper {
   explicit SparseCategoricalAccuracy(std::string name = "sparse_categorical_accuracy")
       : MeanMetricWrapper(std::move(name)) {}
   std::shared_ptr<Metric> clone() const override { return std::make_shared<SparseCategoricalAccuracy>(name()); }
+  Direction direction() const override { return Direction::kUp; }
 
  protected:
   void score(const Tensor& y_true, const Tensor& y_pred, int64_t rows, int64_t width, double* scores) const override;
@@ -103,6 +109,7 @@ class CategoricalAccuracy final : public MeanMetricWrapper {
  public:
   explicit CategoricalAccuracy(std::string name = "categorical_accuracy") : MeanMetricWrapper(std::move(name)) {}
   std::shared_ptr<Metric> clone() const override { return std::make_shared<CategoricalAccuracy>(name()); }
+  Direction direction() const override { return Direction::kUp; }
 
  protected:
   void score(const Tensor& y_true, const Tensor& y_pred, int64_t rows, int64_t width, double* scores) const override;
@@ -114,6 +121,7 @@ class BinaryAccuracy final : public MeanMetricWrapper {
   explicit BinaryAccuracy(std::string name = "binary_accuracy", float threshold = 0.5f)
       : MeanMetricWrapper(std::move(name)), threshold_(threshold) {}
   std::shared_ptr<Metric> clone() const override { return std::make_shared<BinaryAccuracy>(name(), threshold_); }
+  Direction direction() const override { return Direction::kUp; }
 
  protected:
   void score(const Tensor& y_true, const Tensor& y_pred, int64_t rows, int64_t width, double* scores) const override;
@@ -127,6 +135,7 @@ class MeanSquaredError final : public MeanMetricWrapper {
  public:
   explicit MeanSquaredError(std::string name = "mean_squared_error") : MeanMetricWrapper(std::move(name)) {}
   std::shared_ptr<Metric> clone() const override { return std::make_shared<MeanSquaredError>(name()); }
+  Direction direction() const override { return Direction::kDown; }
 
  protected:
   void score(const Tensor& y_true, const Tensor& y_pred, int64_t rows, int64_t width, double* scores) const override;
@@ -145,6 +154,7 @@ class Precision final : public Metric {
   std::vector<double> state() const override { return {tp_, fp_}; }
   void set_state(const std::vector<double>& state) override;
   std::shared_ptr<Metric> clone() const override { return std::make_shared<Precision>(name(), threshold_); }
+  Direction direction() const override { return Direction::kUp; }
 
  private:
   float threshold_;
@@ -161,6 +171,7 @@ class Recall final : public Metric {
   std::vector<double> state() const override { return {tp_, fn_}; }
   void set_state(const std::vector<double>& state) override;
   std::shared_ptr<Metric> clone() const override { return std::make_shared<Recall>(name(), threshold_); }
+  Direction direction() const override { return Direction::kUp; }
 
  private:
   float threshold_;

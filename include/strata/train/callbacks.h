@@ -17,6 +17,8 @@
 #include <utility>
 #include <vector>
 
+#include "strata/tensor.h"
+
 namespace strata {
 
 class Model;
@@ -62,9 +64,16 @@ class Callback {
 
 namespace callbacks {
 
-// Keras's `mode`: whether a monitored quantity improves by going down or up; kAuto picks kMax for
-// names containing "acc", "auc", "precision" or "recall", and kMin otherwise.
+// Keras's `mode`: whether a monitored quantity improves by going down or up. kAuto decides as Keras 3's
+// MonitorCallback does (EarlyStopping, ModelCheckpoint): "loss" and "val_loss" go down; any other name, with
+// "val_" removed, must be one of the compiled metrics, whose direction (metrics::Metric::direction) says; a name
+// neither covers is an InvalidArgument when training begins (give mode min or max). ReduceLROnPlateau keeps
+// Keras's own rule: up when the name contains "acc", down otherwise.
 enum class Mode { kAuto, kMin, kMax };
+// "auto", "min" or "max" (InvalidArgument otherwise, naming `what`).
+Mode parse_mode(const std::string& text, const std::string& what);
+// kMin or kMax for `monitor` as Keras 3's MonitorCallback resolves `mode` on `model` (see Mode).
+Mode resolve_mode(Mode mode, const std::string& monitor, const Model& model, const char* callback);
 
 // The Keras progress bar. On a terminal it redraws one line per epoch with the step count, a bar, the
 // rate, the ETA and the running loss and metrics; otherwise (a pipe or a file) it prints one line per
@@ -130,7 +139,11 @@ class CSVLogger : public Callback {
 };
 
 // Saves the model's weights (safetensors) at the end of an epoch: every epoch, or only when the monitored
-// value improved. `filepath` may hold "{epoch}" / "{epoch:02d}" and "{<log name>:.4f}" placeholders.
+// value improved on the best so far (Keras 3: strictly better; the first value always saves; the best carries over
+// to a later fit with the same callback, as Keras keeps it).
+// `filepath` may hold "{epoch}" / "{epoch:02d}" and "{<log name>:.4f}" placeholders. Its directory is created
+// and proven writable when training begins (an IoError then, not after the first epoch). Across workers only
+// the chief writes; every worker keeps the same best value (the logs are the job's).
 class ModelCheckpoint : public Callback {
  public:
   struct Options {
@@ -141,6 +154,7 @@ class ModelCheckpoint : public Callback {
   };
   ModelCheckpoint(std::string filepath, Options options);
   explicit ModelCheckpoint(std::string filepath) : ModelCheckpoint(std::move(filepath), Options{}) {}
+  void on_train_begin(const Logs& logs) override;
   void on_epoch_end(int64_t epoch, const Logs& logs) override;
   // The best monitored value so far (for tests and logs).
   std::optional<double> best() const { return best_; }
@@ -148,10 +162,15 @@ class ModelCheckpoint : public Callback {
  private:
   std::string filepath_;
   Options options_;
+  Mode resolved_mode_ = Mode::kMin;
   std::optional<double> best_;
 };
 
-// Stops training when the monitored value has not improved by min_delta for `patience` epochs.
+// Stops training when the monitored value has not improved for `patience` epochs, as Keras 3's EarlyStopping:
+// an improvement is a value better than the best so far by more than |min_delta|; with a `baseline`, an
+// improvement that does not also beat the baseline does not reset the wait, so training stops after `patience`
+// epochs that never beat it. With `restore_best_weights`, fit ends with the weights of the best epoch (whether
+// or not it stopped early); without an improvement at all, with the first epoch's.
 class EarlyStopping : public Callback {
  public:
   struct Options {
@@ -170,13 +189,52 @@ class EarlyStopping : public Callback {
   void on_train_end(const Logs& logs) override;
   // The epoch (0-based) at which training was stopped, or -1.
   int64_t stopped_epoch() const { return stopped_epoch_; }
+  // The epoch (0-based) with the best monitored value, or -1.
+  int64_t best_epoch() const { return best_epoch_; }
+
+ private:
+  bool is_improvement(double current, std::optional<double> reference) const;
+
+  Options options_;
+  Mode resolved_mode_ = Mode::kMin;
+  int wait_ = 0;
+  int64_t stopped_epoch_ = -1;
+  int64_t best_epoch_ = -1;
+  std::optional<double> best_;
+  std::vector<Tensor> best_weights_;  // host copies of model.variables(), in order
+};
+
+// Lowers the optimizer's learning rate when the monitored value has stopped improving, as Keras 3's
+// ReduceLROnPlateau: after `patience` epochs without a value better than the best by more than min_delta, the
+// rate becomes max(rate * factor, min_lr) (only while it is above min_lr); then `cooldown` epochs pass before
+// epochs count towards the patience again. A lowered rate is a constant one (it replaces a schedule, such as
+// lr_scaling's warmup). Every worker decides alike (the logs are the job's), each setting its own optimizer.
+class ReduceLROnPlateau : public Callback {
+ public:
+  struct Options {
+    std::string monitor = "val_loss";
+    double factor = 0.1;  // in (0, 1)
+    int patience = 10;
+    Mode mode = Mode::kAuto;
+    double min_delta = 1e-4;
+    int cooldown = 0;
+    double min_lr = 0;
+    int verbose = 0;
+  };
+  explicit ReduceLROnPlateau(Options options);
+  ReduceLROnPlateau() : ReduceLROnPlateau(Options{}) {}
+  void on_train_begin(const Logs& logs) override;
+  void on_epoch_end(int64_t epoch, const Logs& logs) override;
+  // How many times the rate was lowered in the last fit.
+  int reductions() const { return reductions_; }
 
  private:
   Options options_;
-  int wait_ = 0;
-  int64_t stopped_epoch_ = -1;
+  bool up_ = false;  // whether the monitored value improves by going up
   std::optional<double> best_;
-  std::vector<std::pair<std::string, std::vector<float>>> best_weights_;
+  int wait_ = 0;
+  int cooldown_counter_ = 0;
+  int reductions_ = 0;
 };
 
 // Sets the optimizer's learning rate at the start of each epoch: schedule(epoch, current_lr) -> new lr.

@@ -114,12 +114,23 @@ class Model : public nn::Layer, public distribute::TrainingProgram {
   // running it once on zeros, so summary() and load_weights() work before training.
   void build_for(const Shape& input_shape, DType dtype = DType::kFloat32);
 
-  // ---- compile: the loss, the optimizer and the metrics that fit and evaluate use.
+  // ---- compile: the loss, the optimizer and the metrics that fit and evaluate use. Keras's order (optimizer, loss,
+  // metrics) and strata's first one (loss, optimizer, metrics) both work, typed or by name. Compiling a Sequential
+  // whose last layer gives logits (no softmax or sigmoid) with a crossentropy of from_logits false prints one
+  // warning on stderr (once per process): Keras trains such a model badly without a word.
+  void compile(const optim::Optimizer& optimizer, const losses::Loss& loss, std::vector<MetricSpec> metrics = {});
+  void compile(std::shared_ptr<optim::Optimizer> optimizer, std::shared_ptr<losses::Loss> loss,
+               std::vector<MetricSpec> metrics = {});
   void compile(const losses::Loss& loss, const optim::Optimizer& optimizer, std::vector<MetricSpec> metrics = {});
   void compile(std::shared_ptr<losses::Loss> loss, std::shared_ptr<optim::Optimizer> optimizer,
                std::vector<MetricSpec> metrics = {});
-  // By Keras names: compile("sparse_categorical_crossentropy", "adam", {"accuracy"}).
-  void compile(const std::string& loss, const std::string& optimizer, std::vector<MetricSpec> metrics = {});
+  // By Keras names, in Keras's order, compile("adam", "sparse_categorical_crossentropy", {"accuracy"}), or the loss
+  // first. Which is which is read from the names: unless one names an optimizer and the other a loss, it is an
+  // InvalidArgument naming both (compile("adam", "adam")), raised here rather than at the first step.
+  void compile(const std::string& first, const std::string& second, std::vector<MetricSpec> metrics = {});
+  void compile(const char* first, const char* second, std::vector<MetricSpec> metrics = {}) {
+    compile(std::string(first), std::string(second), std::move(metrics));
+  }
   bool compiled() const override { return loss_ != nullptr; }
   optim::Optimizer& optimizer() const;
   const losses::Loss& loss() const;
@@ -261,6 +272,8 @@ class Model : public nn::Layer, public distribute::TrainingProgram {
   std::unique_ptr<distribute::SumWithGradients> sum_states_with_gradients() const;
   void keep_job_states(const distribute::SumWithGradients* job);
   void check_compiled(const char* what) const;
+  // The warning about a logits output into a probability loss (see compile), if it applies; once per process.
+  void warn_if_logits_into_probability_loss() const;
   void check_built(const char* what) const;
   // fit's callbacks: a progress bar (verbose > 0) of `steps_per_epoch` steps, then the caller's; each told the model.
   std::vector<std::shared_ptr<Callback>> fit_callbacks(const FitOptions& options, int64_t steps_per_epoch);

@@ -1,5 +1,5 @@
 // check_output_directory and check_output_file (output_paths.h).
-#include "cli/output_paths.h"
+#include "io/output_paths.h"
 
 #include <unistd.h>
 
@@ -10,7 +10,7 @@
 
 #include "strata/error.h"
 
-namespace strata::cli {
+namespace strata::io {
 
 namespace fs = std::filesystem;
 
@@ -39,4 +39,4 @@ void check_output_file(const std::string& path, const std::string& what) {
   if (!existed) std::remove(path.c_str());
 }
 
-}  // namespace strata::cli
+}  // namespace strata::io
