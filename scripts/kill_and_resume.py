@@ -189,7 +189,7 @@ def main():
                                    tail(attempt_log))
             # The reference run's epochs were slower than this one's (a machine busier then): the kills aim at
             # this run's epoch time from now on, or every later one would finish before its kill too.
-            epoch_seconds = min(epoch_seconds, (time.monotonic() - started) / (args.epochs - epochs_done))
+            epoch_seconds = min(epoch_seconds, (time.monotonic() - started) / max(args.epochs - epochs_done, 1))
             print(f"  attempt {attempts}: finished before the kill; training again from scratch (an epoch now takes "
                   f"at most {epoch_seconds:.1f} s)", flush=True)
             subprocess.run(["rm", "-rf", killed], check=True)
