@@ -1,8 +1,8 @@
 // `strata predict MODEL INPUT -o OUT`: a saved model's outputs (logits or probabilities, as the model gives them)
-// for every example of INPUT, written as float32 [N, ...] to OUT.npy or as CSV rows to OUT.csv. INPUT is an IDX file
-// (Fashion-MNIST's "t10k-images-idx3-ubyte", gzipped or not) or a .npy array [N, ...] (float32, uint8, int32 or
-// int64). An example of another shape than the model's input is an error naming both shapes; IDX's missing channel
-// axis ([N, 28, 28] for a model of [28, 28, 1]) is added, as the job's IDX reader adds it.
+// for every example of INPUT, written as float32 [N, ...] to OUT.npy or as CSV rows to OUT.csv. INPUT is IDX, .npy,
+// CSV or TFRecord of tf.train.Example (cli/predict_inputs.h reads them). An example of another shape than the
+// model's input is an error naming both shapes; IDX's missing channel axis ([N, 28, 28] for a model of [28, 28, 1])
+// is added, as the job's IDX reader adds it.
 //
 // Thread-safety: registration runs once in main; the command runs on the main thread.
 #include <cinttypes>
@@ -14,9 +14,9 @@
 
 #include "cli/commands.h"
 #include "cli/output_paths.h"
+#include "cli/predict_inputs.h"
 #include "io/atomic_file.h"
 #include "strata/data/dataset.h"
-#include "strata/data/idx.h"
 #include "strata/error.h"
 #include "strata/gradient_tape.h"
 #include "strata/io/npy.h"
@@ -32,26 +32,12 @@ struct PredictArgs {
   std::string model;
   std::string input;
   std::string output;
+  std::string x_feature;  // TFRecord: the Example feature holding the input ("": the one that fits)
   int64_t batch_size = 32;
   int verbose = 1;
 };
 
 std::string extension_of(const std::string& path) { return std::filesystem::path(path).extension().string(); }
-
-bool is_idx_name(const std::string& path) {
-  std::string name = std::filesystem::path(path).filename().string();
-  if (name.size() > 3 && name.ends_with(".gz")) name.resize(name.size() - 3);
-  return name.ends_with("-ubyte") || name.ends_with(".idx");
-}
-
-// The examples of INPUT as one tensor [N, ...].
-Tensor read_input(const std::string& path) {
-  if (extension_of(path) == ".npy") return io::read_npy(path);
-  STRATA_CHECK(is_idx_name(path), InvalidArgument,
-               "input '" << path << "': unknown format; supported: .npy and IDX (a name ending -ubyte, -ubyte.gz or "
-                                    ".idx, as Fashion-MNIST's t10k-images-idx3-ubyte)");
-  return data::read_idx(path);
-}
 
 // `x` with the model's example shape (IDX's channel axis added), or an InvalidArgument naming both shapes.
 Tensor fit_to_model(const Tensor& x, const std::string& path, const SavedModelInfo& model) {
@@ -107,7 +93,7 @@ void run_predict(const PredictArgs& args) {
   check_output_file(args.output, "-o");
   SavedModelInfo info;
   std::shared_ptr<Sequential> model = load_model(args.model, &info);
-  const Tensor x = fit_dtype(fit_to_model(read_input(args.input), args.input, info), args.input, info);
+  const Tensor x = fit_dtype(fit_to_model(read_predict_input(args.input, info, args.x_feature), args.input, info), args.input, info);
 
   const data::Dataset batches = data::Dataset::from_tensor_slices({x}).batch(args.batch_size);
   const int64_t steps = (x.dim(0) + args.batch_size - 1) / args.batch_size;
@@ -130,7 +116,8 @@ void run_predict(const PredictArgs& args) {
   } else {
     write_csv(args.output, predictions);
   }
-  std::printf("predicted %lld examples: %s float32 %s to %s\n", static_cast<long long>(predictions.dim(0)),
+  std::printf("predicted %lld %s: %s float32 %s to %s\n", static_cast<long long>(predictions.dim(0)),
+              predictions.dim(0) == 1 ? "example" : "examples",
               info.from_logits ? "logits" : "outputs", predictions.shape_str().c_str(), args.output.c_str());
   std::fflush(stdout);
 }
@@ -144,11 +131,15 @@ void add_predict_command(CLI::App& app) {
                  "(logits or probabilities, as the model gives them) to -o OUT.npy (float32 [N, ...]) or OUT.csv.");
   cmd->add_option("model", args->model, "a saved model file (MODEL.safetensors)")->required()->check(CLI::ExistingFile);
   cmd->add_option("input", args->input,
-                  "the examples: a .npy array [N, ...] (float32, uint8, int32 or int64) or an IDX file "
-                  "(t10k-images-idx3-ubyte[.gz])")
+                  "the examples: a .npy array [N, ...] (float32, uint8, int32 or int64), a CSV file (a row per "
+                  "example; a header's 'label' column is left out), TFRecord of tf.train.Example (.tfrecord[.gz]) or "
+                  "an IDX file (t10k-images-idx3-ubyte[.gz])")
       ->required()
       ->check(CLI::ExistingFile);
   cmd->add_option("-o,--output", args->output, "where to write the outputs: OUT.npy or OUT.csv")->required();
+  cmd->add_option("--x", args->x_feature,
+                  "TFRecord input: the Example feature holding the model's input (default: the one feature of one "
+                  "example's size)");
   cmd->add_option("--batch-size", args->batch_size, "examples per batch (default 32)")
       ->check(CLI::PositiveNumber);
   cmd->add_option("--verbose", args->verbose, "0 silent, 1 a progress bar (a line when not a terminal)")

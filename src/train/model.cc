@@ -13,6 +13,7 @@
 #include "strata/error.h"
 #include "strata/gradient_tape.h"
 #include "strata/nn/core_layers.h"
+#include "strata/nn/functional.h"
 #include "strata/ops.h"
 #include "strata/threading.h"
 #include "strata/trace.h"
@@ -147,19 +148,34 @@ bool loss_expects_probabilities(const losses::Loss& loss) {
   return false;
 }
 
-// The activation a Sequential's output ends with, looking past layers that only reshape or drop ("": cannot tell).
-std::string output_activation(const std::vector<std::shared_ptr<nn::Layer>>& layers, std::string& layer_name) {
-  for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
-    const nn::Layer& layer = **it;
-    if (dynamic_cast<const nn::Dropout*>(&layer) || dynamic_cast<const nn::Flatten*>(&layer) ||
-        dynamic_cast<const nn::Reshape*>(&layer)) {
-      continue;
+bool only_reshapes_or_drops(const nn::Layer& layer) {
+  return dynamic_cast<const nn::Dropout*>(&layer) || dynamic_cast<const nn::Flatten*>(&layer) ||
+         dynamic_cast<const nn::Reshape*>(&layer);
+}
+
+// The layer that gives a model's one output, looking past layers that only reshape or drop; null when it cannot
+// tell (a subclass, several outputs, an output that is an input).
+const nn::Layer* output_layer(const Model& model) {
+  if (const auto* sequential = dynamic_cast<const Sequential*>(&model)) {
+    const auto& layers = sequential->layers();
+    for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
+      if (!only_reshapes_or_drops(**it)) return it->get();
     }
-    layer_name = layer.name();
-    if (const auto* dense = dynamic_cast<const nn::Dense*>(&layer)) return dense->options().activation.name();
-    if (const auto* activation = dynamic_cast<const nn::Activation*>(&layer)) return activation->activation().name();
-    return "";
+    return nullptr;
   }
+  const nn::Graph* graph = model.graph();
+  if (graph == nullptr || graph->outputs().size() != 1) return nullptr;
+  for (const nn::detail::GraphNode* node = graph->outputs().front().node().get(); node != nullptr && node->layer;) {
+    if (!only_reshapes_or_drops(*node->layer) || node->inputs.size() != 1) return node->layer.get();
+    node = node->inputs.front().node().get();
+  }
+  return nullptr;
+}
+
+// The activation a layer ends with ("": cannot tell).
+std::string activation_of(const nn::Layer& layer) {
+  if (const auto* dense = dynamic_cast<const nn::Dense*>(&layer)) return dense->options().activation.name();
+  if (const auto* activation = dynamic_cast<const nn::Activation*>(&layer)) return activation->activation().name();
   return "";
 }
 }  // namespace
@@ -167,9 +183,9 @@ std::string output_activation(const std::vector<std::shared_ptr<nn::Layer>>& lay
 void Model::warn_if_logits_into_probability_loss() const {
   static std::atomic<bool> warned{false};
   if (loss_ == nullptr || warned.load() || !loss_expects_probabilities(*loss_)) return;
-  if (dynamic_cast<const Sequential*>(this) == nullptr) return;  // a graph or a subclass: its output is not known here
-  std::string layer_name;
-  const std::string activation = output_activation(layers(), layer_name);
+  const nn::Layer* last = output_layer(*this);
+  if (last == nullptr) return;
+  const std::string activation = activation_of(*last);
   if (activation.empty() || activation == "custom" || activation == "softmax" || activation == "sigmoid") return;
   if (warned.exchange(true)) return;
   std::fflush(stdout);
@@ -177,7 +193,7 @@ void Model::warn_if_logits_into_probability_loss() const {
                "strata: warning: model '%s' ends in layer '%s' with activation %s, so it outputs logits, but the loss "
                "%s has from_logits false and expects probabilities; give the loss from_logits true (in a job file: "
                "loss: {name: %s, from_logits: true}) or end the model with a softmax (sigmoid for binary)\n",
-               name().c_str(), layer_name.c_str(), activation.c_str(), loss_->name().c_str(), loss_->name().c_str());
+               name().c_str(), last->name().c_str(), activation.c_str(), loss_->name().c_str(), loss_->name().c_str());
 }
 
 optim::Optimizer& Model::optimizer() const {

@@ -17,7 +17,9 @@
 #include "cli_test_util.h"
 #include "onnx/onnx.pb.h"
 #include "strata/data/convert.h"
+#include "strata/data/example.h"
 #include "strata/data/idx.h"
+#include "strata/data/tfrecord.h"
 #include "strata/io/npy.h"
 
 namespace strata::cli {
@@ -88,6 +90,37 @@ std::string accuracy_of(const Tensor& outputs, const fs::path& dir) {
   return buf;
 }
 
+// The test images as tf.train.Examples, as `strata data convert` writes them (raw pixel bytes and a label), to `path`.
+void write_examples(const fs::path& dir, const fs::path& path, data::Compression compression) {
+  const Tensor images = data::read_idx((dir / "t10k-images-idx3-ubyte").string());
+  const Tensor labels = data::read_idx((dir / "t10k-labels-idx1-ubyte").string());
+  data::TFRecordWriter out(path.string(), compression);
+  for (int64_t i = 0; i < images.dim(0); ++i) {
+    const auto* pixels = reinterpret_cast<const char*>(images.data<uint8_t>() + i * 784);
+    out.write(data::Example()
+                  .set_bytes("image", std::string_view(pixels, 784))
+                  .set_int64s("label", {labels.data<uint8_t>()[i]})
+                  .serialize());
+  }
+  out.close();
+}
+
+// The test images as Kaggle's fashion-mnist_test.csv holds them: a header "label,pixel1,...,pixel784", then a row
+// per image, the label first.
+void write_kaggle_csv(const fs::path& dir, const fs::path& path) {
+  const Tensor images = data::read_idx((dir / "t10k-images-idx3-ubyte").string());
+  const Tensor labels = data::read_idx((dir / "t10k-labels-idx1-ubyte").string());
+  std::ofstream out(path);
+  out << "label";
+  for (int p = 1; p <= 784; ++p) out << ",pixel" << p;
+  out << "\n";
+  for (int64_t i = 0; i < images.dim(0); ++i) {
+    out << static_cast<int>(labels.data<uint8_t>()[i]);
+    for (int64_t p = 0; p < 784; ++p) out << "," << static_cast<int>(images.data<uint8_t>()[i * 784 + p]);
+    out << "\n";
+  }
+}
+
 // Exports `checkpoint` of the job and predicts the test images: the outputs of the saved model.
 Tensor export_and_predict(const std::string& job, const fs::path& checkpoint, const fs::path& dir,
                           const std::string& name) {
@@ -131,6 +164,18 @@ TEST(ExportPredictCommandTest, OneDeviceExportPredictsTheAccuracyTrainAndEvaluat
                                    (s.dir / "from_npy.npy").string() + " --batch-size 64");
     ASSERT_EQ(rc_npy, 0) << log;
     expect_close(outputs, io::read_npy((s.dir / "from_npy.npy").string()), 0.0f);
+  }
+  // ... from TFRecord files of Examples (plain and gzip; the image feature is found by its size) and from a CSV file
+  // with a header and a label column.
+  write_examples(s.dir, s.dir / "test.tfrecord", data::Compression::kNone);
+  write_examples(s.dir, s.dir / "test.tfrecord.gz", data::Compression::kGzip);
+  write_kaggle_csv(s.dir, s.dir / "fashion-mnist_test.csv");
+  for (const std::string input : {"test.tfrecord", "test.tfrecord.gz", "fashion-mnist_test.csv"}) {
+    const auto [rc_in, log] = run(kStrata + " predict " + model + " " + (s.dir / input).string() + " -o " +
+                                  (s.dir / "from_file.npy").string() + " --verbose 0");
+    ASSERT_EQ(rc_in, 0) << input << "\n" << log;
+    EXPECT_THAT(log, HasSubstr("predicted 64 examples")) << input;
+    expect_close(outputs, io::read_npy((s.dir / "from_file.npy").string()), 0.0f);
   }
   const auto [rc_csv, log_csv] = run(kStrata + " predict " + model + " " + (s.dir / "images_u8.npy").string() +
                                      " -o " + (s.dir / "out.csv").string() + " --verbose 0");
@@ -228,6 +273,43 @@ TEST(ExportPredictCommandTest, BadInputsAreClearErrorsNotCrashes) {
   expect_error(predict + (s.dir / "wrong.npy").string() + " -o " + (s.dir / "p.txt").string(),
                "-o " + (s.dir / "p.txt").string() + ": unknown output format '.txt'; supported: .npy");
   expect_error(predict + job + " -o " + (s.dir / "p.npy").string(), "input '" + job + "': unknown format");
+  // A CSV row one value longer than an image, with no header to say which column is the label.
+  {
+    std::ofstream rows(s.dir / "rows.csv");
+    rows << "3";
+    for (int k = 0; k < 784; ++k) rows << ",0";
+    rows << "\n";
+  }
+  expect_error(predict + (s.dir / "rows.csv").string() + " -o " + (s.dir / "p.npy").string(),
+               "input '" + (s.dir / "rows.csv").string() +
+                   "' has 785 columns per row, but the model takes 784 values per example (shape [28, 28, 1]); if "
+                   "one column is the label, give the file a header naming it 'label'");
+  // Examples where two features could be the image, and one where none can.
+  {
+    data::TFRecordWriter out((s.dir / "two.tfrecord").string());
+    out.write(data::Example()
+                  .set_bytes("image", std::string(784, '\0'))
+                  .set_floats("image_float", std::vector<float>(784, 0.0f))
+                  .serialize());
+    out.close();
+    data::TFRecordWriter none((s.dir / "none.tfrecord").string());
+    none.write(data::Example().set_bytes("image", std::string(783, '\0')).serialize());
+    none.close();
+  }
+  expect_error(predict + (s.dir / "two.tfrecord").string() + " -o " + (s.dir / "p.npy").string(),
+               "input '" + (s.dir / "two.tfrecord").string() +
+                   "': several features could be the input (image, image_float): name one with --x");
+  expect_error(predict + (s.dir / "none.tfrecord").string() + " -o " + (s.dir / "p.npy").string(),
+               "input '" + (s.dir / "none.tfrecord").string() +
+                   "': no feature of its first Example holds one example of the model's input [28, 28, 1] (784 "
+                   "values); it has image (bytes_list, 1 value of 783 bytes)");
+  expect_error(predict + (s.dir / "wrong.npy").string() + " --x image -o " + (s.dir / "p.npy").string(),
+               "--x image: names a TFRecord Example's feature; '" + (s.dir / "wrong.npy").string() +
+                   "' is not a TFRecord file");
+  const auto [rc_x, log_x] = run(predict + (s.dir / "two.tfrecord").string() + " --x image_float -o " +
+                                 (s.dir / "two.npy").string() + " --verbose 0");
+  EXPECT_EQ(rc_x, 0) << log_x;
+  EXPECT_THAT(log_x, HasSubstr("predicted 1 example: logits float32 [1, 10]"));
   std::ofstream(s.dir / "broken.npy") << "\x93NUMPY garbage";
   expect_error(predict + (s.dir / "broken.npy").string() + " -o " + (s.dir / "p.npy").string(),
                (s.dir / "broken.npy").string() + ": unknown .npy format version 32.103 (known: 1.0, 2.0, 3.0)");

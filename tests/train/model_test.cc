@@ -144,6 +144,26 @@ TEST(ModelTest, OneWarningWhenLogitsFeedALossThatExpectsProbabilities) {
                                                                         "from_logits false");
 }
 
+// The same for a functional model: its output node is followed back past a dropout to the layer that makes it.
+TEST(ModelTest, OneWarningWhenAFunctionalModelsLogitsFeedALossThatExpectsProbabilities) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  auto compile_and_capture = [](const std::string& activation) {
+    nn::SymbolicTensor in = nn::Input({4});
+    nn::SymbolicTensor out = nn::Dropout(0.5)(nn::Dense(3, {.activation = activation, .name = "head"})(nn::Dense(8, "relu")(in)));
+    Model model({in}, out);
+    testing::internal::CaptureStderr();
+    model.compile(std::make_shared<losses::SparseCategoricalCrossentropy>(), std::make_shared<optim::SGD>());
+    return testing::internal::GetCapturedStderr();
+  };
+  auto checks = [&] {
+    bool ok = compile_and_capture("softmax").empty();
+    const std::string warned = compile_and_capture("linear");
+    std::fprintf(stderr, "%s", warned.c_str());
+    return ok && warned.find("ends in layer 'head' with activation linear") != std::string::npos;
+  };
+  EXPECT_EXIT(std::exit(checks() ? 0 : 1), testing::ExitedWithCode(0), "ends in layer 'head'");
+}
+
 TEST(ModelTest, FitWithValidationCountsTheTrainingExamplesAndLogsValidation) {
   auto model = small_mlp();
   History h = model->fit(blob_dataset(96, 1, 32),
