@@ -15,5 +15,7 @@ void define_losses_and_optimizers(nanobind::module_& m);
 void define_strategies(nanobind::module_& m);
 // Sequential: compile, fit / evaluate / predict on numpy arrays, weights.
 void define_model(nanobind::module_& m);
+// The strata command line (`python -m strata`, `python -m strata.launch`).
+void define_command_line(nanobind::module_& m);
 
 }  // namespace strata::python

@@ -49,4 +49,5 @@ NB_MODULE(_strata, m) {
   strata::python::define_losses_and_optimizers(m);
   strata::python::define_strategies(m);
   strata::python::define_model(m);
+  strata::python::define_command_line(m);
 }

@@ -1,5 +1,5 @@
-// strata.distribute's native half: OneDeviceStrategy and MirroredStrategy, and a strategy's scope as an object whose
-// close() ends it (the Python `with strategy.scope():` of python/strata/distribute.py opens and closes it).
+// strata.distribute's native half: OneDeviceStrategy, MirroredStrategy and MultiWorkerMirroredStrategy, and a
+// strategy's scope as an object whose close() ends it (the Python `with strategy.scope():` of python/strata/distribute.py opens and closes it).
 // Thread-safety: as strata::distribute::Strategy: one thread drives a strategy, and a scope is closed on the thread
 // that opened it (a `with` block guarantees it).
 #include <memory>
@@ -12,6 +12,8 @@
 #include <nanobind/stl/vector.h>
 
 #include "bindings.h"
+#include "cli/core_share.h"
+#include "strata/distribute/multi_worker.h"
 #include "strata/distribute/strategies.h"
 #include "strata/distribute/strategy.h"
 
@@ -53,6 +55,26 @@ void define_strategies(nb::module_& m) {
             new (self) distribute::MirroredStrategy(std::move(devices));
           },
           "devices"_a = std::vector<std::string>{});
+  // The cluster from TF_CONFIG (as `strata launch` or `python -m strata.launch` sets it), mpirun or torchrun. As the
+  // strata CLI does, this process first takes its share of the host's cores (cli/core_share.h: co-located workers
+  // never each take every core), unless STRATA_NUM_THREADS says otherwise. The rendezvous runs without the GIL.
+  nb::class_<distribute::MultiWorkerMirroredStrategy, distribute::Strategy>(m, "MultiWorkerMirroredStrategy")
+      .def(
+          "__init__",
+          [](distribute::MultiWorkerMirroredStrategy* self, std::string implementation, int64_t bytes_per_pack,
+             double timeout_seconds) {
+            distribute::CommunicationOptions options;
+            options.implementation = std::move(implementation);
+            options.bytes_per_pack = bytes_per_pack;
+            options.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000));
+            nb::gil_scoped_release release;
+            cli::apply_core_share(/*threads_flag=*/0);
+            new (self) distribute::MultiWorkerMirroredStrategy(std::move(options));
+          },
+          "implementation"_a = "auto", "bytes_per_pack"_a = int64_t{25} << 20, "timeout_seconds"_a = 300.0)
+      .def_prop_ro("num_workers", &distribute::MultiWorkerMirroredStrategy::num_workers)
+      .def_prop_ro("worker_index", &distribute::MultiWorkerMirroredStrategy::worker_index)
+      .def_prop_ro("backend", &distribute::MultiWorkerMirroredStrategy::backend);
 }
 
 }  // namespace strata::python

@@ -63,10 +63,66 @@ class MirroredStrategy(Strategy):
         super().__init__(_strata.MirroredStrategy(list(devices or [])))
 
 
+class CommunicationImplementation:
+    """tf.distribute.experimental.CommunicationImplementation: how the workers' collectives travel. AUTO is MPI under
+    mpirun, else RING (Gloo's ring all-reduce over TCP); NCCL needs strata's CUDA build."""
+
+    AUTO = "auto"
+    RING = "ring"
+    NCCL = "nccl"
+    MPI = "mpi"
+
+
+class CommunicationOptions:
+    """tf.distribute.experimental.CommunicationOptions: bytes_per_pack (0: the default 25 MiB buckets),
+    timeout_seconds (None: 300 s; every collective is bounded by it) and implementation."""
+
+    def __init__(self, bytes_per_pack=0, timeout_seconds=None, implementation=CommunicationImplementation.AUTO):
+        if bytes_per_pack < 0:
+            raise ValueError(f"bytes_per_pack must be >= 0, got {bytes_per_pack}")
+        if timeout_seconds is not None and timeout_seconds <= 0:
+            raise ValueError(f"timeout_seconds must be > 0 (or None), got {timeout_seconds}")
+        self.bytes_per_pack = bytes_per_pack
+        self.timeout_seconds = timeout_seconds
+        self.implementation = implementation
+
+
+class experimental:  # noqa: N801 (tf.distribute.experimental's names)
+    CommunicationImplementation = CommunicationImplementation
+    CommunicationOptions = CommunicationOptions
+
+
+class MultiWorkerMirroredStrategy(Strategy):
+    """Synchronous data parallelism across processes (workers), each with a copy of every variable, gradients
+    all-reduced every step. The cluster comes from TF_CONFIG (`python -m strata.launch --workers N script.py` sets
+    it), mpirun or torchrun; none: a single worker. Each worker takes its share of its host's cores (STRATA_NUM_THREADS
+    overrides it). Making the strategy waits for every worker (up to 60 s); fit shards each global batch across the
+    workers, as Keras does."""
+
+    def __init__(self, cluster_resolver=None, communication_options=None):
+        if cluster_resolver is not None:
+            raise ValueError("cluster_resolver: strata reads the cluster from TF_CONFIG (or mpirun, torchrun); "
+                             "pass None")
+        options = communication_options or CommunicationOptions()
+        super().__init__(_strata.MultiWorkerMirroredStrategy(
+            implementation=options.implementation,
+            bytes_per_pack=options.bytes_per_pack or (25 << 20),
+            timeout_seconds=float(options.timeout_seconds or 300.0)))
+
+    @property
+    def num_workers(self):
+        return self._native.num_workers
+
+    @property
+    def worker_index(self):
+        return self._native.worker_index
+
+
 def get_strategy():
     """The strategy of the innermost open scope on this thread, or None (the default strategy)."""
     stack = _scopes()
     return stack[-1] if stack else None
 
 
-__all__ = ["Strategy", "OneDeviceStrategy", "MirroredStrategy", "get_strategy"]
+__all__ = ["Strategy", "OneDeviceStrategy", "MirroredStrategy", "MultiWorkerMirroredStrategy", "CommunicationOptions",
+           "CommunicationImplementation", "experimental", "get_strategy"]

@@ -1,10 +1,13 @@
 // The `strata` command's subcommands. Each add_* registers its subcommands (with complete --help text) on
-// the top-level CLI11 app; src/cli/main.cc calls them all. Registration happens once in main.
+// the top-level CLI11 app; run_command_line (src/cli/command_line.cc) calls them all, once per command line.
 #pragma once
 
 #include <CLI/CLI.hpp>
 
 namespace strata::cli {
+
+// Runs one `strata` command line (argv[0] is the program's name): its exit status. Never exits the process.
+int run_command_line(int argc, char** argv);
 
 // `strata train JOB.yaml ...` and `strata evaluate JOB.yaml --checkpoint D` (src/cli/train_command.cc).
 void add_train_commands(CLI::App& app);
