@@ -17,6 +17,14 @@ pkg_check_modules(ISAL IMPORTED_TARGET libisal)
 if(NOT ISAL_FOUND)
   message(FATAL_ERROR "ISA-L not found (pkg-config libisal): install libisal-dev (scripts/setup.sh does)")
 endif()
+# libzip (libzip-dev): the zip container of NumPy's .npz archives (stored or deflated members), io/npz.cc.
+pkg_check_modules(LIBZIP IMPORTED_TARGET libzip)
+if(NOT LIBZIP_FOUND)
+  message(FATAL_ERROR "libzip not found (pkg-config libzip): install libzip-dev (scripts/setup.sh does)")
+endif()
+# libjpeg-turbo (libjpeg62-turbo-dev) and libpng (libpng-dev) decode the image folders' JPEG and PNG files.
+find_package(JPEG REQUIRED)
+find_package(PNG REQUIRED)
 find_package(Protobuf REQUIRED)  # CMake's module: protobuf::libprotobuf, protobuf_generate()
 # gRPC (libgrpc++-dev, protobuf-compiler-grpc): the coordination service; its protoc plugin generates stubs.
 find_package(gRPC CONFIG REQUIRED)

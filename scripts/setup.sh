@@ -26,6 +26,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libssl-dev
   libonnx-dev  # its onnx/onnx.proto only: ONNX export's messages are generated from it (src/CMakeLists.txt)
   nlohmann-json3-dev libcli11-dev zlib1g-dev libdeflate-dev libisal-dev libyaml-cpp-dev libspdlog-dev libfmt-dev
+  libzip-dev libjpeg62-turbo-dev libpng-dev  # .npz archives (libzip); image folders' JPEG and PNG files
   libgtest-dev libgmock-dev libbenchmark-dev
   python3 python3-numpy python3-venv dataset-fashion-mnist
   iproute2

@@ -43,7 +43,7 @@ void check_export_format(const std::string& output) {
 }
 
 // The job's model with the checkpoint's weights, behind a Rescaling of the job's input scaling when the job scales
-// uint8 pixels: what the job's evaluate computes from raw inputs.
+// uint8 pixels (not for float32 arrays or int64 ids): what the job's evaluate computes from raw inputs.
 void run_export(const ExportArgs& args) {
   check_export_format(args.output);
   check_output_file(args.output, "-o");
@@ -53,12 +53,12 @@ void run_export(const ExportArgs& args) {
   trained->build_for(input_shape(job));
   load_job_checkpoint(*trained, args.checkpoint);
 
-  const bool ids = job.data.format == "tfrecord" && job.data.x_dtype == "int64";
+  // uint8 pixels are scaled as the job scales them; float32 values and int64 ids go in as they are.
+  const DType input_dtype = cli::input_dtype(job);
   auto exported = std::make_shared<Sequential>();
-  if (!ids) exported->add(nn::Rescaling(static_cast<float>(job.data.scale)));  // the job's to_float(x, scale)
-  for (const auto& layer : trained->layers()) exported->add(layer->clone());   // shares the trained weights
-  exported->compile(trained->loss(), trained->optimizer());                    // the loss is recorded
-  const DType input_dtype = ids ? DType::kInt64 : DType::kUInt8;
+  if (input_dtype == DType::kUInt8) exported->add(nn::Rescaling(static_cast<float>(job.data.scale)));
+  for (const auto& layer : trained->layers()) exported->add(layer->clone());  // shares the trained weights
+  exported->compile(trained->loss(), trained->optimizer());                   // the loss is recorded
   exported->build_for(input_shape(job), input_dtype);
   if (extension_of(args.output) == ".onnx") {
     save_onnx(*exported, args.output, {.input_dtype = input_dtype});

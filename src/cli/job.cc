@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cfloat>
 #include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <limits>
 #include <map>
@@ -21,13 +22,18 @@
 #include "strata/error.h"
 #include "strata/data/convert.h"
 #include "strata/data/autoshard.h"
+#include "strata/data/image_folder.h"
 #include "strata/data/tfrecord_dataset.h"
+#include "strata/io/npy.h"
+#include "strata/io/npz.h"
 #include "strata/nn/nn.h"
 #include "strata/optim/losses.h"
 #include "strata/optim/metrics.h"
 #include "strata/optim/optimizers.h"
 
 namespace strata::cli {
+
+namespace fs = std::filesystem;
 
 namespace {
 
@@ -321,9 +327,32 @@ Job load_job(const std::string& path) {
     STRATA_CHECK(d.x_dtype == "uint8" || !data.has("scale"), InvalidArgument,
                  data.where(data.get("scale")) << "data.scale: scales uint8 pixels; x_dtype " << d.x_dtype
                                                << " is used as it is");
+  } else if (d.format == "npy") {
+    d.x_array = data.required_string("x");
+    d.y_array = data.required_string("y");
+    d.test_x_array = data.required_string("test_x");
+    d.test_y_array = data.required_string("test_y");
+  } else if (d.format == "npz") {
+    d.file = data.required_string("file");
+    d.x_array = data.string("x", "x_train");
+    d.y_array = data.string("y", "y_train");
+    d.test_x_array = data.string("test_x", "x_test");
+    d.test_y_array = data.string("test_y", "y_test");
+  } else if (d.format == "image_folder") {
+    d.train_files = {data.required_string("train")};
+    d.test_files = {data.required_string("test")};
+    const std::vector<int64_t> size = data.integers("image_size", {256, 256});
+    STRATA_CHECK(size.size() == 2 && size[0] > 0 && size[1] > 0, InvalidArgument,
+                 data.where(data.get("image_size")) << "data.image_size: expected [height, width], both positive");
+    d.color_mode = data.string("color_mode", "rgb");
+    STRATA_CHECK(d.color_mode == "rgb" || d.color_mode == "grayscale", InvalidArgument,
+                 data.where(data.get("color_mode")) << "data.color_mode: expected rgb or grayscale, got '"
+                                                    << d.color_mode << "'");
+    d.image_shape = {size[0], size[1], data::channels_of(data::parse_color_mode(d.color_mode))};
   } else {
-    STRATA_THROW(InvalidArgument, data.where(data.get("format")) << "data.format: expected idx or tfrecord, got '"
-                                                                 << d.format << "'");
+    STRATA_THROW(InvalidArgument, data.where(data.get("format"))
+                                      << "data.format: expected idx, tfrecord, npy, npz or image_folder, got '"
+                                      << d.format << "'");
   }
   d.scale = data.number("scale", 1.0 / 255.0, kPositive);
   d.shuffle = data.integer_at_least("shuffle", 10000, 0);
@@ -493,29 +522,95 @@ std::shared_ptr<optim::Optimizer> make_optimizer(const Job& job) {
   return optimizer;
 }
 
+namespace {
+// The training x array's dtype and shape (npy, npz), from its header.
+io::NpyInfo x_info(const Job& job) {
+  const DataSpec& d = job.data;
+  try {
+    if (d.format == "npy") return io::read_npy_info(d.x_array);
+    io::NpzFile npz(d.file);
+    return npz.info(d.x_array);
+  } catch (const Error& e) {  // the same class, its message naming the job file and key
+    STRATA_THROW_CODE(e.code(), job.file << ": data.x: " << without_location(e.what()));
+  }
+}
+
+// x of an npy or npz job: uint8 pixels (scaled) or float32 values (as they are), one row per record.
+void check_x(const Job& job, const io::NpyInfo& info, const std::string& name) {
+  STRATA_CHECK(info.dtype == DType::kUInt8 || info.dtype == DType::kFloat32, InvalidArgument,
+               job.file << ": data: x " << name << " holds " << dtype_name(info.dtype)
+                        << "; a job takes uint8 pixels (scaled by data.scale) or float32 (used as they are)");
+  STRATA_CHECK(!info.shape.empty(), InvalidArgument, job.file << ": data: x " << name << " holds a scalar");
+}
+}  // namespace
+
 Shape input_shape(const Job& job) {
   Shape s = job.data.image_shape;
   if (job.data.format == "idx") s = {28, 28, 1};
+  if (job.data.format == "npy" || job.data.format == "npz") {
+    const io::NpyInfo info = x_info(job);
+    check_x(job, info, job.data.format == "npy" ? job.data.x_array : job.data.file + ":" + job.data.x_array);
+    s.assign(info.shape.begin() + 1, info.shape.end());
+  }
   s.insert(s.begin(), job.batch_size);
   return s;
 }
 
+DType input_dtype(const Job& job) {
+  const DataSpec& d = job.data;
+  if (d.format == "tfrecord" && d.x_dtype == "int64") return DType::kInt64;
+  if (d.format == "npy" || d.format == "npz") return x_info(job).dtype;
+  return DType::kUInt8;
+}
+
 namespace {
-// uint8 images [b, h, w, c] -> float32 * scale (int64 x, ids, as they are); labels -> int64.
-data::Element normalize_batch(const data::Element& e, float scale, bool ids) {
-  Tensor x = ids ? e[0] : data::to_float(e[0], scale);
-  Tensor y = e[1].dtype() == DType::kInt64 ? e[1] : e[1].to(DType::kInt64);
+// x: uint8 pixels [b, ...] -> float32 * scale; float32 values and int64 ids as they are (Keras rescales nothing
+// itself). y: int64 labels, float32 targets as they are, other integers -> int64.
+data::Element normalize_batch(const data::Element& e, float scale) {
+  Tensor x = e[0].dtype() == DType::kUInt8 ? data::to_float(e[0], scale) : e[0];
+  Tensor y = e[1].dtype() == DType::kInt64 || e[1].dtype() == DType::kFloat32 ? e[1] : e[1].to(DType::kInt64);
   return data::Element({x, y});
 }
 
 data::Dataset pipeline(const Job& job, data::Dataset source, bool training) {
   const float scale = static_cast<float>(job.data.scale);
-  const bool ids = job.data.format == "tfrecord" && job.data.x_dtype == "int64";
-  if (training && job.data.shuffle > 0) source = source.shuffle(job.data.shuffle, job.data.seed.value_or(job.seed));
+  // (An image folder's source shuffles its file order itself, before decoding: image_folder_source.)
+  const bool shuffle = training && job.data.shuffle > 0 && job.data.format != "image_folder";
+  if (shuffle) source = source.shuffle(job.data.shuffle, job.data.seed.value_or(job.seed));
   return source.batch(job.batch_size)
-      .map([scale, ids](const data::Element& e) { return normalize_batch(e, scale, ids); })
+      .map([scale](const data::Element& e) { return normalize_batch(e, scale); })
       .prefetch(data::kAutotune)
       .with_options({.auto_shard_policy = job.data.auto_shard});
+}
+
+// NumPy arrays: (x, y) from two .npy files, or from two arrays of an .npz archive (`file` non-empty).
+data::Dataset arrays_source(const Job& job, const std::string& file, const std::string& x, const std::string& y) {
+  if (file.empty()) {
+    check_x(job, io::read_npy_info(x), x);
+    return data::Dataset::from_npy(x, y);
+  }
+  io::NpzFile npz(file);
+  check_x(job, npz.info(x), file + ":" + x);
+  return data::Dataset::from_npz(file, x, y);
+}
+
+// Images of `directory` as the job's data section says; `subset` is "" or Keras's training / validation of a
+// validation split. Labels follow the training folder's classes (a test folder must have the same ones).
+data::Dataset image_folder_source(const Job& job, const std::string& directory, bool training,
+                                  const std::string& subset = "") {
+  const DataSpec& d = job.data;
+  data::ImageFolderOptions o;
+  o.height = d.image_shape[0];
+  o.width = d.image_shape[1];
+  o.color_mode = data::parse_color_mode(d.color_mode);
+  if (directory != d.train_files[0]) o.class_names = data::list_image_folder(d.train_files[0]).class_names;
+  o.shuffle = training && d.shuffle > 0;
+  o.seed = d.seed.value_or(job.seed);
+  if (!subset.empty()) {
+    o.validation_split = job.validation.split;
+    o.subset = subset;
+  }
+  return data::Dataset::from_image_folder(directory, o);
 }
 
 // TFRecord shards of Examples (as `strata data convert` or `strata data ctr` writes them): x = raw uint8 bytes
@@ -539,16 +634,22 @@ data::Dataset tfrecord_source(const Job& job, const std::vector<std::string>& pa
 }
 // The test set's (x, y) elements before batching.
 data::Dataset test_source(const Job& job) {
-  if (job.data.format == "idx") return data::Dataset::from_idx(job.data.directory, data::Split::kTest);
-  return tfrecord_source(job, job.data.test_files, false);
+  const DataSpec& d = job.data;
+  if (d.format == "idx") return data::Dataset::from_idx(d.directory, data::Split::kTest);
+  if (d.format == "npy" || d.format == "npz") return arrays_source(job, d.file, d.test_x_array, d.test_y_array);
+  if (d.format == "image_folder") return image_folder_source(job, d.test_files[0], false);
+  return tfrecord_source(job, d.test_files, false);
 }
 }  // namespace
 
 namespace {
 // The training records, before any split.
 data::Dataset train_source(const Job& job) {
-  if (job.data.format == "idx") return data::Dataset::from_idx(job.data.directory, data::Split::kTrain);
-  return tfrecord_source(job, job.data.train_files, true);
+  const DataSpec& d = job.data;
+  if (d.format == "idx") return data::Dataset::from_idx(d.directory, data::Split::kTrain);
+  if (d.format == "npy" || d.format == "npz") return arrays_source(job, d.file, d.x_array, d.y_array);
+  if (d.format == "image_folder") return image_folder_source(job, d.train_files[0], true);
+  return tfrecord_source(job, d.train_files, true);
 }
 
 // With `validation: {split: f}`: how many of the training records train (Keras: floor(n * (1 - f))), and n.
@@ -574,6 +675,10 @@ data::Dataset with_split_sharding(const Job& job, data::Dataset batched) {
 }  // namespace
 
 data::Dataset train_dataset(const Job& job) {
+  if (job.validation.split > 0 && job.data.format == "image_folder") {  // Keras's subset of a seeded permutation
+    return with_split_sharding(job, pipeline(job, image_folder_source(job, job.data.train_files[0], true, "training"),
+                                             true));
+  }
   data::Dataset source = train_source(job);
   if (job.validation.split == 0) return pipeline(job, std::move(source), true);
   const int64_t kept = split_point(job, source).first;
@@ -583,12 +688,18 @@ data::Dataset train_dataset(const Job& job) {
 std::optional<data::Dataset> validation_dataset(const Job& job) {
   const ValidationSpec& v = job.validation;
   if (!v.enabled()) return std::nullopt;
+  if (v.split > 0 && job.data.format == "image_folder") {
+    return with_split_sharding(
+        job, pipeline(job, image_folder_source(job, job.data.train_files[0], false, "validation"), false));
+  }
   if (v.split > 0) {
     data::Dataset source = train_source(job);
     const int64_t kept = split_point(job, source).first;
     return with_split_sharding(job, pipeline(job, source.skip(kept), false));
   }
   if (v.format == "idx") return pipeline(job, data::Dataset::from_idx(v.directory, data::Split::kTest), false);
+  if (v.format == "npy" || v.format == "npz") return pipeline(job, arrays_source(job, v.file, v.x, v.y), false);
+  if (v.format == "image_folder") return pipeline(job, image_folder_source(job, v.directory, false), false);
   return pipeline(job, tfrecord_source(job, v.files, false), false);
 }
 
@@ -632,6 +743,14 @@ std::map<std::string, std::string> job_fingerprint(const Job& job) {
   f["data"] = d.format + " compression " + d.compression + " x " + d.x_feature + " (" + d.x_dtype + ") y " +
               d.y_feature + " shuffle " + std::to_string(d.shuffle) + " auto_shard " +
               data::auto_shard_policy_name(d.auto_shard);
+  if (d.format == "npy" || d.format == "npz") {  // which arrays (npy: the files' names, not where they are kept)
+    auto name = [&d](const std::string& a) { return d.format == "npy" ? fs::path(a).filename().string() : a; };
+    f["data"] += " arrays " + name(d.x_array) + " " + name(d.y_array) + " " + name(d.test_x_array) + " " +
+                 name(d.test_y_array) + " scale " + std::to_string(d.scale);
+  } else if (d.format == "image_folder") {
+    f["data"] += " image_size " + std::to_string(d.image_shape[0]) + "x" + std::to_string(d.image_shape[1]) +
+                 " color_mode " + d.color_mode + " scale " + std::to_string(d.scale);
+  }
   return f;
 }
 

@@ -29,6 +29,21 @@
 // or, for ids (see configs/ctr_embedding.yaml, data from `strata data ctr`), an int64 list feature kept as int64:
 //   data: {format: tfrecord, train: [ctr/train-*], test: [ctr/test-*], x: ids, x_dtype: int64, x_shape: [26]}
 //
+// or NumPy arrays (numpy.save's .npy files; x uint8, scaled by `scale`, or float32, used as it is; integer labels):
+//   data: {format: npy, x: train_x.npy, y: train_y.npy, test_x: test_x.npy, test_y: test_y.npy}
+//
+// or arrays of one .npz archive (numpy.savez / savez_compressed), named as numpy.load names them; the names default
+// to those of Keras's mnist.npz (x_train, y_train, x_test, y_test):
+//   data: {format: npz, file: mnist.npz, x: x_train, y: y_train, test_x: x_test, test_y: y_test}
+//
+// or folders of images with one subfolder per class (keras.utils.image_dataset_from_directory: class names sorted
+// are the labels; JPEG and PNG; resized bilinearly to image_size, default [256, 256]; color_mode rgb (default) or
+// grayscale; uint8 pixels scaled by `scale`; shuffle > 0 shuffles the file order before decoding):
+//   data: {format: image_folder, train: images/train, test: images/test, image_size: [28, 28], color_mode: grayscale}
+//
+// Paths are relative to the working directory. The npy and npz forms read the shape and dtype of x from the training
+// x file's header (input_shape), so `strata export` needs that file too.
+//
 // Validation data and Keras's callbacks (`validation:`, `early_stopping:`, `model_checkpoint:`,
 // `reduce_lr_on_plateau:`) are read by job_callbacks.h, which shows them.
 //
@@ -52,10 +67,14 @@
 namespace strata::cli {
 
 struct DataSpec {
-  std::string format = "idx";             // "idx" or "tfrecord"
+  std::string format = "idx";             // "idx", "tfrecord", "npy", "npz" or "image_folder"
   std::string directory;                  // idx: the directory of the four files
-  std::vector<std::string> train_files;   // tfrecord: files or glob patterns
+  std::vector<std::string> train_files;   // tfrecord: files or glob patterns; image_folder: the one folder of each
   std::vector<std::string> test_files;
+  std::string file;                       // npz: the archive
+  // npy: the four .npy files; npz: the names of the four arrays in `file`.
+  std::string x_array, y_array, test_x_array, test_y_array;
+  std::string color_mode = "rgb";         // image_folder: grayscale or rgb (image_shape is [height, width, channels])
   std::string compression;                // tfrecord: "", "gzip" or "zlib"
   std::string x_feature = "image";        // tfrecord: the Example features used as x and y
   std::string y_feature = "label";
@@ -118,7 +137,11 @@ std::optional<data::Dataset> validation_dataset(const Job& job);
 // with "job.yaml: data.test: ". `strata train` calls it before training so a corrupt test shard does not
 // surface only after the last epoch.
 int64_t check_test_data(const Job& job);
-// The shape of one batch of x (batch dimension included), for building the model before training.
+// The shape of one batch of x (batch dimension included), for building the model before training. For npy and npz
+// it is read from the training x array's header (an error naming the job file when it cannot be).
 Shape input_shape(const Job& job);
+// The dtype of x as the data holds it: uint8 (pixels, which the job scales by data.scale into float32), float32 (used
+// as it is) or int64 (ids); `strata export` puts a Rescaling in front of the model for uint8 inputs.
+DType input_dtype(const Job& job);
 
 }  // namespace strata::cli

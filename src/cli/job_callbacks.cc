@@ -31,8 +31,12 @@ ValidationSpec read_validation(Section& top, const std::string& data_format) {
                  located.where(located.get("format"))
                      << "validation.format: '" << v.format << "' must be the training data's format (data.format: "
                      << data_format << "), whose features and shapes it is read with");
-    if (v.format == "idx") {
+    if (v.format == "idx" || v.format == "image_folder") {
       v.directory = located.required_string("directory");
+    } else if (v.format == "npy" || v.format == "npz") {
+      if (v.format == "npz") v.file = located.required_string("file");
+      v.x = located.required_string("x");
+      v.y = located.required_string("y");
     } else {
       v.files = located.strings("files");
       STRATA_CHECK(!v.files.empty(), InvalidArgument,

@@ -5,6 +5,12 @@
 //   validation: {split: 0.1}                # the LAST 10% of the training data, before shuffling, held out
 //   validation: {format: idx, directory: /data/fashion}  # or a source: IDX's test files there (t10k-*)
 //   validation: {format: tfrecord, files: [val-*]}       #   or TFRecord files, read as data's (features, shape)
+//   validation: {format: npy, x: val_x.npy, y: val_y.npy}             #   or .npy files
+//   validation: {format: npz, file: val.npz, x: x_val, y: y_val}      #   or arrays of an .npz archive
+//   validation: {format: image_folder, directory: images/val}         #   or an image folder (data's size, mode, classes)
+//
+// (With an image folder, split follows Keras's validation_split: the files are permuted by data.seed, default the
+// job's seed, before the last fraction is held out; shuffling then reorders the training files only.)
 //   early_stopping: {monitor: val_loss, patience: 3, min_delta: 0.001, mode: auto, baseline: 0.5,
 //                    restore_best_weights: true}
 //   model_checkpoint: {filepath: "best/ckpt-{epoch:02d}.safetensors", save_best_only: true, monitor: val_loss}
@@ -29,9 +35,10 @@ class Section;
 
 struct ValidationSpec {
   double split = 0;                // (0, 1): the last fraction of the training records (Keras's validation_split)
-  std::string format;              // or a source: "idx" (directory's test files) or "tfrecord" (files)
-  std::string directory;
-  std::vector<std::string> files;
+  std::string format;              // or a source of data.format's kind:
+  std::string directory;           //   idx (the directory's test files), image_folder
+  std::vector<std::string> files;  //   tfrecord
+  std::string file, x, y;          //   npy (x and y are files), npz (file, and x and y name its arrays)
   bool enabled() const { return split > 0 || !format.empty(); }
 };
 

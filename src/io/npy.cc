@@ -8,12 +8,14 @@
 #include <cstdint>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <limits>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "io/atomic_file.h"
+#include "io/npy_reader.h"
 #include "strata/error.h"
 
 namespace strata::io {
@@ -148,66 +150,117 @@ uint64_t little_endian(const unsigned char* p, int bytes) {
 
 }  // namespace
 
-Tensor read_npy(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  STRATA_CHECK(in.is_open(), IoError, "cannot open '" << path << "'");
-  in.seekg(0, std::ios::end);
-  const std::streamoff file_size = in.tellg();
-  in.seekg(0);
+// A .npy image's bytes from wherever they are (a file, a zip member): `read(dst, n)` fills dst with the next n
+// bytes and returns how many it could (fewer only at the end).
+namespace {
+using ReadFn = std::function<uint64_t(void* dst, uint64_t n)>;
+
+struct Header {
+  DType dtype = DType::kFloat32;
+  Shape shape;
+  std::string descr;
+  uint64_t data_bytes = 0;
+};
+
+// Reads and checks the header; `total_size` is the whole image's size (the data must fill the rest exactly).
+Header read_header(const ReadFn& read, uint64_t total_size, const std::string& path) {
   unsigned char prefix[12] = {};
-  in.read(reinterpret_cast<char*>(prefix), 8);
-  STRATA_CHECK(in.gcount() == 8 && std::memcmp(prefix, kMagic, kMagicSize) == 0, DataCorrupt,
+  STRATA_CHECK(read(prefix, 8) == 8 && std::memcmp(prefix, kMagic, kMagicSize) == 0, DataCorrupt,
                path << ": not a .npy file (it does not start with \"\\x93NUMPY\")");
   const int major = prefix[6], minor = prefix[7];
   STRATA_CHECK((major == 1 || major == 2 || major == 3) && minor == 0, DataCorrupt,
                path << ": unknown .npy format version " << major << "." << minor << " (known: 1.0, 2.0, 3.0)");
   const int length_bytes = major == 1 ? 2 : 4;
-  in.read(reinterpret_cast<char*>(prefix + 8), length_bytes);
-  STRATA_CHECK(in.gcount() == length_bytes, DataCorrupt, path << ": truncated .npy header");
+  STRATA_CHECK(read(prefix + 8, length_bytes) == static_cast<uint64_t>(length_bytes), DataCorrupt,
+               path << ": truncated .npy header");
   const uint64_t header_length = little_endian(prefix + 8, length_bytes);
   const uint64_t data_start = 8 + length_bytes + header_length;
-  STRATA_CHECK(data_start <= static_cast<uint64_t>(file_size), DataCorrupt,
-               path << ": the .npy header claims " << header_length << " bytes but the file has " << file_size);
-  std::string header(header_length, '\0');
-  in.read(header.data(), static_cast<std::streamsize>(header_length));
-  STRATA_CHECK(static_cast<uint64_t>(in.gcount()) == header_length, IoError, "cannot read '" << path << "'");
+  STRATA_CHECK(data_start <= total_size, DataCorrupt,
+               path << ": the .npy header claims " << header_length << " bytes but the file has " << total_size);
+  std::string text(header_length, '\0');
+  STRATA_CHECK(read(text.data(), header_length) == header_length, IoError, "cannot read '" << path << "'");
 
-  std::string descr;
+  Header h;
   bool fortran_order = false;
-  Shape shape;
-  HeaderParser(header, path).parse(&descr, &fortran_order, &shape);
+  HeaderParser(text, path).parse(&h.descr, &fortran_order, &h.shape);
   STRATA_CHECK(!fortran_order, DataCorrupt,
                path << ": the array is in Fortran order; save it in C order (numpy.ascontiguousarray)");
-  DType dtype = DType::kFloat32;
+  const std::string& descr = h.descr;
   if (descr == "<f4") {
-    dtype = DType::kFloat32;
+    h.dtype = DType::kFloat32;
   } else if (descr == "|u1" || descr == "<u1") {
-    dtype = DType::kUInt8;
+    h.dtype = DType::kUInt8;
   } else if (descr == "<i4") {
-    dtype = DType::kInt32;
+    h.dtype = DType::kInt32;
   } else if (descr == "<i8") {
-    dtype = DType::kInt64;
+    h.dtype = DType::kInt64;
   } else {
     STRATA_THROW(InvalidArgument, path << ": .npy dtype '" << descr
                                        << "' is not one strata reads; save float32 ('<f4'), uint8 ('|u1'), int32 "
-                                          "('<i4') or int64 ('<i8')");
+                                          "('<i4') or int64 ('<i8') (numpy: a.astype('float32'))");
   }
   uint64_t numel = 1;
-  for (int64_t d : shape) {
+  for (int64_t d : h.shape) {
     STRATA_CHECK(d == 0 || numel <= std::numeric_limits<uint64_t>::max() / static_cast<uint64_t>(d), DataCorrupt,
-                 path << ": the .npy shape " << shape_str(shape) << " is too large");
+                 path << ": the .npy shape " << shape_str(h.shape) << " is too large");
     numel *= static_cast<uint64_t>(d);
   }
-  const uint64_t want = numel * dtype_size(dtype);
-  const uint64_t have = static_cast<uint64_t>(file_size) - data_start;
-  STRATA_CHECK(have == want, DataCorrupt,
-               path << ": a " << descr << " array of shape " << shape_str(shape) << " needs " << want
+  STRATA_CHECK(numel <= std::numeric_limits<uint64_t>::max() / dtype_size(h.dtype), DataCorrupt,
+               path << ": the .npy shape " << shape_str(h.shape) << " is too large");
+  h.data_bytes = numel * dtype_size(h.dtype);
+  const uint64_t have = total_size - data_start;
+  STRATA_CHECK(have == h.data_bytes, DataCorrupt,
+               path << ": a " << descr << " array of shape " << shape_str(h.shape) << " needs " << h.data_bytes
                     << " data bytes, but the file has " << have);
-  Tensor t = Tensor::empty(shape, dtype);
-  in.read(static_cast<char*>(t.raw_data()), static_cast<std::streamsize>(want));
-  STRATA_CHECK(static_cast<uint64_t>(in.gcount()) == want, IoError, "cannot read '" << path << "'");
+  return h;
+}
+
+Tensor read_data(const ReadFn& read, const Header& h, const std::string& path) {
+  Tensor t = Tensor::empty(h.shape, h.dtype);
+  STRATA_CHECK(read(t.raw_data(), h.data_bytes) == h.data_bytes, IoError, "cannot read '" << path << "'");
   return t;
 }
+
+// A file opened for reading, as a ReadFn, and its size.
+struct FileReader {
+  std::ifstream in;
+  uint64_t size = 0;
+  explicit FileReader(const std::string& path) : in(path, std::ios::binary) {
+    STRATA_CHECK(in.is_open(), IoError, "cannot open '" << path << "'");
+    in.seekg(0, std::ios::end);
+    size = static_cast<uint64_t>(in.tellg());
+    in.seekg(0);
+  }
+  ReadFn fn() {
+    return [this](void* dst, uint64_t n) {
+      in.read(static_cast<char*>(dst), static_cast<std::streamsize>(n));
+      return static_cast<uint64_t>(in.gcount());
+    };
+  }
+};
+}  // namespace
+
+Tensor read_npy(const std::string& path) {
+  FileReader file(path);
+  const ReadFn read = file.fn();
+  return read_data(read, read_header(read, file.size, path), path);
+}
+
+NpyInfo read_npy_info(const std::string& path) {
+  FileReader file(path);
+  const Header h = read_header(file.fn(), file.size, path);
+  return {h.dtype, h.shape};
+}
+
+namespace detail {
+NpyInfo read_npy_info(const std::function<uint64_t(void*, uint64_t)>& read, uint64_t size, const std::string& name) {
+  const Header h = read_header(read, size, name);
+  return {h.dtype, h.shape};
+}
+Tensor read_npy(const std::function<uint64_t(void*, uint64_t)>& read, uint64_t size, const std::string& name) {
+  return read_data(read, read_header(read, size, name), name);
+}
+}  // namespace detail
 
 void write_npy(const std::string& path, const Tensor& t) {
   STRATA_CHECK(t.defined(), InvalidArgument, "write_npy: the tensor for '" << path << "' is undefined");

@@ -31,6 +31,7 @@
 #include "strata/data/dataset_node.h"
 #include "strata/data/element.h"
 #include "strata/data/idx.h"
+#include "strata/data/image_folder.h"
 #include "strata/data/options.h"
 
 namespace strata::data {
@@ -91,6 +92,18 @@ class Dataset {
   // Fashion-MNIST/MNIST layout: <dir>/{train,t10k}-{images-idx3,labels-idx1}-ubyte[.gz]; elements
   // {"image": uint8 [rows, cols, 1], "label": int64 scalar}.
   static Dataset from_idx(const std::string& directory, Split split);
+  // NumPy arrays, as a Keras user hands over (x, y) from numpy.load: element i is {"x": x[i], "y": y[i]}. x keeps
+  // its dtype (float32, uint8, int32 or int64: what .npy files hold, strata/io/npy.h); integer y (uint8, int32, int64)
+  // becomes int64 labels and float32 y stays float32. Both are read whole now. InvalidArgument naming both files
+  // when their first dimensions differ or one is a scalar; the readers' errors (IoError, DataCorrupt, a dtype strata
+  // does not hold) name the file.
+  static Dataset from_npy(const std::string& x_path, const std::string& y_path);
+  // The same from two arrays of one .npz archive (numpy.savez / savez_compressed), named as numpy.load names them
+  // (x_key "x_train" is the member x_train.npy); a missing name is an InvalidArgument listing the archive's names.
+  static Dataset from_npz(const std::string& path, const std::string& x_key, const std::string& y_key);
+  // Images in one subfolder per class, like keras.utils.image_dataset_from_directory (strata/data/image_folder.h):
+  // elements {"image": uint8 [height, width, channels], "label": int64 []}, decoded as they are read.
+  static Dataset from_image_folder(const std::string& directory, const ImageFolderOptions& options = {});
   // The files matching `pattern` (glob(3)), sorted; shuffled by `seed` when `shuffle` (a fresh order
   // each iteration, like tf.data). Elements: {"filename": string_tensor}. No match: InvalidArgument.
   static Dataset list_files(const std::string& pattern, bool shuffle = true, std::optional<uint64_t> seed = {});

@@ -25,6 +25,14 @@ namespace strata::io {
 // Reads a .npy file into a host tensor of its shape and dtype.
 Tensor read_npy(const std::string& path);
 
+// What a .npy file holds, from its header (checked as read_npy checks it, the data's size included; the data is
+// not read): for sizing a model from its input file.
+struct NpyInfo {
+  DType dtype = DType::kFloat32;
+  Shape shape;
+};
+NpyInfo read_npy_info(const std::string& path);
+
 // Writes `t` (float32, uint8, int32 or int64; any device, copied to the host) as a version 1.0 .npy file (2.0 when
 // the header does not fit 1.0's 65535 bytes). InvalidArgument for an undefined or bfloat16 tensor; IoError when the
 // file cannot be written.
