@@ -11,6 +11,7 @@
 #include <iostream>
 #include <nlohmann/json.hpp>
 
+#include "autograd/composed_ops.h"
 #include "nn/layer_grad_check.h"
 #include "strata/gradient_tape.h"
 #include "strata/nn/nn.h"
@@ -110,6 +111,30 @@ TEST(TransformerTest, LayerNormalizationGradientsMatchFiniteDifferences) {
   nn::LayerNormalization bare({.center = false, .scale = false});
   testing::check_layer_gradients(bare, {random_tensor({3, 5}, 5)});
   EXPECT_TRUE(bare.variables().empty());
+}
+
+// What a GPU runs (no layer-norm kernel there yet) is the oneDNN op's math: same outputs and gradients on the host.
+TEST(TransformerTest, LayerNormOpMatchesItsComposedForm) {
+  const Tensor xv = random_tensor({4, 3, 7}, 11, -3.0f, 2.0f);
+  Variable x(xv.clone(), true, "x"), gamma(random_tensor({7}, 12), true, "gamma"),
+      beta(random_tensor({7}, 13), true, "beta");
+  const Tensor r = random_tensor({4, 3, 7}, 14);
+  std::vector<Tensor> fused_grads, composed_grads;
+  Tensor fused, composed;
+  {
+    GradientTape tape;
+    Variable y = layer_norm(x, gamma, beta, 1e-3f);
+    fused = y.value();
+    fused_grads = tape.gradient(y, {x, gamma, beta}, r);
+  }
+  {
+    GradientTape tape;
+    Variable y = detail::layer_norm_composed(x, gamma, beta, 1e-3f);
+    composed = y.value();
+    composed_grads = tape.gradient(y, {x, gamma, beta}, r);
+  }
+  expect_near(fused, composed, 2e-6f);
+  for (size_t i = 0; i < 3; ++i) expect_near(fused_grads[i], composed_grads[i], 1e-5f);
 }
 
 // ---------------------------------------------------------------- GELU
