@@ -1,6 +1,7 @@
 // Transformer layers in job files (src/cli/job.cc): the layer_normalization, multi_head_attention,
 // position_embedding, transformer_encoder and global_average_pooling1d keys, their checks, the committed
 // configs/fashion_mnist_transformer.yaml, and `strata train` end to end on a tiny IDX set read as 28 tokens.
+// Thread-safety: each test runs on one thread, in its own scratch directory.
 #include <gtest/gtest.h>
 
 #include <filesystem>

@@ -42,8 +42,6 @@ def leaves(arrays):
     return {k: torch.tensor(v, requires_grad=True) for k, v in arrays.items()}
 
 
-
-
 def mha(q_in, v_in, k_in, w, heads, key_dim, mask=None):
     """Keras's MultiHeadAttention on leaves: w holds query/key/value/output kernels and biases (Keras's names)."""
     q = torch.einsum("btd,dhk->bthk", q_in, w["query_kernel"]) + w["query_bias"]

@@ -2,6 +2,7 @@
 // and TransformerEncoder. Keras's weight layouts and names; gradients of the inputs and every weight against finite
 // differences; outputs and gradients on fixed weights against PyTorch (tests/nn/transformer_reference.json, written
 // by tests/nn/make_transformer_reference.py); the causal and padding masks hide what they should.
+// Thread-safety: each test runs on one thread (the reference JSON is parsed once, by a function-local static).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
