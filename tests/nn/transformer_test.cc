@@ -191,6 +191,11 @@ TEST(TransformerTest, MultiHeadAttentionHasKerasEinsumDenseWeights) {
   EXPECT_EQ(self(random_tensor({3, 6, 5}, 4)).shape(), (Shape{3, 6, 5}));
   EXPECT_EQ(self.variables().size(), 4u);
   EXPECT_THAT(message_of<InvalidArgument>([] { nn::MultiHeadAttention(0, 4); }), HasSubstr("num_heads"));
+  // Sizes from an untrusted config whose product overflows are refused before anything is allocated.
+  EXPECT_THAT(message_of<ShapeError>([] {
+                nn::MultiHeadAttention(int64_t{1} << 32, int64_t{1} << 32)(random_tensor({1, 2, 4}, 1));
+              }),
+              HasSubstr("weight 'query/kernel' of shape [4, 4294967296, 4294967296] is too large"));
   EXPECT_THAT(message_of<ShapeError>([] {
                 nn::MultiHeadAttention(2, 2)(random_tensor({3, 4}, 1));
               }),
