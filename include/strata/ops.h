@@ -104,6 +104,10 @@ BatchNormOutput batch_norm(const Variable& x, const Variable& gamma, const Varia
 // Normalises with given statistics (inference mode); differentiable in x, gamma and beta.
 Variable batch_norm_inference(const Variable& x, const Variable& gamma, const Variable& beta, const Tensor& mean,
                               const Tensor& variance, float epsilon);
+// Normalises each row of x [..., C] over its last axis with its own mean and biased variance, then * gamma [C]
+// + beta [C] (Keras's LayerNormalization); differentiable in x, gamma and beta. oneDNN's layer normalization on the
+// host; composed from elementwise ops and reductions on other devices.
+Variable layer_norm(const Variable& x, const Variable& gamma, const Variable& beta, float epsilon);
 // Zeroes each element with probability `rate` and scales the rest by 1/(1-rate).
 Variable dropout(const Variable& x, float rate, Generator& gen);
 // One step of an LSTM with sigmoid gates and tanh (Keras's default cell), fused: z [B, 4u] the gates' pre-activations

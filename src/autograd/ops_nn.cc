@@ -1,4 +1,6 @@
-// Differentiable neural-network ops: convolution, pooling, batch normalisation, dropout and the fused LSTM cell.
+// Differentiable neural-network ops: convolution, pooling, batch and layer normalisation, dropout and the fused LSTM
+// cell.
+#include "autograd/composed_ops.h"
 #include "autograd/node.h"
 #include "kernels/kernels.h"
 #include "strata/ops.h"
@@ -107,6 +109,24 @@ Variable batch_norm_inference(const Variable& x, const Variable& gamma, const Va
                        }
                        if (needs[2]) grads[2] = k::sum_to_shape(dy, channel_shape);
                        return grads;
+                     });
+}
+
+Variable detail::layer_norm_composed(const Variable& x, const Variable& gamma, const Variable& beta, float epsilon) {
+  const Variable centred = x - mean(x, {-1}, true);
+  const Variable variance = mean(square(centred), {-1}, true);  // biased, as Keras and oneDNN
+  return centred / sqrt(variance + epsilon) * gamma + beta;
+}
+
+Variable layer_norm(const Variable& x, const Variable& gamma, const Variable& beta, float epsilon) {
+  // No layer-norm kernel off the host yet: the same math from ops that every device has.
+  if (!x.value().device().is_cpu()) return detail::layer_norm_composed(x, gamma, beta, epsilon);
+  const Tensor xv = x.value(), gv = gamma.value();
+  k::LayerNormResult r = k::layer_norm(xv, gv, beta.value(), epsilon);
+  return make_result(r.y, "layer_norm", {x, gamma, beta},
+                     [xv, gv, row_mean = r.mean, row_var = r.variance, epsilon](const Tensor& dy, const Needs&) -> Grads {
+                       k::LayerNormGrads g = k::layer_norm_backward(xv, dy, row_mean, row_var, gv, epsilon);
+                       return {g.dx, g.dgamma, g.dbeta};
                      });
 }
 

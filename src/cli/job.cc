@@ -68,6 +68,10 @@ std::string canonical_layer_type(const std::string& type) {
   if (t == "avg_pool2d" || t == "average_pool2d" || t == "averagepooling2d") return "average_pooling2d";
   if (t == "global_avg_pool2d" || t == "global_average_pool2d") return "global_average_pooling2d";
   if (t == "batch_norm" || t == "batchnormalization") return "batch_normalization";
+  if (t == "layer_norm" || t == "layernormalization") return "layer_normalization";
+  if (t == "global_avg_pool1d" || t == "global_average_pool1d") return "global_average_pooling1d";
+  if (t == "mha" || t == "multihead_attention") return "multi_head_attention";
+  if (t == "transformer_encoder_block") return "transformer_encoder";
   return t;
 }
 
@@ -147,6 +151,11 @@ LayerFactory make_layer(const std::string& type, Section& s) {
     o.keepdims = s.flag("keepdims", false);
     o.name = name;
     layer = [=] { return std::make_shared<nn::GlobalAveragePooling2D>(o); };
+  } else if (type == "global_average_pooling1d") {
+    nn::GlobalPoolingOptions o;
+    o.keepdims = s.flag("keepdims", false);
+    o.name = name;
+    layer = [=] { return std::make_shared<nn::GlobalAveragePooling1D>(o); };
   } else if (type == "flatten") {
     layer = [=] { return std::make_shared<nn::Flatten>(name); };
   } else if (type == "reshape") {
@@ -166,6 +175,49 @@ LayerFactory make_layer(const std::string& type, Section& s) {
     o.scale = s.flag("scale", true);
     o.name = name;
     layer = [=] { return std::make_shared<nn::BatchNormalization>(o); };
+  } else if (type == "layer_normalization") {
+    nn::LayerNormalizationOptions o;
+    o.axis = static_cast<int>(s.integer("axis", -1));
+    o.epsilon = static_cast<float>(s.number("epsilon", 1e-3, kPositive));
+    o.center = s.flag("center", true);
+    o.scale = s.flag("scale", true);
+    o.name = name;
+    layer = [=] { return std::make_shared<nn::LayerNormalization>(o); };
+  } else if (type == "multi_head_attention") {
+    // Self-attention in a layer list: query = value = key = the previous layer's output.
+    nn::MultiHeadAttentionOptions o;
+    const int64_t num_heads = s.positive("num_heads", 0), key_dim = s.positive("key_dim", 0);
+    o.value_dim = s.has("value_dim") ? s.positive("value_dim", 1) : 0;
+    o.dropout = static_cast<float>(s.number("dropout", 0.0, kFraction));
+    o.use_bias = s.flag("use_bias", true);
+    o.output_shape = s.has("output_shape") ? s.positive("output_shape", 1) : 0;
+    o.kernel_initializer =
+        s.named("kernel_initializer", "glorot_uniform", [](const std::string& v) { return nn::InitializerSpec(v); });
+    o.bias_initializer =
+        s.named("bias_initializer", "zeros", [](const std::string& v) { return nn::InitializerSpec(v); });
+    o.use_causal_mask = s.flag("use_causal_mask", false);
+    o.name = name;
+    layer = [=] { return std::make_shared<nn::MultiHeadAttention>(num_heads, key_dim, o); };
+  } else if (type == "position_embedding") {
+    nn::PositionEmbeddingOptions o;
+    const int64_t sequence_length = s.positive("sequence_length", 0);
+    o.initializer =
+        s.named("initializer", "glorot_uniform", [](const std::string& v) { return nn::InitializerSpec(v); });
+    o.name = name;
+    layer = [=] { return std::make_shared<nn::PositionEmbedding>(sequence_length, o); };
+  } else if (type == "transformer_encoder") {
+    nn::TransformerEncoderOptions o;
+    const int64_t intermediate_dim = s.positive("intermediate_dim", 0), num_heads = s.positive("num_heads", 0);
+    o.dropout = static_cast<float>(s.number("dropout", 0.0, kFraction));
+    o.activation = s.named("activation", "relu", [](const std::string& v) { return nn::ActivationSpec(v); });
+    o.layer_norm_epsilon = static_cast<float>(s.number("layer_norm_epsilon", 1e-5, kPositive));
+    o.kernel_initializer =
+        s.named("kernel_initializer", "glorot_uniform", [](const std::string& v) { return nn::InitializerSpec(v); });
+    o.bias_initializer =
+        s.named("bias_initializer", "zeros", [](const std::string& v) { return nn::InitializerSpec(v); });
+    o.normalize_first = s.flag("normalize_first", true);
+    o.name = name;
+    layer = [=] { return std::make_shared<nn::TransformerEncoder>(intermediate_dim, num_heads, o); };
   } else if (type == "activation") {
     s.required_string("activation");  // a missing one is reported by finish()
     const nn::ActivationSpec fn =
@@ -415,8 +467,9 @@ std::shared_ptr<Sequential> build_model(const Job& job) {
     STRATA_CHECK(factory != nullptr, InvalidArgument,
                  s.where(item) << where << ": unknown layer type '" << type
                                << "'; known: dense, conv2d, max_pooling2d, average_pooling2d, "
-                                  "global_average_pooling2d, flatten, reshape, dropout, batch_normalization, "
-                                  "activation, embedding");
+                                  "global_average_pooling2d, global_average_pooling1d, flatten, reshape, dropout, "
+                                  "batch_normalization, layer_normalization, activation, embedding, lstm, gru, "
+                                  "multi_head_attention, position_embedding, transformer_encoder");
     s.finish();
     try {
       model->add(factory());

@@ -44,6 +44,16 @@
 // Paths are relative to the working directory. The npy and npz forms read the shape and dtype of x from the training
 // x file's header (input_shape), so `strata export` needs that file too.
 //
+// A Transformer over the image's 28 rows as 28 tokens of 28 features (see configs/fashion_mnist_transformer.yaml):
+//   model:
+//     - reshape: {target_shape: [28, 28]}
+//     - dense: {units: 64}
+//     - position_embedding: {sequence_length: 28}
+//     - transformer_encoder: {num_heads: 4, intermediate_dim: 128}   # pre-norm; or multi_head_attention and
+//     - layer_normalization: {epsilon: 1e-6}                         #   layer_normalization on their own
+//     - global_average_pooling1d
+//     - dense: {units: 10}
+//
 // Validation data and Keras's callbacks (`validation:`, `early_stopping:`, `model_checkpoint:`,
 // `reduce_lr_on_plateau:`) are read by job_callbacks.h, which shows them.
 //

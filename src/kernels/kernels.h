@@ -151,6 +151,21 @@ struct BatchNormGrads {
 BatchNormGrads batch_norm_backward(const Tensor& x, const Tensor& dy, const Tensor& mean, const Tensor& variance,
                                    const Tensor& gamma, float epsilon);
 
+// ---------------------------------------------------------------- layer norm (layer_norm.cc, oneDNN)
+// x [..., C] normalised over its last axis, per row (M = numel / C rows), then * gamma [C] + beta [C]. Host only:
+// on another device the layer_norm op (strata/ops.h) composes it from other kernels.
+struct LayerNormResult {
+  Tensor y;
+  Tensor mean;      // [M]
+  Tensor variance;  // [M], biased (what normalised each row)
+};
+LayerNormResult layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, float epsilon);
+struct LayerNormGrads {
+  Tensor dx, dgamma, dbeta;
+};
+LayerNormGrads layer_norm_backward(const Tensor& x, const Tensor& dy, const Tensor& mean, const Tensor& variance,
+                                   const Tensor& gamma, float epsilon);
+
 // ---------------------------------------------------------------- LSTM cell (lstm_cell.cc)
 // One step of an LSTM with sigmoid gates and tanh (Keras's default cell): z [B, 4u] holds the gates' pre-activations
 // in Keras's order (i, f, c, o); c_prev [B, u] (undefined: zeros). c = f * c_prev + i * tanh(z_c), h = o * tanh(c).

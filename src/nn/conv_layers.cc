@@ -1,4 +1,5 @@
-// Conv2D, MaxPooling2D, AveragePooling2D and GlobalAveragePooling2D (see strata/nn/conv_layers.h).
+// Conv2D, MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D and GlobalAveragePooling1D
+// (see strata/nn/conv_layers.h).
 #include "strata/nn/conv_layers.h"
 
 #include "nn/layer_util.h"
@@ -115,6 +116,24 @@ void GlobalAveragePooling2D::build_impl(const Shape& s) { check_image(s, "Global
 Variable GlobalAveragePooling2D::call(const Variable& input, bool) {
   check_image(input.shape(), label(*this));
   return mean(input, {1, 2}, keepdims_);
+}
+
+// ---------------------------------------------------------------- GlobalAveragePooling1D
+GlobalAveragePooling1D::GlobalAveragePooling1D(GlobalPoolingOptions options)
+    : LayerBase(options.name), keepdims_(options.keepdims) {}
+
+namespace {
+void check_sequence(const Shape& s, const std::string& who) {
+  STRATA_CHECK(s.size() == 3, ShapeError,
+               who << " wants an input of rank 3 [batch, steps, features], got " << shape_str(with_free_batch(s)));
+}
+}  // namespace
+
+void GlobalAveragePooling1D::build_impl(const Shape& s) { check_sequence(s, "GlobalAveragePooling1D"); }
+
+Variable GlobalAveragePooling1D::call(const Variable& input, bool) {
+  check_sequence(input.shape(), label(*this));
+  return mean(input, {1}, keepdims_);
 }
 
 }  // namespace strata::nn

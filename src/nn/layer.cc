@@ -112,6 +112,13 @@ Variable Layer::add_weight(const std::string& name, const Shape& shape, const in
                  "layer '" << path() << "' already has a weight named '" << name << "'");
   }
   const std::string full = path().empty() ? name : path() + "/" + name;
+  // Sizes come from configs (a saved model's, a job file's) as well as from code: a shape whose element count does
+  // not fit in int64 (num_heads * key_dim * features, say) is refused here, before any arithmetic on it.
+  int64_t elements = 1;
+  for (int64_t d : shape) {
+    STRATA_CHECK(d >= 0 && !__builtin_mul_overflow(elements, d, &elements), ShapeError,
+                 "layer '" << path() << "': weight '" << name << "' of shape " << shape_str(shape) << " is too large");
+  }
   Variable v = make_variable(initializer(shape, default_generator()), {.name = full, .trainable = trainable});
   weights_.push_back({v, std::move(regularizer), trainable});
   return v;

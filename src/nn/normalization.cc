@@ -1,4 +1,4 @@
-// BatchNormalization (see strata/nn/normalization.h).
+// BatchNormalization and LayerNormalization (see strata/nn/normalization.h).
 #include "strata/nn/normalization.h"
 
 #include "kernels/kernels.h"
@@ -10,6 +10,22 @@ namespace strata::nn {
 
 using detail::label;
 using detail::with_free_batch;
+
+namespace {
+// The permutation that moves `axis` last (the kernels normalise the last axis), and its inverse.
+std::vector<int> axis_last(int rank, int axis) {
+  std::vector<int> perm;
+  for (int i = 0; i < rank; ++i)
+    if (i != axis) perm.push_back(i);
+  perm.push_back(axis);
+  return perm;
+}
+std::vector<int> inverse_of(const std::vector<int>& perm) {
+  std::vector<int> inverse(perm.size());
+  for (size_t i = 0; i < perm.size(); ++i) inverse[perm[i]] = static_cast<int>(i);
+  return inverse;
+}
+}  // namespace
 
 BatchNormalization::BatchNormalization(BatchNormalizationOptions options)
     : LayerBase(options.name), options_(std::move(options)) {
@@ -49,10 +65,7 @@ Variable BatchNormalization::call(const Variable& input, bool training) {
                             << axis_ << ", got input " << shape_str(s));
   // The kernels normalise the last axis; another axis is moved there and back.
   const bool last = axis_ == rank - 1;
-  std::vector<int> perm;
-  for (int i = 0; i < rank; ++i)
-    if (i != axis_) perm.push_back(i);
-  perm.push_back(axis_);
+  const std::vector<int> perm = axis_last(rank, axis_);
   const Variable x = last ? input : transpose(input, perm);
   const Variable gamma = options_.scale ? gamma_ : Variable(ones_);
   const Variable beta = options_.center ? beta_ : Variable(zeros_);
@@ -69,9 +82,53 @@ Variable BatchNormalization::call(const Variable& input, bool training) {
     y = batch_norm_inference(x, gamma, beta, moving_mean_.value(), moving_variance_.value(), options_.epsilon);
   }
   if (last) return y;
-  std::vector<int> inverse(rank);
-  for (int i = 0; i < rank; ++i) inverse[perm[i]] = i;
-  return transpose(y, inverse);
+  return transpose(y, inverse_of(perm));
+}
+
+// ---------------------------------------------------------------- LayerNormalization
+LayerNormalization::LayerNormalization(LayerNormalizationOptions options)
+    : LayerBase(options.name), options_(std::move(options)) {
+  STRATA_CHECK(options_.epsilon > 0.0f, InvalidArgument,
+               "LayerNormalization epsilon must be positive, got " << options_.epsilon);
+}
+
+void LayerNormalization::build_impl(const Shape& s) {
+  STRATA_CHECK(s.size() >= 2, ShapeError,
+               "LayerNormalization wants an input of rank >= 2 [batch, ..., features], got " << shape_str(s));
+  const int rank = static_cast<int>(s.size());
+  STRATA_CHECK(options_.axis >= -rank && options_.axis < rank && options_.axis != 0 && options_.axis != -rank,
+               ShapeError,
+               "LayerNormalization axis " << options_.axis << " is not a feature axis of input "
+                                          << shape_str(with_free_batch(s)));
+  axis_ = options_.axis < 0 ? options_.axis + rank : options_.axis;
+  rank_ = rank;
+  const Shape features = {s[axis_]};
+  STRATA_CHECK(s[axis_] > 0, ShapeError,
+               "LayerNormalization wants a positive size on axis " << axis_ << ", got input " << shape_str(s));
+  const auto& o = options_;
+  if (o.scale) gamma_ = add_weight("gamma", features, o.gamma_initializer.fn(), true, o.gamma_regularizer.fn());
+  if (o.center) beta_ = add_weight("beta", features, o.beta_initializer.fn(), true, o.beta_regularizer.fn());
+  features_ = s[axis_];
+  // Where the strategy placed the weights (the host when there are none).
+  const Device device = o.scale ? gamma_.value().device() : o.center ? beta_.value().device() : Device::cpu();
+  if (!o.scale) ones_ = Tensor::ones(features, DType::kFloat32, device);
+  if (!o.center) zeros_ = Tensor::zeros(features, DType::kFloat32, device);
+}
+
+Variable LayerNormalization::call(const Variable& input, bool) {
+  const Shape& s = input.shape();
+  const int rank = static_cast<int>(s.size());
+  STRATA_CHECK(rank == rank_ && s[axis_] == features_, ShapeError,
+               label(*this) << " was built for rank-" << rank_ << " inputs with " << features_ << " features on axis "
+                            << axis_ << ", got input " << shape_str(s));
+  const bool last = axis_ == rank - 1;
+  const std::vector<int> perm = axis_last(rank, axis_);
+  const Variable x = last ? input : transpose(input, perm);
+  const Variable gamma = options_.scale ? gamma_ : Variable(ones_);
+  const Variable beta = options_.center ? beta_ : Variable(zeros_);
+  const Variable y = layer_norm(x, gamma, beta, options_.epsilon);
+  if (last) return y;
+  return transpose(y, inverse_of(perm));
 }
 
 }  // namespace strata::nn

@@ -124,6 +124,44 @@ json layer_config(const nn::Layer& layer) {
         initializer(o.moving_variance_initializer, layer, "moving_variance_initializer");
     c["beta_regularizer"] = regularizer(o.beta_regularizer, layer, "beta_regularizer");
     c["gamma_regularizer"] = regularizer(o.gamma_regularizer, layer, "gamma_regularizer");
+  } else if (const auto* l = dynamic_cast<const nn::LayerNormalization*>(&layer)) {
+    const nn::LayerNormalizationOptions& o = l->options();
+    c["axis"] = o.axis;
+    c["epsilon"] = o.epsilon;
+    c["center"] = o.center;
+    c["scale"] = o.scale;
+    c["beta_initializer"] = initializer(o.beta_initializer, layer, "beta_initializer");
+    c["gamma_initializer"] = initializer(o.gamma_initializer, layer, "gamma_initializer");
+    c["beta_regularizer"] = regularizer(o.beta_regularizer, layer, "beta_regularizer");
+    c["gamma_regularizer"] = regularizer(o.gamma_regularizer, layer, "gamma_regularizer");
+  } else if (const auto* l = dynamic_cast<const nn::GlobalAveragePooling1D*>(&layer)) {
+    c["keepdims"] = l->keepdims();
+  } else if (const auto* l = dynamic_cast<const nn::MultiHeadAttention*>(&layer)) {
+    const nn::MultiHeadAttentionOptions& o = l->options();
+    c["num_heads"] = l->num_heads();
+    c["key_dim"] = l->key_dim();
+    c["value_dim"] = l->value_dim();
+    c["dropout"] = o.dropout;
+    c["use_bias"] = o.use_bias;
+    c["output_shape"] = o.output_shape > 0 ? json(o.output_shape) : json(nullptr);
+    c["kernel_initializer"] = initializer(o.kernel_initializer, layer, "kernel_initializer");
+    c["bias_initializer"] = initializer(o.bias_initializer, layer, "bias_initializer");
+    c["kernel_regularizer"] = regularizer(o.kernel_regularizer, layer, "kernel_regularizer");
+    c["bias_regularizer"] = regularizer(o.bias_regularizer, layer, "bias_regularizer");
+    c["use_causal_mask"] = o.use_causal_mask;  // strata's: the causal mask of layer calls (Keras's call argument)
+  } else if (const auto* l = dynamic_cast<const nn::PositionEmbedding*>(&layer)) {
+    c["sequence_length"] = l->sequence_length();
+    c["initializer"] = initializer(l->options().initializer, layer, "initializer");
+  } else if (const auto* l = dynamic_cast<const nn::TransformerEncoder*>(&layer)) {
+    const nn::TransformerEncoderOptions& o = l->options();
+    c["intermediate_dim"] = l->intermediate_dim();
+    c["num_heads"] = l->num_heads();
+    c["dropout"] = o.dropout;
+    c["activation"] = activation(o.activation, layer, "activation");
+    c["layer_norm_epsilon"] = o.layer_norm_epsilon;
+    c["kernel_initializer"] = initializer(o.kernel_initializer, layer, "kernel_initializer");
+    c["bias_initializer"] = initializer(o.bias_initializer, layer, "bias_initializer");
+    c["normalize_first"] = o.normalize_first;
   } else if (const auto* l = dynamic_cast<const nn::Activation*>(&layer)) {
     c["activation"] = activation(l->activation(), layer, "activation");
   } else if (const auto* l = dynamic_cast<const nn::Embedding*>(&layer)) {
@@ -141,8 +179,10 @@ json layer_config(const nn::Layer& layer) {
   } else {
     STRATA_THROW(InvalidArgument, "cannot save " << describe(layer)
                                                  << ": a saved model holds Rescaling, Dense, Conv2D, MaxPooling2D, "
-                                                    "AveragePooling2D, GlobalAveragePooling2D, Flatten, Reshape, "
-                                                    "Dropout, BatchNormalization, Activation, Embedding, LSTM and GRU "
+                                                    "AveragePooling2D, GlobalAveragePooling2D, GlobalAveragePooling1D, "
+                                                    "Flatten, Reshape, Dropout, BatchNormalization, "
+                                                    "LayerNormalization, Activation, Embedding, LSTM, GRU, "
+                                                    "MultiHeadAttention, PositionEmbedding and TransformerEncoder "
                                                     "layers");
   }
   return json{{"class_name", layer.class_name()}, {"config", c}};
@@ -215,6 +255,56 @@ std::shared_ptr<nn::Layer> make_from(const std::string& type, const json& c) {
     o.name = name;
     return std::make_shared<nn::BatchNormalization>(o);
   }
+  if (type == "LayerNormalization") {
+    nn::LayerNormalizationOptions o;
+    o.axis = c.at("axis").get<int>();
+    o.epsilon = c.at("epsilon").get<float>();
+    o.center = c.at("center").get<bool>();
+    o.scale = c.at("scale").get<bool>();
+    o.beta_initializer = c.at("beta_initializer").get<std::string>();
+    o.gamma_initializer = c.at("gamma_initializer").get<std::string>();
+    o.beta_regularizer = read_regularizer(c.at("beta_regularizer"));
+    o.gamma_regularizer = read_regularizer(c.at("gamma_regularizer"));
+    o.name = name;
+    return std::make_shared<nn::LayerNormalization>(o);
+  }
+  if (type == "GlobalAveragePooling1D") {
+    return std::make_shared<nn::GlobalAveragePooling1D>(
+        nn::GlobalPoolingOptions{.keepdims = c.at("keepdims").get<bool>(), .name = name});
+  }
+  if (type == "MultiHeadAttention") {
+    nn::MultiHeadAttentionOptions o;
+    o.value_dim = c.at("value_dim").is_null() ? 0 : c.at("value_dim").get<int64_t>();
+    o.dropout = c.at("dropout").get<float>();
+    o.use_bias = c.at("use_bias").get<bool>();
+    o.output_shape = c.at("output_shape").is_null() ? 0 : c.at("output_shape").get<int64_t>();
+    o.kernel_initializer = c.at("kernel_initializer").get<std::string>();
+    o.bias_initializer = c.at("bias_initializer").get<std::string>();
+    o.kernel_regularizer = read_regularizer(c.at("kernel_regularizer"));
+    o.bias_regularizer = read_regularizer(c.at("bias_regularizer"));
+    o.use_causal_mask = c.value("use_causal_mask", false);
+    o.name = name;
+    return std::make_shared<nn::MultiHeadAttention>(c.at("num_heads").get<int64_t>(), c.at("key_dim").get<int64_t>(),
+                                                    o);
+  }
+  if (type == "PositionEmbedding") {
+    nn::PositionEmbeddingOptions o;
+    o.initializer = c.at("initializer").get<std::string>();
+    o.name = name;
+    return std::make_shared<nn::PositionEmbedding>(c.at("sequence_length").get<int64_t>(), o);
+  }
+  if (type == "TransformerEncoder") {
+    nn::TransformerEncoderOptions o;
+    o.dropout = c.at("dropout").get<float>();
+    o.activation = c.at("activation").get<std::string>();
+    o.layer_norm_epsilon = c.at("layer_norm_epsilon").get<float>();
+    o.kernel_initializer = c.at("kernel_initializer").get<std::string>();
+    o.bias_initializer = c.at("bias_initializer").get<std::string>();
+    o.normalize_first = c.at("normalize_first").get<bool>();
+    o.name = name;
+    return std::make_shared<nn::TransformerEncoder>(c.at("intermediate_dim").get<int64_t>(),
+                                                    c.at("num_heads").get<int64_t>(), o);
+  }
   if (type == "Activation") return std::make_shared<nn::Activation>(c.at("activation").get<std::string>(), name);
   if (type == "Embedding") {
     nn::EmbeddingOptions o;
@@ -263,8 +353,9 @@ std::shared_ptr<nn::Layer> layer_from_config(const json& config, const std::stri
     std::shared_ptr<nn::Layer> layer = make_from(type, c);
     STRATA_CHECK(layer != nullptr, DataCorrupt,
                  where << ": unknown layer class '" << type << "' (this strata reads Rescaling, Dense, Conv2D, "
-                       << "MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, Flatten, Reshape, Dropout, "
-                       << "BatchNormalization, Activation, Embedding, LSTM and GRU)");
+                       << "MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, GlobalAveragePooling1D, Flatten, "
+                       << "Reshape, Dropout, BatchNormalization, LayerNormalization, Activation, Embedding, LSTM, GRU, "
+                       << "MultiHeadAttention, PositionEmbedding and TransformerEncoder)");
     if (c.contains("trainable")) layer->set_trainable(c.at("trainable").get<bool>());
     return layer;
   } catch (const nlohmann::json::exception& e) {

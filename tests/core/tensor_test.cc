@@ -82,6 +82,30 @@ TEST(TensorTest, TransposeIsACopy) {
   EXPECT_THROW(a.transpose({0, 0}), InvalidArgument);
 }
 
+// A permutation that keeps the last axis copies whole runs of it (attention's heads <-> steps); every element still
+// lands where the index arithmetic says, for floats and for 8-byte integers.
+TEST(TensorTest, TransposeKeepingTheLastAxisMovesRuns) {
+  const Shape in = {2, 3, 4, 5};
+  std::vector<float> v(120);
+  std::vector<int64_t> w(120);
+  for (int i = 0; i < 120; ++i) v[i] = float(i), w[i] = 1000 + i;
+  const Tensor f = Tensor::from_vector(v, in).transpose({0, 2, 1, 3});
+  const Tensor n = Tensor::from_vector(w, in).transpose({2, 0, 1, 3});
+  ASSERT_EQ(f.shape(), (Shape{2, 4, 3, 5}));
+  ASSERT_EQ(n.shape(), (Shape{4, 2, 3, 5}));
+  const auto fv = f.to_vector<float>();
+  const auto nv = n.to_vector<int64_t>();
+  for (int a = 0; a < 2; ++a)
+    for (int b = 0; b < 3; ++b)
+      for (int c = 0; c < 4; ++c)
+        for (int d = 0; d < 5; ++d) {
+          const int src = ((a * 3 + b) * 4 + c) * 5 + d;
+          EXPECT_EQ(fv[((a * 4 + c) * 3 + b) * 5 + d], float(src));
+          EXPECT_EQ(nv[((c * 2 + a) * 3 + b) * 5 + d], 1000 + src);
+        }
+  EXPECT_EQ(Tensor::zeros({2, 0, 3}).transpose({1, 0, 2}).shape(), (Shape{0, 2, 3}));
+}
+
 TEST(TensorTest, DtypeConversionsAndBFloat16) {
   Tensor a = Tensor::from_vector<float>({1.5f, -2.75f, 3.0f}, {3});
   EXPECT_EQ(a.to(DType::kInt64).to_vector<int64_t>(), (std::vector<int64_t>{1, -2, 3}));

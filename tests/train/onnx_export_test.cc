@@ -220,6 +220,13 @@ TEST(OnnxExportTest, WhatHasNoOnnxFormIsAnErrorNamingTheLayer) {
     EXPECT_THAT(e.what(), HasSubstr("cannot export Squash 'squash' to ONNX: strata exports Rescaling, Dense"));
   }
 
+  // The Transformer layers have no ONNX form here yet.
+  Sequential transformer({nn::LayerNormalization(), nn::TransformerEncoder(8, 2), nn::GlobalAveragePooling1D()});
+  transformer.build_for({1, 5, 4});
+  EXPECT_THAT([&] { onnx_model_bytes(transformer); },
+              ::testing::ThrowsMessage<InvalidArgument>(
+                  HasSubstr("cannot export LayerNormalization 'layer_normalization' to ONNX")));
+
   Sequential custom({nn::Dense(2, {.activation = nn::ActivationSpec([](const Variable& x) { return x * x; })})});
   custom.build_for({1, 3});
   EXPECT_THAT([&] { onnx_model_bytes(custom); },

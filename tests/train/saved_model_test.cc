@@ -97,6 +97,33 @@ TEST(SavedModelTest, RecurrentAndEmbeddingLayersRoundTrip) {
   expect_bitwise_equal(model.predict(x), loaded->predict(x));
 }
 
+TEST(SavedModelTest, TransformerLayersRoundTrip) {
+  TempDir tmp;
+  manual_seed(5);
+  Sequential model({nn::Dense(8), nn::PositionEmbedding(6),
+                    nn::MultiHeadAttention(2, 3, {.value_dim = 5, .output_shape = 8, .use_causal_mask = true}),
+                    nn::LayerNormalization({.epsilon = 1e-6f, .center = false}),
+                    nn::TransformerEncoder(12, 2, {.dropout = 0.1f, .activation = "gelu", .normalize_first = false}),
+                    nn::GlobalAveragePooling1D(), nn::Dense(3)});
+  model.build_for({1, 6, 4});
+  const fs::path path = tmp.dir / "transformer.safetensors";
+  save_model(model, path.string());
+  std::shared_ptr<Sequential> loaded = load_model(path.string());
+  ASSERT_EQ(loaded->layers().size(), model.layers().size());
+  const auto* mha = dynamic_cast<const nn::MultiHeadAttention*>(loaded->layers()[2].get());
+  ASSERT_NE(mha, nullptr);
+  EXPECT_EQ(mha->value_dim(), 5);
+  EXPECT_TRUE(mha->options().use_causal_mask);
+  const auto* block = dynamic_cast<const nn::TransformerEncoder*>(loaded->layers()[4].get());
+  ASSERT_NE(block, nullptr);
+  EXPECT_FALSE(block->options().normalize_first);
+  EXPECT_EQ(block->options().activation.name(), "gelu");
+  EXPECT_EQ(loaded->count_params(), model.count_params());
+  Generator gen(3);
+  const data::Dataset x = data::Dataset::from_tensor_slices({init::uniform({5, 6, 4}, gen, -1.0f, 1.0f)}).batch(2);
+  expect_bitwise_equal(model.predict(x), loaded->predict(x));
+}
+
 TEST(SavedModelTest, TheConfigHoldsEveryLayersOptionsTheInputAndTheLoss) {
   TempDir tmp;
   Sequential model({nn::Rescaling(0.5f, -1.0f), nn::Conv2D(3, {3, 2}, {.strides = nn::Size2(1, 2)}), nn::Flatten(),

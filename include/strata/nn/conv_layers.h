@@ -6,6 +6,7 @@
 //   nn::MaxPool2D(2)                       // pool 2x2, strides = pool size
 //   nn::AveragePooling2D(3, {.strides = 1, .padding = "same"})
 //   nn::GlobalAveragePooling2D()           // [b, h, w, c] -> [b, c]
+//   nn::GlobalAveragePooling1D()           // sequences: [b, steps, features] -> [b, features]
 //
 // Thread-safety: as for every layer (see nn/layer.h).
 #pragma once
@@ -110,7 +111,7 @@ class AveragePooling2D : public detail::Pooling2D {
 using AvgPool2D = AveragePooling2D;
 
 struct GlobalPoolingOptions {
-  bool keepdims = false;  // true: [b, 1, 1, c]
+  bool keepdims = false;  // true: [b, 1, 1, c] (2D), [b, 1, c] (1D)
   std::string name = "";
 };
 
@@ -129,5 +130,21 @@ class GlobalAveragePooling2D : public LayerBase<GlobalAveragePooling2D> {
   bool keepdims_;
 };
 using GlobalAvgPool2D = GlobalAveragePooling2D;
+
+// Mean over the steps of a sequence (Keras's channels_last): [b, steps, features] -> [b, features].
+class GlobalAveragePooling1D : public LayerBase<GlobalAveragePooling1D> {
+ public:
+  explicit GlobalAveragePooling1D(GlobalPoolingOptions options = {});
+  std::string class_name() const override { return "GlobalAveragePooling1D"; }
+  bool keepdims() const { return keepdims_; }
+
+ protected:
+  void build_impl(const Shape& input_shape) override;
+  Variable call(const Variable& input, bool training) override;
+
+ private:
+  bool keepdims_;
+};
+using GlobalAvgPool1D = GlobalAveragePooling1D;
 
 }  // namespace strata::nn

@@ -7,6 +7,7 @@
 // Thread-safety: see each header.
 #pragma once
 
+#include "strata/nn/attention.h"
 #include "strata/nn/conv_layers.h"
 #include "strata/nn/core_layers.h"
 #include "strata/nn/functional.h"
@@ -16,3 +17,4 @@
 #include "strata/nn/normalization.h"
 #include "strata/nn/preprocessing.h"
 #include "strata/nn/recurrent.h"
+#include "strata/nn/transformer.h"

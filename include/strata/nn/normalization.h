@@ -1,4 +1,6 @@
-// BatchNormalization, with Keras's semantics: gamma, beta, moving_mean and moving_variance are [C]
+// BatchNormalization and LayerNormalization, with Keras's semantics.
+//
+// BatchNormalization: gamma, beta, moving_mean and moving_variance are [C]
 // for C = the size of `axis` (default the last, channels_last).
 //
 //   nn::BatchNormalization()
@@ -11,8 +13,14 @@
 // statistics, as Keras does since TF 2.0. gamma and beta are trainable; the moving statistics are
 // non-trainable weights (saved in checkpoints, never given gradients).
 //
-// Thread-safety: a training call updates the moving statistics; two threads must not make training
-// calls of one layer at the same time.
+// LayerNormalization normalises each example over `axis` (default the last, as Keras) with its own mean and
+// biased variance: y = (x - mean) / sqrt(var + epsilon) * gamma + beta, gamma and beta [C] for C = the size of
+// `axis`; the same in training and inference. oneDNN's layer normalization on the host.
+//
+//   nn::LayerNormalization({.epsilon = 1e-6f})
+//
+// Thread-safety: a BatchNormalization training call updates the moving statistics; two threads must not make
+// training calls of one layer at the same time. LayerNormalization has no state beyond its weights.
 #pragma once
 
 #include <string>
@@ -58,6 +66,42 @@ class BatchNormalization : public LayerBase<BatchNormalization> {
   int axis_ = -1;  // normalised at build
   int rank_ = 0;   // of the inputs it was built for
   Variable gamma_, beta_, moving_mean_, moving_variance_;
+  Tensor ones_, zeros_;  // stand-ins for gamma / beta when scale / center is false
+};
+
+struct LayerNormalizationOptions {
+  // One axis (Keras also takes a list; strata normalises over one axis for now).
+  int axis = -1;
+  float epsilon = 1e-3f;
+  bool center = true;  // learn beta
+  bool scale = true;   // learn gamma
+  InitializerSpec beta_initializer = "zeros";
+  InitializerSpec gamma_initializer = "ones";
+  RegularizerSpec beta_regularizer = {};
+  RegularizerSpec gamma_regularizer = {};
+  std::string name = "";
+};
+
+class LayerNormalization : public LayerBase<LayerNormalization> {
+ public:
+  using Options = LayerNormalizationOptions;
+  explicit LayerNormalization(LayerNormalizationOptions options = {});
+  std::string class_name() const override { return "LayerNormalization"; }
+  const LayerNormalizationOptions& options() const { return options_; }
+  // Undefined until built; gamma() when scale is false, beta() when center is false.
+  const Variable& gamma() const { return gamma_; }
+  const Variable& beta() const { return beta_; }
+
+ protected:
+  void build_impl(const Shape& input_shape) override;
+  Variable call(const Variable& input, bool training) override;
+
+ private:
+  LayerNormalizationOptions options_;
+  int axis_ = -1;  // normalised at build
+  int rank_ = 0;
+  int64_t features_ = 0;
+  Variable gamma_, beta_;
   Tensor ones_, zeros_;  // stand-ins for gamma / beta when scale / center is false
 };
 
