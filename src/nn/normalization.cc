@@ -25,6 +25,16 @@ std::vector<int> inverse_of(const std::vector<int>& perm) {
   for (size_t i = 0; i < perm.size(); ++i) inverse[perm[i]] = static_cast<int>(i);
   return inverse;
 }
+// The feature axis `axis` (Keras's: negative counts from the end; never the batch axis) of an input of shape `s`
+// for layer `layer`; a ShapeError naming it when the input has no such axis.
+int resolve_feature_axis(const char* layer, const char* what, int axis, const Shape& s) {
+  STRATA_CHECK(s.size() >= 2, ShapeError,
+               layer << " wants an input of rank >= 2 [batch, ..., " << what << "], got " << shape_str(s));
+  const int rank = static_cast<int>(s.size());
+  STRATA_CHECK(axis >= -rank && axis < rank && axis != 0 && axis != -rank, ShapeError,
+               layer << " axis " << axis << " is not a feature axis of input " << shape_str(with_free_batch(s)));
+  return axis < 0 ? axis + rank : axis;
+}
 }  // namespace
 
 BatchNormalization::BatchNormalization(BatchNormalizationOptions options)
@@ -36,15 +46,8 @@ BatchNormalization::BatchNormalization(BatchNormalizationOptions options)
 }
 
 void BatchNormalization::build_impl(const Shape& s) {
-  STRATA_CHECK(s.size() >= 2, ShapeError,
-               "BatchNormalization wants an input of rank >= 2 [batch, ..., channels], got " << shape_str(s));
-  const int rank = static_cast<int>(s.size());
-  STRATA_CHECK(options_.axis >= -rank && options_.axis < rank && options_.axis != 0 && options_.axis != -rank,
-               ShapeError,
-               "BatchNormalization axis " << options_.axis << " is not a feature axis of input "
-                                          << shape_str(with_free_batch(s)));
-  axis_ = options_.axis < 0 ? options_.axis + rank : options_.axis;
-  rank_ = rank;
+  axis_ = resolve_feature_axis("BatchNormalization", "channels", options_.axis, s);
+  rank_ = static_cast<int>(s.size());
   const Shape channels = {s[axis_]};
   const auto& o = options_;
   if (o.scale) gamma_ = add_weight("gamma", channels, o.gamma_initializer.fn(), true, o.gamma_regularizer.fn());
@@ -93,15 +96,8 @@ LayerNormalization::LayerNormalization(LayerNormalizationOptions options)
 }
 
 void LayerNormalization::build_impl(const Shape& s) {
-  STRATA_CHECK(s.size() >= 2, ShapeError,
-               "LayerNormalization wants an input of rank >= 2 [batch, ..., features], got " << shape_str(s));
-  const int rank = static_cast<int>(s.size());
-  STRATA_CHECK(options_.axis >= -rank && options_.axis < rank && options_.axis != 0 && options_.axis != -rank,
-               ShapeError,
-               "LayerNormalization axis " << options_.axis << " is not a feature axis of input "
-                                          << shape_str(with_free_batch(s)));
-  axis_ = options_.axis < 0 ? options_.axis + rank : options_.axis;
-  rank_ = rank;
+  axis_ = resolve_feature_axis("LayerNormalization", "features", options_.axis, s);
+  rank_ = static_cast<int>(s.size());
   const Shape features = {s[axis_]};
   STRATA_CHECK(s[axis_] > 0, ShapeError,
                "LayerNormalization wants a positive size on axis " << axis_ << ", got input " << shape_str(s));
