@@ -2,9 +2,9 @@
 # Sets strata up on a fresh Debian 12 machine and then does one thing:
 #   scripts/setup.sh --main    install, build, run the main job on Fashion-MNIST
 #   scripts/setup.sh --test    install (with the peers' venv of scripts/peers_env.sh --tests: TensorFlow, for the
-#                              tests labelled peers), build, run every test (then the sanitizer build's tests but
-#                              the peers, then each fuzz target for 15 s, then compile the CUDA build and run its GPU
-#                              tests, which skip without a GPU)
+#                              tests labelled peers), build, run every test (then the fast suites again in the
+#                              sanitizer build, then each fuzz target for 15 s, then compile the CUDA build and run
+#                              its GPU tests, which skip without a GPU)
 #   scripts/setup.sh --fuzz [SECONDS]   install (with clang), build, run each fuzz target of fuzz/ for SECONDS
 #                              (default 60) on a copy of its seed corpus; fails if any finds something
 #   scripts/setup.sh --bench   install, build, set up the peers (scripts/peers_env.sh --bench: TensorFlow and PyTorch 2
@@ -18,6 +18,9 @@ mode="${1:---build}"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${STRATA_BUILD_DIR:-$root/build}"
 jobs="$(nproc)"
+# ccache (every tree's compiler launcher, CMakeLists.txt) hashes paths under the checkout relative to the build
+# directory, so trees at the same depth (build/, build-wheel/ of the Python wheel's test) share their compiles.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$root}"
 
 packages=(
   build-essential cmake ninja-build ccache pkg-config git
@@ -110,14 +113,15 @@ case "$mode" in
     # Fast suites in parallel, the ones labelled slow one at a time.
     ctest --test-dir "$build" --output-on-failure -j "$jobs" -LE slow
     ctest --test-dir "$build" --output-on-failure -L slow
-    # The same tests under AddressSanitizer + UBSan (no benchmarks or examples: they add nothing here).
+    # The fast suites again under AddressSanitizer + UBSan (no benchmarks or examples: they add nothing here). The
+    # tree builds only those (tests/CMakeLists.txt): not the slow suites, whose whole jobs killed and restarted are
+    # timing tests, nor the peers and package tests, which check formats and the install, not memory.
     echo "== sanitizer build"
     # (Warnings are held to -Werror in the main tree; the instrumented one only runs the tests.)
     # (No Python module: an ASan-instrumented one cannot load into an uninstrumented Python.)
     build_tree "$build-asan" -DSTRATA_SANITIZE=ON -DSTRATA_BUILD_BENCH=OFF -DSTRATA_BUILD_EXAMPLES=OFF -DSTRATA_WERROR=OFF \
       -DSTRATA_PYTHON=OFF
-    # (Not the peers either: they check formats and numbers against TensorFlow, which the main tree did.)
-    ASAN_OPTIONS=detect_leaks=0 ctest --test-dir "$build-asan" --output-on-failure -j "$jobs" -LE 'package|peers'
+    ASAN_OPTIONS=detect_leaks=0 ctest --test-dir "$build-asan" --output-on-failure -j "$jobs"
     # Every fuzz target briefly, so that a parser that crashes on its seeds or soon after is caught on every change.
     echo "== fuzz targets, 15 s each"
     build_fuzz
