@@ -4,7 +4,8 @@
 // architecture, compiled with the same loss and metrics) and its own input (TensorFlow's create_per_worker_dataset: a dataset made from the worker's index),
 // and serves the training step as a function of its WorkerServer. A step pulls every variable, takes the worker's
 // next batch, computes the loss and gradients with a GradientTape, and pushes every gradient under the step's id: the
-// ps applies it at once with the job's optimizer and drops it when that step was applied before (a step re-run after
+// ps applies it at once with the job's optimizer, at the learning rate the chief sent with the step (StepInput), and
+// drops it when that step was applied before (a step re-run after
 // a lost worker is applied once). Under a coordinator with max_staleness = 0 a step pushes in its synchronous round
 // and the ps applies the round's mean gradient once: synchronous training on the workers' batches together.
 //
