@@ -172,15 +172,9 @@ std::shared_ptr<Sequential> make_model(const Job& job, distribute::Strategy& str
 // its own input (the training set shuffled with a seed of its own) until the chief's fit ends; the chief trains, as
 // many steps per epoch as the training set has batches, then evaluates. --checkpoint-dir keeps the ps shards (saved
 // by the chief at each epoch's end and every --checkpoint-every steps); a ps task restarted with it restores them.
+// The job's callbacks run on the chief: reduce_lr_on_plateau lowers the rate its steps carry to the ps, and
+// early_stopping's restore_best_weights has the best weights written back to the ps (src/ps/step_runners.h).
 void run_parameter_server_task(Job& job, const TrainArgs& args, const cluster::CoreShare& cores) {
-  // The optimizer's state and the variables live on the ps tasks: the chief could lower neither's rate nor put back
-  // their best weights.
-  STRATA_CHECK(!job.callbacks.reduce_lr_on_plateau, InvalidArgument,
-               job.file << ": reduce_lr_on_plateau: not supported under parameter_server (each ps task applies the "
-                           "updates with its own optimizer)");
-  STRATA_CHECK(!(job.callbacks.early_stopping && job.callbacks.early_stopping->restore_best_weights), InvalidArgument,
-               job.file << ": early_stopping.restore_best_weights: not supported under parameter_server (the "
-                           "weights live on the ps tasks)");
   STRATA_CHECK(args.backup_dir.empty(), InvalidArgument,
                "--backup-dir: not supported under parameter_server; --checkpoint-dir keeps the ps shards, which a "
                "restarted ps task restores");

@@ -224,10 +224,20 @@ Tensor tensor_of(pb::TensorBytes* bytes, const std::string& address) {
 
 bool ParameterServerClient::create(const std::string& name, const Tensor& initial, const OptimizerSpec& optimizer,
                                   bool replace) {
-  check_float("create", initial);
+  return create_request(name, initial, optimizer, replace, /*keep_state=*/false);
+}
+
+void ParameterServerClient::assign(const std::string& name, const Tensor& value, const OptimizerSpec& optimizer) {
+  create_request(name, value, optimizer, /*replace=*/true, /*keep_state=*/true);
+}
+
+bool ParameterServerClient::create_request(const std::string& name, const Tensor& initial,
+                                           const OptimizerSpec& optimizer, bool replace, bool keep_state) {
+  check_float(keep_state ? "assign" : "create", initial);
   pb::CreateRequest req;
   req.set_name(name);
   req.set_replace(replace);
+  req.set_keep_state(keep_state);
   to_bytes(initial.clone(), req.mutable_initial());
   auto* spec = req.mutable_optimizer();
   spec->set_name(optimizer.name);
@@ -264,9 +274,9 @@ Tensor ParameterServerClient::pull_rows(const std::string& name, const std::vect
 }
 
 bool ParameterServerClient::push(const std::string& name, const Tensor& gradient, const std::string& step_id,
-                                 const SyncRound& round) {
+                                 const SyncRound& round, double learning_rate) {
   check_float("push", gradient);
-  return push_request(name, nullptr, gradient, step_id, round);
+  return push_request(name, nullptr, gradient, step_id, round, learning_rate);
 }
 
 ParameterServerClient::Stats ParameterServerClient::stats() {
@@ -303,13 +313,14 @@ int64_t ParameterServerClient::restore(int64_t checkpoint) {
 }
 
 bool ParameterServerClient::push_rows(const std::string& name, const std::vector<int64_t>& rows, const Tensor& gradient,
-                                      const std::string& step_id, const SyncRound& round) {
+                                      const std::string& step_id, const SyncRound& round, double learning_rate) {
   check_float("push_rows", gradient);
-  return push_request(name, &rows, gradient, step_id, round);
+  return push_request(name, &rows, gradient, step_id, round, learning_rate);
 }
 
 bool ParameterServerClient::push_request(const std::string& name, const std::vector<int64_t>* rows,
-                                         const Tensor& gradient, const std::string& step_id, const SyncRound& round) {
+                                         const Tensor& gradient, const std::string& step_id, const SyncRound& round,
+                                         double learning_rate) {
   trace::Span span("comm", rows ? "ps push rows" : "ps push", gradient.numel() * 4);  // float32
   // The gradient's bytes go out from its own memory (tensor_coding.h): the request holds only its shape.
   pb::PushRequest head;
@@ -320,6 +331,7 @@ bool ParameterServerClient::push_request(const std::string& name, const std::vec
   head.set_round(round.id);
   head.set_round_size(round.size);
   head.set_caller(impl_->caller);
+  head.set_learning_rate(learning_rate);
   const grpc::ByteBuffer request = encode_with_tensor_bytes(head, pb::PushRequest::kGradientFieldNumber, gradient);
   return impl_->routed(name, [&](Impl& impl, const std::string* shard) {
     return impl.call_raw<pb::PushResponse>("Push", request, shard, /*retry=*/!step_id.empty()).applied();

@@ -190,6 +190,19 @@ StepOutput StepOutput::parse(const std::string& bytes) {
   return out;
 }
 
+std::string StepInput::serialize() const {
+  proto::StepInput message;
+  message.set_learning_rate(learning_rate);
+  return message.SerializeAsString();
+}
+
+StepInput StepInput::parse(const std::string& bytes) {
+  proto::StepInput message;
+  STRATA_CHECK(message.ParseFromString(bytes), DataCorrupt,
+               "StepInput: " << bytes.size() << " bytes that are not a step input message");
+  return {.learning_rate = message.learning_rate()};
+}
+
 std::vector<std::vector<double>> sum_metric_states(const std::vector<StepOutput>& steps) {
   std::vector<std::vector<double>> sum;
   for (size_t s = 0; s < steps.size(); ++s) {
@@ -283,8 +296,8 @@ void RemoteTrainer::pull_step(const std::vector<Variable>& vars, const std::vect
 }
 
 void RemoteTrainer::push_step(const std::vector<Tensor>& gradients, const std::vector<int64_t>& rows,
-                              const std::string& step_id, const SyncRound& round) {
-  if (sparse_ < 0) return push_all(variables_, gradients, step_id, round);
+                              const std::string& step_id, const SyncRound& round, double learning_rate) {
+  if (sparse_ < 0) return push_all(variables_, gradients, step_id, round, learning_rate);
   const ShardedVariable& table = variables_[static_cast<size_t>(sparse_)];
   // Each shard of the table with none of the rows gets its first row (whose gradient is zero), so that it takes its
   // step as under a dense push.
@@ -298,12 +311,12 @@ void RemoteTrainer::push_step(const std::vector<Tensor>& gradients, const std::v
   Tensor index = Tensor::from_vector(pushed);
   const Tensor table_gradient = kernels::gather(gradients[static_cast<size_t>(sparse_)], index);
   std::future<void> sparse =
-      std::async(std::launch::async, [&] { table.push_rows(pushed, table_gradient, step_id, round); });
+      std::async(std::launch::async, [&] { table.push_rows(pushed, table_gradient, step_id, round, learning_rate); });
   std::vector<Tensor> dense;
   for (const size_t i : dense_index_) dense.push_back(gradients[i]);
   std::exception_ptr error;
   try {
-    push_all(dense_variables_, dense, step_id, round);
+    push_all(dense_variables_, dense, step_id, round, learning_rate);
   } catch (...) {
     error = std::current_exception();
   }
@@ -324,7 +337,7 @@ data::Element RemoteTrainer::next_batch() {
 
 StepOutput RemoteTrainer::run_step(int64_t step_id) { return run_step(StepContext{.step_id = step_id}); }
 
-StepOutput RemoteTrainer::run_step(const StepContext& step_context) {
+StepOutput RemoteTrainer::run_step(const StepContext& step_context, const StepInput& input) {
   const int64_t step_id = step_context.step_id;
   std::lock_guard lock(mu_);
   trace::set_step(steps_run_);  // a worker's trace window counts the steps it ran
@@ -354,7 +367,7 @@ StepOutput RemoteTrainer::run_step(const StepContext& step_context) {
   });
   std::exception_ptr error;
   try {
-    push_step(step.gradients, rows, id, step_context.round);
+    push_step(step.gradients, rows, id, step_context.round, input.learning_rate);
   } catch (...) {
     error = std::current_exception();
   }
@@ -366,7 +379,9 @@ StepOutput RemoteTrainer::run_step(const StepContext& step_context) {
 
 void RemoteTrainer::register_on(WorkerServer& server, const std::string& name) {
   server.register_function(name,
-                           [this](const StepContext& step, const std::string&) { return run_step(step).serialize(); });
+                           [this](const StepContext& step, const std::string& args) {
+                             return run_step(step, StepInput::parse(args)).serialize();
+                           });
 }
 
 int64_t RemoteTrainer::steps_run() const {

@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <map>
 #include <mutex>
+#include <optional>
 
 #include "cluster/rpc_credentials.h"
 #include "cluster/rpc_status.h"
@@ -49,6 +50,14 @@ std::shared_ptr<optim::Optimizer> make_optimizer(const pb::OptimizerSpec& s) {
     return nullptr;
   }
   return optim::from_config(config);
+}
+
+// What makes two optimizer specs the same optimizer of a shard: every field but the learning rate, which pushes may
+// change (PushRequest.learning_rate) and a shard file or copy records apart (ShardState::Saved::learning_rate).
+std::string optimizer_key(const pb::OptimizerSpec& spec) {
+  pb::OptimizerSpec key = spec;
+  key.clear_learning_rate();
+  return key.SerializeAsString();
 }
 
 // A shard's file name: its name with every byte outside [A-Za-z0-9_.-] as %XX, then ".safetensors".
@@ -125,6 +134,12 @@ class Service final : public pb::ParameterServer::WithRawCallbackMethod_Push<
     return n;
   }
   grpc::Status Create(grpc::ServerContext*, const pb::CreateRequest* req, pb::CreateResponse* resp) override {
+    if (req->replace() && req->keep_state()) {
+      if (std::optional<grpc::Status> assigned = assign_shard(*req, /*forwarded=*/false)) {
+        resp->set_created(false);
+        return *assigned;
+      }
+    }
     Held held;
     std::unique_lock<std::timed_mutex> replica_lock;  // held until the backup has the shard: pushes wait for it
     if (grpc::Status status = create_shard(*req, detail::ReplicaRole::kPrimary,
@@ -146,6 +161,12 @@ class Service final : public pb::ParameterServer::WithRawCallbackMethod_Push<
   grpc::Status ReplicateCreate(grpc::ServerContext*, const pb::ReplicateCreateRequest* req,
                                pb::CreateResponse* resp) override {
     if (!peers_) return {grpc::StatusCode::FAILED_PRECONDITION, "ReplicateCreate: this ps replicates nothing"};
+    if (req->shard().replace() && req->shard().keep_state()) {
+      if (std::optional<grpc::Status> assigned = assign_shard(req->shard(), /*forwarded=*/true)) {
+        resp->set_created(false);
+        return *assigned;
+      }
+    }
     Held held;
     std::unique_lock<std::timed_mutex> replica_lock;
     grpc::Status status = create_shard(req->shard(), detail::ReplicaRole::kBackup, req->primary(), &held, &replica_lock);
@@ -211,7 +232,7 @@ class Service final : public pb::ParameterServer::WithRawCallbackMethod_Push<
     ShardState::PushResult result;
     try {
       result = shard->push(grad, {req.rows().data(), static_cast<size_t>(req.rows_size())}, req.step_id(),
-                           {.id = req.round(), .size = req.round_size()});
+                           {.id = req.round(), .size = req.round_size()}, req.learning_rate());
     } catch (const InvalidArgument& e) {
       return invalid(e.what());
     }
@@ -461,6 +482,47 @@ class Service final : public pb::ParameterServer::WithRawCallbackMethod_Push<
     return it == shards_.end() ? Held{} : it->second;
   }
 
+  // CreateRequest.keep_state: the value of shard req.name() written over, its optimizer state, version and step ids
+  // kept; from a client (the primary forwards it to the backup as it does a push, under the replica lock) or
+  // `forwarded` by the primary (this is the backup). nullopt when this ps holds no such shard: it is created then.
+  std::optional<grpc::Status> assign_shard(const pb::CreateRequest& req, bool forwarded) {
+    const std::string what = forwarded ? "ReplicateCreate " + req.name() : "Create " + req.name();
+    if (grpc::Status fenced = check_not_fenced(forwarded ? "ReplicateCreate" : "Create"); !fenced.ok()) return fenced;
+    const Held held = find(req.name());
+    if (!held.state) return std::nullopt;
+    Tensor value;
+    if (const std::string bad = from_bytes(req.initial(), &value); !bad.empty()) return invalid(what + ": " + bad);
+    if (held.state->shape() != value.shape() || held.state->optimizer_key() != optimizer_key(req.optimizer())) {
+      return grpc::Status(grpc::StatusCode::ALREADY_EXISTS, what + ": it exists with shape " +
+                                                                shape_str(held.state->shape()) + " (asked " +
+                                                                shape_str(value.shape()) + ") or another optimizer");
+    }
+    detail::ShardReplica& replica = *held.replica;
+    std::lock_guard replica_lock(replica.mu);  // through the forward: the backup takes it in the pushes' order
+    if (forwarded && replica.role != detail::ReplicaRole::kBackup) {
+      return grpc::Status{grpc::StatusCode::FAILED_PRECONDITION,
+                          what + ": this ps took the shard over; it is no longer a backup"};
+    }
+    if (!forwarded && replica.role != detail::ReplicaRole::kPrimary) return detail::moved(req.name(), replica.peer);
+    try {
+      held.state->assign(value);
+    } catch (const InvalidArgument& e) {
+      return invalid(e.what());
+    }
+    if (forwarded || !replica.peer_attached) return grpc::Status::OK;
+    pb::ReplicateCreateRequest forward;
+    *forward.mutable_shard() = req;
+    forward.set_primary(peers_->self());
+    const grpc::Status sent = peers_->replicate_create(replica.peer, forward);
+    if (sent.error_code() == grpc::StatusCode::FAILED_PRECONDITION) {
+      // The backup took over (as for a push): this copy is stale, and the client writes the value there again.
+      replica.role = detail::ReplicaRole::kStale;
+      return detail::moved(req.name(), replica.peer);
+    }
+    if (!sent.ok()) replica.peer_attached = false;  // the backup is lost: it takes the value when it resyncs
+    return grpc::Status::OK;
+  }
+
   // Creates shard req.name() in `role` with replica peer `peer`, its replica lock taken into `replica_lock` (so no
   // push reaches it before the caller lets go). An existing shard of the same shape and optimizer is OK, with
   // `replica_lock` left empty; one of another shape or optimizer is ALREADY_EXISTS.
@@ -471,7 +533,7 @@ class Service final : public pb::ParameterServer::WithRawCallbackMethod_Push<
       return invalid("Create " + req.name() + ": " + bad);
     }
     if (initial.rank() == 0) return invalid("Create " + req.name() + ": a shard has at least one axis");
-    const std::string spec = req.optimizer().SerializeAsString();
+    const std::string spec = optimizer_key(req.optimizer());
     std::lock_guard lock(mu_);
     if (req.replace()) shards_.erase(req.name());  // a handler still holding the old one finishes on it
     if (auto it = shards_.find(req.name()); it != shards_.end()) {
@@ -580,6 +642,7 @@ class Service final : public pb::ParameterServer::WithRawCallbackMethod_Push<
                           pb::ShardRecord* record) {
     record->set_name(name);
     record->mutable_optimizer()->ParseFromString(shard.optimizer_key());
+    record->mutable_optimizer()->set_learning_rate(saved.learning_rate);  // the rate last applied
     record->set_version(saved.version);
     for (const std::string& step : saved.applied_steps) record->add_applied_steps(step);  // oldest first
   }
@@ -596,7 +659,7 @@ class Service final : public pb::ParameterServer::WithRawCallbackMethod_Push<
     }
     if (!optimizer) return {grpc::StatusCode::DATA_LOSS, what + " names an unknown optimizer"};
     auto shard = std::make_shared<ShardState>(record.name(), value, std::move(optimizer),
-                                              record.optimizer().SerializeAsString(), step_window_);
+                                              optimizer_key(record.optimizer()), step_window_);
     try {
       shard->restore(record.version(), {record.applied_steps().begin(), record.applied_steps().end()}, slots);
     } catch (const Error& e) {

@@ -2,6 +2,8 @@
 #include "ps/shard_state.h"
 
 #include <algorithm>
+#include <cmath>
+#include <sstream>
 
 #include "kernels/kernels.h"
 #include "strata/error.h"
@@ -51,11 +53,17 @@ ShardState::ShardState(std::string name, const Tensor& initial, std::shared_ptr<
 }
 
 ShardState::PushResult ShardState::push(const Tensor& gradient, std::span<const int64_t> rows,
-                                        const std::string& step_id, const SyncRound& round) {
+                                        const std::string& step_id, const SyncRound& round,
+                                        double learning_rate) {
   const bool in_round = round.size > 0;
   if (round.size < 0 || (in_round && step_id.empty())) {
     invalid("Push " + name_ + ": a push of round " + std::to_string(round.id) +
             " needs a step id and a positive round size (got " + std::to_string(round.size) + ")");
+  }
+  if (!std::isfinite(learning_rate) || learning_rate < 0) {
+    std::ostringstream rate;
+    rate << learning_rate;
+    invalid("Push " + name_ + ": learning rate " + rate.str() + " must be finite and >= 0 (0: the shard's own)");
   }
   std::lock_guard lock(mu_);
   PushResult result;
@@ -80,34 +88,42 @@ ShardState::PushResult ShardState::push(const Tensor& gradient, std::span<const 
   if (!in_round && indices.defined()) {
     if (!sparse_gradient_.defined()) sparse_gradient_ = Tensor::zeros(shape_);
     kernels::scatter_add_into(sparse_gradient_, indices, grad);
-    apply(sparse_gradient_, {step_id});
+    apply(sparse_gradient_, {step_id}, learning_rate);
     zero_rows(sparse_gradient_, indices);
     result.applied = 1;
   } else if (!in_round) {
-    apply(grad, {step_id});
+    apply(grad, {step_id}, learning_rate);
     result.applied = 1;
   } else {
-    result.applied = add_to_round(round, step_id, std::move(grad), /*borrowed=*/rows.empty());
+    result.applied = add_to_round(round, step_id, std::move(grad), /*borrowed=*/rows.empty(), learning_rate);
   }
   result.taken = true;
   result.version = version_;
   return result;
 }
 
-int64_t ShardState::add_to_round(const SyncRound& round, const std::string& step, Tensor grad, bool borrowed) {
+int64_t ShardState::add_to_round(const SyncRound& round, const std::string& step, Tensor grad, bool borrowed,
+                                 double learning_rate) {
   PendingRound& pending = rounds_[round.id];
   if (pending.size == 0) {
     pending.size = round.size;
+    pending.learning_rate = learning_rate;
     pending.sum = borrowed ? grad.clone() : std::move(grad);  // a dense gradient is the caller's
   } else if (pending.size != round.size) {
     invalid("Push " + name_ + ": round " + std::to_string(round.id) + " has size " + std::to_string(pending.size) +
             " but step '" + step + "' says " + std::to_string(round.size) + " (pushes of one round must agree)");
+  } else if (pending.learning_rate != learning_rate) {
+    std::ostringstream rates;
+    rates << pending.learning_rate << " but step '" << step << "' says " << learning_rate;
+    invalid("Push " + name_ + ": round " + std::to_string(round.id) + " has learning rate " + rates.str() +
+            " (pushes of one round must agree; 0: the shard's own)");
   } else {
     kernels::axpy_(pending.sum, 1.0f, grad);
   }
   pending.steps.insert(step);
   if (static_cast<int64_t>(pending.steps.size()) < pending.size) return 0;
-  apply(kernels::affine(pending.sum, 1.0f / static_cast<float>(pending.size), 0.0f), pending.steps);
+  apply(kernels::affine(pending.sum, 1.0f / static_cast<float>(pending.size), 0.0f), pending.steps,
+        pending.learning_rate);
   const int64_t applied = pending.size;
   rounds_.erase(round.id);
   return applied;
@@ -127,7 +143,17 @@ void ShardState::save(const std::function<void(const Saved&)>& write) const {
   write(Saved{.value = var_.value(),
               .optimizer_state = optimizer_->state({var_}),
               .version = version_,
-              .applied_steps = step_order_});
+              .applied_steps = step_order_,
+              .learning_rate = optimizer_->learning_rate()});
+}
+
+void ShardState::assign(const Tensor& value) {
+  if (value.dtype() != DType::kFloat32 || value.shape() != shape_) {
+    invalid("Assign " + name_ + ": the value is " + std::string(dtype_name(value.dtype())) + shape_str(value.shape()) +
+            ", the shard float32" + shape_str(shape_));
+  }
+  std::lock_guard lock(mu_);
+  var_.assign(value);
 }
 
 void ShardState::restore(int64_t version, const std::vector<std::string>& applied_steps,
@@ -148,7 +174,13 @@ int64_t ShardState::version() const {
   return version_;
 }
 
-void ShardState::apply(const Tensor& gradient, const std::unordered_set<std::string>& steps) {
+double ShardState::learning_rate() const {
+  std::lock_guard lock(mu_);
+  return optimizer_->learning_rate();
+}
+
+void ShardState::apply(const Tensor& gradient, const std::unordered_set<std::string>& steps, double learning_rate) {
+  if (learning_rate > 0) optimizer_->set_learning_rate(static_cast<float>(learning_rate));
   optimizer_->apply_gradients({gradient}, {var_});
   ++version_;
   for (const std::string& step : steps) remember(step);

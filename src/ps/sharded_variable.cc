@@ -75,6 +75,18 @@ void ShardedVariable::replace(const Tensor& value, const OptimizerSpec& optimize
   });
 }
 
+void ShardedVariable::assign(const Tensor& value, const OptimizerSpec& optimizer) const {
+  STRATA_CHECK(value.defined() && value.dtype() == DType::kFloat32 && value.shape() == shape_, InvalidArgument,
+               "ShardedVariable " << name_ << ": assign needs a float32 value of its shape " << shape_str(shape_)
+                                  << ", got " << (value.defined() ? value.shape_str() : std::string("undefined")));
+  const Tensor copy = value.clone();
+  on_shards(all_shards(num_shards()), [&](int64_t s) {
+    const size_t i = static_cast<size_t>(s);
+    servers_[static_cast<size_t>(shard_server(s))]->assign(shard_name(s), copy.slice(first_[i], first_[i] + rows_[i]),
+                                                          optimizer);
+  });
+}
+
 ShardedVariable ShardedVariable::existing(std::string name, const Shape& shape, const Partitioner& partitioner,
                                           std::vector<std::shared_ptr<ParameterServerClient>> servers) {
   return ShardedVariable(std::move(name), shape, DType::kFloat32, partitioner, std::move(servers));
@@ -140,7 +152,8 @@ Tensor ShardedVariable::lookup(const std::vector<int64_t>& rows) const {
   return out;
 }
 
-void ShardedVariable::push(const Tensor& gradient, const std::string& step_id, const SyncRound& round) const {
+void ShardedVariable::push(const Tensor& gradient, const std::string& step_id, const SyncRound& round,
+                           double learning_rate) const {
   STRATA_CHECK(gradient.defined() && gradient.shape() == shape_, InvalidArgument,
                "ShardedVariable " << name_ << ": the gradient is "
                                   << (gradient.defined() ? gradient.shape_str() : std::string("undefined"))
@@ -148,12 +161,12 @@ void ShardedVariable::push(const Tensor& gradient, const std::string& step_id, c
   on_shards(all_shards(num_shards()), [&](int64_t s) {
     const size_t i = static_cast<size_t>(s);
     servers_[static_cast<size_t>(shard_server(s))]->push(shard_name(s), gradient.slice(first_[i], first_[i] + rows_[i]),
-                                                         step_id, round);
+                                                         step_id, round, learning_rate);
   });
 }
 
 void ShardedVariable::push_rows(const std::vector<int64_t>& rows, const Tensor& gradient, const std::string& step_id,
-                                const SyncRound& round) const {
+                                const SyncRound& round, double learning_rate) const {
   Shape want = shape_;
   want[0] = static_cast<int64_t>(rows.size());
   STRATA_CHECK(gradient.defined() && gradient.shape() == want, InvalidArgument,
@@ -175,7 +188,7 @@ void ShardedVariable::push_rows(const std::vector<int64_t>& rows, const Tensor& 
                   width * sizeof(float));
     }
     servers_[static_cast<size_t>(shard_server(s))]->push_rows(
-        shard_name(s), none ? std::vector<int64_t>{0} : g.local[i], part, step_id, round);
+        shard_name(s), none ? std::vector<int64_t>{0} : g.local[i], part, step_id, round, learning_rate);
   });
 }
 
@@ -187,12 +200,12 @@ std::vector<Tensor> pull_all(const std::vector<ShardedVariable>& variables) {
 }
 
 void push_all(const std::vector<ShardedVariable>& variables, const std::vector<Tensor>& gradients,
-              const std::string& step_id, const SyncRound& round) {
+              const std::string& step_id, const SyncRound& round, double learning_rate) {
   STRATA_CHECK(variables.size() == gradients.size(), InvalidArgument,
                "push_all: " << gradients.size() << " gradients for " << variables.size() << " variables");
   const auto n = static_cast<int64_t>(variables.size());
   on_shards(all_shards(n), [&](int64_t i) {
-    variables[static_cast<size_t>(i)].push(gradients[static_cast<size_t>(i)], step_id, round);
+    variables[static_cast<size_t>(i)].push(gradients[static_cast<size_t>(i)], step_id, round, learning_rate);
   });
 }
 

@@ -3,6 +3,7 @@
 #include "ps/step_runners.h"
 
 #include <algorithm>
+#include <cstring>
 #include <cstdio>
 #include <future>
 #include <memory>
@@ -98,7 +99,11 @@ void CoordinatorStepRunner::begin_epoch(int64_t epoch, int64_t steps_left) {
   epoch_states_.clear();
   ClusterCoordinator& coordinator = strategy_.coordinator();
   scheduled_.reserve(static_cast<size_t>(steps_left));
-  for (int64_t i = 0; i < steps_left; ++i) scheduled_.push_back(coordinator.schedule(kTrainStep));
+  for (int64_t i = 0; i < steps_left; ++i) scheduled_.push_back(coordinator.schedule(kTrainStep, step_input()));
+}
+
+std::string CoordinatorStepRunner::step_input() const {
+  return StepInput{.learning_rate = program_.compiled_optimizer()->learning_rate()}.serialize();
 }
 
 void CoordinatorStepRunner::run_steps(const distribute::StepGroup& steps) {
@@ -193,13 +198,13 @@ void CoordinatorStepRunner::roll_back(const std::vector<std::string>& lost) {
   // The epoch's steps not back yet failed at the ps, or were undone: they run again.
   ClusterCoordinator& coordinator = strategy_.coordinator();
   const size_t kept = fetched_ + static_cast<size_t>(std::max<int64_t>(-undone, 0));
-  for (size_t j = kept; j < scheduled_.size(); ++j) scheduled_[j] = coordinator.schedule(kTrainStep);
+  for (size_t j = kept; j < scheduled_.size(); ++j) scheduled_[j] = coordinator.schedule(kTrainStep, step_input());
 }
 
 void CoordinatorStepRunner::run_steps_now(int64_t count) {
   ClusterCoordinator& coordinator = strategy_.coordinator();
   std::vector<RemoteValue> again;
-  for (int64_t i = 0; i < count; ++i) again.push_back(coordinator.schedule(kTrainStep));
+  for (int64_t i = 0; i < count; ++i) again.push_back(coordinator.schedule(kTrainStep, step_input()));
   for (size_t i = 0; i < again.size(); ++i) {
     try {
       fetch_step(strategy_, again[i], epoch_, fetched_);
@@ -274,13 +279,50 @@ void CoordinatorStepRunner::end_epoch(bool stopped) {
   if (stopped) strategy_.coordinator().join();  // the steps scheduled after the one that stopped still run
   // validation, callbacks and evaluate see the trained weights
   with_rollback([&] { pull_model_variables(program_, variables_); });
+  trained_.clear();  // what a callback may change (write_back_changed_weights)
+  for (const Variable& v : ps_variables_of(program_)) trained_.push_back(v.value().clone());
   if (!strategy_.options().checkpoint_dir.empty()) {  // every step of the epoch is back: none runs
     with_rollback([&] { strategy_.save_ps_checkpoint({.step = steps_done_, .epochs_done = epoch_ + 1}); });
     checkpointed_at_ = steps_done_;
   }
 }
 
+void CoordinatorStepRunner::write_back_changed_weights() {
+  if (trained_.empty()) return;  // no epoch ended
+  const std::vector<Variable> vars = ps_variables_of(program_);
+  std::vector<size_t> changed;
+  for (size_t i = 0; i < vars.size(); ++i) {
+    const Tensor& now = vars[i].value();
+    const Tensor& pulled = trained_[i];
+    if (now.shape() != pulled.shape() || now.dtype() != pulled.dtype() ||
+        std::memcmp(now.raw_data(), pulled.raw_data(), now.nbytes()) != 0) {
+      changed.push_back(i);
+    }
+  }
+  trained_.clear();
+  if (changed.empty()) return;
+  const OptimizerSpec optimizer = optimizer_spec_of(*program_.compiled_optimizer());
+  const size_t trainable = variables_.size() - model_states(program_).size();  // the states follow
+  with_rollback([&] {
+    for (const size_t i : changed) {
+      variables_[i].assign(vars[i].value(), i < trainable ? optimizer : kStateUpdate);
+    }
+  });
+  std::string saved;
+  if (!strategy_.options().checkpoint_dir.empty()) {
+    with_rollback([&] { strategy_.save_ps_checkpoint({.step = steps_done_, .epochs_done = epoch_ + 1}); });
+    checkpointed_at_ = steps_done_;
+    saved = " and saved as ps checkpoint " + std::to_string(strategy_.committed_checkpoint());
+  }
+  std::fflush(stderr);
+  std::printf("fit: a callback changed %zu of the chief's %zu variables after the last epoch (EarlyStopping's "
+              "restore_best_weights): written back to the ps tasks%s\n",
+              changed.size(), vars.size(), saved.c_str());
+  std::fflush(stdout);
+}
+
 void CoordinatorStepRunner::end_fit() {
+  write_back_changed_weights();
   // A worker that does not answer (down, restarting) is reported, not waited for.
   for (const std::string& failed : strategy_.run_on_every_worker(kEndFit, std::chrono::seconds(10))) {
     // "worker:1 (127.0.0.1:2223): UNAVAILABLE: ..." -> "could not tell worker:1 (127.0.0.1:2223) that training
@@ -316,14 +358,15 @@ std::optional<int64_t> WorkerStepRunner::serve(const data::Dataset& dataset) {
   const std::shared_future<void> joined = joined_promise.get_future().share();
   std::once_flag compared;
   WorkerServer server;
-  server.register_function(kTrainStep, [&](const StepContext& step, const std::string&) {
+  server.register_function(kTrainStep, [&](const StepContext& step, const std::string& args) {
     joined.get();  // rethrows what ended the join
     if (group) std::call_once(compared, [&] { group->check_fingerprints(); });
     if (!trainer) {
       trainer = std::make_unique<RemoteTrainer>(
           program, [&dataset](int64_t) { return dataset; }, strategy_.task_index(), strategy_.partitioner(), servers);
     }
-    return trainer->run_step(step).serialize();  // with its synchronous round under max_staleness = 0
+    // With its synchronous round under max_staleness = 0, at the chief's learning rate.
+    return trainer->run_step(step, StepInput::parse(args)).serialize();
   });
   server.register_function(kEndFit, [&](int64_t, const std::string&) {
     std::call_once(end_once, [&] { ended.set_value(); });

@@ -1,7 +1,10 @@
 // The step runners of a ParameterServerStrategy (strata/ps/parameter_server_strategy.h) under Model::fit. On the
 // chief, CoordinatorStepRunner: the model's variables created on the ps tasks, each epoch's steps scheduled through
 // the coordinator onto the workers, and their loss and metric states folded into the chief's trackers (the chief
-// reads no input). On a worker, WorkerStepRunner::serve: the training step (a RemoteTrainer on the worker's own
+// reads no input); each step carries the learning rate the chief's optimizer holds when it is scheduled (StepInput:
+// ReduceLROnPlateau lowers it between epochs), at which the ps apply its pushes. Weights a callback changed on the
+// chief after the last epoch (EarlyStopping's restore_best_weights) are written back to the ps when fit ends, and
+// the ps checkpoint saved again. On a worker, WorkerStepRunner::serve: the training step (a RemoteTrainer on the worker's own
 // input) served until the chief's fit ends, or until the chief is gone (no heartbeat from the worker group's service).
 // Thread-safety: fit's driving thread; on a worker the step runs on the server's thread while that thread waits.
 #pragma once
@@ -39,7 +42,7 @@ class CoordinatorStepRunner final : public distribute::StepRunner {
   void end_group() override;
   // The steps scheduled after a stop still run; the chief's model takes the trained values; a ps checkpoint.
   void end_epoch(bool stopped) override;
-  // Ends the workers' fit.
+  // Writes back the weights a callback changed (write_back_changed_weights); ends the workers' fit.
   void end_fit() override;
 
  private:
@@ -57,6 +60,13 @@ class CoordinatorStepRunner final : public distribute::StepRunner {
   void with_rollback(const std::function<void()>& action);
   // Schedules `count` steps and waits for each, rolling back again when a ps loses the state meanwhile.
   void run_steps_now(int64_t count);
+  // The argument bytes of a training step scheduled now: the learning rate of the chief's optimizer (StepInput).
+  std::string step_input() const;
+  // After on_train_end: the chief's variables that differ from the values the last epoch pulled (a callback assigned
+  // them: EarlyStopping's restore_best_weights) are assigned on the ps (ShardedVariable::assign: each shard keeps its
+  // optimizer's slots and step count, and its backup takes the value too), and, with a checkpoint directory, the ps
+  // checkpoint is saved again, so the job's last checkpoint holds the weights the chief evaluates. Says so on stdout.
+  void write_back_changed_weights();
   // A ps checkpoint between two steps of the epoch: the coordinator paused while the ps save, so that the checkpoint
   // holds whole steps (those back here, and those finished after them), which its manifest counts.
   void save_checkpoint_mid_epoch();
@@ -66,6 +76,7 @@ class CoordinatorStepRunner final : public distribute::StepRunner {
   std::vector<ShardedVariable> variables_;
   std::vector<Tensor> initial_values_;  // of ps_variables_of(program_), for a rollback before any checkpoint
   std::vector<int64_t> shards_given_;   // per ps: the shards it held once the variables were made (or rolled back)
+  std::vector<Tensor> trained_;         // of ps_variables_of(program_): the values the last end_epoch pulled
   int64_t epoch_ = 0;
   int64_t step_in_epoch_ = 0;
   PsJobPosition resumed_;                          // where fit began (a resumed job: its checkpoint's position)

@@ -149,14 +149,6 @@ TEST(JobCallbacksTest, EarlyStoppingAndCheckpointsRunOnAParameterServerChief) {
   EXPECT_TRUE(fs::exists(t.s.dir / "best" / "w-01.safetensors")) << out;
 }
 
-TEST(JobCallbacksTest, ParameterServerRefusesWhatWouldChangeOnlyTheChiefsCopy) {
-  TinyJob t("callbacks_ps");
-  const std::string job = write_job(t.s.dir, callbacks_job(t.s.dir));
-  auto [rc, out] = run(std::string(STRATA_BINARY) + " train " + job + " --strategy parameter_server");
-  EXPECT_NE(rc, 0) << out;
-  EXPECT_NE(out.find("reduce_lr_on_plateau: not supported under parameter_server"), std::string::npos) << out;
-}
-
 // load_job checks each section where it is read, naming the file, the line and the key.
 TEST(JobCallbacksTest, LoadTimeChecksNameTheFileLineAndKey) {
   Scratch s("callbacks_checks");

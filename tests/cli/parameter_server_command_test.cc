@@ -2,10 +2,19 @@
 // --ps M`: the chief trains asynchronously through the workers and every step's pushes are applied once (counted on
 // the ps tasks); a worker SIGKILLed mid-epoch has its step re-run by the others, nothing applied twice, and, restarted
 // alone, it serves steps again; a ps SIGKILLed mid-epoch is restarted alone, restores its shards from the last
-// checkpoint and the job finishes without the chief restarting. Every process runs under `timeout` and is killed on
-// every path.
+// checkpoint and the job finishes without the chief restarting; the job file's reduce_lr_on_plateau lowers the rate
+// the ps apply (one worker trains as one device does, reductions and all), and early_stopping's restore_best_weights
+// leaves the best epoch's weights on the ps, in the final evaluate and in the ps checkpoint. Every process runs under
+// `timeout` and is killed on every path.
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
 
 #include "cli/cli_test_util.h"
 #include "cli/ps_job_util.h"
@@ -182,6 +191,92 @@ TEST(ParameterServerCommandTest, AWorkerWhoseChiefIsGoneStopsNamingIt) {
   EXPECT_LT(seconds, 14.0) << log;
   EXPECT_NE(log.find("fit: worker:0 stops serving: "), std::string::npos) << log;
   EXPECT_NE(log.find("training cannot go on without the chief"), std::string::npos) << log;
+}
+
+// The val_loss column of a CSV log, one value per epoch.
+std::vector<double> csv_val_losses(const std::filesystem::path& csv) {
+  std::ifstream in(csv);
+  std::string header, line;
+  std::getline(in, header);
+  size_t column = 0;
+  for (size_t at = 0, next; (next = header.find(',', at)) != std::string::npos || at < header.size(); ++column) {
+    next = next == std::string::npos ? header.size() : next;
+    if (header.substr(at, next - at) == "val_loss") break;
+    at = next + 1;
+  }
+  std::vector<double> out;
+  while (std::getline(in, line)) {
+    std::stringstream fields(line);
+    std::string field;
+    for (size_t i = 0; i <= column && std::getline(fields, field, ','); ++i) {
+    }
+    out.push_back(std::stod(field));
+  }
+  return out;
+}
+
+// A plateau every epoch (nothing improves by 100): the rate halves at the end of epochs 2 and 3. The chief's steps
+// carry the lowered rate to the ps, so one worker (steps one after another on the training set in file order)
+// trains exactly as one device does: the same validation losses every epoch and the same test result. Were the ps
+// to keep its own rate, epochs 3 and 4 would differ.
+TEST(ParameterServerCommandTest, ReduceLROnPlateauLowersTheRateTheParameterServersApply) {
+  TinyJob t("ps_reduce_lr", 512);
+  const std::string job = std::regex_replace(tiny_job(t.s.dir), std::regex("shuffle: 512"), "shuffle: 0") +
+                          "validation: {split: 0.25}\n"
+                          "reduce_lr_on_plateau: {monitor: val_loss, min_delta: 100, patience: 1, factor: 0.5}\n";
+  write_job(t.s.dir, job);
+  const auto [rc, out] = launch(t, 1, "--epochs 4 --csv-log " + (t.s.dir / "ps.csv").string(), "", "", 0);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_EQ(count(out, "[chief:0] Epoch 2: ReduceLROnPlateau reducing learning rate to 0.005."), 1u) << out;
+  EXPECT_EQ(count(out, "[chief:0] Epoch 3: ReduceLROnPlateau reducing learning rate to 0.0025."), 1u) << out;
+  EXPECT_EQ(count(out, "ReduceLROnPlateau"), 3u) << "the chief alone decides and prints\n" << out;
+  const auto [rc1, one] = run("timeout 60 " + std::string(STRATA_BINARY) + " train " + t.job +
+                              " --threads 1 --verbose 2 --epochs 4 --csv-log " + (t.s.dir / "one.csv").string());
+  ASSERT_EQ(rc1, 0) << one;
+  EXPECT_EQ(count(one, "Epoch 3: ReduceLROnPlateau reducing learning rate to 0.0025."), 1u) << one;
+  const std::vector<double> ps = csv_val_losses(t.s.dir / "ps.csv"), reference = csv_val_losses(t.s.dir / "one.csv");
+  ASSERT_EQ(ps.size(), 4u);
+  ASSERT_EQ(reference.size(), 4u);
+  for (size_t e = 0; e < ps.size(); ++e) EXPECT_NEAR(ps[e], reference[e], 1e-5 * reference[e]) << "epoch " << e + 1;
+  std::smatch chief_test, one_test;
+  ASSERT_TRUE(std::regex_search(out, chief_test, std::regex(R"(\[chief:0\] (test loss \S+ - test accuracy \S+))")));
+  ASSERT_TRUE(std::regex_search(one, one_test, std::regex(R"((test loss \S+ - test accuracy \S+))")));
+  EXPECT_EQ(chief_test[1], one_test[1]) << out << one;
+}
+
+// Validation on the test set itself: the final evaluate is the best epoch's val_loss when its weights came back.
+// Nothing improves by 100, so epoch 1 is the best and training stops after epoch 2; the chief writes epoch 1's
+// weights back to both ps (each shard's backup too) and saves them as the job's last ps checkpoint, which
+// `strata evaluate` then reads back to the same result.
+TEST(ParameterServerCommandTest, EarlyStoppingRestoresTheBestWeightsOnTheParameterServers) {
+  TinyJob t("ps_restore_best", 512);
+  const std::filesystem::path ckpt = t.s.dir / "ckpt";
+  write_job(t.s.dir, tiny_job(t.s.dir) + "validation: {format: idx, directory: " + t.s.dir.string() +
+                         "}\nearly_stopping: {monitor: val_loss, min_delta: 100, patience: 1, "
+                         "restore_best_weights: true}\n");
+  const auto [rc, out] = launch(t, 2, "--epochs 5 --checkpoint-dir " + ckpt.string() + " --csv-log " +
+                                          (t.s.dir / "log.csv").string(), "", "", 0);
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("[chief:0] training ended after epoch 2 of 5"), std::string::npos) << out;
+  EXPECT_NE(out.find("[chief:0] Restoring model weights from the end of the best epoch: 1"), std::string::npos) << out;
+  EXPECT_TRUE(std::regex_search(out, std::regex(R"(\[chief:0\] fit: a callback changed 2 of the chief's 2 variables )"
+                                                R"(after the last epoch \(EarlyStopping's restore_best_weights\): )"
+                                                R"(written back to the ps tasks and saved as ps checkpoint 3\n)")))
+      << out;
+  const std::vector<double> val = csv_val_losses(t.s.dir / "log.csv");
+  ASSERT_EQ(val.size(), 2u);
+  char best[32], last[32];
+  std::snprintf(best, sizeof best, "%.4f", val[0]);
+  std::snprintf(last, sizeof last, "%.4f", val[1]);
+  ASSERT_STRNE(best, last) << "the epochs' weights must differ for the test to tell them apart";
+  std::smatch chief_test;
+  ASSERT_TRUE(std::regex_search(out, chief_test, std::regex(R"(\[chief:0\] (test loss (\S+) - test accuracy \S+))")));
+  EXPECT_EQ(chief_test[2], best) << out;
+  // The ps checkpoint holds them too.
+  const auto [rc2, evaluated] = run("timeout 60 " + std::string(STRATA_BINARY) + " evaluate " + t.job +
+                                    " --threads 1 --checkpoint " + ckpt.string());
+  ASSERT_EQ(rc2, 0) << evaluated;
+  EXPECT_EQ(last_line(evaluated), chief_test[1].str()) << evaluated;
 }
 
 TEST(ParameterServerCommandTest, WhatAParameterServerJobCannotDoIsAClearError) {

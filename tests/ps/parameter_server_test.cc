@@ -1,5 +1,7 @@
 // The parameter server over gRPC on 127.0.0.1: its updates equal the same optimizer applied locally (bit for bit),
 // a repeated step is applied once (within the bounded window of remembered step ids), sparse pushes equal dense ones with zero rows, pulls of rows, concurrent pushes,
+// a push's learning rate (applied as the local optimizer at that rate, kept by the shard and in its checkpoint, which a
+// create again with the job's first rate leaves alone), an assign that keeps the optimizer's state,
 // and the errors a client gets (unknown shard, bad shapes and rows, a conflicting create, an unreachable ps, a NaN or
 // infinite gradient, refused naming the worker, shard and step).
 #include <grpcpp/generic/generic_stub.h>
@@ -59,6 +61,50 @@ TEST(ParameterServerTest, UpdatesEqualTheSameOptimizerAppliedLocally) {
     }
     EXPECT_EQ(values(ps.client->pull(spec.name + "/w")), values(local.value()));
   }
+}
+
+TEST(ParameterServerTest, APushsLearningRateIsAppliedKeptAndCheckpointedAndAnAssignKeepsTheSlots) {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("strata_ps_rate_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  Running ps(ParameterServer::kStepWindow, dir.string());
+  const OptimizerSpec sgd{.name = "sgd", .learning_rate = 0.1, .momentum = 0.9};
+  const Tensor initial = test::random_tensor({6, 4}, 1);
+  ASSERT_TRUE(ps.client->create("w", initial, sgd));
+  Variable local(initial.clone(), true, "w");
+  optim::SGD local_sgd(optim::SGDOptions{.learning_rate = 0.1f, .momentum = 0.9f});
+  const auto push = [&](uint64_t step, double rate) {
+    const Tensor grad = test::random_tensor({6, 4}, 100 + step);
+    EXPECT_TRUE(ps.client->push("w", grad, "step:" + std::to_string(step), {}, rate));
+    if (rate > 0) local_sgd.set_learning_rate(static_cast<float>(rate));
+    local_sgd.apply_gradients({grad}, {local});
+  };
+  push(1, 0);      // the shard's rate, 0.1
+  push(2, 0.025);  // ReduceLROnPlateau's
+  push(3, 0);      // 0.025, kept
+  EXPECT_EQ(values(ps.client->pull("w")), values(local.value()));
+  // Created again by a restarted chief with the job's first rate: the same shard, left as it is.
+  EXPECT_FALSE(ps.client->create("w", initial, sgd));
+  // The best weights written back: the momentum goes on from them.
+  const Tensor best = test::random_tensor({6, 4}, 7);
+  ps.client->assign("w", best, sgd);
+  local.assign(best);
+  push(4, 0);
+  EXPECT_EQ(values(ps.client->pull("w")), values(local.value()));
+  // A checkpoint carries the rate: restored elsewhere, a push naming none goes on at 0.025.
+  EXPECT_EQ(ps.client->save(1), 1);
+  Running restored(ParameterServer::kStepWindow, dir.string());
+  EXPECT_EQ(restored.client->restore(1), 1);
+  const Tensor grad = test::random_tensor({6, 4}, 200);
+  restored.client->push("w", grad, "step:5");
+  local_sgd.apply_gradients({grad}, {local});
+  EXPECT_EQ(values(restored.client->pull("w")), values(local.value()));
+  // An assign of a shard the ps does not hold creates it; one of another shape is refused.
+  restored.client->assign("v", best, sgd);
+  EXPECT_EQ(values(restored.client->pull("v")), values(best));
+  test::expect_error_containing<InvalidArgument>([&] { restored.client->assign("w", Tensor::zeros({4, 6}), sgd); },
+                                                 {"Create w: it exists with shape [6, 4] (asked [4, 6])"});
+  fs::remove_all(dir);
 }
 
 TEST(ParameterServerTest, ARepeatedStepIsAppliedOnce) {

@@ -1,8 +1,8 @@
 // Shard replication between ps tasks (src/ps/replication.h), in process: a primary forwards every push to its
 // backup; when the primary is stopped, linked clients have the backup take over and every push is applied exactly
 // once (a step re-sent across the takeover is dropped); a restarted ps copies the shards back and becomes their
-// backup; both ps restored from a checkpoint are paired again by Rebackup; and the value always equals the same
-// optimizer applied locally to every acknowledged push.
+// backup; both ps restored from a checkpoint are paired again by Rebackup; a push's learning rate and an assign reach
+// the backup; and the value always equals the same optimizer applied locally to every acknowledged push.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -95,6 +95,33 @@ TEST(ReplicationTest, ABackupTakesOverWithEveryAcknowledgedPushAndARestartedPsBe
   EXPECT_FALSE(push(7));
   EXPECT_EQ(ps.servers[0]->takeovers(), 1);
   test::expect_near(clients[1]->pull("w"), reference.value(), 0.0);  // any linked client finds the primary
+}
+
+// The backup applies a forwarded push at the rate it names and keeps it, and takes an assign with the primary's
+// optimizer state kept: taken over, it goes on exactly as the primary would have.
+TEST(ReplicationTest, APushsLearningRateAndAnAssignReachTheBackup) {
+  TwoPs ps;
+  const auto clients = linked_clients(ps.addresses());
+  const Tensor initial = test::random_tensor({5, 3}, 1);
+  ASSERT_TRUE(clients[0]->create("w", initial, {.name = "adam", .learning_rate = 0.01}));  // primary ps:0
+  Variable reference(initial.clone(), true, "w");
+  optim::Adam local(optim::AdamOptions{.learning_rate = 0.01f});
+  const auto push = [&](int step, double rate) {
+    const Tensor grad = test::random_tensor({5, 3}, 100 + step);
+    ASSERT_TRUE(clients[0]->push("w", grad, "step:" + std::to_string(step), {}, rate));
+    if (rate > 0) local.set_learning_rate(static_cast<float>(rate));
+    local.apply_gradients({grad}, {reference});
+  };
+  push(1, 0);
+  push(2, 0.002);
+  const Tensor best = test::random_tensor({5, 3}, 9);
+  clients[0]->assign("w", best, {.name = "adam", .learning_rate = 0.01});
+  reference.assign(best);
+  EXPECT_EQ(ps.servers[1]->pushes_replicated(), 2);
+  ps.servers[0]->stop();
+  push(3, 0);  // taken over by ps:1: at the kept 0.002, Adam's third step from the assigned value
+  EXPECT_EQ(ps.servers[1]->takeovers(), 1);
+  EXPECT_EQ(clients[0]->pull("w").to_vector<float>(), reference.value().to_vector<float>());
 }
 
 TEST(ReplicationTest, ACallToABackupIsSentToThePrimaryAndAPrimaryWithoutItsBackupGoesOnAlone) {

@@ -1,10 +1,13 @@
 // ShardState without gRPC: a push is applied once per step id, a repeat is dropped (before its shape is checked),
 // the window forgets its oldest id at its edge, a synchronous round applies its mean once every step pushed,
 // asynchronous pushes (bounded staleness: the coordinator bounds it, the shard applies each at once) go through
-// while a round waits, sparse rows equal a dense gradient zero elsewhere, pulls of rows, save/restore, and errors.
+// while a round waits, sparse rows equal a dense gradient zero elsewhere, pulls of rows, save/restore, a push's
+// learning rate (applied, kept, saved; a round's), an assign that keeps the optimizer's state, and errors.
 #include "ps/shard_state.h"
 
 #include <gtest/gtest.h>
+
+#include <cmath>
 
 #include "kernels/kernels.h"
 #include "strata/error.h"
@@ -143,6 +146,71 @@ TEST(ShardStateTest, SaveAndRestoreCarryTheValueSlotsVersionAndSteps) {
   EXPECT_EQ(value_of(restored), value_of(shard));
 }
 
+// The rate a push names is the rate of its update, bit for bit as the same optimizer at that rate locally; the shard
+// keeps it for pushes naming none (0) and records it in what it saves. A round applies at the rate its pushes name.
+TEST(ShardStateTest, APushsLearningRateIsAppliedAndKeptAndARoundAppliesAtItsPushesRate) {
+  const Tensor initial = test::random_tensor({4, 3}, 11);
+  ShardState shard("w", initial.clone(), std::make_unique<optim::Adam>(optim::AdamOptions{.learning_rate = 0.01f}),
+                   "adam", 100);
+  Variable local(initial.clone(), true, "w");
+  optim::Adam local_adam(optim::AdamOptions{.learning_rate = 0.01f});
+  const auto step = [&](uint64_t seed, double rate) {
+    const Tensor grad = test::random_tensor({4, 3}, seed);
+    EXPECT_TRUE(shard.push(grad, {}, std::to_string(seed), {}, rate).taken);
+    return grad;
+  };
+  local_adam.apply_gradients({step(20, 0)}, {local});  // 0: the shard's own rate, 0.01
+  EXPECT_EQ(value_of(shard), values(local.value()));
+  const Tensor lowered = step(21, 0.002);
+  local_adam.set_learning_rate(0.002f);
+  local_adam.apply_gradients({lowered}, {local});
+  EXPECT_EQ(value_of(shard), values(local.value()));
+  local_adam.apply_gradients({step(22, 0)}, {local});  // kept: 0 now means 0.002
+  EXPECT_EQ(value_of(shard), values(local.value()));
+  EXPECT_DOUBLE_EQ(shard.learning_rate(), 0.002f);
+  double saved_rate = 0;
+  shard.save([&](const ShardState::Saved& saved) { saved_rate = saved.learning_rate; });
+  EXPECT_DOUBLE_EQ(saved_rate, 0.002f);
+
+  // A synchronous round at 0.0005: its mean applied once, at that rate.
+  const Tensor a = test::random_tensor({4, 3}, 23), b = test::random_tensor({4, 3}, 24);
+  const SyncRound round{.id = 5, .size = 2};
+  EXPECT_EQ(shard.push(a, {}, "r1", round, 0.0005).applied, 0);
+  EXPECT_EQ(shard.push(b, {}, "r2", round, 0.0005).applied, 2);
+  local_adam.set_learning_rate(0.0005f);
+  local_adam.apply_gradients({kernels::affine(kernels::add(a, b), 0.5f, 0.0f)}, {local});
+  EXPECT_EQ(value_of(shard), values(local.value()));
+  EXPECT_EQ(shard.version(), 4);
+}
+
+// assign writes the value and nothing else: the optimizer's slots and step count go on (the next update equals the
+// local optimizer's after the same assign), as do the version, the step ids and the rate.
+TEST(ShardStateTest, AssignWritesTheValueAndKeepsTheOptimizerStateVersionAndSteps) {
+  const Tensor initial = test::random_tensor({4, 3}, 30);
+  ShardState shard("w", initial.clone(), std::make_unique<optim::Adam>(optim::AdamOptions{.learning_rate = 0.01f}),
+                   "adam", 100);
+  Variable local(initial.clone(), true, "w");
+  optim::Adam local_adam(optim::AdamOptions{.learning_rate = 0.01f});
+  for (uint64_t seed : {31, 32}) {
+    const Tensor grad = test::random_tensor({4, 3}, seed);
+    shard.push(grad, {}, std::to_string(seed), {}, 0.004);
+    local_adam.set_learning_rate(0.004f);
+    local_adam.apply_gradients({grad}, {local});
+  }
+  const Tensor best = test::random_tensor({4, 3}, 33);
+  shard.assign(best);
+  EXPECT_EQ(value_of(shard), values(best));
+  EXPECT_EQ(shard.version(), 2);
+  EXPECT_FALSE(shard.push(test::random_tensor({4, 3}, 31), {}, "31").taken);  // its step ids stay
+  local.assign(best);
+  const Tensor next = test::random_tensor({4, 3}, 34);
+  shard.push(next, {}, "34");
+  local_adam.apply_gradients({next}, {local});  // Adam's third step (bias correction), at the kept rate
+  EXPECT_EQ(value_of(shard), values(local.value()));
+  EXPECT_EQ(test::message_of<InvalidArgument>([&] { shard.assign(Tensor::zeros({3, 4})); }),
+            "Assign w: the value is float32[3, 4], the shard float32[4, 3]");
+}
+
 TEST(ShardStateTest, ErrorsNameTheShardAndWhatDoesNotFit) {
   ShardState shard = sgd_shard(Tensor::zeros({4, 2}));
   auto message = [&](auto f) { return test::message_of<InvalidArgument>(f); };
@@ -166,6 +234,15 @@ TEST(ShardStateTest, ErrorsNameTheShardAndWhatDoesNotFit) {
               shard.push(Tensor::zeros({4, 2}), {}, "b", {.id = 3, .size = 3});
             }),
             "Push w: round 3 has size 2 but step 'b' says 3 (pushes of one round must agree)");
+  EXPECT_EQ(message([&] {
+              shard.push(Tensor::zeros({4, 2}), {}, "b", {.id = 3, .size = 2}, 0.25);
+            }),
+            "Push w: round 3 has learning rate 0 but step 'b' says 0.25 (pushes of one round must agree; 0: the "
+            "shard's own)");
+  EXPECT_EQ(message([&] { shard.push(Tensor::zeros({4, 2}), {}, "c", {}, -0.5); }),
+            "Push w: learning rate -0.5 must be finite and >= 0 (0: the shard's own)");
+  EXPECT_EQ(message([&] { shard.push(Tensor::zeros({4, 2}), {}, "c", {}, std::nan("")); }),
+            "Push w: learning rate nan must be finite and >= 0 (0: the shard's own)");
   EXPECT_EQ(shard.pull({}).version, 0);  // nothing was applied by a failed push
 }
 

@@ -4,7 +4,8 @@
 // architecture, compiled with the same loss and metrics) and its own input (TensorFlow's create_per_worker_dataset: a dataset made from the worker's index),
 // and serves the training step as a function of its WorkerServer. A step pulls every variable, takes the worker's
 // next batch, computes the loss and gradients with a GradientTape, and pushes every gradient under the step's id: the
-// ps applies it at once with the job's optimizer and drops it when that step was applied before (a step re-run after
+// ps applies it at once with the job's optimizer, at the learning rate the chief sent with the step (StepInput), and
+// drops it when that step was applied before (a step re-run after
 // a lost worker is applied once). Under a coordinator with max_staleness = 0 a step pushes in its synchronous round
 // and the ps applies the round's mean gradient once: synchronous training on the workers' batches together.
 //
@@ -120,6 +121,18 @@ struct StepOutput {
   static StepOutput parse(const std::string& bytes);
 };
 
+// What the chief sends with a training step (the closure's argument bytes): the learning rate its optimizer holds
+// now, which the step's pushes of trainable variables carry (the ps applies them at it and keeps it); 0: each shard's
+// own rate. The model's states (model_states) are always updated at rate 1.
+struct StepInput {
+  double learning_rate = 0;
+
+  // As the protobuf message strata.ps.proto.StepInput (src/ps/proto/step_output.proto); "" parses as the default.
+  std::string serialize() const;
+  // DataCorrupt when `bytes` are not such a message.
+  static StepInput parse(const std::string& bytes);
+};
+
 // The metric states of `steps` summed, state by state (for Model::set_tracker_states). InvalidArgument when the steps
 // carry different layouts (workers compiled with different metrics).
 std::vector<std::vector<double>> sum_metric_states(const std::vector<StepOutput>& steps);
@@ -155,11 +168,12 @@ class RemoteTrainer {
   StepOutput run_step(int64_t step_id);
   // The same, with the pushes in the step's synchronous round when it has one (max_staleness = 0): the ps applies the
   // mean of the round's gradients, each the gradient of its batch's mean loss, so with equal batches the update is
-  // that of the mean loss over the round's batches together.
-  StepOutput run_step(const StepContext& step);
-  // Registers run_step on `server` as `name` (with the call's StepContext): the function returns
-  // StepOutput::serialize() (its arguments are unused). The server holds a reference to this trainer: keep it alive
-  // while the server serves.
+  // that of the mean loss over the round's batches together. The trainable variables' pushes carry `input`'s
+  // learning rate.
+  StepOutput run_step(const StepContext& step, const StepInput& input = {});
+  // Registers run_step on `server` as `name` (with the call's StepContext and its arguments as a StepInput): the
+  // function returns StepOutput::serialize(). The server holds a reference to this trainer: keep it alive while the
+  // server serves.
   void register_on(WorkerServer& server, const std::string& name = kTrainStep);
 
   int64_t steps_run() const;
@@ -174,9 +188,9 @@ class RemoteTrainer {
   // Pulls every variable into the model's, the sparse table's `rows` alone (all of it when sparse_ is -1).
   void pull_step(const std::vector<Variable>& vars, const std::vector<int64_t>& rows);
   // Pushes `gradients` (one per variable), the sparse table's `rows` alone plus one zero row of each table shard
-  // holding none of them; in synchronous `round` when it is defined.
+  // holding none of them; in synchronous `round` when it is defined; at `learning_rate` (0: the shards' own).
   void push_step(const std::vector<Tensor>& gradients, const std::vector<int64_t>& rows, const std::string& step_id,
-                 const SyncRound& round);
+                 const SyncRound& round, double learning_rate);
 
   std::shared_ptr<distribute::TrainingProgram> model_;
   int64_t worker_index_;

@@ -127,6 +127,12 @@ class ParameterServerClient {
   // Creates shard `name` (float32 `initial`); false when it existed already with the same shape and optimizer.
   // `replace`: a shard of that name is replaced by the new one (its value, slots and step ids gone).
   bool create(const std::string& name, const Tensor& initial, const OptimizerSpec& optimizer, bool replace = false);
+  // Shard `name` takes `value` (float32, its shape) as its value and keeps its optimizer's slots and step count, its
+  // learning rate, update count and step ids; on the shard's primary, which passes it to the backup as it does a
+  // push. A shard the ps does not hold is created from `value` with `optimizer`. InvalidArgument-like errors (as
+  // create) for another shape or optimizer (the learning rate aside). The chief writing weights back once training
+  // ended (EarlyStopping's restore_best_weights).
+  void assign(const std::string& name, const Tensor& value, const OptimizerSpec& optimizer);
   Tensor pull(const std::string& name);
   // Rows `rows` of the shard (axis 0), in that order: [rows.size(), ...].
   Tensor pull_rows(const std::string& name, const std::vector<int64_t>& rows);
@@ -135,11 +141,14 @@ class ParameterServerClient {
   // round's sum (it needs a step id; false when the step is in the round already) and the round's mean is applied
   // once it is complete; InvalidArgument when the round's size disagrees with its others, and when the gradient holds
   // NaN or an infinity ("worker:1 pushed NaN (...) into model/var_4/part_0 (push step:256)"; the shard keeps its value).
+  // `learning_rate` > 0: the update is applied at that rate, which the shard keeps as its own from then on (the
+  // chief's rate, lowered by ReduceLROnPlateau); 0: at the shard's own rate. A round's pushes name the same.
   bool push(const std::string& name, const Tensor& gradient, const std::string& step_id = "",
-            const SyncRound& round = {});
-  // Applies the gradient of rows `rows` ([rows.size(), ...]; the other rows' gradient is zero); `round` as push.
+            const SyncRound& round = {}, double learning_rate = 0);
+  // Applies the gradient of rows `rows` ([rows.size(), ...]; the other rows' gradient is zero); `round` and
+  // `learning_rate` as push.
   bool push_rows(const std::string& name, const std::vector<int64_t>& rows, const Tensor& gradient,
-                 const std::string& step_id = "", const SyncRound& round = {});
+                 const std::string& step_id = "", const SyncRound& round = {}, double learning_rate = 0);
   // Saves every shard the ps serves (its primaries; a backup is saved by its primary) as checkpoint `checkpoint`
   // (>= 1) under the ps's checkpoint directory (one
   // safetensors file per shard, with the optimizer's slots and step count and the step ids applied; the checkpoint
@@ -187,7 +196,10 @@ class ParameterServerClient {
   struct Replicas;
   // push (rows null) and push_rows.
   bool push_request(const std::string& name, const std::vector<int64_t>* rows, const Tensor& gradient,
-                    const std::string& step_id, const SyncRound& round);
+                    const std::string& step_id, const SyncRound& round, double learning_rate);
+  // create (keep_state false) and assign (replace and keep_state true).
+  bool create_request(const std::string& name, const Tensor& initial, const OptimizerSpec& optimizer, bool replace,
+                      bool keep_state);
 
   struct Impl;
   std::unique_ptr<Impl> impl_;

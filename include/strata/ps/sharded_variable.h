@@ -45,18 +45,24 @@ class ShardedVariable {
   // Makes every shard again from `value` (the variable's shape), its optimizer's slots and step ids gone: a rollback to
   // the variable's initial value.
   void replace(const Tensor& value, const OptimizerSpec& optimizer) const;
+  // Every shard takes its rows of `value` (float32, the variable's shape) and keeps its optimizer's slots and step
+  // count, learning rate, update count and step ids (ParameterServerClient::assign; replicated to each backup): the
+  // chief writing weights back once training ended. `optimizer` is what a shard missing on its server is made with.
+  void assign(const Tensor& value, const OptimizerSpec& optimizer) const;
   // The whole variable.
   Tensor pull() const;
   // Rows `rows` (axis 0, any order, repeats allowed): [rows.size(), ...].
   Tensor lookup(const std::vector<int64_t>& rows) const;
-  // Applies the whole variable's gradient (split by shard); with a synchronous `round`, as ParameterServerClient::push.
-  void push(const Tensor& gradient, const std::string& step_id = "", const SyncRound& round = {}) const;
+  // Applies the whole variable's gradient (split by shard); with a synchronous `round` and at `learning_rate` (0: each
+  // shard's own), as ParameterServerClient::push.
+  void push(const Tensor& gradient, const std::string& step_id = "", const SyncRound& round = {},
+            double learning_rate = 0) const;
   // Applies the gradient of rows `rows` ([rows.size(), ...]) on the shards that hold any of them; a shard holding
   // none takes no step (its optimizer's slots do not decay, as with a lazy sparse update per shard).
   // Under a synchronous `round` every shard takes part (one holding none of the rows gets a zero row), so the round
   // completes on each shard.
   void push_rows(const std::vector<int64_t>& rows, const Tensor& gradient, const std::string& step_id = "",
-                 const SyncRound& round = {}) const;
+                 const SyncRound& round = {}, double learning_rate = 0) const;
 
  private:
   // The layout alone (no shard is created).
@@ -82,8 +88,9 @@ class ShardedVariable {
 // Every variable of `variables` pulled at once (each asking its shards in parallel too), in order: a whole model's
 // values in about one round trip.
 std::vector<Tensor> pull_all(const std::vector<ShardedVariable>& variables);
-// gradients[i] pushed to variables[i] under `step_id`, all at once. InvalidArgument when the counts differ.
+// gradients[i] pushed to variables[i] under `step_id` (in `round`, at `learning_rate`: as ShardedVariable::push), all
+// at once. InvalidArgument when the counts differ.
 void push_all(const std::vector<ShardedVariable>& variables, const std::vector<Tensor>& gradients,
-              const std::string& step_id = "", const SyncRound& round = {});
+              const std::string& step_id = "", const SyncRound& round = {}, double learning_rate = 0);
 
 }  // namespace strata::ps
