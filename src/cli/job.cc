@@ -72,6 +72,7 @@ std::string canonical_layer_type(const std::string& type) {
   if (t == "global_avg_pool1d" || t == "global_average_pool1d") return "global_average_pooling1d";
   if (t == "mha" || t == "multihead_attention") return "multi_head_attention";
   if (t == "transformer_encoder_block") return "transformer_encoder";
+  if (t == "convolution1d" || t == "conv_1d") return "conv1d";
   return t;
 }
 
@@ -86,6 +87,15 @@ nn::Size2 size2(Section& s, const std::string& key, nn::Size2 fallback) {
                  s.where(s.get(key)) << s.key_path(key) << ": must be positive, got " << x);
   }
   return v.size() == 1 ? nn::Size2(static_cast<int>(v[0])) : nn::Size2(static_cast<int>(v[0]), static_cast<int>(v[1]));
+}
+
+// A 1-D size: one integer or a list of one, as Keras's Conv1D takes them.
+int size1(Section& s, const std::string& key, int fallback) {
+  std::vector<int64_t> v = s.integers(key, {fallback});
+  STRATA_CHECK(v.size() == 1, InvalidArgument, s.where(s.get(key)) << s.key_path(key) << ": expected one integer");
+  STRATA_CHECK(v[0] > 0 && v[0] <= std::numeric_limits<int>::max(), InvalidArgument,
+               s.where(s.get(key)) << s.key_path(key) << ": must be positive, got " << v[0]);
+  return static_cast<int>(v[0]);
 }
 
 // The keys LSTM and GRU share (Keras's names and defaults). Keras's return_state has no place in a
@@ -135,6 +145,23 @@ LayerFactory make_layer(const std::string& type, Section& s) {
     o.kernel_regularizer = s.named("kernel_regularizer", "", regularizer_spec);
     o.name = name;
     layer = [=] { return std::make_shared<nn::Conv2D>(filters, kernel, o); };
+  } else if (type == "conv1d") {
+    nn::Conv1D::Options o;
+    const int64_t filters = s.positive("filters", 0);
+    const int kernel = size1(s, "kernel_size", 0);
+    o.strides = size1(s, "strides", 1);
+    o.padding = s.named("padding", "valid", [](const std::string& v) { return nn::Conv1DPaddingSpec(v); });
+    o.dilation_rate = size1(s, "dilation_rate", 1);
+    o.activation = s.named("activation", "linear", [](const std::string& v) { return nn::ActivationSpec(v); });
+    o.use_bias = s.flag("use_bias", true);
+    o.kernel_initializer =
+        s.named("kernel_initializer", "glorot_uniform", [](const std::string& v) { return nn::InitializerSpec(v); });
+    o.bias_initializer =
+        s.named("bias_initializer", "zeros", [](const std::string& v) { return nn::InitializerSpec(v); });
+    o.kernel_regularizer = s.named("kernel_regularizer", "", regularizer_spec);
+    o.bias_regularizer = s.named("bias_regularizer", "", regularizer_spec);
+    o.name = name;
+    layer = [=] { return std::make_shared<nn::Conv1D>(filters, kernel, o); };
   } else if (type == "max_pooling2d" || type == "average_pooling2d") {
     nn::Pooling2DOptions o;
     const nn::Size2 pool = size2(s, "pool_size", 2);
@@ -466,7 +493,7 @@ std::shared_ptr<Sequential> build_model(const Job& job) {
     LayerFactory factory = make_layer(canonical_layer_type(type), s);
     STRATA_CHECK(factory != nullptr, InvalidArgument,
                  s.where(item) << where << ": unknown layer type '" << type
-                               << "'; known: dense, conv2d, max_pooling2d, average_pooling2d, "
+                               << "'; known: dense, conv2d, conv1d, max_pooling2d, average_pooling2d, "
                                   "global_average_pooling2d, global_average_pooling1d, flatten, reshape, dropout, "
                                   "batch_normalization, layer_normalization, activation, embedding, lstm, gru, "
                                   "multi_head_attention, position_embedding, transformer_encoder");
