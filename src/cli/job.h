@@ -47,7 +47,7 @@
 // A Transformer over the image's 28 rows as 28 tokens of 28 features (see configs/fashion_mnist_transformer.yaml):
 //   model:
 //     - reshape: {target_shape: [28, 28]}
-//     - dense: {units: 64}
+//     - conv1d: {filters: 64, kernel_size: 3, padding: same}   # or dense: {units: 64}; padding valid, same or causal
 //     - position_embedding: {sequence_length: 28}
 //     - transformer_encoder: {num_heads: 4, intermediate_dim: 128}   # pre-norm; or multi_head_attention and
 //     - layer_normalization: {epsilon: 1e-6}                         #   layer_normalization on their own
