@@ -275,6 +275,29 @@ LayerFactory make_layer(const std::string& type, Section& s) {
   return layer;
 }
 
+// optimizer.schedule (see LrScheduleSpec); make_optimizer reads the rest of the optimizer section.
+LrScheduleSpec read_schedule(const Job& job) {
+  LrScheduleSpec spec;
+  if (!job.optimizer.IsMap() || !job.optimizer["schedule"]) return spec;
+  const YAML::Node node = job.optimizer["schedule"];
+  Section s(node, "optimizer.schedule", job.file);
+  spec.name = s.required_string("name");
+  spec.warmup_epochs = s.number("warmup_epochs", 0, kNonNegative);
+  spec.alpha = s.number("alpha", 0, kUnit);
+  s.finish();  // a missing name first
+  STRATA_CHECK(spec.name == "cosine_decay", InvalidArgument,
+               s.where(s.get("name")) << "optimizer.schedule.name: unknown schedule '" << spec.name
+                                      << "'; known: cosine_decay");
+  STRATA_CHECK(spec.warmup_epochs < static_cast<double>(job.epochs), InvalidArgument,
+               s.where(s.get("warmup_epochs")) << "optimizer.schedule.warmup_epochs: " << spec.warmup_epochs
+                                               << " leaves nothing of the job's " << job.epochs
+                                               << " epochs to decay over");
+  STRATA_CHECK(job.lr_scaling.warmup_epochs == 0, InvalidArgument,
+               s.where(node) << "optimizer.schedule: give the warmup here (warmup_epochs), not also lr_scaling's "
+                                "warmup_epochs");
+  return spec;
+}
+
 // A YAML node on one line (flow style), so that two tasks' values compare as text.
 std::string one_line(const YAML::Node& node) {
   YAML::Emitter out;
@@ -464,6 +487,7 @@ Job load_job(const std::string& path) {
   job.loss = loss;
   job.optimizer = optimizer;
   top.finish();
+  job.schedule = read_schedule(job);
 
   // Build everything once now, so that every layer, loss and optimizer key is checked at load time.
   auto model = build_model(job);
@@ -540,10 +564,22 @@ void compile_model(const Job& job, Model& model, int64_t steps_per_epoch) {
   }
   std::shared_ptr<optim::Optimizer> optimizer = make_optimizer(job);
   // lr_scaling: the configured (or the optimizer's default) rate is the base the global batch scales.
-  optimizer->set_learning_rate(
-      scaled_learning_rate(job.lr_scaling, optimizer->learning_rate(), job.batch_size, steps_per_epoch));
+  optim::LearningRate lr =
+      scaled_learning_rate(job.lr_scaling, optimizer->learning_rate(), job.batch_size, steps_per_epoch);
+  if (!job.schedule.name.empty() && steps_per_epoch > 0) lr = scheduled_learning_rate(job, lr(0), steps_per_epoch);
+  optimizer->set_learning_rate(lr);
   std::vector<MetricSpec> metrics(job.metrics.begin(), job.metrics.end());
   model.compile(loss, optimizer, metrics);
+}
+
+optim::LearningRate scheduled_learning_rate(const Job& job, float peak, int64_t steps_per_epoch) {
+  const LrScheduleSpec& spec = job.schedule;
+  const auto steps = static_cast<double>(steps_per_epoch);
+  const auto warmup = static_cast<int64_t>(std::ceil(spec.warmup_epochs * steps - 1e-9));
+  const int64_t decay = std::max<int64_t>(job.epochs * steps_per_epoch - warmup, 1);
+  optim::Schedule schedule = optim::cosine_decay(peak, decay, static_cast<float>(spec.alpha));
+  if (warmup > 0) schedule = optim::linear_warmup(std::move(schedule), warmup, 0.0f);
+  return schedule;
 }
 
 std::shared_ptr<optim::Optimizer> make_optimizer(const Job& job) {
@@ -564,6 +600,7 @@ std::shared_ptr<optim::Optimizer> make_optimizer(const Job& job) {
     // Each optimizer's own default rate when the key is absent; a present one must be usable.
     const bool has_lr = s.has("learning_rate");
     const double lr = s.number("learning_rate", 0, kPositive);
+    s.get("schedule");  // read by read_schedule at load time
     if (s.has("clipnorm")) common.clipnorm = static_cast<float>(s.number("clipnorm", 0, kPositive));
     if (s.has("clipvalue")) common.clipvalue = static_cast<float>(s.number("clipvalue", 0, kPositive));
     if (s.has("global_clipnorm")) {
