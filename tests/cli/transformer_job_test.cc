@@ -1,6 +1,7 @@
 // Transformer layers in job files (src/cli/job.cc): the layer_normalization, multi_head_attention,
 // position_embedding, transformer_encoder, global_average_pooling1d and conv1d keys, their checks, the committed
-// configs/fashion_mnist_transformer.yaml, and `strata train` end to end on a tiny IDX set read as 28 tokens.
+// configs/fashion_mnist_transformer.yaml (a Conv1D stem and a cosine schedule), and `strata train` end to end on a
+// tiny IDX set read as 28 tokens.
 // Thread-safety: each test runs on one thread, in its own scratch directory.
 #include <gtest/gtest.h>
 
@@ -162,6 +163,12 @@ TEST(TransformerJobTest, TheFashionMnistTransformerJobBuildsTwoEncoderBlocks) {
   const Job job = load_job("configs/fashion_mnist_transformer.yaml");
   auto model = build_model(job);
   EXPECT_EQ((*model)(Tensor::zeros({2, 28, 28, 1})).shape(), (Shape{2, 10}));
+  // 28 row tokens embedded by a Conv1D stem; a warmup and cosine decay over the 5 epochs.
+  const auto* stem = dynamic_cast<const nn::Conv1D*>(model->layers()[1].get());
+  ASSERT_NE(stem, nullptr);
+  EXPECT_EQ(stem->output_shape(), (Shape{-1, 28, 64}));
+  EXPECT_EQ(job.schedule.name, "cosine_decay");
+  EXPECT_EQ(job.epochs, 5);
   int blocks = 0;
   for (const auto& layer : model->layers()) {
     if (const auto* block = dynamic_cast<const nn::TransformerEncoder*>(layer.get())) {
