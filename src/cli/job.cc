@@ -72,6 +72,7 @@ std::string canonical_layer_type(const std::string& type) {
   if (t == "global_avg_pool1d" || t == "global_average_pool1d") return "global_average_pooling1d";
   if (t == "mha" || t == "multihead_attention") return "multi_head_attention";
   if (t == "transformer_encoder_block") return "transformer_encoder";
+  if (t == "convolution1d" || t == "conv_1d") return "conv1d";
   return t;
 }
 
@@ -86,6 +87,15 @@ nn::Size2 size2(Section& s, const std::string& key, nn::Size2 fallback) {
                  s.where(s.get(key)) << s.key_path(key) << ": must be positive, got " << x);
   }
   return v.size() == 1 ? nn::Size2(static_cast<int>(v[0])) : nn::Size2(static_cast<int>(v[0]), static_cast<int>(v[1]));
+}
+
+// A 1-D size: one integer or a list of one, as Keras's Conv1D takes them.
+int size1(Section& s, const std::string& key, int fallback) {
+  std::vector<int64_t> v = s.integers(key, {fallback});
+  STRATA_CHECK(v.size() == 1, InvalidArgument, s.where(s.get(key)) << s.key_path(key) << ": expected one integer");
+  STRATA_CHECK(v[0] > 0 && v[0] <= std::numeric_limits<int>::max(), InvalidArgument,
+               s.where(s.get(key)) << s.key_path(key) << ": must be positive, got " << v[0]);
+  return static_cast<int>(v[0]);
 }
 
 // The keys LSTM and GRU share (Keras's names and defaults). Keras's return_state has no place in a
@@ -135,6 +145,23 @@ LayerFactory make_layer(const std::string& type, Section& s) {
     o.kernel_regularizer = s.named("kernel_regularizer", "", regularizer_spec);
     o.name = name;
     layer = [=] { return std::make_shared<nn::Conv2D>(filters, kernel, o); };
+  } else if (type == "conv1d") {
+    nn::Conv1D::Options o;
+    const int64_t filters = s.positive("filters", 0);
+    const int kernel = size1(s, "kernel_size", 0);
+    o.strides = size1(s, "strides", 1);
+    o.padding = s.named("padding", "valid", [](const std::string& v) { return nn::Conv1DPaddingSpec(v); });
+    o.dilation_rate = size1(s, "dilation_rate", 1);
+    o.activation = s.named("activation", "linear", [](const std::string& v) { return nn::ActivationSpec(v); });
+    o.use_bias = s.flag("use_bias", true);
+    o.kernel_initializer =
+        s.named("kernel_initializer", "glorot_uniform", [](const std::string& v) { return nn::InitializerSpec(v); });
+    o.bias_initializer =
+        s.named("bias_initializer", "zeros", [](const std::string& v) { return nn::InitializerSpec(v); });
+    o.kernel_regularizer = s.named("kernel_regularizer", "", regularizer_spec);
+    o.bias_regularizer = s.named("bias_regularizer", "", regularizer_spec);
+    o.name = name;
+    layer = [=] { return std::make_shared<nn::Conv1D>(filters, kernel, o); };
   } else if (type == "max_pooling2d" || type == "average_pooling2d") {
     nn::Pooling2DOptions o;
     const nn::Size2 pool = size2(s, "pool_size", 2);
@@ -246,6 +273,29 @@ LayerFactory make_layer(const std::string& type, Section& s) {
     return nullptr;
   }
   return layer;
+}
+
+// optimizer.schedule (see LrScheduleSpec); make_optimizer reads the rest of the optimizer section.
+LrScheduleSpec read_schedule(const Job& job) {
+  LrScheduleSpec spec;
+  if (!job.optimizer.IsMap() || !job.optimizer["schedule"]) return spec;
+  const YAML::Node node = job.optimizer["schedule"];
+  Section s(node, "optimizer.schedule", job.file);
+  spec.name = s.required_string("name");
+  spec.warmup_epochs = s.number("warmup_epochs", 0, kNonNegative);
+  spec.alpha = s.number("alpha", 0, kUnit);
+  s.finish();  // a missing name first
+  STRATA_CHECK(spec.name == "cosine_decay", InvalidArgument,
+               s.where(s.get("name")) << "optimizer.schedule.name: unknown schedule '" << spec.name
+                                      << "'; known: cosine_decay");
+  STRATA_CHECK(spec.warmup_epochs < static_cast<double>(job.epochs), InvalidArgument,
+               s.where(s.get("warmup_epochs")) << "optimizer.schedule.warmup_epochs: " << spec.warmup_epochs
+                                               << " leaves nothing of the job's " << job.epochs
+                                               << " epochs to decay over");
+  STRATA_CHECK(job.lr_scaling.warmup_epochs == 0, InvalidArgument,
+               s.where(node) << "optimizer.schedule: give the warmup here (warmup_epochs), not also lr_scaling's "
+                                "warmup_epochs");
+  return spec;
 }
 
 // A YAML node on one line (flow style), so that two tasks' values compare as text.
@@ -437,6 +487,7 @@ Job load_job(const std::string& path) {
   job.loss = loss;
   job.optimizer = optimizer;
   top.finish();
+  job.schedule = read_schedule(job);
 
   // Build everything once now, so that every layer, loss and optimizer key is checked at load time.
   auto model = build_model(job);
@@ -466,7 +517,7 @@ std::shared_ptr<Sequential> build_model(const Job& job) {
     LayerFactory factory = make_layer(canonical_layer_type(type), s);
     STRATA_CHECK(factory != nullptr, InvalidArgument,
                  s.where(item) << where << ": unknown layer type '" << type
-                               << "'; known: dense, conv2d, max_pooling2d, average_pooling2d, "
+                               << "'; known: dense, conv2d, conv1d, max_pooling2d, average_pooling2d, "
                                   "global_average_pooling2d, global_average_pooling1d, flatten, reshape, dropout, "
                                   "batch_normalization, layer_normalization, activation, embedding, lstm, gru, "
                                   "multi_head_attention, position_embedding, transformer_encoder");
@@ -513,10 +564,22 @@ void compile_model(const Job& job, Model& model, int64_t steps_per_epoch) {
   }
   std::shared_ptr<optim::Optimizer> optimizer = make_optimizer(job);
   // lr_scaling: the configured (or the optimizer's default) rate is the base the global batch scales.
-  optimizer->set_learning_rate(
-      scaled_learning_rate(job.lr_scaling, optimizer->learning_rate(), job.batch_size, steps_per_epoch));
+  optim::LearningRate lr =
+      scaled_learning_rate(job.lr_scaling, optimizer->learning_rate(), job.batch_size, steps_per_epoch);
+  if (!job.schedule.name.empty() && steps_per_epoch > 0) lr = scheduled_learning_rate(job, lr(0), steps_per_epoch);
+  optimizer->set_learning_rate(lr);
   std::vector<MetricSpec> metrics(job.metrics.begin(), job.metrics.end());
   model.compile(loss, optimizer, metrics);
+}
+
+optim::LearningRate scheduled_learning_rate(const Job& job, float peak, int64_t steps_per_epoch) {
+  const LrScheduleSpec& spec = job.schedule;
+  const auto steps = static_cast<double>(steps_per_epoch);
+  const auto warmup = static_cast<int64_t>(std::ceil(spec.warmup_epochs * steps - 1e-9));
+  const int64_t decay = std::max<int64_t>(job.epochs * steps_per_epoch - warmup, 1);
+  optim::Schedule schedule = optim::cosine_decay(peak, decay, static_cast<float>(spec.alpha));
+  if (warmup > 0) schedule = optim::linear_warmup(std::move(schedule), warmup, 0.0f);
+  return schedule;
 }
 
 std::shared_ptr<optim::Optimizer> make_optimizer(const Job& job) {
@@ -537,6 +600,7 @@ std::shared_ptr<optim::Optimizer> make_optimizer(const Job& job) {
     // Each optimizer's own default rate when the key is absent; a present one must be usable.
     const bool has_lr = s.has("learning_rate");
     const double lr = s.number("learning_rate", 0, kPositive);
+    s.get("schedule");  // read by read_schedule at load time
     if (s.has("clipnorm")) common.clipnorm = static_cast<float>(s.number("clipnorm", 0, kPositive));
     if (s.has("clipvalue")) common.clipvalue = static_cast<float>(s.number("clipvalue", 0, kPositive));
     if (s.has("global_clipnorm")) {

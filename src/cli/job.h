@@ -13,7 +13,7 @@
 //     - flatten
 //     - dense: {units: 10}
 //   loss: {name: sparse_categorical_crossentropy, from_logits: true}
-//   optimizer: {name: adam, learning_rate: 0.001}
+//   optimizer: {name: adam, learning_rate: 0.001}   # optional schedule: {name: cosine_decay, warmup_epochs: 1}
 //   metrics: [accuracy]
 //   epochs: 10
 //   batch_size: 64            # the GLOBAL batch: a strategy splits it across its replicas
@@ -47,7 +47,7 @@
 // A Transformer over the image's 28 rows as 28 tokens of 28 features (see configs/fashion_mnist_transformer.yaml):
 //   model:
 //     - reshape: {target_shape: [28, 28]}
-//     - dense: {units: 64}
+//     - conv1d: {filters: 64, kernel_size: 3, padding: same}   # or dense: {units: 64}; padding valid, same or causal
 //     - position_embedding: {sequence_length: 28}
 //     - transformer_encoder: {num_heads: 4, intermediate_dim: 128}   # pre-norm; or multi_head_attention and
 //     - layer_normalization: {epsilon: 1e-6}                         #   layer_normalization on their own
@@ -100,6 +100,16 @@ struct DataSpec {
   data::AutoShardPolicy auto_shard = data::AutoShardPolicy::kAuto;
 };
 
+// optimizer.schedule: the learning rate over the run, optimizer.learning_rate (after lr_scaling) its peak.
+//   optimizer: {name: adamw, learning_rate: 0.002, schedule: {name: cosine_decay, warmup_epochs: 1, alpha: 0}}
+// cosine_decay (Keras's CosineDecay with its linear warmup from 0): rises linearly over warmup_epochs, then decays
+// to alpha * peak by a cosine over the rest of the job's epochs (--epochs included).
+struct LrScheduleSpec {
+  std::string name;          // "" (a constant rate) or "cosine_decay"
+  double warmup_epochs = 0;  // may be fractional
+  double alpha = 0;          // the final rate as a fraction of the peak
+};
+
 struct Job {
   std::string file;  // the YAML file it came from
   DataSpec data;
@@ -114,6 +124,7 @@ struct Job {
   std::string checkpoint_dir;
   StrategySpec strategy;
   LrScalingSpec lr_scaling;
+  LrScheduleSpec schedule;    // optimizer.schedule
   ValidationSpec validation;  // `validation:` (job_callbacks.h)
   JobCallbacks callbacks;     // `early_stopping:`, `model_checkpoint:`, `reduce_lr_on_plateau:`
   // The validation and callback sections as written (one line each), for job_fingerprint.
@@ -131,9 +142,12 @@ std::map<std::string, std::string> job_fingerprint(const Job& job);
 
 // The pieces the job describes. build_model returns an unbuilt Sequential (create it inside the strategy's
 // scope); compile_model compiles it, with the optimizer's learning rate scaled to the global batch as the
-// job's lr_scaling says (a warmup needs `steps_per_epoch`, the training set's batches; 0: no warmup).
+// job's lr_scaling says and on its optimizer.schedule (a warmup or a schedule needs `steps_per_epoch`, the training
+// set's batches; 0: no warmup, and the schedule's peak as a constant, for commands that do not train).
 std::shared_ptr<Sequential> build_model(const Job& job);
 void compile_model(const Job& job, Model& model, int64_t steps_per_epoch = 0);
+// optimizer.schedule's learning rate for a run of job.epochs epochs of `steps_per_epoch` steps, peaking at `peak`.
+optim::LearningRate scheduled_learning_rate(const Job& job, float peak, int64_t steps_per_epoch);
 // The optimizer the job names, at its configured learning rate (before lr_scaling).
 std::shared_ptr<optim::Optimizer> make_optimizer(const Job& job);
 // With `validation: {split: f}` the training set is its first floor(n * (1 - f)) records (before shuffling) and the

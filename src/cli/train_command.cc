@@ -175,6 +175,9 @@ std::shared_ptr<Sequential> make_model(const Job& job, distribute::Strategy& str
 // The job's callbacks run on the chief: reduce_lr_on_plateau lowers the rate its steps carry to the ps, and
 // early_stopping's restore_best_weights has the best weights written back to the ps (src/ps/step_runners.h).
 void run_parameter_server_task(Job& job, const TrainArgs& args, const cluster::CoreShare& cores) {
+  STRATA_CHECK(job.schedule.name.empty(), InvalidArgument,
+               job.file << ": optimizer.schedule: not supported under parameter_server (the ps tasks apply the rate "
+                           "the chief's steps carry, which only reduce_lr_on_plateau changes)");
   STRATA_CHECK(args.backup_dir.empty(), InvalidArgument,
                "--backup-dir: not supported under parameter_server; --checkpoint-dir keeps the ps shards, which a "
                "restarted ps task restores");
@@ -358,7 +361,8 @@ void run_train(const TrainArgs& args) {
   const std::unique_ptr<distribute::Strategy> strategy = open_strategy(job, args.strategy, cores);
 
   const data::Dataset train = train_dataset(job);
-  const int64_t steps_per_epoch = job.lr_scaling.warmup_epochs > 0 ? batches_per_pass(train) : 0;
+  const int64_t steps_per_epoch =
+      job.lr_scaling.warmup_epochs > 0 || !job.schedule.name.empty() ? batches_per_pass(train) : 0;
   manual_seed(job.seed);
   std::shared_ptr<Sequential> model = make_model(job, *strategy, steps_per_epoch);
   warn(batch_memory_warning(activation_bytes(*model, job.batch_size), available_memory_bytes(), job.batch_size));
@@ -366,6 +370,13 @@ void run_train(const TrainArgs& args) {
           learning_rate_line(job.lr_scaling, make_optimizer(job)->learning_rate(), job.batch_size, steps_per_epoch);
       !lr.empty()) {
     std::printf("%s\n", lr.c_str());
+  }
+  if (!job.schedule.name.empty()) {
+    const float peak = scaled_learning_rate(job.lr_scaling, make_optimizer(job)->learning_rate(), job.batch_size,
+                                            steps_per_epoch)(0);
+    std::printf("learning rate: %s to a peak of %g after %g warmup epochs, then down to %g of it by epoch %lld\n",
+                job.schedule.name.c_str(), static_cast<double>(peak), job.schedule.warmup_epochs, job.schedule.alpha,
+                static_cast<long long>(job.epochs));
   }
   model->print_summary();
   // Read every test record once (decompressed, CRC-checked, parsed) so that a corrupt test shard fails

@@ -1,4 +1,4 @@
-// Conv2D, MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D and GlobalAveragePooling1D
+// Conv2D, Conv1D, MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D and GlobalAveragePooling1D
 // (see strata/nn/conv_layers.h).
 #include "strata/nn/conv_layers.h"
 
@@ -24,6 +24,11 @@ int64_t out_size(int64_t in, int window, int stride, int dilation, Padding paddi
 void check_image(const Shape& s, const std::string& who) {
   STRATA_CHECK(s.size() == 4, ShapeError,
                who << " wants an input of rank 4 " << kImageLayout << ", got " << shape_str(with_free_batch(s)));
+}
+
+void check_sequence(const Shape& s, const std::string& who) {
+  STRATA_CHECK(s.size() == 3, ShapeError,
+               who << " wants an input of rank 3 [batch, steps, features], got " << shape_str(with_free_batch(s)));
 }
 }  // namespace
 
@@ -69,6 +74,56 @@ Variable Conv2D::call(const Variable& input, bool) {
   const Conv2DOptions conv = detail::conv2d_options(options_);
   Variable y = conv2d(input, kernel_, bias_, conv);
   return conv.fused_relu ? y : options_.activation(y);
+}
+
+// ---------------------------------------------------------------- Conv1D
+Conv1D::Conv1D(int64_t filters, int kernel_size, Conv1DLayerOptions options)
+    : LayerBase(options.name), filters_(filters), kernel_size_(kernel_size), options_(std::move(options)) {
+  const auto& o = options_;
+  STRATA_CHECK(filters > 0, InvalidArgument, "Conv1D needs a positive number of filters, got " << filters);
+  STRATA_CHECK(kernel_size > 0, InvalidArgument, "Conv1D kernel_size must be positive, got " << kernel_size);
+  STRATA_CHECK(o.strides > 0 && o.dilation_rate > 0, InvalidArgument,
+               "Conv1D strides and dilation_rate must be positive, got " << o.strides << " and " << o.dilation_rate);
+  STRATA_CHECK(o.strides == 1 || o.dilation_rate == 1, InvalidArgument,
+               "Conv1D: strides above 1 cannot be combined with dilation_rate above 1 (as in Keras)");
+}
+
+Conv1D::Conv1D(int64_t filters, int kernel_size, ActivationSpec activation)
+    : Conv1D(filters, kernel_size, Conv1DLayerOptions{.activation = std::move(activation)}) {}
+
+int64_t Conv1D::causal_padding() const {
+  return options_.padding.is_causal() ? static_cast<int64_t>(kernel_size_ - 1) * options_.dilation_rate : 0;
+}
+
+void Conv1D::build_impl(const Shape& s) {
+  check_sequence(s, "Conv1D");
+  const auto& o = options_;
+  STRATA_CHECK(out_size(s[1] + causal_padding(), kernel_size_, o.strides, o.dilation_rate, o.padding.value()) > 0,
+               ShapeError,
+               "Conv1D kernel_size " << kernel_size_ << " (dilation_rate " << o.dilation_rate << ") does not fit input "
+                                     << shape_str(with_free_batch(s)) << " with 'valid' padding");
+  kernel_ =
+      add_weight("kernel", {kernel_size_, s[2], filters_}, o.kernel_initializer.fn(), true, o.kernel_regularizer.fn());
+  if (o.use_bias) bias_ = add_weight("bias", {filters_}, o.bias_initializer.fn(), true, o.bias_regularizer.fn());
+}
+
+Variable Conv1D::call(const Variable& input, bool) {
+  const Shape& s = input.shape();
+  check_sequence(s, label(*this));
+  const Shape& k = kernel_.shape();
+  STRATA_CHECK(s[2] == k[1], ShapeError,
+               label(*this) << " expects input [batch, steps, " << k[1] << "], got " << shape_str(s));
+  Variable x = input;
+  if (const int64_t pad = causal_padding(); pad > 0) {
+    x = concat({Variable(Tensor::zeros({s[0], pad, s[2]}, input.value().dtype(), input.value().device())), x}, 1);
+  }
+  const auto& o = options_;
+  const Conv2DOptions conv =
+      detail::conv2d_options(Size2(1, o.strides), o.padding.value(), Size2(1, o.dilation_rate), o.activation);
+  // [b, steps, in] as [b, 1, steps, in] images and the kernel as [1, k, in, filters]: views, no copies.
+  Variable y = conv2d(reshape(x, {s[0], 1, x.shape()[1], s[2]}), reshape(kernel_, {1, k[0], k[1], k[2]}), bias_, conv);
+  y = reshape(y, {s[0], y.shape()[2], filters_});
+  return conv.fused_relu ? y : o.activation(y);
 }
 
 // ---------------------------------------------------------------- pooling
@@ -121,13 +176,6 @@ Variable GlobalAveragePooling2D::call(const Variable& input, bool) {
 // ---------------------------------------------------------------- GlobalAveragePooling1D
 GlobalAveragePooling1D::GlobalAveragePooling1D(GlobalPoolingOptions options)
     : LayerBase(options.name), keepdims_(options.keepdims) {}
-
-namespace {
-void check_sequence(const Shape& s, const std::string& who) {
-  STRATA_CHECK(s.size() == 3, ShapeError,
-               who << " wants an input of rank 3 [batch, steps, features], got " << shape_str(with_free_batch(s)));
-}
-}  // namespace
 
 void GlobalAveragePooling1D::build_impl(const Shape& s) { check_sequence(s, "GlobalAveragePooling1D"); }
 

@@ -25,4 +25,17 @@ PaddingSpec::PaddingSpec(const std::string& name) {
   }
 }
 
+Conv1DPaddingSpec::Conv1DPaddingSpec(const std::string& name) : padding_(Padding::kValid) {
+  std::string lower = name;
+  std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (lower == "causal") {
+    causal_ = true;
+  } else if (lower == "same") {
+    padding_ = Padding::kSame;
+  } else {
+    STRATA_CHECK(lower == "valid", InvalidArgument,
+                 "unknown Conv1D padding '" << name << "'; known: valid, same, causal");
+  }
+}
+
 }  // namespace strata::nn

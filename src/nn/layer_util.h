@@ -1,5 +1,6 @@
 // Helpers the concrete layers share (and the tensor-parallel layers of src/parallel): naming a layer in messages,
-// checking input shapes, the fused dense op, and the conv2d op's options from a layer's Keras-style options.
+// checking input shapes, the fused dense op, and the conv2d op's options from a convolution layer's Keras-style
+// options.
 // Thread-safety: pure functions.
 #pragma once
 
@@ -7,6 +8,7 @@
 
 #include "strata/error.h"
 #include "strata/nn/layer.h"
+#include "strata/nn/layer_options.h"
 #include "strata/ops.h"
 
 namespace strata::nn::detail {
@@ -24,16 +26,21 @@ inline Shape with_free_batch(Shape s) {
 // (core_layers.cc).
 Variable dense_op(const Variable& x, const Variable& w, const Variable& b, bool relu);
 
-// The conv2d op's options for a layer's options (strides, padding, dilation_rate, activation): a relu activation is
-// fused into the convolution.
+// The conv2d op's options for a convolution layer's strides, padding, dilation and activation: a relu activation is
+// fused into the convolution. Conv1D runs as a conv2d over a height of one, so it passes {1, its stride}.
+inline Conv2DOptions conv2d_options(Size2 strides, Padding padding, Size2 dilation_rate,
+                                    const ActivationSpec& activation) {
+  return {.stride_h = strides.h,
+          .stride_w = strides.w,
+          .padding = padding,
+          .dilation_h = dilation_rate.h,
+          .dilation_w = dilation_rate.w,
+          .fused_relu = activation.name() == "relu"};
+}
+// The same from a 2-D layer's Keras-style options (Conv2D, ChannelParallelConv2D).
 template <class LayerOptions>
 Conv2DOptions conv2d_options(const LayerOptions& o) {
-  return {.stride_h = o.strides.h,
-          .stride_w = o.strides.w,
-          .padding = o.padding.value(),
-          .dilation_h = o.dilation_rate.h,
-          .dilation_w = o.dilation_rate.w,
-          .fused_relu = o.activation.name() == "relu"};
+  return conv2d_options(o.strides, o.padding.value(), o.dilation_rate, o.activation);
 }
 
 }  // namespace strata::nn::detail

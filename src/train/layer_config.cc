@@ -47,6 +47,13 @@ nn::Size2 read_size2(const json& value) {
   STRATA_CHECK(v.size() == 2, InvalidArgument, "expected [height, width], got " << value.dump());
   return nn::Size2(v[0], v[1]);
 }
+// Keras writes Conv1D's sizes as lists of one ([3]); a bare integer is read too.
+int read_size1(const json& value) {
+  if (value.is_number_integer()) return value.get<int>();
+  const std::vector<int> v = value.get<std::vector<int>>();
+  STRATA_CHECK(v.size() == 1, InvalidArgument, "expected [size], got " << value.dump());
+  return v[0];
+}
 nn::RegularizerSpec read_regularizer(const json& value) { return nn::RegularizerSpec(name_or_empty(value)); }
 
 }  // namespace
@@ -91,6 +98,19 @@ json layer_config(const nn::Layer& layer) {
     c["strides"] = size2(o.strides);
     c["padding"] = o.padding.name();
     c["dilation_rate"] = size2(o.dilation_rate);
+    c["activation"] = activation(o.activation, layer, "activation");
+    c["use_bias"] = o.use_bias;
+    c["kernel_initializer"] = initializer(o.kernel_initializer, layer, "kernel_initializer");
+    c["bias_initializer"] = initializer(o.bias_initializer, layer, "bias_initializer");
+    c["kernel_regularizer"] = regularizer(o.kernel_regularizer, layer, "kernel_regularizer");
+    c["bias_regularizer"] = regularizer(o.bias_regularizer, layer, "bias_regularizer");
+  } else if (const auto* l = dynamic_cast<const nn::Conv1D*>(&layer)) {
+    const nn::Conv1DLayerOptions& o = l->options();  // sizes as Keras writes them: lists of one
+    c["filters"] = l->filters();
+    c["kernel_size"] = json::array({l->kernel_size()});
+    c["strides"] = json::array({o.strides});
+    c["padding"] = o.padding.name();
+    c["dilation_rate"] = json::array({o.dilation_rate});
     c["activation"] = activation(o.activation, layer, "activation");
     c["use_bias"] = o.use_bias;
     c["kernel_initializer"] = initializer(o.kernel_initializer, layer, "kernel_initializer");
@@ -177,13 +197,14 @@ json layer_config(const nn::Layer& layer) {
     recurrent_config(gru->units(), o, layer, c);
     c["reset_after"] = o.reset_after;
   } else {
-    STRATA_THROW(InvalidArgument, "cannot save " << describe(layer)
-                                                 << ": a saved model holds Rescaling, Dense, Conv2D, MaxPooling2D, "
-                                                    "AveragePooling2D, GlobalAveragePooling2D, GlobalAveragePooling1D, "
-                                                    "Flatten, Reshape, Dropout, BatchNormalization, "
-                                                    "LayerNormalization, Activation, Embedding, LSTM, GRU, "
-                                                    "MultiHeadAttention, PositionEmbedding and TransformerEncoder "
-                                                    "layers");
+    STRATA_THROW(InvalidArgument, "cannot save "
+                                      << describe(layer)
+                                      << ": a saved model holds Rescaling, Dense, Conv2D, Conv1D, MaxPooling2D, "
+                                         "AveragePooling2D, GlobalAveragePooling2D, GlobalAveragePooling1D, "
+                                         "Flatten, Reshape, Dropout, BatchNormalization, "
+                                         "LayerNormalization, Activation, Embedding, LSTM, GRU, "
+                                         "MultiHeadAttention, PositionEmbedding and TransformerEncoder "
+                                         "layers");
   }
   return json{{"class_name", layer.class_name()}, {"config", c}};
 }
@@ -217,6 +238,20 @@ std::shared_ptr<nn::Layer> make_from(const std::string& type, const json& c) {
     o.bias_regularizer = read_regularizer(c.at("bias_regularizer"));
     o.name = name;
     return std::make_shared<nn::Conv2D>(c.at("filters").get<int64_t>(), read_size2(c.at("kernel_size")), o);
+  }
+  if (type == "Conv1D") {
+    nn::Conv1DLayerOptions o;
+    o.strides = read_size1(c.at("strides"));
+    o.padding = c.at("padding").get<std::string>();
+    o.dilation_rate = read_size1(c.at("dilation_rate"));
+    o.activation = c.at("activation").get<std::string>();
+    o.use_bias = c.at("use_bias").get<bool>();
+    o.kernel_initializer = c.at("kernel_initializer").get<std::string>();
+    o.bias_initializer = c.at("bias_initializer").get<std::string>();
+    o.kernel_regularizer = read_regularizer(c.at("kernel_regularizer"));
+    o.bias_regularizer = read_regularizer(c.at("bias_regularizer"));
+    o.name = name;
+    return std::make_shared<nn::Conv1D>(c.at("filters").get<int64_t>(), read_size1(c.at("kernel_size")), o);
   }
   if (type == "MaxPooling2D" || type == "AveragePooling2D") {
     nn::Pooling2DOptions o;
@@ -352,7 +387,7 @@ std::shared_ptr<nn::Layer> layer_from_config(const json& config, const std::stri
     const json& c = config.at("config");
     std::shared_ptr<nn::Layer> layer = make_from(type, c);
     STRATA_CHECK(layer != nullptr, DataCorrupt,
-                 where << ": unknown layer class '" << type << "' (this strata reads Rescaling, Dense, Conv2D, "
+                 where << ": unknown layer class '" << type << "' (this strata reads Rescaling, Dense, Conv2D, Conv1D, "
                        << "MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D, GlobalAveragePooling1D, Flatten, "
                        << "Reshape, Dropout, BatchNormalization, LayerNormalization, Activation, Embedding, LSTM, GRU, "
                        << "MultiHeadAttention, PositionEmbedding and TransformerEncoder)");

@@ -206,6 +206,7 @@ class Exporter {
     }
     if (const auto* l = dynamic_cast<const nn::Dense*>(&layer)) return dense(*l, x);
     if (const auto* l = dynamic_cast<const nn::Conv2D*>(&layer)) return conv2d(*l, x);
+    if (const auto* l = dynamic_cast<const nn::Conv1D*>(&layer)) return conv1d(*l, x);
     if (const auto* l = dynamic_cast<const nn::detail::Pooling2D*>(&layer)) return pooling(*l, x);
     if (const auto* l = dynamic_cast<const nn::GlobalAveragePooling2D*>(&layer)) {
       onnx::NodeProto* n = g_.node("ReduceMean", base, {x.name});
@@ -246,12 +247,12 @@ class Exporter {
     }
     if (const auto* l = dynamic_cast<const nn::LSTM*>(&layer)) return lstm(*l, x);
     if (const auto* l = dynamic_cast<const nn::GRU*>(&layer)) return gru(*l, x);
-    STRATA_THROW(
-        InvalidArgument, "cannot export "
-                             << describe(layer)
-                             << " to ONNX: strata exports Rescaling, Dense, Conv2D, MaxPooling2D, AveragePooling2D, "
-                                "GlobalAveragePooling2D, Flatten, Reshape, Dropout, BatchNormalization, Activation, "
-                                "Embedding, LSTM, GRU, Concatenate, Add, Subtract and Multiply layers");
+    STRATA_THROW(InvalidArgument,
+                 "cannot export "
+                     << describe(layer)
+                     << " to ONNX: strata exports Rescaling, Dense, Conv2D, Conv1D, MaxPooling2D, AveragePooling2D, "
+                        "GlobalAveragePooling2D, Flatten, Reshape, Dropout, BatchNormalization, Activation, "
+                        "Embedding, LSTM, GRU, Concatenate, Add, Subtract and Multiply layers");
   }
 
   // Marks a graph input's dtype (Rescaling casts integers; Embedding casts floats).
@@ -369,6 +370,36 @@ class Exporter {
     attr(n, "pads",
          window_pads(in.shape, l.kernel_size(), o.strides, o.dilation_rate, o.padding.value() == Padding::kSame));
     return activation(o.activation.name(), l, "activation", {n->output(0), l.output_shape(), true});
+  }
+
+  // [b, steps, c] -> Transpose [b, c, steps] -> 1-D Conv -> Transpose back, then the activation in strata's layout.
+  Value conv1d(const nn::Conv1D& l, const Value& in) {
+    const std::string base = l.name();
+    STRATA_CHECK(in.shape.size() == 3 && !in.channels_first, InvalidArgument,
+                 "cannot export " << describe(l) << " to ONNX: it wants [batch, steps, channels] inputs, got "
+                                  << shape_str(in.shape));
+    const nn::Conv1DLayerOptions& o = l.options();
+    onnx::NodeProto* to_channels_first = g_.node("Transpose", base + "_ncw", {in.name});
+    attr(to_channels_first, "perm", std::vector<int64_t>{0, 2, 1});
+    const Shape& k = l.kernel().shape();  // [k, in, out] -> ONNX's [out, in, k]
+    const std::vector<float> kio = host_floats(l.kernel());
+    std::vector<float> oik(kio.size());
+    for (int64_t t = 0; t < k[0]; ++t)
+      for (int64_t i = 0; i < k[1]; ++i)
+        for (int64_t c = 0; c < k[2]; ++c)
+          oik[static_cast<size_t>((c * k[1] + i) * k[0] + t)] = kio[static_cast<size_t>((t * k[1] + i) * k[2] + c)];
+    std::vector<std::string> inputs{to_channels_first->output(0), g_.floats(base + "/kernel", {k[2], k[1], k[0]}, oik)};
+    if (o.use_bias) inputs.push_back(g_.floats(base + "/bias", {k[2]}, host_floats(l.bias())));
+    onnx::NodeProto* n = g_.node("Conv", base, inputs);
+    attr(n, "kernel_shape", std::vector<int64_t>{k[0]});
+    attr(n, "strides", std::vector<int64_t>{o.strides});
+    attr(n, "dilations", std::vector<int64_t>{o.dilation_rate});
+    std::pair<int64_t, int64_t> pads{l.causal_padding(), 0};  // causal: the zeros before; valid: none
+    if (o.padding.value() == Padding::kSame) pads = same_padding(in.shape[1], k[0], o.strides, o.dilation_rate);
+    attr(n, "pads", std::vector<int64_t>{pads.first, pads.second});
+    onnx::NodeProto* back = g_.node("Transpose", base + "_nwc", {n->output(0)});
+    attr(back, "perm", std::vector<int64_t>{0, 2, 1});
+    return activation(o.activation.name(), l, "activation", {back->output(0), l.output_shape(), false});
   }
 
   Value pooling(const nn::detail::Pooling2D& l, const Value& in) {

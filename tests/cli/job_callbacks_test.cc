@@ -149,6 +149,19 @@ TEST(JobCallbacksTest, EarlyStoppingAndCheckpointsRunOnAParameterServerChief) {
   EXPECT_TRUE(fs::exists(t.s.dir / "best" / "w-01.safetensors")) << out;
 }
 
+// The ps tasks apply the rate the chief's steps carry; a schedule would need the chief to step it.
+TEST(JobCallbacksTest, ParameterServerRefusesALearningRateSchedule) {
+  TinyJob t("schedule_ps");
+  std::string text = tiny_job(t.s.dir);
+  const std::string adam = "optimizer: {name: adam, learning_rate: 0.01}";
+  text.replace(text.find(adam), adam.size(),
+               "optimizer: {name: adam, learning_rate: 0.01, schedule: {name: cosine_decay, warmup_epochs: 0.5}}");
+  const std::string job = write_job(t.s.dir, text);
+  auto [rc, out] = run(std::string(STRATA_BINARY) + " train " + job + " --strategy parameter_server");
+  EXPECT_NE(rc, 0) << out;
+  EXPECT_NE(out.find("optimizer.schedule: not supported under parameter_server"), std::string::npos) << out;
+}
+
 // load_job checks each section where it is read, naming the file, the line and the key.
 TEST(JobCallbacksTest, LoadTimeChecksNameTheFileLineAndKey) {
   Scratch s("callbacks_checks");

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <regex>
@@ -115,6 +116,39 @@ TEST_F(JobChecksTest, EveryOptimizerNumberIsCheckedWithItsRange) {
   // In range: accepted.
   EXPECT_NO_THROW(load_job(job(adam, "optimizer: {name: sgd, momentum: 0.9, clipnorm: 1, nesterov: true}")));
   EXPECT_NO_THROW(load_job(job(adam, "optimizer: {name: adamw, beta_1: 0, weight_decay: 0}")));
+}
+
+TEST_F(JobChecksTest, ACosineScheduleWarmsUpThenDecaysOverTheJobsEpochs) {
+  const std::string adam = "optimizer: {name: adam, learning_rate: 0.01}";
+  const Job job_ = load_job(
+      job(adam, "optimizer: {name: adam, learning_rate: 0.01, schedule: {name: cosine_decay, warmup_epochs: 0.5, "
+                "alpha: 0.1}}"));
+  EXPECT_EQ(job_.schedule.name, "cosine_decay");
+  // 2 epochs of 10 steps: 5 warmup steps from 0, then a cosine from 0.01 to 0.001 over the other 15.
+  const optim::LearningRate lr = scheduled_learning_rate(job_, 0.01f, 10);
+  EXPECT_FLOAT_EQ(lr(0), 0.0f);
+  EXPECT_FLOAT_EQ(lr(2), 0.004f);
+  EXPECT_FLOAT_EQ(lr(5), 0.01f);
+  EXPECT_NEAR(lr(5 + 15 / 2.0), 0.01f * (0.9f * 0.5f * (1 + std::cos(3.14159265f * 7 / 15)) + 0.1f), 1e-6);
+  EXPECT_FLOAT_EQ(lr(20), 0.001f);
+  EXPECT_FLOAT_EQ(lr(100), 0.001f);
+  // compile_model puts it on the optimizer when it knows the steps; without them the peak stays constant.
+  auto model = build_model(job_);
+  compile_model(job_, *model, 10);
+  EXPECT_FLOAT_EQ(model->optimizer().learning_rate(), 0.0f);
+  compile_model(job_, *model, 0);
+  EXPECT_FLOAT_EQ(model->optimizer().learning_rate(), 0.01f);
+
+  const std::string at = "job.yaml:9: optimizer.schedule";
+  expect_error(adam, "optimizer: {name: adam, schedule: {name: cosine}}",
+               at + ".name: unknown schedule 'cosine'; known: cosine_decay");
+  expect_error(adam, "optimizer: {name: adam, schedule: {warmup_epochs: 1}}", at + ".name is required");
+  expect_error(adam, "optimizer: {name: adam, schedule: {name: cosine_decay, warmup_epochs: 2}}",
+               at + ".warmup_epochs: 2 leaves nothing of the job's 2 epochs to decay over");
+  expect_error(adam, "optimizer: {name: adam, schedule: {name: cosine_decay, alpha: 1.5}}",
+               at + ".alpha: must be a finite number in [0, 1], got 1.5");
+  expect_error(adam, "optimizer: {name: adam, schedule: {name: cosine_decay, decay_steps: 100}}", "decay_steps");
+  expect_error(adam, "optimizer: {name: adam, schedule: [cosine_decay]}", at + ": expected a mapping of keys");
 }
 
 TEST_F(JobChecksTest, LayerDataAndTopLevelNumbersAreChecked) {

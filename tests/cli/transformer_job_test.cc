@@ -1,6 +1,7 @@
 // Transformer layers in job files (src/cli/job.cc): the layer_normalization, multi_head_attention,
-// position_embedding, transformer_encoder and global_average_pooling1d keys, their checks, the committed
-// configs/fashion_mnist_transformer.yaml, and `strata train` end to end on a tiny IDX set read as 28 tokens.
+// position_embedding, transformer_encoder, global_average_pooling1d and conv1d keys, their checks, the committed
+// configs/fashion_mnist_transformer.yaml (a Conv1D stem and a cosine schedule), and `strata train` end to end on a
+// tiny IDX set read as 28 tokens.
 // Thread-safety: each test runs on one thread, in its own scratch directory.
 #include <gtest/gtest.h>
 
@@ -101,10 +102,73 @@ TEST(TransformerJobTest, BadTransformerKeysNameTheKeyAndLine) {
   EXPECT_NE(unknown_type.find("transformer_encoder"), std::string::npos) << unknown_type;  // the known list
 }
 
+TEST(TransformerJobTest, Conv1DKeysBuildTheLayerTheySay) {
+  Scratch s("conv1d_keys");
+  const Job job = load_job(
+      write_job(s.dir, job_with_model(s.dir,
+                                      "  - reshape: {target_shape: [28, 28]}\n"
+                                      "  - conv1d: {filters: 8, kernel_size: 3, padding: causal, dilation_rate: [2], "
+                                      "activation: gelu, use_bias: false, kernel_initializer: he_normal, "
+                                      "kernel_regularizer: l2}\n"
+                                      "  - Conv1D: {filters: 6, kernel_size: [4], strides: 2, padding: same, "
+                                      "bias_initializer: ones, name: stem}\n"
+                                      "  - global_average_pooling1d\n"
+                                      "  - dense: {units: 10}\n")));
+  auto model = build_model(job);
+  EXPECT_EQ((*model)(Tensor::zeros({3, 28, 28, 1})).shape(), (Shape{3, 10}));
+  const auto* causal = dynamic_cast<const nn::Conv1D*>(model->layers()[1].get());
+  const auto* stem = dynamic_cast<const nn::Conv1D*>(model->layers()[2].get());
+  ASSERT_NE(causal, nullptr);
+  ASSERT_NE(stem, nullptr);
+  EXPECT_EQ(causal->filters(), 8);
+  EXPECT_EQ(causal->kernel_size(), 3);
+  EXPECT_TRUE(causal->options().padding.is_causal());
+  EXPECT_EQ(causal->options().dilation_rate, 2);
+  EXPECT_EQ(causal->options().activation.name(), "gelu");
+  EXPECT_FALSE(causal->options().use_bias);
+  EXPECT_EQ(causal->options().kernel_initializer.name(), "he_normal");
+  EXPECT_EQ(causal->options().kernel_regularizer.name(), "l2");
+  EXPECT_EQ(causal->output_shape(), (Shape{-1, 28, 8}));
+  EXPECT_EQ(stem->name(), "stem");
+  EXPECT_EQ(stem->kernel_size(), 4);
+  EXPECT_EQ(stem->options().strides, 2);
+  EXPECT_EQ(stem->options().padding.value(), Padding::kSame);
+  EXPECT_EQ(stem->output_shape(), (Shape{-1, 14, 6}));
+  EXPECT_EQ(stem->kernel().shape(), (Shape{4, 8, 6}));
+}
+
+TEST(TransformerJobTest, BadConv1DKeysNameTheKeyAndLine) {
+  Scratch s("conv1d_bad_keys");
+  auto error_of = [&](const std::string& layer) {
+    const std::string path =
+        write_job(s.dir, job_with_model(s.dir, "  - reshape: {target_shape: [28, 28]}\n  - " + layer +
+                                                   "\n  - flatten\n  - dense: {units: 10}\n"));
+    return test::message_of<InvalidArgument>([&] { load_job(path); });
+  };
+  const std::string filters = error_of("conv1d: {kernel_size: 3}");
+  EXPECT_NE(filters.find("job.yaml:8: model[1].conv1d.filters is required"), std::string::npos) << filters;
+  const std::string kernel = error_of("conv1d: {filters: 2, kernel_size: [3, 3]}");
+  EXPECT_NE(kernel.find("model[1].conv1d.kernel_size: expected one integer"), std::string::npos) << kernel;
+  const std::string strides = error_of("conv1d: {filters: 2, kernel_size: 3, strides: 0}");
+  EXPECT_NE(strides.find("model[1].conv1d.strides: must be positive, got 0"), std::string::npos) << strides;
+  const std::string padding = error_of("conv1d: {filters: 2, kernel_size: 3, padding: full}");
+  EXPECT_NE(padding.find("unknown Conv1D padding 'full'; known: valid, same, causal"), std::string::npos) << padding;
+  const std::string both = error_of("conv1d: {filters: 2, kernel_size: 3, strides: 2, dilation_rate: 2}");
+  EXPECT_NE(both.find("model[1].conv1d: Conv1D: strides above 1 cannot be combined"), std::string::npos) << both;
+  const std::string unknown = error_of("conv1d: {filters: 2, kernel_size: 3, groups: 2}");
+  EXPECT_NE(unknown.find("groups"), std::string::npos) << unknown;
+}
+
 TEST(TransformerJobTest, TheFashionMnistTransformerJobBuildsTwoEncoderBlocks) {
   const Job job = load_job("configs/fashion_mnist_transformer.yaml");
   auto model = build_model(job);
   EXPECT_EQ((*model)(Tensor::zeros({2, 28, 28, 1})).shape(), (Shape{2, 10}));
+  // 28 row tokens embedded by a Conv1D stem; a warmup and cosine decay over the 5 epochs.
+  const auto* stem = dynamic_cast<const nn::Conv1D*>(model->layers()[1].get());
+  ASSERT_NE(stem, nullptr);
+  EXPECT_EQ(stem->output_shape(), (Shape{-1, 28, 64}));
+  EXPECT_EQ(job.schedule.name, "cosine_decay");
+  EXPECT_EQ(job.epochs, 5);
   int blocks = 0;
   for (const auto& layer : model->layers()) {
     if (const auto* block = dynamic_cast<const nn::TransformerEncoder*>(layer.get())) {

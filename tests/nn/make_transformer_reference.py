@@ -18,6 +18,11 @@ d loss / d (inputs, weights)):
                mha_self_masked: self-attention with a causal mask and a padding mask of the keys.
   encoder      a pre-norm Transformer encoder block (keras_hub's TransformerEncoder with normalize_first=True):
                x + MHA(LN(x)), then + Dense(Dense_gelu(LN(.))).
+  conv1d_*     torch.nn.functional.conv1d on [batch, channels, steps] with the Keras kernel [k, in, filters] as
+               PyTorch's [filters, in, k], padded first as Keras pads: "same" by TensorFlow's rule (the odd step
+               after), "causal" (k - 1) * dilation zeros before.
+               conv1d_same_strided: same, strides 2, an even kernel (uneven padding), bias, linear.
+               conv1d_causal_dilated: causal, dilation_rate 2, bias, relu.
 """
 import json
 import math
@@ -164,6 +169,32 @@ def encoder_case(rng):
     return case
 
 
+def conv1d_case(rng, batch, steps, channels, filters, kernel_size, strides, padding, dilation, activation):
+    w = {"kernel": draw(rng, kernel_size, channels, filters), "bias": draw(rng, filters)}
+    x = draw(rng, batch, steps, channels, scale=1.0)
+    lv = leaves({"x": x, **w})
+    span = (kernel_size - 1) * dilation + 1
+    if padding == "same":
+        total = max((math.ceil(steps / strides) - 1) * strides + span - steps, 0)
+        pads = (total // 2, total - total // 2)
+    elif padding == "causal":
+        pads = (span - 1, 0)
+    else:
+        pads = (0, 0)
+    xt = F.pad(lv["x"].permute(0, 2, 1), pads)
+    y = F.conv1d(xt, lv["kernel"].permute(2, 1, 0), lv["bias"], stride=strides, dilation=dilation).permute(0, 2, 1)
+    if activation == "relu":
+        y = torch.relu(y)
+    r = draw(rng, *y.shape, scale=1.0)
+    (y * torch.tensor(r)).sum().backward()
+    case = {"filters": filters, "kernel_size": kernel_size, "strides": strides, "padding": padding,
+            "dilation_rate": dilation, "activation": activation, "r": as_list(r), "output": as_list(y)}
+    for name, value in {"x": x, **w}.items():
+        case[name] = as_list(value)
+        case["grad_" + name] = as_list(lv[name].grad)
+    return case
+
+
 def main():
     rng = np.random.default_rng(42)
     err = check_einsum_against_torch_mha(rng)
@@ -177,6 +208,11 @@ def main():
         "mha_self_masked": mha_case(rng, 2, 5, 5, dq=4, dv=4, dk=4, heads=2, key_dim=3, value_dim=3, out=4,
                                     self_attention=True, mask=causal_and_padding_mask(2, 5, [5, 3])),
         "encoder": encoder_case(rng),
+        # (Drawn after the cases above, so adding them left those unchanged.)
+        "conv1d_same_strided": conv1d_case(rng, 2, 7, 3, 4, kernel_size=4, strides=2, padding="same", dilation=1,
+                                           activation="linear"),
+        "conv1d_causal_dilated": conv1d_case(rng, 2, 6, 2, 3, kernel_size=3, strides=1, padding="causal",
+                                             dilation=2, activation="relu"),
     }
     print(json.dumps(out))
 

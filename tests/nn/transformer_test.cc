@@ -1,8 +1,9 @@
-// The Transformer layers: LayerNormalization, GELU, GlobalAveragePooling1D, MultiHeadAttention, PositionEmbedding
-// and TransformerEncoder. Keras's weight layouts and names; gradients of the inputs and every weight against finite
-// differences; outputs and gradients on fixed weights against PyTorch (tests/nn/transformer_reference.json, written
-// by tests/nn/make_transformer_reference.py); the causal and padding masks hide what they should.
-// Thread-safety: each test runs on one thread (the reference JSON is parsed once, by a function-local static).
+// The Transformer layers: LayerNormalization, GELU, GlobalAveragePooling1D, MultiHeadAttention, PositionEmbedding,
+// TransformerEncoder and Conv1D (a sequence stem; tested here for the shared PyTorch reference). Keras's weight layouts
+// and names; gradients of the inputs and every weight against finite differences; outputs and gradients on fixed
+// weights against PyTorch (tests/nn/transformer_reference.json, written by tests/nn/make_transformer_reference.py); the
+// causal and padding masks hide what they should. Thread-safety: each test runs on one thread (the reference JSON is
+// parsed once, by a function-local static).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -418,6 +419,107 @@ TEST(TransformerTest, TransformerEncoderHasKerasHubSublayersAndGradients) {
                 nn::TransformerEncoder(8, 4)(random_tensor({2, 3, 2}, 1));
               }),
               HasSubstr("4 heads"));
+}
+
+// ---------------------------------------------------------------- Conv1D
+TEST(TransformerTest, Conv1DHasKerasShapesAndPaddings) {
+  const Tensor x = random_tensor({2, 7, 3}, 1);
+  nn::Conv1D valid(4, 3);
+  EXPECT_EQ(valid(x).shape(), (Shape{2, 5, 4}));
+  EXPECT_EQ(valid.kernel().name(), "conv1d/kernel");
+  EXPECT_EQ(valid.kernel().shape(), (Shape{3, 3, 4}));  // [kernel_size, in, filters]
+  EXPECT_EQ(valid.bias().shape(), (Shape{4}));
+  EXPECT_EQ(nn::Conv1D(4, 3, {.strides = 2, .padding = "same"})(x).shape(), (Shape{2, 4, 4}));  // ceil(7 / 2)
+  EXPECT_EQ(nn::Conv1D(4, 3, {.padding = "same", .dilation_rate = 3})(x).shape(), (Shape{2, 7, 4}));
+  nn::Conv1D causal(2, 3, {.padding = "CAUSAL", .dilation_rate = 2, .use_bias = false});
+  EXPECT_EQ(causal(x).shape(), (Shape{2, 7, 2}));
+  EXPECT_EQ(causal.causal_padding(), 4);
+  EXPECT_EQ(causal.options().padding.name(), std::string("causal"));
+  EXPECT_EQ(causal.variables().size(), 1u);
+  // Causal: output step t sees input steps <= t only; changing later steps changes nothing before them.
+  const Tensor y = causal(x).value();
+  for (int64_t t = 0; t < 6; ++t) {
+    Tensor changed = x.clone();
+    for (int64_t b = 0; b < 2; ++b) {
+      for (int64_t c = 0; c < 3; ++c) changed.data<float>()[(b * 7 + t + 1) * 3 + c] += 2.0f;
+    }
+    const Tensor y2 = causal(changed).value();
+    expect_near(slice_axis(Variable(y2), 1, 0, t + 1).value(), slice_axis(Variable(y), 1, 0, t + 1).value(), 0.0f);
+    EXPECT_GT(max_abs_diff(slice_axis(Variable(y2), 1, t + 1, 7).value(), slice_axis(Variable(y), 1, t + 1, 7).value()),
+              1e-4f);
+  }
+  // relu is fused into the convolution; any other activation follows it.
+  nn::Conv1D relu(4, 2, {.activation = "relu", .bias_initializer = "random_uniform"});
+  nn::Conv1D linear(4, 2, {.bias_initializer = "random_uniform"});
+  relu(x);
+  linear(x);
+  set_weight(linear.kernel(), relu.kernel().value());
+  set_weight(linear.bias(), relu.bias().value());
+  expect_near(relu(x).value(), strata::relu(linear(x)).value(), 0.0f);
+}
+
+TEST(TransformerTest, Conv1DRefusesBadArgumentsNamingThem) {
+  EXPECT_THAT(message_of<InvalidArgument>([] { nn::Conv1D(0, 3); }), HasSubstr("positive number of filters"));
+  EXPECT_THAT(message_of<InvalidArgument>([] { nn::Conv1D(2, 0); }), HasSubstr("kernel_size must be positive"));
+  EXPECT_THAT(message_of<InvalidArgument>([] { nn::Conv1D(2, 3, {.strides = 2, .dilation_rate = 2}); }),
+              HasSubstr("strides above 1 cannot be combined with dilation_rate above 1"));
+  EXPECT_THAT(message_of<InvalidArgument>([] { nn::Conv1D(2, 3, {.padding = "full"}); }),
+              HasSubstr("unknown Conv1D padding 'full'; known: valid, same, causal"));
+  EXPECT_THAT(message_of<ShapeError>([] {
+                nn::Conv1D(2, 3)(random_tensor({2, 7}, 1));
+              }),
+              HasSubstr("Conv1D wants an input of rank 3 [batch, steps, features], got [-1, 7]"));
+  EXPECT_THAT(message_of<ShapeError>([] {
+                nn::Conv1D(2, 5, {.dilation_rate = 2})(random_tensor({2, 8, 3}, 1));
+              }),
+              HasSubstr("kernel_size 5 (dilation_rate 2) does not fit input [-1, 8, 3] with 'valid' padding"));
+  nn::Conv1D conv(2, 3);
+  conv(random_tensor({2, 7, 3}, 1));
+  EXPECT_THAT(message_of<ShapeError>([&] {
+                conv(random_tensor({2, 7, 4}, 1));
+              }),
+              HasSubstr("expects input [batch, steps, 3], got [2, 7, 4]"));
+  // Causal padding lets a kernel longer than the sequence fit, as in Keras.
+  EXPECT_EQ(nn::Conv1D(2, 5, {.padding = "causal"})(random_tensor({2, 3, 3}, 1)).shape(), (Shape{2, 3, 2}));
+}
+
+TEST(TransformerTest, Conv1DMatchesPyTorch) {
+  for (const char* name : {"conv1d_same_strided", "conv1d_causal_dilated"}) {
+    const json& ref = reference().at(name);
+    nn::Conv1D conv(ref.at("filters").get<int64_t>(), ref.at("kernel_size").get<int>(),
+                    {.strides = ref.at("strides").get<int>(),
+                     .padding = ref.at("padding").get<std::string>(),
+                     .dilation_rate = ref.at("dilation_rate").get<int>(),
+                     .activation = ref.at("activation").get<std::string>()});
+    Variable x(tensor_of(ref.at("x")), true, "x");
+    conv(x);
+    set_weight(conv.kernel(), tensor_of(ref.at("kernel")));
+    set_weight(conv.bias(), tensor_of(ref.at("bias")));
+    GradientTape tape;
+    Variable y = conv(x);
+    const auto grads = tape.gradient(y, {x, conv.kernel(), conv.bias()}, tensor_of(ref.at("r")));
+    const std::string what = std::string("Conv1D ") + name;
+    expect_matches(what, y.value(), ref, "output");
+    expect_matches(what, grads[0], ref, "grad_x");
+    expect_matches(what, grads[1], ref, "grad_kernel");
+    expect_matches(what, grads[2], ref, "grad_bias");
+  }
+}
+
+TEST(TransformerTest, Conv1DGradientsMatchFiniteDifferences) {
+  const Tensor x = random_tensor({2, 7, 3}, 5);
+  for (const char* padding : {"valid", "same", "causal"}) {
+    for (const auto& [strides, dilation] : {std::pair{1, 1}, std::pair{2, 1}, std::pair{1, 2}}) {
+      SCOPED_TRACE(std::string(padding) + " strides " + std::to_string(strides) + " dilation " +
+                   std::to_string(dilation));
+      nn::Conv1D conv(
+          2, 3,
+          {.strides = strides, .padding = padding, .dilation_rate = dilation, .bias_initializer = "random_uniform"});
+      testing::check_layer_gradients(conv, {x});
+    }
+  }
+  nn::Conv1D no_bias(3, 2, {.padding = "causal", .use_bias = false});
+  testing::check_layer_gradients(no_bias, {x});
 }
 
 }  // namespace

@@ -2,8 +2,8 @@
 tiny data, exported with `strata export -o MODEL.onnx` and `-o MODEL.safetensors`; onnxruntime's outputs on the
 .onnx file must equal, to 1e-5 (max abs), what `strata predict` gives on the saved model. onnx.checker checks each
 file. A job of the layers the configs lack (BatchNormalization, GRU both ways of reset_after, go_backwards,
-Dropout, AveragePooling2D, SAME padding, softmax) runs the same way, and a functional model (Concatenate, Add,
-the remaining activations; tests/peers/tool/onnx_export.cc) is compared with strata's own predictions.
+Dropout, AveragePooling2D, SAME padding, softmax, Conv1D causal and dilated, and strided with SAME padding) runs the
+same way, and a functional model (Concatenate, Add, the remaining activations; tests/peers/tool/onnx_export.cc) is compared with strata's own predictions.
 
 The binary is $STRATA_BINARY (ctest's peers_test sets it), else build/strata. The models are the configs' own
 `model:` sections; only the CTR model's table is cut from 1M rows to 1000 (its data's vocabulary), so the test
@@ -27,13 +27,16 @@ STRATA = os.environ.get("STRATA_BINARY") or os.path.join(_ROOT, "build", "strata
 TOLERANCE = 1e-5
 
 # What the configs lack, as a job file's model section: BatchNormalization on images and on rows, SAME padding,
-# strides, average pooling, Dropout, GRU (reset_after true and false, go_backwards), LSTM go_backwards, softmax.
+# strides, average pooling, Dropout, Conv1D (causal + dilated, strided + SAME), GRU (reset_after true and false,
+# go_backwards), LSTM go_backwards, softmax.
 EXTRA_LAYERS_MODEL = """model:
   - conv2d: {filters: 6, kernel_size: 3, strides: 2, padding: same, activation: relu}
   - batch_normalization: {}
   - average_pooling2d: {pool_size: 2, padding: same}
   - dropout: {rate: 0.25}
   - reshape: {target_shape: [7, 42]}
+  - conv1d: {filters: 16, kernel_size: 3, padding: causal, dilation_rate: 2, activation: relu}
+  - conv1d: {filters: 12, kernel_size: 2, strides: 2, padding: same}
   - gru: {units: 12, return_sequences: true}
   - gru: {units: 12, return_sequences: true, reset_after: false, go_backwards: true}
   - lstm: {units: 10, go_backwards: true}

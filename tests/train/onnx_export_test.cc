@@ -131,6 +131,42 @@ TEST(OnnxExportTest, SamePaddingIsTensorFlowsWithTheOddCellAfter) {
   EXPECT_THAT(op_types(proto), ElementsAre("Transpose", "Conv", "AveragePool", "Transpose"));
 }
 
+TEST(OnnxExportTest, Conv1DIsAOneDimensionalConvBetweenTwoTransposes) {
+  Sequential model({nn::Conv1D(4, 3, {.padding = "causal", .dilation_rate = 2, .activation = "relu"}),
+                    nn::Conv1D(2, 4, {.strides = 2, .padding = "same", .use_bias = false}),
+                    nn::Conv1D(3, 2, {.activation = "softmax"})});
+  model.build_for({1, 9, 5});
+  number_weights(model);
+  const onnx::ModelProto proto = parse(onnx_model_bytes(model));
+  EXPECT_THAT(op_types(proto), ElementsAre("Transpose", "Conv", "Transpose", "Relu", "Transpose", "Conv", "Transpose",
+                                           "Transpose", "Conv", "Transpose", "Softmax"));
+  const auto shapes = initializer_shapes(proto);
+  const std::string causal = model.layers()[0]->name(), same = model.layers()[1]->name();
+  EXPECT_THAT(shapes.at(causal + "/kernel"), ElementsAre(4, 5, 3));  // [out, in, k]
+  EXPECT_THAT(shapes.at(causal + "/bias"), ElementsAre(4));
+  EXPECT_EQ(shapes.count(same + "/bias"), 0u);
+  // OIK[o, i, t] is strata's KIO[t, i, o].
+  const Tensor kio = dynamic_cast<const nn::Conv1D&>(*model.layers()[0]).kernel().value();
+  const std::vector<float> oik = initializer_floats(proto, causal + "/kernel");
+  for (int64_t o = 0; o < 4; ++o)
+    for (int64_t i = 0; i < 5; ++i)
+      for (int64_t t = 0; t < 3; ++t)
+        EXPECT_EQ(oik[static_cast<size_t>((o * 5 + i) * 3 + t)], kio.data<float>()[(t * 5 + i) * 4 + o]);
+  std::vector<const onnx::NodeProto*> convs;
+  for (const onnx::NodeProto& n : proto.graph().node())
+    if (n.op_type() == "Conv") convs.push_back(&n);
+  ASSERT_EQ(convs.size(), 3u);
+  // Causal: (3 - 1) * 2 zeros before. Same, 9 steps, stride 2, kernel 4: out 5, total (5-1)*2+4-9 = 3 -> 1, 2.
+  EXPECT_THAT(attribute(*convs[0], "pads").ints(), ElementsAre(4, 0));
+  EXPECT_THAT(attribute(*convs[0], "dilations").ints(), ElementsAre(2));
+  EXPECT_THAT(attribute(*convs[1], "pads").ints(), ElementsAre(1, 2));
+  EXPECT_THAT(attribute(*convs[1], "strides").ints(), ElementsAre(2));
+  EXPECT_THAT(attribute(*convs[2], "pads").ints(), ElementsAre(0, 0));
+  EXPECT_THAT(attribute(*convs[2], "kernel_shape").ints(), ElementsAre(2));
+  EXPECT_THAT(attribute(first_node(proto, "Transpose"), "perm").ints(), ElementsAre(0, 2, 1));
+  EXPECT_EQ(attribute(first_node(proto, "Softmax"), "axis").i(), -1);  // over the filters, in strata's layout
+}
+
 TEST(OnnxExportTest, LstmGatesAreReorderedFromKerasIfcoToOnnxIofc) {
   Sequential model({nn::LSTM(3, {.return_sequences = true})});
   model.build_for({1, 5, 2});

@@ -18,6 +18,7 @@
 #include "strata/optim/losses.h"
 #include "strata/optim/optimizers.h"
 #include "strata/random.h"
+#include "train/layer_config.h"
 
 namespace strata {
 namespace {
@@ -122,6 +123,42 @@ TEST(SavedModelTest, TransformerLayersRoundTrip) {
   Generator gen(3);
   const data::Dataset x = data::Dataset::from_tensor_slices({init::uniform({5, 6, 4}, gen, -1.0f, 1.0f)}).batch(2);
   expect_bitwise_equal(model.predict(x), loaded->predict(x));
+}
+
+TEST(SavedModelTest, Conv1DRoundTripsWithKerasListSizes) {
+  TempDir tmp;
+  manual_seed(6);
+  Sequential model({nn::Conv1D(5, 3, {.padding = "causal", .dilation_rate = 2, .activation = "gelu"}),
+                    nn::Conv1D(4, 2, {.strides = 2, .padding = "same", .use_bias = false, .kernel_regularizer = "l2"}),
+                    nn::GlobalAveragePooling1D(), nn::Dense(2)});
+  model.build_for({1, 7, 3});
+  const fs::path path = tmp.dir / "conv1d.safetensors";
+  save_model(model, path.string());
+  const nlohmann::json config = detail::layer_config(*model.layers()[0]).at("config");
+  EXPECT_EQ(config.at("kernel_size"), nlohmann::json::array({3}));  // Keras's tuples of one
+  EXPECT_EQ(config.at("dilation_rate"), nlohmann::json::array({2}));
+  EXPECT_EQ(config.at("padding"), "causal");
+  std::shared_ptr<Sequential> loaded = load_model(path.string());
+  const auto* causal = dynamic_cast<const nn::Conv1D*>(loaded->layers()[0].get());
+  const auto* strided = dynamic_cast<const nn::Conv1D*>(loaded->layers()[1].get());
+  ASSERT_NE(causal, nullptr);
+  ASSERT_NE(strided, nullptr);
+  EXPECT_EQ(causal->kernel_size(), 3);
+  EXPECT_TRUE(causal->options().padding.is_causal());
+  EXPECT_EQ(causal->options().dilation_rate, 2);
+  EXPECT_EQ(causal->options().activation.name(), "gelu");
+  EXPECT_EQ(strided->options().strides, 2);
+  EXPECT_EQ(strided->options().padding.value(), Padding::kSame);
+  EXPECT_FALSE(strided->options().use_bias);
+  EXPECT_EQ(strided->options().kernel_regularizer.name(), "l2");
+  EXPECT_EQ(loaded->count_params(), model.count_params());
+  Generator gen(4);
+  const data::Dataset x = data::Dataset::from_tensor_slices({init::uniform({5, 7, 3}, gen, -1.0f, 1.0f)}).batch(2);
+  expect_bitwise_equal(model.predict(x), loaded->predict(x));
+  // A bare integer (as a hand-written config might have) reads too.
+  nlohmann::ordered_json bare = detail::layer_config(*model.layers()[0]);
+  bare["config"]["kernel_size"] = 3;
+  EXPECT_EQ(dynamic_cast<const nn::Conv1D&>(*detail::layer_from_config(bare, "test")).kernel_size(), 3);
 }
 
 TEST(SavedModelTest, TheConfigHoldsEveryLayersOptionsTheInputAndTheLoss) {

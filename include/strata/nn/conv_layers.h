@@ -1,6 +1,8 @@
-// Convolution and pooling layers on NHWC images ([batch, height, width, channels]), as Keras's
-// channels_last. Conv2D's kernel is [kh, kw, in, out] and its bias [out].
+// Convolution and pooling layers on NHWC images ([batch, height, width, channels]) and on sequences
+// ([batch, steps, channels]), as Keras's channels_last. Conv2D's kernel is [kh, kw, in, out], Conv1D's
+// [k, in, out]; their bias is [out].
 //
+//   nn::Conv1D(64, 3, {.padding = "causal", .dilation_rate = 2})   // [b, steps, c] -> [b, steps, 64]
 //   nn::Conv2D(32, 3, "relu")
 //   nn::Conv2D(64, {3, 3}, {.strides = 2, .padding = "same", .activation = "relu", .use_bias = false})
 //   nn::MaxPool2D(2)                       // pool 2x2, strides = pool size
@@ -55,6 +57,48 @@ class Conv2D : public LayerBase<Conv2D> {
   int64_t filters_;
   Size2 kernel_size_;
   Conv2DLayerOptions options_;
+  Variable kernel_, bias_;
+};
+
+struct Conv1DLayerOptions {
+  int strides = 1;
+  Conv1DPaddingSpec padding = "valid";  // "valid", "same" or "causal"
+  int dilation_rate = 1;                // strides must be 1 when dilation is above 1, as in Keras
+  ActivationSpec activation = {};
+  bool use_bias = true;
+  InitializerSpec kernel_initializer = "glorot_uniform";
+  InitializerSpec bias_initializer = "zeros";
+  RegularizerSpec kernel_regularizer = {};
+  RegularizerSpec bias_regularizer = {};
+  std::string name = "";
+};
+
+// 1-D convolution over the steps of a sequence (cross-correlation, as Keras):
+// [b, steps, in] -> [b, out_steps, filters], then activation. It runs as Conv2D's op on a height of one
+// (oneDNN's convolution on the host), "causal" first prepending (kernel_size - 1) * dilation_rate zero steps.
+class Conv1D : public LayerBase<Conv1D> {
+ public:
+  using Options = Conv1DLayerOptions;
+  Conv1D(int64_t filters, int kernel_size, Conv1DLayerOptions options = {});
+  Conv1D(int64_t filters, int kernel_size, ActivationSpec activation);
+
+  std::string class_name() const override { return "Conv1D"; }
+  int64_t filters() const { return filters_; }
+  int kernel_size() const { return kernel_size_; }
+  const Conv1DLayerOptions& options() const { return options_; }
+  const Variable& kernel() const { return kernel_; }
+  const Variable& bias() const { return bias_; }
+  // The zero steps "causal" padding prepends: (kernel_size - 1) * dilation_rate, else 0.
+  int64_t causal_padding() const;
+
+ protected:
+  void build_impl(const Shape& input_shape) override;
+  Variable call(const Variable& input, bool training) override;
+
+ private:
+  int64_t filters_;
+  int kernel_size_;
+  Conv1DLayerOptions options_;
   Variable kernel_, bias_;
 };
 

@@ -93,6 +93,23 @@ class PaddingSpec {
   Padding padding_;
 };
 
+// Conv1D's padding: "valid", "same" or "causal" (any case), as Keras. Causal pads (kernel_size - 1) * dilation_rate
+// zeros before the first step and none after, so output step t sees input steps up to t only (WaveNet).
+class Conv1DPaddingSpec {
+ public:
+  Conv1DPaddingSpec(Padding padding = Padding::kValid) : padding_(padding) {}    // NOLINT
+  Conv1DPaddingSpec(const char* name) : Conv1DPaddingSpec(std::string(name)) {}  // NOLINT
+  Conv1DPaddingSpec(const std::string& name);                                    // NOLINT
+  bool is_causal() const { return causal_; }
+  // What the convolution pads itself once any causal zeros are in place: kValid for "causal".
+  Padding value() const { return padding_; }
+  const char* name() const { return causal_ ? "causal" : padding_ == Padding::kSame ? "same" : "valid"; }
+
+ private:
+  Padding padding_;
+  bool causal_ = false;
+};
+
 // A 2-D size: one number for both axes (3) or {height, width}.
 struct Size2 {
   Size2(int both) : h(both), w(both) {}  // NOLINT: `3` means {3, 3}, as in Keras

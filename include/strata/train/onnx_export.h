@@ -9,10 +9,10 @@
 // Transpose goes in before the first of them and another before the first layer that needs NHWC again.
 //
 // Layers and the ops they become (docs/export.md has the table): Rescaling (Cast, Mul, Add), Dense (Gemm, or MatMul
-// and Add past rank 2), Conv2D (Conv), MaxPooling2D (MaxPool), AveragePooling2D (AveragePool),
-// GlobalAveragePooling2D (ReduceMean), Flatten (Flatten), Reshape (Reshape), Dropout (Dropout, an identity at
-// inference), BatchNormalization (BatchNormalization with the moving statistics), Activation and every layer's
-// activation (Relu, Sigmoid, Tanh, Softmax, LogSoftmax, Elu, LeakyRelu, Softplus, Exp, Erf for gelu, Sigmoid and Mul
+// and Add past rank 2), Conv2D (Conv), Conv1D (Conv on [batch, channels, steps], between two Transposes),
+// MaxPooling2D (MaxPool), AveragePooling2D (AveragePool), GlobalAveragePooling2D (ReduceMean), Flatten (Flatten),
+// Reshape (Reshape), Dropout (Dropout, an identity at inference), BatchNormalization (BatchNormalization with the
+// moving statistics), Activation and every layer's activation (Relu, Sigmoid, Tanh, Softmax, LogSoftmax, Elu, LeakyRelu, Softplus, Exp, Erf for gelu, Sigmoid and Mul
 // for swish/silu), Embedding (Gather), LSTM and GRU (LSTM and GRU: gates reordered from Keras's, GRU's reset_after as
 // linear_before_reset) and, in functional models, Concatenate (Concat) and Add (Add).
 //

@@ -17,8 +17,9 @@
 // so that a reader needs nothing but the file. A job's input preprocessing is the model's first layer
 // (nn::Rescaling), so a saved model takes raw inputs.
 //
-// Layers that can be saved: Rescaling, Dense, Conv2D, MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D,
-// Flatten, Reshape, Dropout, BatchNormalization, Activation, Embedding, LSTM and GRU, in a Sequential model. A
+// Layers that can be saved: Rescaling, Dense, Conv2D, Conv1D, MaxPooling2D, AveragePooling2D, GlobalAveragePooling2D,
+// GlobalAveragePooling1D, Flatten, Reshape, Dropout, BatchNormalization, LayerNormalization, Activation, Embedding,
+// LSTM, GRU, MultiHeadAttention, PositionEmbedding and TransformerEncoder, in a Sequential model. A
 // layer configured with a C++ function (an activation, initializer or regularizer that has no Keras name), a
 // layer of another class, or a functional or subclassed model is an InvalidArgument naming it.
 //
