@@ -116,6 +116,19 @@ void read_recurrent_keys(Section& s, RecurrentOptions& o) {
   o.go_backwards = s.flag("go_backwards", false);
 }
 
+// The keys Dense, Conv2D and Conv1D share (Keras's names and defaults): the activation, the bias, and the kernel's and
+// bias's initializers and regularizers.
+template <class KernelOptions>
+void read_kernel_keys(Section& s, KernelOptions& o) {
+  o.activation = s.named("activation", "linear", [](const std::string& v) { return nn::ActivationSpec(v); });
+  o.use_bias = s.flag("use_bias", true);
+  o.kernel_initializer =
+      s.named("kernel_initializer", "glorot_uniform", [](const std::string& v) { return nn::InitializerSpec(v); });
+  o.bias_initializer = s.named("bias_initializer", "zeros", [](const std::string& v) { return nn::InitializerSpec(v); });
+  o.kernel_regularizer = s.named("kernel_regularizer", "", regularizer_spec);
+  o.bias_regularizer = s.named("bias_regularizer", "", regularizer_spec);
+}
+
 // Reads the layer's keys from `s` and returns what makes the layer; the caller checks the keys (finish)
 // before calling it, so a layer constructor never sees a value the job file got wrong. Null: unknown type.
 using LayerFactory = std::function<std::shared_ptr<nn::Layer>()>;
@@ -125,11 +138,7 @@ LayerFactory make_layer(const std::string& type, Section& s) {
   if (type == "dense") {
     nn::DenseOptions o;
     const int64_t units = s.positive("units", 0);
-    o.activation = s.named("activation", "linear", [](const std::string& v) { return nn::ActivationSpec(v); });
-    o.use_bias = s.flag("use_bias", true);
-    o.kernel_initializer =
-        s.named("kernel_initializer", "glorot_uniform", [](const std::string& v) { return nn::InitializerSpec(v); });
-    o.kernel_regularizer = s.named("kernel_regularizer", "", regularizer_spec);
+    read_kernel_keys(s, o);
     o.name = name;
     layer = [=] { return std::make_shared<nn::Dense>(units, o); };
   } else if (type == "conv2d") {
@@ -138,11 +147,7 @@ LayerFactory make_layer(const std::string& type, Section& s) {
     const nn::Size2 kernel = size2(s, "kernel_size", nn::Size2(0));
     o.strides = size2(s, "strides", 1);
     o.padding = s.named("padding", "valid", [](const std::string& v) { return nn::PaddingSpec(v); });
-    o.activation = s.named("activation", "linear", [](const std::string& v) { return nn::ActivationSpec(v); });
-    o.use_bias = s.flag("use_bias", true);
-    o.kernel_initializer =
-        s.named("kernel_initializer", "glorot_uniform", [](const std::string& v) { return nn::InitializerSpec(v); });
-    o.kernel_regularizer = s.named("kernel_regularizer", "", regularizer_spec);
+    read_kernel_keys(s, o);
     o.name = name;
     layer = [=] { return std::make_shared<nn::Conv2D>(filters, kernel, o); };
   } else if (type == "conv1d") {
@@ -152,14 +157,7 @@ LayerFactory make_layer(const std::string& type, Section& s) {
     o.strides = size1(s, "strides", 1);
     o.padding = s.named("padding", "valid", [](const std::string& v) { return nn::Conv1DPaddingSpec(v); });
     o.dilation_rate = size1(s, "dilation_rate", 1);
-    o.activation = s.named("activation", "linear", [](const std::string& v) { return nn::ActivationSpec(v); });
-    o.use_bias = s.flag("use_bias", true);
-    o.kernel_initializer =
-        s.named("kernel_initializer", "glorot_uniform", [](const std::string& v) { return nn::InitializerSpec(v); });
-    o.bias_initializer =
-        s.named("bias_initializer", "zeros", [](const std::string& v) { return nn::InitializerSpec(v); });
-    o.kernel_regularizer = s.named("kernel_regularizer", "", regularizer_spec);
-    o.bias_regularizer = s.named("bias_regularizer", "", regularizer_spec);
+    read_kernel_keys(s, o);
     o.name = name;
     layer = [=] { return std::make_shared<nn::Conv1D>(filters, kernel, o); };
   } else if (type == "max_pooling2d" || type == "average_pooling2d") {

@@ -211,46 +211,40 @@ json layer_config(const nn::Layer& layer) {
 
 namespace {
 
+// The config keys Dense, Conv2D and Conv1D share: the activation, the bias, the kernel's and bias's initializers and
+// regularizers, and the name.
+template <class KernelOptions>
+KernelOptions read_kernel_config(const json& c, const std::string& name) {
+  KernelOptions o;
+  o.activation = c.at("activation").get<std::string>();
+  o.use_bias = c.at("use_bias").get<bool>();
+  o.kernel_initializer = c.at("kernel_initializer").get<std::string>();
+  o.bias_initializer = c.at("bias_initializer").get<std::string>();
+  o.kernel_regularizer = read_regularizer(c.at("kernel_regularizer"));
+  o.bias_regularizer = read_regularizer(c.at("bias_regularizer"));
+  o.name = name;
+  return o;
+}
+
 std::shared_ptr<nn::Layer> make_from(const std::string& type, const json& c) {
   const std::string name = c.at("name").get<std::string>();
   if (type == "Rescaling") return std::make_shared<nn::Rescaling>(c.at("scale").get<float>(), c.at("offset").get<float>(), name);
   if (type == "Dense") {
-    nn::DenseOptions o;
-    o.activation = c.at("activation").get<std::string>();
-    o.use_bias = c.at("use_bias").get<bool>();
-    o.kernel_initializer = c.at("kernel_initializer").get<std::string>();
-    o.bias_initializer = c.at("bias_initializer").get<std::string>();
-    o.kernel_regularizer = read_regularizer(c.at("kernel_regularizer"));
-    o.bias_regularizer = read_regularizer(c.at("bias_regularizer"));
-    o.name = name;
+    const auto o = read_kernel_config<nn::DenseOptions>(c, name);
     return std::make_shared<nn::Dense>(c.at("units").get<int64_t>(), o);
   }
   if (type == "Conv2D") {
-    nn::Conv2DLayerOptions o;
+    auto o = read_kernel_config<nn::Conv2DLayerOptions>(c, name);
     o.strides = read_size2(c.at("strides"));
     o.padding = c.at("padding").get<std::string>();
     o.dilation_rate = read_size2(c.at("dilation_rate"));
-    o.activation = c.at("activation").get<std::string>();
-    o.use_bias = c.at("use_bias").get<bool>();
-    o.kernel_initializer = c.at("kernel_initializer").get<std::string>();
-    o.bias_initializer = c.at("bias_initializer").get<std::string>();
-    o.kernel_regularizer = read_regularizer(c.at("kernel_regularizer"));
-    o.bias_regularizer = read_regularizer(c.at("bias_regularizer"));
-    o.name = name;
     return std::make_shared<nn::Conv2D>(c.at("filters").get<int64_t>(), read_size2(c.at("kernel_size")), o);
   }
   if (type == "Conv1D") {
-    nn::Conv1DLayerOptions o;
+    auto o = read_kernel_config<nn::Conv1DLayerOptions>(c, name);
     o.strides = read_size1(c.at("strides"));
     o.padding = c.at("padding").get<std::string>();
     o.dilation_rate = read_size1(c.at("dilation_rate"));
-    o.activation = c.at("activation").get<std::string>();
-    o.use_bias = c.at("use_bias").get<bool>();
-    o.kernel_initializer = c.at("kernel_initializer").get<std::string>();
-    o.bias_initializer = c.at("bias_initializer").get<std::string>();
-    o.kernel_regularizer = read_regularizer(c.at("kernel_regularizer"));
-    o.bias_regularizer = read_regularizer(c.at("bias_regularizer"));
-    o.name = name;
     return std::make_shared<nn::Conv1D>(c.at("filters").get<int64_t>(), read_size1(c.at("kernel_size")), o);
   }
   if (type == "MaxPooling2D" || type == "AveragePooling2D") {

@@ -12,6 +12,7 @@
 
 #include "cli/job.h"
 #include "strata/error.h"
+#include "strata/nn/core_layers.h"
 #include "strata/optim/optimizers.h"
 #include "test_util.h"
 
@@ -149,6 +150,16 @@ TEST_F(JobChecksTest, ACosineScheduleWarmsUpThenDecaysOverTheJobsEpochs) {
                at + ".alpha: must be a finite number in [0, 1], got 1.5");
   expect_error(adam, "optimizer: {name: adam, schedule: {name: cosine_decay, decay_steps: 100}}", "decay_steps");
   expect_error(adam, "optimizer: {name: adam, schedule: [cosine_decay]}", at + ": expected a mapping of keys");
+}
+
+TEST_F(JobChecksTest, DenseAndConvolutionsTakeKerasBiasKeys) {
+  const Job dense = load_job(job("{units: 10}", "{units: 10, bias_initializer: ones, bias_regularizer: l2}"));
+  const auto model = build_model(dense);
+  const auto* layer = dynamic_cast<const nn::Dense*>(model->layers().back().get());
+  ASSERT_NE(layer, nullptr);
+  EXPECT_EQ(layer->options().bias_initializer.name(), "ones");
+  EXPECT_EQ(layer->options().bias_regularizer.name(), "l2");
+  expect_error("{units: 10}", "{units: 10, bias_initializer: sometimes}", "bias_initializer");
 }
 
 TEST_F(JobChecksTest, LayerDataAndTopLevelNumbersAreChecked) {
