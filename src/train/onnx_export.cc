@@ -1,7 +1,9 @@
 // ONNX export (strata/train/onnx_export.h): walks a Sequential's layers, or a functional model's graph nodes, and
 // emits each layer as ONNX nodes into an onnx::ModelProto generated from the ONNX schema (onnx/onnx.proto, see
 // src/CMakeLists.txt). Weights become float32 initializers (raw little-endian data), converted where ONNX lays them
-// out differently: Conv's OIHW kernels, LSTM's and GRU's transposed, gate-reordered W/R/B.
+// out differently: Conv's OIHW kernels, LSTM's and GRU's transposed, gate-reordered W/R/B. The Transformer layers
+// become standard ops: LayerNormalization (opset 17), MultiHeadAttention as MatMul/Add/Reshape/Transpose/Softmax/
+// Mul on its EinsumDense kernels seen as matrices, and a TransformerEncoder as its sublayers' nodes and residual Adds.
 //
 // Layout: strata's images are NHWC; ONNX's Conv, MaxPool and AveragePool are NCHW. Each value remembers which
 // layout it is in, and a Transpose is added only where a layer needs the other one, so a run of convolutions and
@@ -189,6 +191,7 @@ class Exporter {
     const std::string cls = layer.class_name();
     if (cls == "Add" || cls == "Subtract" || cls == "Multiply") return merge(layer, inputs);
     if (const auto* l = dynamic_cast<const nn::Concatenate*>(&layer)) return concatenate(*l, inputs);
+    if (const auto* l = dynamic_cast<const nn::MultiHeadAttention*>(&layer)) return attention(*l, inputs);
     STRATA_CHECK(inputs.size() == 1, InvalidArgument,
                  "cannot export " << describe(layer) << " to ONNX: it takes one input, got " << inputs.size());
     const Value& x = inputs[0];
@@ -214,6 +217,12 @@ class Exporter {
       attr(n, "keepdims", static_cast<int64_t>(l->keepdims() ? 1 : 0));
       return {n->output(0), out_shape, l->keepdims() && x.channels_first};
     }
+    if (const auto* l = dynamic_cast<const nn::GlobalAveragePooling1D*>(&layer)) {  // the mean over the steps
+      onnx::NodeProto* n = g_.node("ReduceMean", base, {nhwc(x).name});
+      attr(n, "axes", std::vector<int64_t>{1});
+      attr(n, "keepdims", static_cast<int64_t>(l->keepdims() ? 1 : 0));
+      return {n->output(0), out_shape, false};
+    }
     if (dynamic_cast<const nn::Flatten*>(&layer) != nullptr) {
       onnx::NodeProto* n = g_.node("Flatten", base, {nhwc(x).name});
       attr(n, "axis", static_cast<int64_t>(1));
@@ -229,6 +238,16 @@ class Exporter {
       return {g_.op("Dropout", base, {x.name}), out_shape, x.channels_first};  // training_mode false: identity
     }
     if (const auto* l = dynamic_cast<const nn::BatchNormalization*>(&layer)) return batch_norm(*l, x);
+    if (const auto* l = dynamic_cast<const nn::LayerNormalization*>(&layer)) return layer_norm(*l, x);
+    if (const auto* l = dynamic_cast<const nn::PositionEmbedding*>(&layer)) {
+      // strata adds the table's first `steps` rows: the initializer holds just those.
+      const Value v = nhwc(x);
+      const int64_t steps = v.shape[1], dim = v.shape[2];
+      std::vector<float> table = host_floats(l->embeddings());
+      table.resize(static_cast<size_t>(steps * dim));
+      return {g_.op("Add", base, {v.name, g_.floats(base + "/embeddings", {steps, dim}, table)}), out_shape, false};
+    }
+    if (const auto* l = dynamic_cast<const nn::TransformerEncoder*>(&layer)) return transformer_encoder(*l, x);
     if (const auto* l = dynamic_cast<const nn::Activation*>(&layer)) {
       return activation(l->activation().name(), layer, "activation", x);
     }
@@ -251,8 +270,10 @@ class Exporter {
                  "cannot export "
                      << describe(layer)
                      << " to ONNX: strata exports Rescaling, Dense, Conv2D, Conv1D, MaxPooling2D, AveragePooling2D, "
-                        "GlobalAveragePooling2D, Flatten, Reshape, Dropout, BatchNormalization, Activation, "
-                        "Embedding, LSTM, GRU, Concatenate, Add, Subtract and Multiply layers");
+                        "GlobalAveragePooling2D, GlobalAveragePooling1D, Flatten, Reshape, Dropout, "
+                        "BatchNormalization, LayerNormalization, Activation, Embedding, LSTM, GRU, "
+                        "PositionEmbedding, MultiHeadAttention, TransformerEncoder, Concatenate, Add, Subtract and "
+                        "Multiply layers");
   }
 
   // Marks a graph input's dtype (Rescaling casts integers; Embedding casts floats).
@@ -289,7 +310,7 @@ class Exporter {
     STRATA_CHECK(name != "custom", InvalidArgument,
                  "cannot export " << describe(layer) << " to ONNX: its " << option
                                   << " is a C++ function; give it by Keras name");
-    const std::string base = layer.name() + "/" + name;
+    const std::string base = base_of(layer) + "/" + name;
     const auto unary = [&](const std::string& op) {
       return Value{g_.op(op, base, {x.name}), x.shape, x.channels_first};
     };
@@ -331,7 +352,7 @@ class Exporter {
   }
 
   Value dense(const nn::Dense& l, const Value& in) {
-    const std::string base = l.name();
+    const std::string base = base_of(l);
     const Value x = nhwc(in);
     const Shape& k = l.kernel().shape();
     const std::string kernel = g_.floats(base + "/kernel", k, host_floats(l.kernel()));
@@ -456,6 +477,134 @@ class Exporter {
     return y;
   }
 
+  // LayerNormalization over one feature axis: ONNX's LayerNormalization (opset 17) normalises the axes from `axis`
+  // on, so the last axis is used directly and another is moved last and back, as strata's layer does. ONNX's
+  // (x - mean) / sqrt(variance + epsilon), biased variance, is oneDNN's, which strata's kernel uses.
+  Value layer_norm(const nn::LayerNormalization& l, const Value& in) {
+    const std::string base = base_of(l);
+    const nn::LayerNormalizationOptions& o = l.options();
+    Value x = nhwc(in);
+    const int rank = static_cast<int>(x.shape.size());
+    const int axis = o.axis < 0 ? o.axis + rank : o.axis;
+    STRATA_CHECK(axis > 0 && axis < rank, InvalidArgument,
+                 "cannot export " << describe(l) << " to ONNX: axis " << o.axis << " is not a feature axis of "
+                                  << shape_str(x.shape));
+    const int64_t c = x.shape[static_cast<size_t>(axis)];
+    std::vector<int64_t> perm;
+    if (axis != rank - 1) {
+      for (int i = 0; i < rank; ++i)
+        if (i != axis) perm.push_back(i);
+      perm.push_back(axis);
+      onnx::NodeProto* t = g_.node("Transpose", base, {x.name});
+      attr(t, "perm", perm);
+      x.name = t->output(0);
+    }
+    const std::vector<float> gamma =
+        o.scale ? host_floats(l.gamma()) : std::vector<float>(static_cast<size_t>(c), 1.0f);
+    const std::vector<float> beta = o.center ? host_floats(l.beta()) : std::vector<float>(static_cast<size_t>(c), 0.0f);
+    onnx::NodeProto* n =
+        g_.node("LayerNormalization", base,
+                {x.name, g_.floats(base + "/gamma", {c}, gamma), g_.floats(base + "/beta", {c}, beta)});
+    attr(n, "axis", static_cast<int64_t>(-1));
+    attr(n, "epsilon", o.epsilon);
+    Value y{n->output(0), in.shape, false};
+    if (!perm.empty()) {
+      std::vector<int64_t> inverse(perm.size());
+      for (size_t i = 0; i < perm.size(); ++i) inverse[static_cast<size_t>(perm[i])] = static_cast<int64_t>(i);
+      onnx::NodeProto* t = g_.node("Transpose", base, {y.name});
+      attr(t, "perm", inverse);
+      y.name = t->output(0);
+    }
+    return y;
+  }
+
+  // x [N, T, D] through an EinsumDense kernel [D, heads, dim] and bias [heads, dim] (as one [D, heads * dim]
+  // MatMul, strata's own view of it) -> [N, heads, T, dim].
+  std::string project(const std::string& base, const Value& x, const Variable& kernel, const Variable& bias) {
+    const Shape& k = kernel.shape();
+    std::string y =
+        g_.op("MatMul", base, {x.name, g_.floats(base + "/kernel", {k[0], k[1] * k[2]}, host_floats(kernel))});
+    if (bias.defined()) y = g_.op("Add", base, {y, g_.floats(base + "/bias", {k[1] * k[2]}, host_floats(bias))});
+    y = g_.op("Reshape", base, {y, g_.int64s(base + "/shape", {0, -1, k[1], k[2]})});
+    onnx::NodeProto* t = g_.node("Transpose", base, {y});
+    attr(t, "perm", std::vector<int64_t>{0, 2, 1, 3});
+    return t->output(0);
+  }
+
+  // MultiHeadAttention as strata computes it (nn/attention.cc): q = (x Wq + bq) / sqrt(key_dim), per head
+  // softmax(q k^T + causal mask) v, the heads side by side through the output kernel [heads, value_dim, out] seen as
+  // [heads * value_dim, out]. Inputs [query], [query, value] or [query, value, key]; the causal mask (the layer's
+  // use_causal_mask) is a constant [T, S] of 0 and -1e9 added to the scores, as strata's. An attention_mask input
+  // is refused: strata turns it into that constant on the host, per batch.
+  Value attention(const nn::MultiHeadAttention& l, const std::vector<Value>& inputs) {
+    const std::string base = base_of(l);
+    STRATA_CHECK(!inputs.empty() && inputs.size() <= 3, InvalidArgument,
+                 "cannot export " << describe(l) << " to ONNX: an attention_mask input is not exported (its causal "
+                                  << "mask, use_causal_mask, is); got " << inputs.size() << " inputs");
+    const Value query = nhwc(inputs[0]);
+    const Value value = inputs.size() >= 2 ? nhwc(inputs[1]) : query;
+    const Value key = inputs.size() >= 3 ? nhwc(inputs[2]) : value;
+    STRATA_CHECK(query.shape.size() == 3 && value.shape.size() == 3 && key.shape.size() == 3, InvalidArgument,
+                 "cannot export " << describe(l) << " to ONNX: it wants [batch, steps, features] inputs, got query "
+                                  << shape_str(query.shape));
+    const int64_t t = query.shape[1], s = value.shape[1];
+    const int64_t heads = l.num_heads(), vd = l.value_dim(), out = l.output_kernel().shape()[2];
+    const float scale = static_cast<float>(1.0 / std::sqrt(static_cast<double>(l.key_dim())));
+    const std::string q = g_.op(
+        "Mul", base + "/query",
+        {project(base + "/query", query, l.query_kernel(), l.query_bias()), g_.scalar(base + "/query/scale", scale)});
+    const std::string k = project(base + "/key", key, l.key_kernel(), l.key_bias());
+    const std::string v = project(base + "/value", value, l.value_kernel(), l.value_bias());
+    onnx::NodeProto* k_t = g_.node("Transpose", base + "/key", {k});
+    attr(k_t, "perm", std::vector<int64_t>{0, 1, 3, 2});
+    std::string scores = g_.op("MatMul", base + "/scores", {q, k_t->output(0)});  // [N, heads, T, S]
+    if (l.options().use_causal_mask) {  // query i attends keys j <= i; -1e9 is strata's (and Keras's) masked score
+      std::vector<float> mask(static_cast<size_t>(t * s), 0.0f);
+      for (int64_t i = 0; i < t; ++i)
+        for (int64_t j = i + 1; j < s; ++j) mask[static_cast<size_t>(i * s + j)] = -1e9f;
+      scores = g_.op("Add", base + "/scores", {scores, g_.floats(base + "/causal_mask", {t, s}, mask)});
+    }
+    onnx::NodeProto* softmax = g_.node("Softmax", base, {scores});
+    attr(softmax, "axis", static_cast<int64_t>(-1));
+    // Attention dropout is for training calls only.
+    const std::string context = g_.op("MatMul", base + "/context", {softmax->output(0), v});  // [N, heads, T, vd]
+    onnx::NodeProto* merged = g_.node("Transpose", base + "/context", {context});
+    attr(merged, "perm", std::vector<int64_t>{0, 2, 1, 3});
+    std::string y = g_.op("Reshape", base + "/context",
+                          {merged->output(0), g_.int64s(base + "/context/shape", {0, -1, heads * vd})});
+    y = g_.op("MatMul", base + "/attention_output",
+              {y, g_.floats(base + "/attention_output/kernel", {heads * vd, out}, host_floats(l.output_kernel()))});
+    if (l.output_bias().defined()) {
+      y = g_.op("Add", base + "/attention_output",
+                {y, g_.floats(base + "/attention_output/bias", {out}, host_floats(l.output_bias()))});
+    }
+    return {y, Shape{query.shape[0], t, out}, false};
+  }
+
+  // strata's TransformerEncoder (nn/transformer.cc), its sublayers' nodes named under the encoder's name. Pre-norm:
+  //   x = x + MHA(LN(x));  x = x + Dense(Dense_act(LN(x)))
+  // post-norm: x = LN(x + MHA(x)); x = LN(x + FFN(x)). Its dropouts are identities at inference and are left out.
+  Value transformer_encoder(const nn::TransformerEncoder& l, const Value& in) {
+    const std::string base = base_of(l);
+    STRATA_CHECK(l.attention() != nullptr, InvalidArgument,
+                 "cannot export " << describe(l) << " to ONNX: it is not built");
+    const bool pre = l.options().normalize_first;
+    const Value input = nhwc(in);
+    const std::string outer = scope_;
+    scope_ = base + "/";
+    Value x = pre ? layer_norm(*l.attention_norm(), input) : input;
+    x = attention(*l.attention(), {x});
+    x.name = g_.op("Add", base + "/attention_residual", {x.name, input.name});
+    if (!pre) x = layer_norm(*l.attention_norm(), x);
+    const Value residual = x;
+    Value h = pre ? layer_norm(*l.feedforward_norm(), x) : x;
+    h = dense(*l.output_dense(), dense(*l.intermediate_dense(), h));
+    h.name = g_.op("Add", base + "/feedforward_residual", {h.name, residual.name});
+    if (!pre) h = layer_norm(*l.feedforward_norm(), h);
+    scope_ = outer;
+    return {h.name, l.output_shape(), false};
+  }
+
   Value merge(const nn::Layer& l, const std::vector<Value>& inputs) {
     const std::string op = l.class_name() == "Add" ? "Add" : l.class_name() == "Subtract" ? "Sub" : "Mul";
     // One layout for all: NCHW when every input already is, else strata's.
@@ -576,7 +725,12 @@ class Exporter {
     return recurrent_output(base, n, o.return_sequences, l.output_shape());
   }
 
+  // The names of a layer's nodes and weights: its own, under its composite's ("encoder/self_attention_layer") for
+  // a sublayer, so that two encoders' sublayers do not share names.
+  std::string base_of(const nn::Layer& l) const { return scope_ + l.name(); }
+
   GraphBuilder g_;
+  std::string scope_;
   std::map<std::string, bool> input_is_integer_, input_is_float_;
 };
 

@@ -4,6 +4,10 @@ tiny data, exported with `strata export -o MODEL.onnx` and `-o MODEL.safetensors
 file. A job of the layers the configs lack (BatchNormalization, GRU both ways of reset_after, go_backwards,
 Dropout, AveragePooling2D, SAME padding, softmax, Conv1D causal and dilated, and strided with SAME padding) runs the
 same way, and a functional model (Concatenate, Add, the remaining activations; tests/peers/tool/onnx_export.cc) is compared with strata's own predictions.
+The Transformer config (Conv1D, PositionEmbedding, two pre-norm TransformerEncoders with GELU, LayerNormalization,
+GlobalAveragePooling1D) trains on the same tiny images; a job of the attention layers it lacks (MultiHeadAttention
+with a causal mask, post-norm encoders, LayerNormalization without center or scale, a shorter sequence than
+PositionEmbedding holds) runs the same way.
 
 The binary is $STRATA_BINARY (ctest's peers_test sets it), else build/strata. The models are the configs' own
 `model:` sections; only the CTR model's table is cut from 1M rows to 1000 (its data's vocabulary), so the test
@@ -43,6 +47,20 @@ EXTRA_LAYERS_MODEL = """model:
   - batch_normalization: {}
   - dense: {units: 16, activation: tanh}
   - dense: {units: 10, activation: softmax}
+"""
+
+# What the Transformer config lacks: a causal MultiHeadAttention (value_dim and output_shape of its own), a post-norm
+# encoder with relu, LayerNormalization without scale or center, a PositionEmbedding longer than the sequence.
+ATTENTION_LAYERS_MODEL = """model:
+  - reshape: {target_shape: [14, 56]}
+  - dense: {units: 16}
+  - position_embedding: {sequence_length: 20}
+  - multi_head_attention: {num_heads: 2, key_dim: 8, value_dim: 6, output_shape: 12, use_causal_mask: true}
+  - layer_normalization: {epsilon: 1e-3, center: false}
+  - transformer_encoder: {num_heads: 3, intermediate_dim: 24, normalize_first: false, dropout: 0.2}
+  - layer_normalization: {scale: false}
+  - global_average_pooling1d
+  - dense: {units: 10}
 """
 
 
@@ -166,3 +184,26 @@ def test_functional_model_matches_onnxruntime(tmp_path):
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     (onnx_outputs,) = session.run(None, inputs)
     check_close("functional model", onnx_outputs, strata_outputs)
+
+
+def test_transformer_config_model_matches_onnxruntime(tmp_path, images):
+    directory, x = images
+    job = image_job(directory, model_section("fashion_mnist_transformer.yaml"))
+    model, onnx_outputs, strata_outputs = export_and_compare(tmp_path, job, x)
+    ops = [n.op_type for n in model.graph.node]
+    assert ops.count("LayerNormalization") == 5  # two per pre-norm encoder, and the final one
+    assert ops.count("Softmax") == 2 and "Erf" in ops and "Dropout" not in ops
+    assert ops[-3:] == ["LayerNormalization", "ReduceMean", "Gemm"]
+    check_close("fashion_mnist_transformer.yaml", onnx_outputs, strata_outputs)
+    assert np.std(strata_outputs) > 1e-3
+
+
+def test_attention_layers_match_onnxruntime(tmp_path, images):
+    directory, x = images
+    model, onnx_outputs, strata_outputs = export_and_compare(tmp_path, image_job(directory, ATTENTION_LAYERS_MODEL), x)
+    initializers = {t.name: list(t.dims) for t in model.graph.initializer}
+    causal = [name for name in initializers if name.endswith("/causal_mask")]
+    assert len(causal) == 1 and initializers[causal[0]] == [14, 14]
+    assert [14, 16] in initializers.values()  # the position table's first 14 of 20 rows
+    check_close("attention job", onnx_outputs, strata_outputs)
+    assert np.std(strata_outputs) > 1e-3
