@@ -32,6 +32,9 @@ namespace {
 // ONNX's IR version for opset 17 (ONNX 1.12).
 constexpr int64_t kIrVersion = 8;
 
+// What strata's MultiHeadAttention adds to a masked score (nn/attention.cc, Keras's value).
+constexpr float kMaskedScore = -1e9f;
+
 std::string describe(const nn::Layer& layer) { return layer.class_name() + " '" + layer.name() + "'"; }
 
 // A value of the graph being built: its name, its shape as strata sees it (batch first, -1), and whether it is held
@@ -532,15 +535,17 @@ class Exporter {
   }
 
   // MultiHeadAttention as strata computes it (nn/attention.cc): q = (x Wq + bq) / sqrt(key_dim), per head
-  // softmax(q k^T + causal mask) v, the heads side by side through the output kernel [heads, value_dim, out] seen as
-  // [heads * value_dim, out]. Inputs [query], [query, value] or [query, value, key]; the causal mask (the layer's
-  // use_causal_mask) is a constant [T, S] of 0 and -1e9 added to the scores, as strata's. An attention_mask input
-  // is refused: strata turns it into that constant on the host, per batch.
+  // softmax(q k^T + mask) v, the heads side by side through the output kernel [heads, value_dim, out] seen as
+  // [heads * value_dim, out]. Inputs [query], [query, value], [query, value, key] or [query, value, key,
+  // attention_mask]. The mask added to the scores is strata's: 0 where query i attends key j, -1e9 where not. The
+  // causal part (the layer's use_causal_mask) is a constant [T, S]; an attention_mask input ([N, S] of the keys or
+  // [N, T, S], nonzero attends) becomes Where(mask == 0, -1e9, 0) made [N, 1, 1 or T, S], and the two are joined by
+  // Min (masked by either: -1e9, as strata's single value).
   Value attention(const nn::MultiHeadAttention& l, const std::vector<Value>& inputs) {
     const std::string base = base_of(l);
-    STRATA_CHECK(!inputs.empty() && inputs.size() <= 3, InvalidArgument,
-                 "cannot export " << describe(l) << " to ONNX: an attention_mask input is not exported (its causal "
-                                  << "mask, use_causal_mask, is); got " << inputs.size() << " inputs");
+    STRATA_CHECK(!inputs.empty() && inputs.size() <= 4, InvalidArgument,
+                 "cannot export " << describe(l) << " to ONNX: it takes [query], [query, value], [query, value, key] "
+                                  << "or [query, value, key, attention_mask], got " << inputs.size() << " inputs");
     const Value query = nhwc(inputs[0]);
     const Value value = inputs.size() >= 2 ? nhwc(inputs[1]) : query;
     const Value key = inputs.size() >= 3 ? nhwc(inputs[2]) : value;
@@ -558,12 +563,34 @@ class Exporter {
     onnx::NodeProto* k_t = g_.node("Transpose", base + "/key", {k});
     attr(k_t, "perm", std::vector<int64_t>{0, 1, 3, 2});
     std::string scores = g_.op("MatMul", base + "/scores", {q, k_t->output(0)});  // [N, heads, T, S]
+    std::string mask;                   // broadcast to [N, heads, T, S]; "" for none
     if (l.options().use_causal_mask) {  // query i attends keys j <= i; -1e9 is strata's (and Keras's) masked score
-      std::vector<float> mask(static_cast<size_t>(t * s), 0.0f);
+      std::vector<float> causal(static_cast<size_t>(t * s), 0.0f);
       for (int64_t i = 0; i < t; ++i)
-        for (int64_t j = i + 1; j < s; ++j) mask[static_cast<size_t>(i * s + j)] = -1e9f;
-      scores = g_.op("Add", base + "/scores", {scores, g_.floats(base + "/causal_mask", {t, s}, mask)});
+        for (int64_t j = i + 1; j < s; ++j) causal[static_cast<size_t>(i * s + j)] = kMaskedScore;
+      mask = g_.floats(base + "/causal_mask", {t, s}, causal);
     }
+    if (inputs.size() == 4) {
+      const Value& m = inputs[3];
+      const size_t rank = m.shape.size();
+      STRATA_CHECK((rank == 2 || rank == 3) && m.shape.back() == s && (rank == 2 || m.shape[1] == t || m.shape[1] == 1),
+                   InvalidArgument,
+                   "cannot export " << describe(l) << " to ONNX: its attention_mask " << shape_str(m.shape)
+                                    << " does not fit queries of " << t << " steps and keys of " << s
+                                    << " steps (want [batch, " << t << ", " << s << "] or [batch, " << s << "])");
+      onnx::NodeProto* cast = g_.node("Cast", base + "/attention_mask", {m.name});
+      attr(cast, "to", static_cast<int64_t>(onnx::TensorProto::FLOAT));  // strata compares the float32 value to 0
+      const std::string masked =
+          g_.op("Equal", base + "/attention_mask", {cast->output(0), g_.scalar(base + "/attention_mask/zero", 0.0f)});
+      std::string bias = g_.op("Where", base + "/attention_mask",
+                               {masked, g_.scalar(base + "/attention_mask/masked_score", kMaskedScore),
+                                g_.scalar(base + "/attention_mask/attended_score", 0.0f)});
+      bias = g_.op("Unsqueeze", base + "/attention_mask",
+                   {bias, g_.int64s(base + "/attention_mask/axes",
+                                    rank == 2 ? std::vector<int64_t>{1, 2} : std::vector<int64_t>{1})});
+      mask = mask.empty() ? bias : g_.op("Min", base + "/attention_mask", {bias, mask});
+    }
+    if (!mask.empty()) scores = g_.op("Add", base + "/scores", {scores, mask});
     onnx::NodeProto* softmax = g_.node("Softmax", base, {scores});
     attr(softmax, "axis", static_cast<int64_t>(-1));
     // Attention dropout is for training calls only.

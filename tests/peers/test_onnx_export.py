@@ -7,7 +7,8 @@ same way, and a functional model (Concatenate, Add, the remaining activations; t
 The Transformer config (Conv1D, PositionEmbedding, two pre-norm TransformerEncoders with GELU, LayerNormalization,
 GlobalAveragePooling1D) trains on the same tiny images; a job of the attention layers it lacks (MultiHeadAttention
 with a causal mask, post-norm encoders, LayerNormalization without center or scale, a shorter sequence than
-PositionEmbedding holds) runs the same way.
+PositionEmbedding holds) runs the same way; attention_mask inputs, which no job file can give, are peers_tool's
+onnx-attention model.
 
 The binary is $STRATA_BINARY (ctest's peers_test sets it), else build/strata. The models are the configs' own
 `model:` sections; only the CTR model's table is cut from 1M rows to 1000 (its data's vocabulary), so the test
@@ -207,3 +208,29 @@ def test_attention_layers_match_onnxruntime(tmp_path, images):
     assert len(causal) == 1 and initializers[causal[0]] == [14, 14]
     assert [14, 16] in initializers.values()  # the position table's first 14 of 20 rows
     assert np.std(strata_outputs) > 1e-3
+
+
+def test_attention_masks_match_onnxruntime(tmp_path):
+    rng = np.random.default_rng(13)
+    n = 7
+    padding = np.ones((n, 5), np.int32)
+    for row, length in enumerate(rng.integers(1, 6, n)):  # each row keeps its first `length` keys (at least one)
+        padding[row, length:] = 0
+    mask = (rng.random((n, 6, 6)) < 0.7).astype(np.float32)
+    mask[:, :, 0] = 1.0  # key 0 stays open: with the causal mask, no query is left without a key
+    inputs = {"tokens": rng.normal(size=(n, 6, 8)).astype(np.float32),
+              "context": rng.normal(size=(n, 5, 8)).astype(np.float32), "padding": padding, "mask": mask}
+    path = tmp_path / "attention.onnx"
+    answer = peers_tool.run("onnx-attention", {"path": str(path), "seed": 3,
+                                               "inputs": [peers_tool.tensor(v) for v in inputs.values()]})
+    strata_outputs = peers_tool.array(answer)
+    model = onnx.load(str(path))
+    onnx.checker.check_model(model, full_check=True)
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (onnx_outputs,) = session.run(None, inputs)
+    check_close("attention masks", onnx_outputs, strata_outputs)
+    ops = [node.op_type for node in model.graph.node]
+    assert ops.count("Where") == 2 and ops.count("Min") == 1 and ops.count("Softmax") == 3
+    # The masks matter: without them, onnxruntime's answer is another.
+    unmasked = session.run(None, {**inputs, "padding": np.ones_like(padding), "mask": np.ones_like(mask)})[0]
+    assert float(np.max(np.abs(unmasked - strata_outputs))) > 1e-3

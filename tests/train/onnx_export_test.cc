@@ -313,6 +313,32 @@ TEST(OnnxExportTest, MultiHeadAttentionsCausalMaskIsAConstantAddedToTheScores) {
   EXPECT_EQ(shapes.count("post/self_attention_layer/causal_mask"), 0u);  // the encoder's attention is unmasked
 }
 
+TEST(OnnxExportTest, AnAttentionMaskInputBecomesScoresJoinedWithTheCausalMaskByMin) {
+  auto tokens = nn::Input({4, 6}, DType::kFloat32, "tokens");
+  auto padding = nn::Input({4}, DType::kInt64, "padding");
+  auto y = nn::MultiHeadAttention(2, 3, {.use_causal_mask = true, .name = "mha"})({tokens, tokens, tokens, padding});
+  Model model({tokens, padding}, y, "padded");
+  const onnx::ModelProto proto = parse(onnx_model_bytes(model));
+  const std::vector<std::string> ops = op_types(proto);
+  const auto at = std::find(ops.begin(), ops.end(), "Cast");
+  ASSERT_NE(at, ops.end());
+  EXPECT_THAT(std::vector<std::string>(at, at + 7),
+              ElementsAre("Cast", "Equal", "Where", "Unsqueeze", "Min", "Add", "Softmax"));
+  EXPECT_THAT(initializer_floats(proto, "mha/attention_mask/masked_score"), ElementsAre(-1e9f));
+  EXPECT_EQ(attribute(first_node(proto, "Cast"), "to").i(), onnx::TensorProto::FLOAT);
+  EXPECT_EQ(first_node(proto, "Cast").input(0), "padding");
+  // A padding mask [N, S] is [N, 1, 1, S] against the scores [N, heads, T, S].
+  EXPECT_EQ(first_node(proto, "Unsqueeze").input(1), "mha/attention_mask/axes");
+  std::vector<int64_t> axes;
+  for (const onnx::TensorProto& t : proto.graph().initializer()) {
+    if (t.name() != "mha/attention_mask/axes") continue;
+    axes.resize(t.raw_data().size() / sizeof(int64_t));
+    std::memcpy(axes.data(), t.raw_data().data(), t.raw_data().size());
+  }
+  EXPECT_THAT(axes, ElementsAre(1, 2));
+  EXPECT_EQ(proto.graph().input(1).type().tensor_type().elem_type(), onnx::TensorProto::INT64);
+}
+
 TEST(OnnxExportTest, LayerNormalizationOnAnotherAxisIsMovedLastAndBack) {
   Sequential model({nn::LayerNormalization({.axis = 1, .center = false, .name = "ln"})});
   model.build_for({1, 3, 5});
@@ -342,14 +368,6 @@ TEST(OnnxExportTest, WhatHasNoOnnxFormIsAnErrorNamingTheLayer) {
   } catch (const InvalidArgument& e) {
     EXPECT_THAT(e.what(), HasSubstr("cannot export Squash 'squash' to ONNX: strata exports Rescaling, Dense"));
   }
-
-  // An attention_mask input is made into scores on the host by strata; it is not exported.
-  auto query = nn::Input({5, 4}, DType::kFloat32, "query");
-  auto mask = nn::Input({5}, DType::kFloat32, "mask");
-  Model masked({query, mask}, nn::MultiHeadAttention(2, 2, {.name = "mha"})({query, query, query, mask}), "masked");
-  EXPECT_THAT([&] { onnx_model_bytes(masked); },
-              ::testing::ThrowsMessage<InvalidArgument>(HasSubstr(
-                  "cannot export MultiHeadAttention 'mha' to ONNX: an attention_mask input is not exported")));
 
   Sequential custom({nn::Dense(2, {.activation = nn::ActivationSpec([](const Variable& x) { return x * x; })})});
   custom.build_for({1, 3});
