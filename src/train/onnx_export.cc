@@ -246,6 +246,9 @@ class Exporter {
       // strata adds the table's first `steps` rows: the initializer holds just those.
       const Value v = nhwc(x);
       const int64_t steps = v.shape[1], dim = v.shape[2];
+      STRATA_CHECK(steps > 0, InvalidArgument,
+                   "cannot export " << describe(layer) << " to ONNX: its input " << shape_str(v.shape)
+                                    << " has no fixed number of steps to cut the table to");
       std::vector<float> table = host_floats(l->embeddings());
       table.resize(static_cast<size_t>(steps * dim));
       return {g_.op("Add", base, {v.name, g_.floats(base + "/embeddings", {steps, dim}, table)}), out_shape, false};
@@ -563,7 +566,11 @@ class Exporter {
     onnx::NodeProto* k_t = g_.node("Transpose", base + "/key", {k});
     attr(k_t, "perm", std::vector<int64_t>{0, 1, 3, 2});
     std::string scores = g_.op("MatMul", base + "/scores", {q, k_t->output(0)});  // [N, heads, T, S]
-    std::string mask;                   // broadcast to [N, heads, T, S]; "" for none
+    std::string mask;  // broadcast to [N, heads, T, S]; "" for none
+    STRATA_CHECK(!l.options().use_causal_mask || (t > 0 && s > 0), InvalidArgument,
+                 "cannot export " << describe(l)
+                                  << " to ONNX: its causal mask needs a fixed number of steps, got query "
+                                  << shape_str(query.shape) << " and value " << shape_str(value.shape));
     if (l.options().use_causal_mask) {  // query i attends keys j <= i; -1e9 is strata's (and Keras's) masked score
       std::vector<float> causal(static_cast<size_t>(t * s), 0.0f);
       for (int64_t i = 0; i < t; ++i)
