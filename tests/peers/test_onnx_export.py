@@ -4,6 +4,11 @@ tiny data, exported with `strata export -o MODEL.onnx` and `-o MODEL.safetensors
 file. A job of the layers the configs lack (BatchNormalization, GRU both ways of reset_after, go_backwards,
 Dropout, AveragePooling2D, SAME padding, softmax, Conv1D causal and dilated, and strided with SAME padding) runs the
 same way, and a functional model (Concatenate, Add, the remaining activations; tests/peers/tool/onnx_export.cc) is compared with strata's own predictions.
+The Transformer config (Conv1D, PositionEmbedding, two pre-norm TransformerEncoders with GELU, LayerNormalization,
+GlobalAveragePooling1D) trains on the same tiny images; a job of the attention layers it lacks (MultiHeadAttention
+with a causal mask, post-norm encoders, LayerNormalization without center or scale, a shorter sequence than
+PositionEmbedding holds) runs the same way; attention_mask inputs, which no job file can give, are peers_tool's
+onnx-attention model.
 
 The binary is $STRATA_BINARY (ctest's peers_test sets it), else build/strata. The models are the configs' own
 `model:` sections; only the CTR model's table is cut from 1M rows to 1000 (its data's vocabulary), so the test
@@ -43,6 +48,20 @@ EXTRA_LAYERS_MODEL = """model:
   - batch_normalization: {}
   - dense: {units: 16, activation: tanh}
   - dense: {units: 10, activation: softmax}
+"""
+
+# What the Transformer config lacks: a causal MultiHeadAttention (value_dim and output_shape of its own), a post-norm
+# encoder with relu, LayerNormalization without scale or center, a PositionEmbedding longer than the sequence.
+ATTENTION_LAYERS_MODEL = """model:
+  - reshape: {target_shape: [14, 56]}
+  - dense: {units: 16}
+  - position_embedding: {sequence_length: 20}
+  - multi_head_attention: {num_heads: 2, key_dim: 8, value_dim: 6, output_shape: 12, use_causal_mask: true}
+  - layer_normalization: {epsilon: 1e-3, center: false}
+  - transformer_encoder: {num_heads: 3, intermediate_dim: 24, normalize_first: false, dropout: 0.2}
+  - layer_normalization: {scale: false}
+  - global_average_pooling1d
+  - dense: {units: 10}
 """
 
 
@@ -166,3 +185,52 @@ def test_functional_model_matches_onnxruntime(tmp_path):
     session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
     (onnx_outputs,) = session.run(None, inputs)
     check_close("functional model", onnx_outputs, strata_outputs)
+
+
+def test_transformer_config_model_matches_onnxruntime(tmp_path, images):
+    directory, x = images
+    job = image_job(directory, model_section("fashion_mnist_transformer.yaml"))
+    model, onnx_outputs, strata_outputs = export_and_compare(tmp_path, job, x)
+    ops = [n.op_type for n in model.graph.node]
+    assert ops.count("LayerNormalization") == 5  # two per pre-norm encoder, and the final one
+    assert ops.count("Softmax") == 2 and "Erf" in ops and "Dropout" not in ops
+    assert ops[-3:] == ["LayerNormalization", "ReduceMean", "Gemm"]
+    check_close("fashion_mnist_transformer.yaml", onnx_outputs, strata_outputs)
+    assert np.std(strata_outputs) > 1e-3
+
+
+def test_attention_layers_match_onnxruntime(tmp_path, images):
+    directory, x = images
+    model, onnx_outputs, strata_outputs = export_and_compare(tmp_path, image_job(directory, ATTENTION_LAYERS_MODEL), x)
+    check_close("attention job", onnx_outputs, strata_outputs)
+    initializers = {t.name: list(t.dims) for t in model.graph.initializer}
+    causal = [name for name in initializers if name.endswith("/causal_mask")]
+    assert len(causal) == 1 and initializers[causal[0]] == [14, 14]
+    assert [14, 16] in initializers.values()  # the position table's first 14 of 20 rows
+    assert np.std(strata_outputs) > 1e-3
+
+
+def test_attention_masks_match_onnxruntime(tmp_path):
+    rng = np.random.default_rng(13)
+    n = 7
+    padding = np.ones((n, 5), np.int32)
+    for row, length in enumerate(rng.integers(1, 6, n)):  # each row keeps its first `length` keys (at least one)
+        padding[row, length:] = 0
+    mask = (rng.random((n, 6, 6)) < 0.7).astype(np.float32)
+    mask[:, :, 0] = 1.0  # key 0 stays open: with the causal mask, no query is left without a key
+    inputs = {"tokens": rng.normal(size=(n, 6, 8)).astype(np.float32),
+              "context": rng.normal(size=(n, 5, 8)).astype(np.float32), "padding": padding, "mask": mask}
+    path = tmp_path / "attention.onnx"
+    answer = peers_tool.run("onnx-attention", {"path": str(path), "seed": 3,
+                                               "inputs": [peers_tool.tensor(v) for v in inputs.values()]})
+    strata_outputs = peers_tool.array(answer)
+    model = onnx.load(str(path))
+    onnx.checker.check_model(model, full_check=True)
+    session = onnxruntime.InferenceSession(str(path), providers=["CPUExecutionProvider"])
+    (onnx_outputs,) = session.run(None, inputs)
+    check_close("attention masks", onnx_outputs, strata_outputs)
+    ops = [node.op_type for node in model.graph.node]
+    assert ops.count("Where") == 2 and ops.count("Min") == 1 and ops.count("Softmax") == 3
+    # The masks matter: without them, onnxruntime's answer is another.
+    unmasked = session.run(None, {**inputs, "padding": np.ones_like(padding), "mask": np.ones_like(mask)})[0]
+    assert float(np.max(np.abs(unmasked - strata_outputs))) > 1e-3

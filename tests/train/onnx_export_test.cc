@@ -1,13 +1,17 @@
 // ONNX export (strata/train/onnx_export.h): the bytes parse as onnx::ModelProto (generated from the ONNX schema) with
 // the expected graph: node op types in order, the layouts' Transposes, initializer shapes and the weights moved to
 // ONNX's layouts (Conv's OIHW, LSTM's gate order i, o, f, c, GRU's [Wb, Rb]); what has no ONNX form is a clear
-// error. onnxruntime runs the files in tests/peers/test_onnx_export.py.
+// error. The Transformer layers: LayerNormalization, MultiHeadAttention's projections as [features, heads * dim]
+// MatMuls and its causal mask, a TransformerEncoder as its sublayers' ops under its name. onnxruntime runs the files
+// in tests/peers/test_onnx_export.py.
 #include "strata/train/onnx_export.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -236,6 +240,115 @@ TEST(OnnxExportTest, FunctionalModelsExportTheirConcatenateAndAdd) {
   EXPECT_EQ(attribute(first_node(proto, "Concat"), "axis").i(), 1);
 }
 
+TEST(OnnxExportTest, APreNormTransformerEncoderIsItsSublayersOpsWithResidualAdds) {
+  Sequential model({nn::PositionEmbedding(6, {.name = "positions"}),
+                    nn::TransformerEncoder(8, 2, {.dropout = 0.1f, .activation = "gelu", .name = "encoder"}),
+                    nn::LayerNormalization({.epsilon = 1e-6f, .name = "final_norm"}), nn::GlobalAveragePooling1D()});
+  model.build_for({1, 5, 4});
+  number_weights(model);
+  const onnx::ModelProto proto = parse(onnx_model_bytes(model));
+  EXPECT_THAT(op_types(proto),
+              ElementsAre("Add",                                           // position embedding
+                          "LayerNormalization",                            // pre-norm
+                          "MatMul", "Add", "Reshape", "Transpose", "Mul",  // query, scaled
+                          "MatMul", "Add", "Reshape", "Transpose",         // key
+                          "MatMul", "Add", "Reshape", "Transpose",         // value
+                          "Transpose", "MatMul", "Softmax", "MatMul",      // heads
+                          "Transpose", "Reshape", "MatMul", "Add",         // attention output
+                          "Add",                                           // residual
+                          "LayerNormalization", "MatMul", "Add",           // feed-forward
+                          "Mul", "Erf", "Add", "Mul", "Mul",               // gelu
+                          "MatMul", "Add", "Add",                          // output dense, residual
+                          "LayerNormalization", "ReduceMean"));
+  const auto shapes = initializer_shapes(proto);
+  EXPECT_THAT(shapes.at("positions/embeddings"), ElementsAre(5, 4));                       // the first 5 of 6 rows
+  EXPECT_THAT(shapes.at("encoder/self_attention_layer/query/kernel"), ElementsAre(4, 4));  // [d, heads * 2]
+  EXPECT_THAT(shapes.at("encoder/self_attention_layer/query/bias"), ElementsAre(4));
+  EXPECT_THAT(shapes.at("encoder/self_attention_layer/attention_output/kernel"), ElementsAre(4, 4));
+  EXPECT_THAT(shapes.at("encoder/self_attention_layer_norm/gamma"), ElementsAre(4));
+  EXPECT_THAT(shapes.at("encoder/feedforward_intermediate_dense/kernel"), ElementsAre(4, 8));
+  EXPECT_THAT(shapes.at("encoder/feedforward_output_dense/kernel"), ElementsAre(8, 4));
+  const auto& pe = dynamic_cast<const nn::PositionEmbedding&>(*model.layers()[0]);
+  const std::vector<float> table = initializer_floats(proto, "positions/embeddings");
+  EXPECT_EQ(table,
+            std::vector<float>(pe.embeddings().value().data<float>(), pe.embeddings().value().data<float>() + 20));
+  const auto& encoder = dynamic_cast<const nn::TransformerEncoder&>(*model.layers()[1]);
+  const Tensor wq = encoder.attention()->query_kernel().value();
+  EXPECT_EQ(
+      initializer_floats(proto, "encoder/self_attention_layer/query/kernel"),
+      std::vector<float>(wq.data<float>(), wq.data<float>() + 16));  // [d, heads, dim] row-major is [d, heads*dim]
+  const onnx::NodeProto& norm = first_node(proto, "LayerNormalization");
+  EXPECT_EQ(attribute(norm, "axis").i(), -1);
+  EXPECT_FLOAT_EQ(attribute(norm, "epsilon").f(), 1e-5f);  // the encoder's layer_norm_epsilon
+  EXPECT_FLOAT_EQ(attribute(*(proto.graph().node().end() - 2), "epsilon").f(), 1e-6f);
+  EXPECT_THAT(attribute(first_node(proto, "ReduceMean"), "axes").ints(), ElementsAre(1));
+  EXPECT_THAT(initializer_floats(proto, "encoder/self_attention_layer/query/scale"),
+              ElementsAre(static_cast<float>(1.0 / std::sqrt(2.0))));                       // 1 / sqrt(key_dim)
+  for (const onnx::NodeProto& n : proto.graph().node()) EXPECT_NE(n.op_type(), "Dropout");  // inference
+}
+
+TEST(OnnxExportTest, MultiHeadAttentionsCausalMaskIsAConstantAddedToTheScores) {
+  Sequential model(
+      {nn::MultiHeadAttention(
+           2, 3, {.value_dim = 5, .use_bias = false, .output_shape = 7, .use_causal_mask = true, .name = "mha"}),
+       nn::TransformerEncoder(6, 7, {.normalize_first = false, .name = "post"})});
+  model.build_for({1, 4, 6});
+  const onnx::ModelProto proto = parse(onnx_model_bytes(model));
+  const auto shapes = initializer_shapes(proto);
+  EXPECT_THAT(shapes.at("mha/query/kernel"), ElementsAre(6, 6));
+  EXPECT_THAT(shapes.at("mha/value/kernel"), ElementsAre(6, 10));
+  EXPECT_THAT(shapes.at("mha/attention_output/kernel"), ElementsAre(10, 7));
+  EXPECT_EQ(shapes.count("mha/query/bias"), 0u);
+  EXPECT_THAT(initializer_floats(proto, "mha/causal_mask"),
+              ElementsAre(0, -1e9f, -1e9f, -1e9f, 0, 0, -1e9f, -1e9f, 0, 0, 0, -1e9f, 0, 0, 0, 0));
+  std::vector<std::string> ops = op_types(proto);
+  // Without biases: MatMul, Reshape, Transpose per projection; the mask's Add before the Softmax.
+  EXPECT_THAT(
+      std::vector<std::string>(ops.begin(), ops.begin() + 18),
+      ElementsAre("MatMul", "Reshape", "Transpose", "Mul", "MatMul", "Reshape", "Transpose", "MatMul", "Reshape",
+                  "Transpose", "Transpose", "MatMul", "Add", "Softmax", "MatMul", "Transpose", "Reshape", "MatMul"));
+  // Post-norm: the residual Add, then the norm; the block ends with one.
+  EXPECT_EQ(ops.back(), "LayerNormalization");
+  EXPECT_EQ(std::count(ops.begin(), ops.end(), "LayerNormalization"), 2);
+  EXPECT_EQ(shapes.count("post/self_attention_layer/causal_mask"), 0u);  // the encoder's attention is unmasked
+}
+
+TEST(OnnxExportTest, AnAttentionMaskInputBecomesScoresJoinedWithTheCausalMaskByMin) {
+  auto tokens = nn::Input({4, 6}, DType::kFloat32, "tokens");
+  auto padding = nn::Input({4}, DType::kInt64, "padding");
+  auto y = nn::MultiHeadAttention(2, 3, {.use_causal_mask = true, .name = "mha"})({tokens, tokens, tokens, padding});
+  Model model({tokens, padding}, y, "padded");
+  const onnx::ModelProto proto = parse(onnx_model_bytes(model));
+  const std::vector<std::string> ops = op_types(proto);
+  const auto at = std::find(ops.begin(), ops.end(), "Cast");
+  ASSERT_NE(at, ops.end());
+  EXPECT_THAT(std::vector<std::string>(at, at + 7),
+              ElementsAre("Cast", "Equal", "Where", "Unsqueeze", "Min", "Add", "Softmax"));
+  EXPECT_THAT(initializer_floats(proto, "mha/attention_mask/masked_score"), ElementsAre(-1e9f));
+  EXPECT_EQ(attribute(first_node(proto, "Cast"), "to").i(), onnx::TensorProto::FLOAT);
+  EXPECT_EQ(first_node(proto, "Cast").input(0), "padding");
+  // A padding mask [N, S] is [N, 1, 1, S] against the scores [N, heads, T, S].
+  EXPECT_EQ(first_node(proto, "Unsqueeze").input(1), "mha/attention_mask/axes");
+  std::vector<int64_t> axes;
+  for (const onnx::TensorProto& t : proto.graph().initializer()) {
+    if (t.name() != "mha/attention_mask/axes") continue;
+    axes.resize(t.raw_data().size() / sizeof(int64_t));
+    std::memcpy(axes.data(), t.raw_data().data(), t.raw_data().size());
+  }
+  EXPECT_THAT(axes, ElementsAre(1, 2));
+  EXPECT_EQ(proto.graph().input(1).type().tensor_type().elem_type(), onnx::TensorProto::INT64);
+}
+
+TEST(OnnxExportTest, LayerNormalizationOnAnotherAxisIsMovedLastAndBack) {
+  Sequential model({nn::LayerNormalization({.axis = 1, .center = false, .name = "ln"})});
+  model.build_for({1, 3, 5});
+  const onnx::ModelProto proto = parse(onnx_model_bytes(model));
+  EXPECT_THAT(op_types(proto), ElementsAre("Transpose", "LayerNormalization", "Transpose"));
+  EXPECT_THAT(attribute(first_node(proto, "Transpose"), "perm").ints(), ElementsAre(0, 2, 1));
+  EXPECT_THAT(initializer_floats(proto, "ln/beta"), ElementsAre(0, 0, 0));  // no center: a zero shift
+  EXPECT_THAT(initializer_shapes(proto).at("ln/gamma"), ElementsAre(3));
+}
+
 // A layer strata has and ONNX export does not know.
 class Squash : public nn::LayerBase<Squash> {
  public:
@@ -255,13 +368,6 @@ TEST(OnnxExportTest, WhatHasNoOnnxFormIsAnErrorNamingTheLayer) {
   } catch (const InvalidArgument& e) {
     EXPECT_THAT(e.what(), HasSubstr("cannot export Squash 'squash' to ONNX: strata exports Rescaling, Dense"));
   }
-
-  // The Transformer layers have no ONNX form here yet.
-  Sequential transformer({nn::LayerNormalization(), nn::TransformerEncoder(8, 2), nn::GlobalAveragePooling1D()});
-  transformer.build_for({1, 5, 4});
-  EXPECT_THAT([&] { onnx_model_bytes(transformer); },
-              ::testing::ThrowsMessage<InvalidArgument>(
-                  HasSubstr("cannot export LayerNormalization 'layer_normalization' to ONNX")));
 
   Sequential custom({nn::Dense(2, {.activation = nn::ActivationSpec([](const Variable& x) { return x * x; })})});
   custom.build_for({1, 3});

@@ -21,6 +21,7 @@ json optimizer_steps(const json& request);  // an optimizer's updates over fixed
 
 // ONNX export (onnx_export.cc).
 json onnx_functional(const json& request);  // a random functional model -> an .onnx file and its predictions
+json onnx_attention(const json& request);   // the same, of MultiHeadAttention with mask inputs
 
 // Cluster (cluster.cc).
 json tf_config(const json& request);  // TF_CONFIG values resolved as strata resolves them

@@ -23,6 +23,7 @@ int main(int argc, char** argv) {
       {"schedule", strata::peers::schedule_values},
       {"optimizer", strata::peers::optimizer_steps},
       {"onnx-functional", strata::peers::onnx_functional},
+      {"onnx-attention", strata::peers::onnx_attention},
       {"tf-config", strata::peers::tf_config},
       {"partition", strata::peers::partition},
   };
