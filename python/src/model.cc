@@ -1,4 +1,4 @@
-// strata.Sequential's native half: compile, and fit / evaluate / predict on numpy arrays, which become Tensors
+// strata.Model's and strata.Sequential's native half: compile, and fit / evaluate / predict on numpy arrays, which become Tensors
 // without a copy when they are C-contiguous float32, uint8, int32 or int64 (the Tensor keeps the array alive). The GIL
 // is released while strata computes; Python callbacks run between steps with it taken, and there a pending signal
 // (Ctrl-C: KeyboardInterrupt) or a callback's exception stops fit after the step and is raised when fit returns.
@@ -8,6 +8,7 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include <nanobind/nanobind.h>
@@ -16,10 +17,13 @@
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/variant.h>
 #include <nanobind/stl/vector.h>
 
 #include "bindings.h"
 #include "strata/error.h"
+#include "strata/nn/functional.h"
+#include "strata/optim/metrics.h"
 #include "strata/random.h"
 #include "strata/train/model.h"
 
@@ -154,7 +158,7 @@ data::Dataset batches(const Tensor& x, const std::optional<Tensor>& y, int64_t b
   return d.batch(batch_size).prefetch(data::kAutotune);
 }
 
-nb::dict fit(Sequential& model, nb::handle x_array, nb::handle y_array, int64_t epochs, int64_t batch_size,
+nb::dict fit(Model& model, nb::handle x_array, nb::handle y_array, int64_t epochs, int64_t batch_size,
              nb::handle validation_x, nb::handle validation_y, bool shuffle, std::optional<uint64_t> seed,
              int verbose, std::vector<nb::object> callbacks, distribute::Strategy* strategy) {
   const Tensor x = tensor_from_numpy(x_array, "fit x");
@@ -179,7 +183,7 @@ nb::dict fit(Sequential& model, nb::handle x_array, nb::handle y_array, int64_t 
   return out;
 }
 
-std::vector<std::pair<std::string, double>> evaluate(Sequential& model, nb::handle x_array, nb::handle y_array,
+std::vector<std::pair<std::string, double>> evaluate(Model& model, nb::handle x_array, nb::handle y_array,
                                                      int64_t batch_size, int verbose,
                                                      std::vector<nb::object> callbacks,
                                                      distribute::Strategy* strategy) {
@@ -197,7 +201,7 @@ std::vector<std::pair<std::string, double>> evaluate(Sequential& model, nb::hand
   return logs.items();
 }
 
-nb::object predict(Sequential& model, nb::handle x_array, int64_t batch_size, distribute::Strategy* strategy) {
+nb::object predict(Model& model, nb::handle x_array, int64_t batch_size, distribute::Strategy* strategy) {
   const data::Dataset inputs = batches(tensor_from_numpy(x_array, "predict x"), std::nullopt, batch_size, false, {});
   Tensor out;
   {
@@ -214,7 +218,54 @@ void define_model(nb::module_& m) {
   m.def("set_random_seed", &manual_seed, "seed"_a,
         "Seeds this thread's generator (weights' initializers, dropout), as keras.utils.set_random_seed.");
 
-  nb::class_<Sequential, nn::Layer>(m, "Sequential")
+  // The model methods both kinds share; Sequential adds add() and build().
+  nb::class_<Model, nn::Layer>(m, "Model")
+      .def(
+          "__init__",
+          [](Model* self, std::vector<nn::SymbolicTensor> inputs, nn::SymbolicTensor output, std::string name,
+             distribute::Strategy* strategy) {
+            auto scope = scope_of(strategy);
+            new (self) Model(std::move(inputs), std::move(output), std::move(name));
+          },
+          "inputs"_a, "output"_a, "name"_a = "", "strategy"_a = nb::none())
+      .def_prop_ro("built", &Model::built)
+      .def_prop_ro("input_count",
+                   [](const Model& model) { return model.graph() ? model.graph()->inputs().size() : size_t{1}; })
+      .def_prop_rw(
+          "stop_training", [](const Model& model) { return model.stop_training; },
+          [](Model& model, bool stop) { model.stop_training = stop; })
+      .def(
+          "compile",
+          [](Model& model, std::shared_ptr<losses::Loss> loss, std::shared_ptr<optim::Optimizer> optimizer,
+             const std::vector<std::variant<std::string, std::shared_ptr<metrics::Metric>>>& metrics) {
+            std::vector<MetricSpec> specs;
+            for (const auto& metric : metrics) {
+              if (const auto* name = std::get_if<std::string>(&metric)) {
+                specs.emplace_back(*name);
+              } else {
+                specs.emplace_back(std::get<std::shared_ptr<metrics::Metric>>(metric));
+              }
+            }
+            model.compile(std::move(loss), std::move(optimizer), std::move(specs));
+          },
+          "loss"_a, "optimizer"_a, "metrics"_a = std::vector<std::string>{})
+      .def("fit", &fit, "x"_a, "y"_a, "epochs"_a, "batch_size"_a, "validation_x"_a.none(), "validation_y"_a.none(),
+           "shuffle"_a, "seed"_a.none(), "verbose"_a, "callbacks"_a, "strategy"_a.none())
+      .def("evaluate", &evaluate, "x"_a, "y"_a, "batch_size"_a, "verbose"_a, "callbacks"_a, "strategy"_a.none())
+      .def("predict", &predict, "x"_a, "batch_size"_a, "strategy"_a.none())
+      .def("summary", &Model::summary)
+      .def("save", &Model::save, "path"_a)
+      .def("save_weights", &Model::save_weights, "path"_a)
+      .def("load_weights", &Model::load_weights, "path"_a)
+      .def("named_weights", [](const Model& model) {
+        std::vector<std::pair<std::string, nb::object>> out;
+        for (const auto& [name, tensor] : model.named_weights()) {
+          out.emplace_back(name, numpy_from_tensor(tensor.clone()));
+        }
+        return out;
+      });
+
+  nb::class_<Sequential, Model>(m, "Sequential")
       .def(
           "__init__",
           [](Sequential* self, const std::vector<std::shared_ptr<nn::Layer>>& layers, std::string name) {
@@ -229,31 +280,7 @@ void define_model(nb::module_& m) {
             auto scope = scope_of(strategy);
             s.build_for(input_shape);
           },
-          "input_shape"_a, "strategy"_a = nb::none())
-      .def_prop_ro("built", &Sequential::built)
-      .def_prop_rw(
-          "stop_training", [](const Sequential& s) { return s.stop_training; },
-          [](Sequential& s, bool stop) { s.stop_training = stop; })
-      .def(
-          "compile",
-          [](Sequential& s, std::shared_ptr<losses::Loss> loss, std::shared_ptr<optim::Optimizer> optimizer,
-             std::vector<std::string> metrics) {
-            s.compile(std::move(loss), std::move(optimizer), std::vector<MetricSpec>(metrics.begin(), metrics.end()));
-          },
-          "loss"_a, "optimizer"_a, "metrics"_a = std::vector<std::string>{})
-      .def("fit", &fit, "x"_a, "y"_a, "epochs"_a, "batch_size"_a, "validation_x"_a.none(), "validation_y"_a.none(),
-           "shuffle"_a, "seed"_a.none(), "verbose"_a, "callbacks"_a, "strategy"_a.none())
-      .def("evaluate", &evaluate, "x"_a, "y"_a, "batch_size"_a, "verbose"_a, "callbacks"_a, "strategy"_a.none())
-      .def("predict", &predict, "x"_a, "batch_size"_a, "strategy"_a.none())
-      .def("summary", &Sequential::summary)
-      .def("save", &Sequential::save, "path"_a)
-      .def("save_weights", &Sequential::save_weights, "path"_a)
-      .def("load_weights", &Sequential::load_weights, "path"_a)
-      .def("named_weights", [](const Sequential& s) {
-        std::vector<std::pair<std::string, nb::object>> out;
-        for (const auto& [name, tensor] : s.named_weights()) out.emplace_back(name, numpy_from_tensor(tensor.clone()));
-        return out;
-      });
+          "input_shape"_a, "strategy"_a = nb::none());
 }
 
 }  // namespace strata::python
