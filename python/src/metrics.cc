@@ -19,7 +19,9 @@ using namespace nb::literals;
 
 namespace strata::python {
 
-void define_metrics(nb::module_& m) {
+void define_metrics(nb::module_& parent) {
+  // A submodule: MeanSquaredError is also a loss's name in the parent module.
+  nb::module_ m = parent.def_submodule("metrics", "The C++ metrics under Keras's class names (strata.metrics).");
   nb::class_<metrics::Metric>(m, "Metric")
       .def_prop_ro("name", &metrics::Metric::name)
       .def("result", &metrics::Metric::result)

@@ -2,8 +2,8 @@
 "accuracy". compile takes a fresh copy of each; the values appear in History and evaluate under the metric's name
 (Keras's: "sparse_categorical_accuracy", or the name= given). Thread-safety: as the C++ metrics."""
 
-from ._strata import (Accuracy, BinaryAccuracy, CategoricalAccuracy, Mean, MeanSquaredError, Metric, Precision, Recall,
-                      SparseCategoricalAccuracy)
+from ._strata.metrics import (Accuracy, BinaryAccuracy, CategoricalAccuracy, Mean, MeanSquaredError, Metric,
+                              Precision, Recall, SparseCategoricalAccuracy, metric_by_name)
 
 MSE = MeanSquaredError
 
@@ -12,7 +12,6 @@ def get(identifier, loss_name=""):
     """A metric object from a name ("accuracy", "mse", ...) or a metric object itself."""
     if isinstance(identifier, Metric):
         return identifier
-    from ._strata import metric_by_name
     return metric_by_name(str(identifier), loss_name)
 
 
