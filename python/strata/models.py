@@ -131,6 +131,11 @@ class Model:
                                     strategy=self._native_strategy())
 
     def __call__(self, x):
+        """On strata.Input tensors: the model as a layer of a bigger functional graph (its weights shared); on
+        arrays: predict."""
+        if isinstance(x, _strata.SymbolicTensor) or (isinstance(x, (list, tuple)) and x
+                                                    and isinstance(x[0], _strata.SymbolicTensor)):
+            return self._native(x)
         return self.predict(x)
 
     def summary(self, print_fn=print):

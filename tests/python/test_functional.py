@@ -143,3 +143,32 @@ def test_self_attention_block_trains():
                   loss=strata.losses.SparseCategoricalCrossentropy(from_logits=True))
     history = model.fit(x, y, epochs=5, batch_size=32, verbose=0, seed=0).history
     assert history["loss"][-1] < history["loss"][0]
+
+
+def test_functional_model_under_mirrored_strategy_trains_as_one_device():
+    x, y = data(rows=64)
+
+    def history(strategy):
+        strata.utils.set_random_seed(1)
+        with strategy.scope():
+            inputs = strata.Input(shape=(8,))
+            a = layers.Dense(8, activation="relu")(inputs)
+            b = layers.Dense(8)(inputs)
+            model = compile_for(strata.Model(inputs, layers.Dense(2)(layers.Concatenate()([a, b]))))
+        return model.fit(x, y, epochs=2, batch_size=16, shuffle=False, verbose=0).history
+
+    one = history(strata.distribute.OneDeviceStrategy())
+    two = history(strata.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"]))
+    np.testing.assert_allclose(one["loss"], two["loss"], rtol=1e-5)
+    assert one["accuracy"] == two["accuracy"]
+
+
+def test_a_model_called_on_an_input_nests_with_shared_weights():
+    strata.utils.set_random_seed(6)
+    inner_input = strata.Input(shape=(8,))
+    inner = strata.Model(inner_input, layers.Dense(3)(inner_input))
+    outer_input = strata.Input(shape=(8,))
+    outer = strata.Model(outer_input, inner(outer_input))
+    x, _ = data(rows=5)
+    np.testing.assert_allclose(outer.predict(x), inner.predict(x), rtol=1e-6)
+    assert outer.count_params() == inner.count_params() == 8 * 3 + 3
