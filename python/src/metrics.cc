@@ -11,6 +11,7 @@
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 
+#include "arrays.h"
 #include "bindings.h"
 #include "strata/optim/metrics.h"
 
@@ -24,6 +25,18 @@ void define_metrics(nb::module_& parent) {
   nb::module_ m = parent.def_submodule("metrics", "The C++ metrics under Keras's class names (strata.metrics).");
   nb::class_<metrics::Metric>(m, "Metric")
       .def_prop_ro("name", &metrics::Metric::name)
+      // Keras's update_state(y_true, y_pred, sample_weight=None) on array-likes; Mean takes update_state(values).
+      .def(
+          "update_state",
+          [](metrics::Metric& metric, nb::handle y_true, nb::handle y_pred, nb::handle sample_weight) {
+            const Tensor truth = tensor_from_values(y_true, "update_state y_true");
+            const Tensor predicted = y_pred.is_none() ? Tensor() : tensor_from_values(y_pred, "update_state y_pred");
+            const Tensor weights =
+                sample_weight.is_none() ? Tensor() : tensor_from_values(sample_weight, "update_state sample_weight");
+            nb::gil_scoped_release released;
+            metric.update_state(truth, predicted, weights);
+          },
+          "y_true"_a, "y_pred"_a = nb::none(), "sample_weight"_a = nb::none())
       .def("result", &metrics::Metric::result)
       .def("reset_state", &metrics::Metric::reset_state)
       .def("__repr__", [](const metrics::Metric& metric) { return "<strata.metrics '" + metric.name() + "'>"; });

@@ -60,3 +60,25 @@ def test_metric_objects_have_keras_names_and_unknown_ones_are_refused():
         classifier(["nonsense"])
     with pytest.raises(TypeError, match="strata.metrics object"):
         classifier([42])
+
+
+def test_update_state_and_result_equal_numpy():
+    rng = np.random.default_rng(5)
+    labels = rng.integers(0, 4, size=30)
+    scores = rng.random(size=(30, 4))  # float64 and int64 from numpy, converted as Keras converts them
+    metric = strata.metrics.SparseCategoricalAccuracy()
+    metric.update_state(labels[:10], scores[:10])
+    metric.update_state(labels[10:], scores[10:])
+    assert metric.result() == pytest.approx(float(np.mean(np.argmax(scores, axis=1) == labels)))
+    metric.reset_state()
+    assert metric.result() == 0.0
+
+    mean = strata.metrics.Mean()
+    mean.update_state([1.0, 2.0, 3.0])
+    mean.update_state([5.0], sample_weight=[3.0])
+    assert mean.result() == pytest.approx((1 + 2 + 3 + 5 * 3) / 6)
+
+    mse = strata.metrics.MeanSquaredError()
+    truth, predicted = rng.random(size=(8, 3)), rng.random(size=(8, 3))
+    mse.update_state(truth, predicted)
+    assert mse.result() == pytest.approx(float(np.mean((truth - predicted) ** 2)), rel=1e-5)
