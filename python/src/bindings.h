@@ -11,9 +11,12 @@ namespace strata::python {
 // constructor arguments.
 void define_layers(nanobind::module_& m);
 void define_losses_and_optimizers(nanobind::module_& m);
+// Metrics (strata.metrics, the submodule strata._strata.metrics): the C++ metric classes with Keras's constructor
+// arguments.
+void define_metrics(nanobind::module_& parent);
 // Strategies and their scopes (strata.distribute).
 void define_strategies(nanobind::module_& m);
-// Sequential: compile, fit / evaluate / predict on numpy arrays, weights.
+// Model (functional) and Sequential: compile, fit / evaluate / predict on numpy arrays, weights.
 void define_model(nanobind::module_& m);
 // The strata command line (`python -m strata`, `python -m strata.launch`).
 void define_command_line(nanobind::module_& m);

@@ -19,8 +19,11 @@
 
 #include "bindings.h"
 #include "strata/error.h"
+#include "strata/nn/attention.h"
 #include "strata/nn/conv_layers.h"
 #include "strata/nn/core_layers.h"
+#include "strata/nn/functional.h"
+#include "strata/nn/merge_layers.h"
 #include "strata/nn/normalization.h"
 #include "strata/nn/preprocessing.h"
 #include "strata/nn/recurrent.h"
@@ -46,6 +49,45 @@ nn::Size2 size2(nb::handle value, const char* what) {
                                      << nb::cast<std::string>(nb::str(value.type())));
 }
 
+// Input(dtype=...): the dtypes fit takes from numpy.
+DType input_dtype(const std::string& name) {
+  for (DType d : {DType::kFloat32, DType::kUInt8, DType::kInt32, DType::kInt64}) {
+    if (name == dtype_name(d)) return d;
+  }
+  STRATA_THROW(InvalidArgument, "Input dtype must be float32, uint8, int32 or int64, got '" << name << "'");
+}
+
+// A symbolic tensor's shape as Keras prints it: None for the batch dimension (-1 in C++).
+nb::tuple symbolic_shape(const nn::SymbolicTensor& t) {
+  nb::list out;
+  for (int64_t d : t.shape()) {
+    if (d < 0) {
+      out.append(nb::none());
+    } else {
+      out.append(d);
+    }
+  }
+  return nb::tuple(out);
+}
+
+// A layer called on symbolic tensors, as Keras's functional API calls it: layer(x), layer([a, b]) or layer(a, b)
+// (MultiHeadAttention's query, value). Returns the output node; eager calls on arrays are not bound.
+nn::SymbolicTensor call_symbolic(nn::Layer& layer, const nb::args& args) {
+  STRATA_CHECK(args.size() >= 1, InvalidArgument, "layer '" << layer.name() << "': called with no inputs");
+  if (args.size() == 1 && nb::isinstance<nn::SymbolicTensor>(args[0])) {
+    return layer(nb::cast<nn::SymbolicTensor>(args[0]));
+  }
+  std::vector<nn::SymbolicTensor> inputs;
+  nb::handle items = args.size() == 1 ? nb::handle(args[0]) : nb::handle(args);
+  if (!nb::try_cast(items, inputs)) {
+    STRATA_THROW(InvalidArgument, "layer '" << layer.name()
+                                            << "': strata calls layers on strata.Input tensors (the functional API), "
+                                               "got "
+                                            << nb::cast<std::string>(nb::str(nb::handle(args[0]).type())));
+  }
+  return layer(inputs);
+}
+
 // activation=None is Keras's linear activation.
 nn::ActivationSpec activation(const std::optional<std::string>& name) {
   return name ? nn::ActivationSpec(*name) : nn::ActivationSpec();
@@ -58,7 +100,22 @@ void define_layers(nb::module_& m) {
       .def_prop_ro("name", &nn::Layer::name)
       .def_prop_ro("class_name", &nn::Layer::class_name)
       .def("count_params", &nn::Layer::count_params)
+      .def("__call__", &call_symbolic)
       .def("__repr__", [](const nn::Layer& l) { return "<strata.layers." + l.class_name() + " '" + l.name() + "'>"; });
+
+  nb::class_<nn::SymbolicTensor>(m, "SymbolicTensor")
+      .def_prop_ro("shape", &symbolic_shape)
+      .def_prop_ro("dtype", [](const nn::SymbolicTensor& t) { return std::string(dtype_name(t.dtype())); })
+      .def("__repr__", [](const nn::SymbolicTensor& t) {
+        return "<strata.SymbolicTensor shape=" + nb::cast<std::string>(nb::repr(symbolic_shape(t))) + " dtype=" +
+               std::string(dtype_name(t.dtype())) + ">";
+      });
+  m.def(
+      "Input",
+      [](const Shape& shape, const std::string& dtype, const std::string& name) {
+        return nn::Input(shape, input_dtype(dtype), name);
+      },
+      "shape"_a, "dtype"_a = "float32", "name"_a = "");
 
   nb::class_<nn::Rescaling, nn::Layer>(m, "Rescaling")
       .def(nb::init<float, float, std::string>(), "scale"_a, "offset"_a = 0.0f, "name"_a = "");
@@ -202,6 +259,74 @@ void define_layers(nb::module_& m) {
           },
           "units"_a, "activation"_a = "tanh", "recurrent_activation"_a = "sigmoid", "use_bias"_a = true,
           "reset_after"_a = true, "return_sequences"_a = false, "go_backwards"_a = false, "name"_a = "");
+
+  nb::class_<nn::Conv1D, nn::Layer>(m, "Conv1D")
+      .def(
+          "__init__",
+          [](nn::Conv1D* self, int64_t filters, int kernel_size, int strides, std::string padding, int dilation_rate,
+             std::optional<std::string> act, bool use_bias, std::string kernel_initializer,
+             std::string bias_initializer, std::string name) {
+            nn::Conv1DLayerOptions o{.strides = strides,
+                                     .padding = padding,
+                                     .dilation_rate = dilation_rate,
+                                     .activation = activation(act),
+                                     .use_bias = use_bias,
+                                     .kernel_initializer = kernel_initializer,
+                                     .bias_initializer = bias_initializer,
+                                     .name = std::move(name)};
+            new (self) nn::Conv1D(filters, kernel_size, o);
+          },
+          "filters"_a, "kernel_size"_a, "strides"_a = 1, "padding"_a = "valid", "dilation_rate"_a = 1,
+          "activation"_a = nb::none(), "use_bias"_a = true, "kernel_initializer"_a = "glorot_uniform",
+          "bias_initializer"_a = "zeros", "name"_a = "")
+      .def_prop_ro("filters", &nn::Conv1D::filters);
+  nb::class_<nn::GlobalAveragePooling1D, nn::Layer>(m, "GlobalAveragePooling1D")
+      .def(
+          "__init__",
+          [](nn::GlobalAveragePooling1D* self, bool keepdims, std::string name) {
+            new (self) nn::GlobalAveragePooling1D({.keepdims = keepdims, .name = std::move(name)});
+          },
+          "keepdims"_a = false, "name"_a = "");
+  nb::class_<nn::LayerNormalization, nn::Layer>(m, "LayerNormalization")
+      .def(
+          "__init__",
+          [](nn::LayerNormalization* self, int axis, float epsilon, bool center, bool scale, std::string name) {
+            nn::LayerNormalizationOptions o;
+            o.axis = axis;
+            o.epsilon = epsilon;
+            o.center = center;
+            o.scale = scale;
+            o.name = std::move(name);
+            new (self) nn::LayerNormalization(o);
+          },
+          "axis"_a = -1, "epsilon"_a = 1e-3f, "center"_a = true, "scale"_a = true, "name"_a = "");
+  // Called as Keras calls it in a functional model: mha(query, value) or mha(query, value, key).
+  nb::class_<nn::MultiHeadAttention, nn::Layer>(m, "MultiHeadAttention")
+      .def(
+          "__init__",
+          [](nn::MultiHeadAttention* self, int64_t num_heads, int64_t key_dim, std::optional<int64_t> value_dim,
+             float dropout, bool use_bias, std::optional<int64_t> output_shape, std::string kernel_initializer,
+             std::string bias_initializer, std::string name) {
+            nn::MultiHeadAttentionOptions o;
+            o.value_dim = value_dim.value_or(0);
+            o.dropout = dropout;
+            o.use_bias = use_bias;
+            o.output_shape = output_shape.value_or(0);
+            o.kernel_initializer = kernel_initializer;
+            o.bias_initializer = bias_initializer;
+            o.name = std::move(name);
+            new (self) nn::MultiHeadAttention(num_heads, key_dim, o);
+          },
+          "num_heads"_a, "key_dim"_a, "value_dim"_a = nb::none(), "dropout"_a = 0.0f, "use_bias"_a = true,
+          "output_shape"_a = nb::none(), "kernel_initializer"_a = "glorot_uniform", "bias_initializer"_a = "zeros",
+          "name"_a = "");
+
+  // Merging layers, for the functional API's branches: layer([a, b]).
+  nb::class_<nn::Concatenate, nn::Layer>(m, "Concatenate").def(nb::init<int, std::string>(), "axis"_a = -1,
+                                                                 "name"_a = "");
+  nb::class_<nn::Add, nn::Layer>(m, "Add").def(nb::init<std::string>(), "name"_a = "");
+  nb::class_<nn::Subtract, nn::Layer>(m, "Subtract").def(nb::init<std::string>(), "name"_a = "");
+  nb::class_<nn::Multiply, nn::Layer>(m, "Multiply").def(nb::init<std::string>(), "name"_a = "");
 }
 
 void define_losses_and_optimizers(nb::module_& m) {

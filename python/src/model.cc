@@ -1,4 +1,4 @@
-// strata.Sequential's native half: compile, and fit / evaluate / predict on numpy arrays, which become Tensors
+// strata.Model's and strata.Sequential's native half: compile, and fit / evaluate / predict on numpy arrays, which become Tensors
 // without a copy when they are C-contiguous float32, uint8, int32 or int64 (the Tensor keeps the array alive). The GIL
 // is released while strata computes; Python callbacks run between steps with it taken, and there a pending signal
 // (Ctrl-C: KeyboardInterrupt) or a callback's exception stops fit after the step and is raised when fit returns.
@@ -8,18 +8,22 @@
 #include <optional>
 #include <string>
 #include <utility>
+#include <variant>
 #include <vector>
 
 #include <nanobind/nanobind.h>
-#include <nanobind/ndarray.h>
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/variant.h>
 #include <nanobind/stl/vector.h>
 
+#include "arrays.h"
 #include "bindings.h"
 #include "strata/error.h"
+#include "strata/nn/functional.h"
+#include "strata/optim/metrics.h"
 #include "strata/random.h"
 #include "strata/train/model.h"
 
@@ -28,54 +32,6 @@ using namespace nb::literals;
 
 namespace strata::python {
 namespace {
-
-using HostArray = nb::ndarray<nb::ro, nb::c_contig, nb::device::cpu>;
-
-// Keeps a numpy array alive for the Tensor over its memory; the last reference may go on any thread, so the GIL is
-// taken to drop it (and not at all while the interpreter is finalizing, when the array is left to it).
-std::shared_ptr<const void> keep_alive(HostArray array) {
-  auto* kept = new HostArray(std::move(array));
-  return std::shared_ptr<const void>(kept, [](const void* p) {
-    if (!nb::is_alive()) return;
-    nb::gil_scoped_acquire gil;
-    delete static_cast<const HostArray*>(p);
-  });
-}
-
-DType dtype_of(const HostArray& array, const char* what) {
-  const nb::dlpack::dtype d = array.dtype();
-  if (d == nb::dtype<float>()) return DType::kFloat32;
-  if (d == nb::dtype<uint8_t>()) return DType::kUInt8;
-  if (d == nb::dtype<int32_t>()) return DType::kInt32;
-  if (d == nb::dtype<int64_t>()) return DType::kInt64;
-  STRATA_THROW(InvalidArgument, what << ": strata takes float32, uint8, int32 or int64 arrays, got a dtype of code "
-                                     << static_cast<int>(d.code) << " and " << static_cast<int>(d.bits) << " bits");
-}
-
-// The Tensor over a numpy array's memory (no copy).
-Tensor tensor_from_numpy(nb::handle object, const char* what) {
-  HostArray array;
-  if (!nb::try_cast(object, array)) {
-    STRATA_THROW(InvalidArgument, what << ": expected a numpy array on the CPU, got "
-                                       << nb::cast<std::string>(nb::str(object.type())));
-  }
-  STRATA_CHECK(array.ndim() >= 1, InvalidArgument, what << ": expected an array with a batch dimension, got a scalar");
-  Shape shape(array.ndim());
-  for (size_t i = 0; i < array.ndim(); ++i) shape[i] = static_cast<int64_t>(array.shape(i));
-  const DType dtype = dtype_of(array, what);
-  void* data = const_cast<void*>(array.data());
-  return Tensor::wrap_host(data, shape, dtype, keep_alive(std::move(array)));
-}
-
-// A host float32 Tensor as a numpy array that owns it (no copy).
-nb::object numpy_from_tensor(Tensor tensor) {
-  STRATA_CHECK(tensor.dtype() == DType::kFloat32 && tensor.device().is_cpu(), InvalidArgument,
-               "predict: expected float32 host outputs, got " << dtype_name(tensor.dtype()));
-  auto* owned = new Tensor(std::move(tensor));
-  nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<Tensor*>(p); });
-  std::vector<size_t> shape(owned->shape().begin(), owned->shape().end());
-  return nb::ndarray<nb::numpy, float>(owned->data<float>(), shape.size(), shape.data(), owner).cast();
-}
 
 nb::dict dict_of(const Logs& logs) {
   nb::dict d;
@@ -154,7 +110,7 @@ data::Dataset batches(const Tensor& x, const std::optional<Tensor>& y, int64_t b
   return d.batch(batch_size).prefetch(data::kAutotune);
 }
 
-nb::dict fit(Sequential& model, nb::handle x_array, nb::handle y_array, int64_t epochs, int64_t batch_size,
+nb::dict fit(Model& model, nb::handle x_array, nb::handle y_array, int64_t epochs, int64_t batch_size,
              nb::handle validation_x, nb::handle validation_y, bool shuffle, std::optional<uint64_t> seed,
              int verbose, std::vector<nb::object> callbacks, distribute::Strategy* strategy) {
   const Tensor x = tensor_from_numpy(x_array, "fit x");
@@ -179,7 +135,7 @@ nb::dict fit(Sequential& model, nb::handle x_array, nb::handle y_array, int64_t 
   return out;
 }
 
-std::vector<std::pair<std::string, double>> evaluate(Sequential& model, nb::handle x_array, nb::handle y_array,
+std::vector<std::pair<std::string, double>> evaluate(Model& model, nb::handle x_array, nb::handle y_array,
                                                      int64_t batch_size, int verbose,
                                                      std::vector<nb::object> callbacks,
                                                      distribute::Strategy* strategy) {
@@ -197,7 +153,7 @@ std::vector<std::pair<std::string, double>> evaluate(Sequential& model, nb::hand
   return logs.items();
 }
 
-nb::object predict(Sequential& model, nb::handle x_array, int64_t batch_size, distribute::Strategy* strategy) {
+nb::object predict(Model& model, nb::handle x_array, int64_t batch_size, distribute::Strategy* strategy) {
   const data::Dataset inputs = batches(tensor_from_numpy(x_array, "predict x"), std::nullopt, batch_size, false, {});
   Tensor out;
   {
@@ -214,7 +170,54 @@ void define_model(nb::module_& m) {
   m.def("set_random_seed", &manual_seed, "seed"_a,
         "Seeds this thread's generator (weights' initializers, dropout), as keras.utils.set_random_seed.");
 
-  nb::class_<Sequential, nn::Layer>(m, "Sequential")
+  // The model methods both kinds share; Sequential adds add() and build().
+  nb::class_<Model, nn::Layer>(m, "Model")
+      .def(
+          "__init__",
+          [](Model* self, std::vector<nn::SymbolicTensor> inputs, nn::SymbolicTensor output, std::string name,
+             distribute::Strategy* strategy) {
+            auto scope = scope_of(strategy);
+            new (self) Model(std::move(inputs), std::move(output), std::move(name));
+          },
+          "inputs"_a, "output"_a, "name"_a = "", "strategy"_a = nb::none())
+      .def_prop_ro("built", &Model::built)
+      .def_prop_ro("input_count",
+                   [](const Model& model) { return model.graph() ? model.graph()->inputs().size() : size_t{1}; })
+      .def_prop_rw(
+          "stop_training", [](const Model& model) { return model.stop_training; },
+          [](Model& model, bool stop) { model.stop_training = stop; })
+      .def(
+          "compile",
+          [](Model& model, std::shared_ptr<losses::Loss> loss, std::shared_ptr<optim::Optimizer> optimizer,
+             const std::vector<std::variant<std::string, std::shared_ptr<metrics::Metric>>>& metrics) {
+            std::vector<MetricSpec> specs;
+            for (const auto& metric : metrics) {
+              if (const auto* name = std::get_if<std::string>(&metric)) {
+                specs.emplace_back(*name);
+              } else {
+                specs.emplace_back(std::get<std::shared_ptr<metrics::Metric>>(metric));
+              }
+            }
+            model.compile(std::move(loss), std::move(optimizer), std::move(specs));
+          },
+          "loss"_a, "optimizer"_a, "metrics"_a = std::vector<std::string>{})
+      .def("fit", &fit, "x"_a, "y"_a, "epochs"_a, "batch_size"_a, "validation_x"_a.none(), "validation_y"_a.none(),
+           "shuffle"_a, "seed"_a.none(), "verbose"_a, "callbacks"_a, "strategy"_a.none())
+      .def("evaluate", &evaluate, "x"_a, "y"_a, "batch_size"_a, "verbose"_a, "callbacks"_a, "strategy"_a.none())
+      .def("predict", &predict, "x"_a, "batch_size"_a, "strategy"_a.none())
+      .def("summary", &Model::summary)
+      .def("save", &Model::save, "path"_a)
+      .def("save_weights", &Model::save_weights, "path"_a)
+      .def("load_weights", &Model::load_weights, "path"_a)
+      .def("named_weights", [](const Model& model) {
+        std::vector<std::pair<std::string, nb::object>> out;
+        for (const auto& [name, tensor] : model.named_weights()) {
+          out.emplace_back(name, numpy_from_tensor(tensor.clone()));
+        }
+        return out;
+      });
+
+  nb::class_<Sequential, Model>(m, "Sequential")
       .def(
           "__init__",
           [](Sequential* self, const std::vector<std::shared_ptr<nn::Layer>>& layers, std::string name) {
@@ -229,31 +232,7 @@ void define_model(nb::module_& m) {
             auto scope = scope_of(strategy);
             s.build_for(input_shape);
           },
-          "input_shape"_a, "strategy"_a = nb::none())
-      .def_prop_ro("built", &Sequential::built)
-      .def_prop_rw(
-          "stop_training", [](const Sequential& s) { return s.stop_training; },
-          [](Sequential& s, bool stop) { s.stop_training = stop; })
-      .def(
-          "compile",
-          [](Sequential& s, std::shared_ptr<losses::Loss> loss, std::shared_ptr<optim::Optimizer> optimizer,
-             std::vector<std::string> metrics) {
-            s.compile(std::move(loss), std::move(optimizer), std::vector<MetricSpec>(metrics.begin(), metrics.end()));
-          },
-          "loss"_a, "optimizer"_a, "metrics"_a = std::vector<std::string>{})
-      .def("fit", &fit, "x"_a, "y"_a, "epochs"_a, "batch_size"_a, "validation_x"_a.none(), "validation_y"_a.none(),
-           "shuffle"_a, "seed"_a.none(), "verbose"_a, "callbacks"_a, "strategy"_a.none())
-      .def("evaluate", &evaluate, "x"_a, "y"_a, "batch_size"_a, "verbose"_a, "callbacks"_a, "strategy"_a.none())
-      .def("predict", &predict, "x"_a, "batch_size"_a, "strategy"_a.none())
-      .def("summary", &Sequential::summary)
-      .def("save", &Sequential::save, "path"_a)
-      .def("save_weights", &Sequential::save_weights, "path"_a)
-      .def("load_weights", &Sequential::load_weights, "path"_a)
-      .def("named_weights", [](const Sequential& s) {
-        std::vector<std::pair<std::string, nb::object>> out;
-        for (const auto& [name, tensor] : s.named_weights()) out.emplace_back(name, numpy_from_tensor(tensor.clone()));
-        return out;
-      });
+          "input_shape"_a, "strategy"_a = nb::none());
 }
 
 }  // namespace strata::python

@@ -47,6 +47,7 @@ NB_MODULE(_strata, m) {
   nb::register_exception_translator(translate_strata_error);
   strata::python::define_layers(m);
   strata::python::define_losses_and_optimizers(m);
+  strata::python::define_metrics(m);
   strata::python::define_strategies(m);
   strata::python::define_model(m);
   strata::python::define_command_line(m);

@@ -2,7 +2,9 @@
 strata's C++ core, which the extension module strata._strata binds (a thin binding: every computation is the C++
 library's). Thread-safety: as Keras, one thread drives a model at a time; fit releases the GIL while it computes."""
 
-from . import callbacks, distribute, layers, losses, optimizers, utils
-from .models import History, Sequential
+from . import callbacks, distribute, layers, losses, metrics, optimizers, utils
+from .layers import Input
+from .models import History, Model, Sequential
 
-__all__ = ["Sequential", "History", "callbacks", "distribute", "layers", "losses", "optimizers", "utils"]
+__all__ = ["Model", "Sequential", "Input", "History", "callbacks", "distribute", "layers", "losses", "metrics",
+           "optimizers", "utils"]

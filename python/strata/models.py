@@ -1,10 +1,11 @@
-"""strata.Sequential: Keras's Sequential over the C++ strata::Sequential, with compile / fit / evaluate / predict on
+"""strata.Model and strata.Sequential: Keras's functional Model (strata.Model(inputs, outputs) over strata.Input) and
+Sequential over the C++ strata::Model and strata::Sequential, with compile / fit / evaluate / predict on
 numpy arrays (float32 or uint8 inputs, integer labels; C-contiguous arrays of those dtypes are not copied).
 Thread-safety: one thread drives a model at a time; the GIL is released while the C++ core computes."""
 
 import numpy as np
 
-from . import _strata, distribute, layers as _layers, losses as _losses, optimizers as _optimizers
+from . import _strata, distribute, losses as _losses, metrics as _metrics, optimizers as _optimizers
 from .callbacks import History
 
 _INPUT_DTYPES = (np.float32, np.uint8, np.int32, np.int64)
@@ -26,34 +27,27 @@ def _as_labels(y, what):
     return _as_input(y, what)
 
 
-class Sequential:
-    """keras.Sequential: a stack of strata.layers, optionally opened by strata.layers.Input(shape) (then built at
-    once). Made inside `with strategy.scope():`, it trains under that strategy."""
+class Model:
+    """keras.Model(inputs, outputs): the functional model of the graph from strata.Input tensors to outputs, built by
+    calling layers on them (the C++ strata::Model holds the graph). One output; fit feeds one input array. Made
+    inside `with strategy.scope():`, it trains under that strategy."""
 
-    def __init__(self, layers=None, name=""):
+    def __init__(self, inputs, outputs, name=""):
         self._strategy = distribute.get_strategy()
-        entries = list(layers or [])
-        self._input_shape = None
-        if entries and isinstance(entries[0], _layers.Input):
-            self._input_shape = entries.pop(0).shape
-        self._native = _strata.Sequential(entries, name)
-        if self._input_shape is not None:
-            self._build()
-
-    def _build(self):
-        self._native.build([1, *self._input_shape], self._native_strategy())
+        inputs = list(inputs) if isinstance(inputs, (list, tuple)) else [inputs]
+        if isinstance(outputs, (list, tuple)):
+            if len(outputs) != 1:
+                raise ValueError(f"Model: strata's functional models have one output, got {len(outputs)}")
+            outputs = outputs[0]
+        self._native = _strata.Model(inputs, outputs, name, self._native_strategy())
 
     def _native_strategy(self):
         return self._strategy._native if self._strategy is not None else None
 
-    def add(self, layer):
-        if isinstance(layer, _layers.Input):
-            self._input_shape = layer.shape
-            return
-        self._native.add(layer)
-        if self._input_shape is not None:
-            raise ValueError("add: strata builds a model given an Input at once; add every layer before the Input "
-                             "or pass them all to Sequential([...])")
+    def _one_input(self, what):
+        count = self._native.input_count
+        if count != 1:
+            raise ValueError(f"{what}: strata feeds a model one input array; this model has {count} inputs")
 
     @property
     def name(self):
@@ -75,12 +69,13 @@ class Sequential:
         if loss is None:
             raise ValueError("compile: a loss is required (a name such as 'sparse_categorical_crossentropy' or a "
                              "strata.losses object)")
-        names = []
+        entries = []
         for metric in metrics or []:
-            if not isinstance(metric, str):
-                raise TypeError(f"compile: metrics are given by name here, got {type(metric).__name__}")
-            names.append(metric)
-        self._native.compile(_losses.get(loss), _optimizers.get(optimizer), names)
+            if not isinstance(metric, (str, _metrics.Metric)):
+                raise TypeError(f"compile: a metric is a name ('accuracy') or a strata.metrics object, got "
+                                f"{type(metric).__name__}")
+            entries.append(metric)
+        self._native.compile(_losses.get(loss), _optimizers.get(optimizer), entries)
 
     def _callbacks(self, callbacks):
         callbacks = list(callbacks or [])
@@ -95,6 +90,7 @@ class Sequential:
             validation_data=None, shuffle=True, seed=None):
         """Keras's fit from numpy arrays; returns a History whose .history maps each log to its values per epoch.
         validation_split takes the last fraction of the rows (before shuffling), as Keras does."""
+        self._one_input("fit")
         x = _as_input(x, "fit x")
         y = _as_labels(y, "fit y")
         validation_x = validation_y = None
@@ -118,6 +114,7 @@ class Sequential:
 
     def evaluate(self, x, y, batch_size=32, verbose="auto", callbacks=None, return_dict=False):
         """Keras's evaluate: [loss, metric...] (the loss alone without metrics), or a dict with return_dict."""
+        self._one_input("evaluate")
         logs = self._native.evaluate(_as_input(x, "evaluate x"), _as_labels(y, "evaluate y"),
                                      batch_size=int(batch_size), verbose=_verbosity(verbose, default=0),
                                      callbacks=self._callbacks(callbacks), strategy=self._native_strategy())
@@ -129,10 +126,16 @@ class Sequential:
     def predict(self, x, batch_size=32, verbose="auto"):
         """The model's outputs for every row of x, as a float32 numpy array."""
         del verbose  # predict prints nothing here
+        self._one_input("predict")
         return self._native.predict(_as_input(x, "predict x"), batch_size=int(batch_size),
                                     strategy=self._native_strategy())
 
     def __call__(self, x):
+        """On strata.Input tensors: the model as a layer of a bigger functional graph (its weights shared); on
+        arrays: predict."""
+        if isinstance(x, _strata.SymbolicTensor) or (isinstance(x, (list, tuple)) and x
+                                                    and isinstance(x[0], _strata.SymbolicTensor)):
+            return self._native(x)
         return self.predict(x)
 
     def summary(self, print_fn=print):
@@ -152,6 +155,34 @@ class Sequential:
 
     def count_params(self):
         return self._native.count_params()
+
+
+
+class Sequential(Model):
+    """keras.Sequential: a stack of strata.layers, optionally opened by strata.Input(shape) (then built at once).
+    Made inside `with strategy.scope():`, it trains under that strategy."""
+
+    def __init__(self, layers=None, name=""):  # no graph: Model.__init__ is not called
+        self._strategy = distribute.get_strategy()
+        entries = list(layers or [])
+        self._input_shape = None
+        if entries and isinstance(entries[0], _strata.SymbolicTensor):
+            self._input_shape = tuple(entries.pop(0).shape[1:])
+        self._native = _strata.Sequential(entries, name)
+        if self._input_shape is not None:
+            self._build()
+
+    def _build(self):
+        self._native.build([1, *self._input_shape], self._native_strategy())
+
+    def add(self, layer):
+        if isinstance(layer, _strata.SymbolicTensor):
+            self._input_shape = tuple(layer.shape[1:])
+            return
+        self._native.add(layer)
+        if self._input_shape is not None:
+            raise ValueError("add: strata builds a model given an Input at once; add every layer before the Input "
+                             "or pass them all to Sequential([...])")
 
 
 def _verbosity(verbose, default=1):
