@@ -2,9 +2,9 @@
 # Sets strata up on a fresh Debian 12 machine and then does one thing:
 #   scripts/setup.sh --main    install, build, run the main job on Fashion-MNIST
 #   scripts/setup.sh --test    install (with the peers' venv of scripts/peers_env.sh --tests: TensorFlow, for the
-#                              tests labelled peers), build, run every test (then the fast suites again in the
-#                              sanitizer build, then each fuzz target for 15 s, then compile the CUDA build and run
-#                              its GPU tests, which skip without a GPU)
+#                              tests labelled peers), build, run every test (then the layers' fast suites again in
+#                              the sanitizer build, then each fuzz target for 15 s, then compile the CUDA build and
+#                              run its GPU tests, which skip without a GPU)
 #   scripts/setup.sh --fuzz [SECONDS]   install (with clang), build, run each fuzz target of fuzz/ for SECONDS
 #                              (default 60) on a copy of its seed corpus; fails if any finds something
 #   scripts/setup.sh --bench   install, build, set up the peers (scripts/peers_env.sh --bench: TensorFlow and PyTorch 2
@@ -113,25 +113,26 @@ case "$mode" in
     # Fast suites in parallel, the ones labelled slow one at a time.
     ctest --test-dir "$build" --output-on-failure -j "$jobs" -LE slow
     ctest --test-dir "$build" --output-on-failure -L slow
-    # The fast suites again under AddressSanitizer + UBSan (no benchmarks or examples: they add nothing here). The
-    # tree builds only those (tests/CMakeLists.txt): not the slow suites, whose whole jobs killed and restarted are
-    # timing tests, nor the peers and package tests, which check formats and the install, not memory.
+    # The layers' fast suites again under AddressSanitizer + UBSan. The tree holds only those (tests/CMakeLists.txt:
+    # not the CLI's end-to-end runs, nor the slow, peers and package tests) and builds only them and what they link.
     echo "== sanitizer build"
     # (Warnings are held to -Werror in the main tree; the instrumented one only runs the tests.)
     # (No Python module: an ASan-instrumented one cannot load into an uninstrumented Python.)
-    build_tree "$build-asan" -DSTRATA_SANITIZE=ON -DSTRATA_BUILD_BENCH=OFF -DSTRATA_BUILD_EXAMPLES=OFF -DSTRATA_WERROR=OFF \
-      -DSTRATA_PYTHON=OFF
+    configure_tree "$build-asan" -DSTRATA_SANITIZE=ON -DSTRATA_BUILD_BENCH=OFF -DSTRATA_BUILD_EXAMPLES=OFF \
+      -DSTRATA_WERROR=OFF -DSTRATA_PYTHON=OFF
+    mapfile -t asan_tests < <(ctest --test-dir "$build-asan" -N | sed -n 's/^ *Test *#[0-9]*: //p')
+    cmake --build "$build-asan" -j "$jobs" --target "${asan_tests[@]}"
     ASAN_OPTIONS=detect_leaks=0 ctest --test-dir "$build-asan" --output-on-failure -j "$jobs"
     # Every fuzz target briefly, so that a parser that crashes on its seeds or soon after is caught on every change.
     echo "== fuzz targets, 15 s each"
     build_fuzz
-    "$root/fuzz/run.sh" "$build-fuzz" 15
+    FUZZ_JOBS="$jobs" "$root/fuzz/run.sh" "$build-fuzz" 15
     build_cuda
     ;;
   --fuzz)
     echo "== fuzz targets, ${2:-60} s each"
     build_fuzz
-    "$root/fuzz/run.sh" "$build-fuzz" "${2:-60}"
+    FUZZ_JOBS="$jobs" "$root/fuzz/run.sh" "$build-fuzz" "${2:-60}"
     ;;
   --bench)
     # Without the peers (no network, say) the benches still run, each saying which columns it skipped and why.
