@@ -58,6 +58,17 @@ nn::RegularizerSpec read_regularizer(const json& value) { return nn::Regularizer
 
 }  // namespace
 
+// The keys Dense, Conv2D and Conv1D end with (Keras's order), from their options `o`.
+template <class Options>
+void kernel_layer_config(const Options& o, const nn::Layer& layer, json& c) {
+  c["activation"] = activation(o.activation, layer, "activation");
+  c["use_bias"] = o.use_bias;
+  c["kernel_initializer"] = initializer(o.kernel_initializer, layer, "kernel_initializer");
+  c["bias_initializer"] = initializer(o.bias_initializer, layer, "bias_initializer");
+  c["kernel_regularizer"] = regularizer(o.kernel_regularizer, layer, "kernel_regularizer");
+  c["bias_regularizer"] = regularizer(o.bias_regularizer, layer, "bias_regularizer");
+}
+
 // LSTM's and GRU's shared keys (Keras's order), from their options `o`.
 template <class Options>
 void recurrent_config(int64_t units, const Options& o, const nn::Layer& layer, json& c) {
@@ -85,12 +96,7 @@ json layer_config(const nn::Layer& layer) {
   } else if (const auto* l = dynamic_cast<const nn::Dense*>(&layer)) {
     const nn::DenseOptions& o = l->options();
     c["units"] = l->units();
-    c["activation"] = activation(o.activation, layer, "activation");
-    c["use_bias"] = o.use_bias;
-    c["kernel_initializer"] = initializer(o.kernel_initializer, layer, "kernel_initializer");
-    c["bias_initializer"] = initializer(o.bias_initializer, layer, "bias_initializer");
-    c["kernel_regularizer"] = regularizer(o.kernel_regularizer, layer, "kernel_regularizer");
-    c["bias_regularizer"] = regularizer(o.bias_regularizer, layer, "bias_regularizer");
+    kernel_layer_config(o, layer, c);
   } else if (const auto* l = dynamic_cast<const nn::Conv2D*>(&layer)) {
     const nn::Conv2DLayerOptions& o = l->options();
     c["filters"] = l->filters();
@@ -98,12 +104,7 @@ json layer_config(const nn::Layer& layer) {
     c["strides"] = size2(o.strides);
     c["padding"] = o.padding.name();
     c["dilation_rate"] = size2(o.dilation_rate);
-    c["activation"] = activation(o.activation, layer, "activation");
-    c["use_bias"] = o.use_bias;
-    c["kernel_initializer"] = initializer(o.kernel_initializer, layer, "kernel_initializer");
-    c["bias_initializer"] = initializer(o.bias_initializer, layer, "bias_initializer");
-    c["kernel_regularizer"] = regularizer(o.kernel_regularizer, layer, "kernel_regularizer");
-    c["bias_regularizer"] = regularizer(o.bias_regularizer, layer, "bias_regularizer");
+    kernel_layer_config(o, layer, c);
   } else if (const auto* l = dynamic_cast<const nn::Conv1D*>(&layer)) {
     const nn::Conv1DLayerOptions& o = l->options();  // sizes as Keras writes them: lists of one
     c["filters"] = l->filters();
@@ -111,12 +112,7 @@ json layer_config(const nn::Layer& layer) {
     c["strides"] = json::array({o.strides});
     c["padding"] = o.padding.name();
     c["dilation_rate"] = json::array({o.dilation_rate});
-    c["activation"] = activation(o.activation, layer, "activation");
-    c["use_bias"] = o.use_bias;
-    c["kernel_initializer"] = initializer(o.kernel_initializer, layer, "kernel_initializer");
-    c["bias_initializer"] = initializer(o.bias_initializer, layer, "bias_initializer");
-    c["kernel_regularizer"] = regularizer(o.kernel_regularizer, layer, "kernel_regularizer");
-    c["bias_regularizer"] = regularizer(o.bias_regularizer, layer, "bias_regularizer");
+    kernel_layer_config(o, layer, c);
   } else if (const auto* l = dynamic_cast<const nn::detail::Pooling2D*>(&layer)) {
     c["pool_size"] = size2(l->pool_size());
     c["strides"] = size2(l->strides());
