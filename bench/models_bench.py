@@ -1,14 +1,17 @@
 #!/usr/bin/env python3
 """Training throughput on one device: strata's Model::fit against Keras fit (TensorFlow) and PyTorch 2, on Fashion-MNIST.
 
-Two models: the Keras tutorial CNN (Conv2D 32 3x3 relu -> MaxPool 2 -> Flatten -> Dense 64 relu -> Dense 10) and a
-784-128-10 MLP, both with Adam(1e-3, eps 1e-7) and sparse categorical cross-entropy from logits, the accuracy metric,
-batch 64, at 1 and 2 threads. Prints images/s of each side and the ratios strata/TensorFlow and strata/PyTorch 2
+Three models: the Keras tutorial CNN (Conv2D 32 3x3 relu -> MaxPool 2 -> Flatten -> Dense 64 relu -> Dense 10), a
+784-128-10 MLP, and the Transformer of configs/fashion_mnist_transformer.yaml (peers.py's TRANSFORMER: 28 rows as
+tokens, a Conv1D stem, 2 pre-norm encoder blocks) in float32 and, as "transformer-bf16", computing in bf16 with
+float32 weights on every side (strata --mixed-precision bf16, Keras's mixed_bfloat16 policy, torch.autocast to
+bfloat16); all with Adam(1e-3, eps 1e-7) and sparse categorical cross-entropy from logits, the accuracy metric,
+batch 64, at 1 and 2 threads. The transformer rows also print each side's step time in ms. Prints images/s of each side and the ratios strata/TensorFlow and strata/PyTorch 2
 (above 1.0: strata is faster; the issue's CNN targets are 3 and 2), and strata/Debian's PyTorch 1.13 where
 /usr/bin/python3 has it (the peer the benches had before, kept here for its slow convolution: --no-debian-torch).
 
     .venv-peers/bin/peer-python bench/models_bench.py [--binary build/bench/models_bench] [--steps 300]
-        [--models cnn,mlp] [--threads 1,2] [--rounds 1] [--no-tf] [--no-torch] [--no-debian-torch] [--tf-jit]
+        [--models cnn,mlp,transformer,transformer-bf16] [--threads 1,2] [--rounds 1] [--no-tf] [--no-torch] [--no-debian-torch] [--tf-jit]
 
 Same steps on every side: a warm-up of --steps steps (one-time set-up: oneDNN primitives, tracing, allocators), then
 --steps timed steps (--steps 0: one pass over the 60000 images each). Each side trains from data decoded in memory,
@@ -53,8 +56,17 @@ def batches(x, y, batch):
             yield x[idx], y[idx]
 
 
+def split_precision(model_name):
+    """'transformer-bf16' -> ('transformer', True): the model, and whether it computes in bf16 (Keras's
+    mixed_bfloat16 policy, torch.autocast to bfloat16 on the CPU, strata's --mixed-precision bf16)."""
+    base, _, precision = model_name.partition("-")
+    return base, precision == "bf16"
+
+
 def torch_worker(model_name, threads, data_dir, steps, batch=BATCH):
     """Prints the images/s of `steps` PyTorch steps after as many warm-up steps, as JSON; distribute_bench uses it."""
+    import contextlib
+
     import torch
     import torch.nn as nn
 
@@ -63,7 +75,9 @@ def torch_worker(model_name, threads, data_dir, steps, batch=BATCH):
     xs, ys = peers.fashion_mnist(data_dir)
     x = torch.from_numpy(xs).permute(0, 3, 1, 2).contiguous()  # NCHW
     y = torch.from_numpy(ys)
+    model_name, bf16 = split_precision(model_name)
     model = peers.torch_model(model_name)
+    compute = (lambda: torch.autocast("cpu", dtype=torch.bfloat16)) if bf16 else contextlib.nullcontext
     opt = torch.optim.Adam(model.parameters(), lr=1e-3, eps=1e-7)
     loss_fn = nn.CrossEntropyLoss()
     it = batches(x, y, batch)
@@ -72,8 +86,9 @@ def torch_worker(model_name, threads, data_dir, steps, batch=BATCH):
         for _ in range(n):
             xb, yb = next(it)
             opt.zero_grad()
-            logits = model(xb)
-            loss = loss_fn(logits, yb)
+            with compute():
+                logits = model(xb)
+                loss = loss_fn(logits.float(), yb)
             loss.backward()
             opt.step()
             (logits.argmax(1) == yb).sum().item()  # the accuracy metric every side keeps
@@ -103,6 +118,9 @@ def tf_worker(model_name, threads, data_dir, steps, jit, batch=BATCH):
     import keras
     import tensorflow as tf
     keras.utils.set_random_seed(0)
+    model_name, bf16 = split_precision(model_name)
+    if bf16:
+        keras.mixed_precision.set_global_policy("mixed_bfloat16")
     model = peers.keras_model(model_name)
     if jit:
         model.compile(optimizer=model.optimizer, loss=model.loss, metrics=["accuracy"], jit_compile=True)
@@ -177,7 +195,10 @@ def run_child(cmd, threads):
 
 
 def run_strata(binary, model_name, threads, args, step_mode=False):
-    cmd = [binary, "--model", model_name, "--threads", str(threads), "--data", args.data]
+    base, bf16 = split_precision(model_name)
+    cmd = [binary, "--model", base, "--threads", str(threads), "--data", args.data]
+    if bf16:
+        cmd += ["--mixed-precision", "bf16"]
     cmd += ["--steps", str(args.steps or 938)] if step_mode else ["--steps-per-epoch", str(args.steps)]
     return run_child(cmd, threads)
 
@@ -230,7 +251,8 @@ def main():
     parser.add_argument("--binary", default=None)
     parser.add_argument("--data", default=peers.FASHION_MNIST)
     parser.add_argument("--rounds", type=int, default=1, help="runs of each side; the best of each is reported")
-    parser.add_argument("--models", default="cnn,mlp", help="comma-separated subset of cnn,mlp")
+    parser.add_argument("--models", default="cnn,mlp,transformer",
+                        help="comma-separated subset of cnn, mlp, transformer, transformer-bf16")
     parser.add_argument("--threads", default="1,2", help="comma-separated thread counts")
     parser.add_argument("--steps", type=int, default=300,
                         help="timed steps of batch 64 per side, after as many warm-up steps (0: one pass, 937 steps)")
@@ -253,7 +275,7 @@ def main():
     print(f"# Fashion-MNIST, batch {BATCH}, Adam; {steps} timed steps after {steps} warm-up steps per side; best of "
           f"{args.rounds} rounds; strata: {binary}")
     short = {"tf": "TF", "torch": "PT2", "torch1": "PT1.13"}
-    head = f"{'model':<6}{'thr':>4}{'strata img/s':>14}" + "".join(f"{short[p.key] + ' img/s':>14}" for p in sides)
+    head = f"{'model':<17}{'thr':>4}{'strata img/s':>14}" + "".join(f"{short[p.key] + ' img/s':>14}" for p in sides)
     head += "".join(f"{'s/' + short[p.key]:>9}" for p in sides) + f"{'strata acc':>12}"
     print(head)
     results = []
@@ -267,12 +289,17 @@ def main():
                     if key not in best or r["images_per_s"] > best[key]["images_per_s"]:
                         best[key] = r
             s = best["strata"]
-            line = f"{model_name:<6}{threads:>4}{s['images_per_s']:>14.0f}"
+            line = f"{model_name:<17}{threads:>4}{s['images_per_s']:>14.0f}"
             line += "".join(f"{best[p.key]['images_per_s']:>14.0f}" for p in sides)
             line += "".join(f"{peers.ratio(s['images_per_s'], best[p.key]['images_per_s']):>9}" for p in sides)
             print(line + f"{s['test_accuracy']:>12.4f}", flush=True)
             results.append((model_name, threads, best))
     print("s/X: strata images/s over X's (above 1: strata is faster). Targets on the CNN: s/TF >= 3, s/PT2 >= 2.")
+    for model_name, threads, best in results:
+        if model_name.startswith("transformer"):
+            print(f"{model_name} step at {threads} thread(s), ms: " + ", ".join(
+                f"{'strata' if key == 'strata' else short[key]} {BATCH / r['images_per_s'] * 1e3:.2f}"
+                for key, r in best.items()))
     if "tf" in found and found["tf"].ok:
         jit = results[0][2]["tf"]["jit_compile"] if results else False
         print(f"Keras jit_compile: {'on (XLA, --tf-jit)' if jit else 'off (auto on a CPU-only machine)'}")

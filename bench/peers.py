@@ -162,16 +162,19 @@ def fashion_mnist(data_dir, split="train"):
 
 
 def keras_model(name):
-    """The Keras tutorial CNN (Conv2D 32 3x3 relu, MaxPool 2, Flatten, Dense 64 relu, Dense 10) or the 784-128-10
-    MLP, compiled with Adam(1e-3) and sparse categorical cross-entropy from logits, the accuracy metric, and Keras's
+    """The Keras tutorial CNN (Conv2D 32 3x3 relu, MaxPool 2, Flatten, Dense 64 relu, Dense 10), the 784-128-10
+    MLP or the Transformer of configs/fashion_mnist_transformer.yaml (keras_transformer), compiled with Adam(1e-3) and sparse categorical cross-entropy from logits, the accuracy metric, and Keras's
     default jit_compile="auto" (which Keras 3 turns off on a CPU-only machine and under tf.distribute)."""
     import keras
     if name == "mlp":
-        layers = [keras.Input((784,)), keras.layers.Dense(128, activation="relu"), keras.layers.Dense(10)]
+        model = keras.Sequential([keras.Input((784,)), keras.layers.Dense(128, activation="relu"),
+                                  keras.layers.Dense(10)])
+    elif name == "transformer":
+        model = keras_transformer()
     else:
-        layers = [keras.Input((28, 28, 1)), keras.layers.Conv2D(32, 3, activation="relu"), keras.layers.MaxPooling2D(2),
-                  keras.layers.Flatten(), keras.layers.Dense(64, activation="relu"), keras.layers.Dense(10)]
-    model = keras.Sequential(layers)
+        model = keras.Sequential([keras.Input((28, 28, 1)), keras.layers.Conv2D(32, 3, activation="relu"),
+                                  keras.layers.MaxPooling2D(2), keras.layers.Flatten(),
+                                  keras.layers.Dense(64, activation="relu"), keras.layers.Dense(10)])
     model.compile(optimizer=keras.optimizers.Adam(1e-3),
                   loss=keras.losses.SparseCategoricalCrossentropy(from_logits=True), metrics=["accuracy"])
     return model
@@ -198,9 +201,86 @@ def keras_timed_fit(model, dataset, steps, warmup_steps):
     return Timer.end - Timer.start
 
 
+# The Transformer of configs/fashion_mnist_transformer.yaml, as strata's layers compute it: 28 rows as 28 tokens of
+# 28 features, Conv1D(64, 3, same), a learned position embedding added, 2 pre-norm encoder blocks in keras_hub's
+# TransformerEncoder shape (LN -> self-attention 4 heads of 16 with dropout on the scores -> dropout -> residual;
+# LN -> Dense(128, gelu) -> Dense(64) -> dropout -> residual; dropout 0.1, LN epsilon 1e-5), a final LN (1e-6), the
+# tokens' mean and Dense(10).
+TRANSFORMER = {"tokens": 28, "features": 28, "hidden": 64, "heads": 4, "intermediate": 128, "blocks": 2,
+               "dropout": 0.1}
+
+
+def keras_transformer():
+    import keras
+    from keras import layers
+    t = TRANSFORMER
+
+    class PositionEmbedding(layers.Layer):
+        def build(self, input_shape):
+            self.embeddings = self.add_weight(shape=(t["tokens"], t["hidden"]), initializer="glorot_uniform")
+
+        def call(self, x):
+            return x + keras.ops.cast(self.embeddings, x.dtype)
+
+    inputs = keras.Input((28, 28, 1))
+    x = layers.Reshape((t["tokens"], t["features"]))(inputs)
+    x = layers.Conv1D(t["hidden"], 3, padding="same")(x)
+    x = PositionEmbedding()(x)
+    for _ in range(t["blocks"]):
+        h = layers.LayerNormalization(epsilon=1e-5)(x)
+        h = layers.MultiHeadAttention(t["heads"], t["hidden"] // t["heads"], dropout=t["dropout"])(h, h)
+        x = layers.Add()([layers.Dropout(t["dropout"])(h), x])
+        h = layers.LayerNormalization(epsilon=1e-5)(x)
+        h = layers.Dense(t["intermediate"], activation="gelu")(h)
+        h = layers.Dense(t["hidden"])(h)
+        x = layers.Add()([layers.Dropout(t["dropout"])(h), x])
+    x = layers.LayerNormalization(epsilon=1e-6)(x)
+    x = layers.GlobalAveragePooling1D()(x)
+    return keras.Model(inputs, layers.Dense(10)(x))
+
+
+def torch_transformer():
+    import torch
+    import torch.nn as nn
+    t = TRANSFORMER
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.attention_norm = nn.LayerNorm(t["hidden"], eps=1e-5)
+            self.attention = nn.MultiheadAttention(t["hidden"], t["heads"], dropout=t["dropout"], batch_first=True)
+            self.feedforward_norm = nn.LayerNorm(t["hidden"], eps=1e-5)
+            self.feedforward = nn.Sequential(nn.Linear(t["hidden"], t["intermediate"]), nn.GELU(),
+                                             nn.Linear(t["intermediate"], t["hidden"]))
+            self.dropout = nn.Dropout(t["dropout"])
+
+        def forward(self, x):
+            h = self.attention_norm(x)
+            x = x + self.dropout(self.attention(h, h, h, need_weights=False)[0])
+            return x + self.dropout(self.feedforward(self.feedforward_norm(x)))
+
+    class Transformer(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.stem = nn.Conv1d(t["features"], t["hidden"], 3, padding=1)
+            self.position = nn.Parameter(torch.randn(t["tokens"], t["hidden"]) * 0.1)
+            self.blocks = nn.Sequential(*[Block() for _ in range(t["blocks"])])
+            self.norm = nn.LayerNorm(t["hidden"], eps=1e-6)
+            self.head = nn.Linear(t["hidden"], 10)
+
+        def forward(self, images):  # [b, 1, 28, 28]: rows are tokens
+            x = self.stem(images.reshape(-1, t["tokens"], t["features"]).transpose(1, 2)).transpose(1, 2)
+            x = self.blocks(x + self.position)
+            return self.head(self.norm(x).mean(dim=1))
+
+    return Transformer()
+
+
 def torch_model(name):
     import torch.nn as nn
     if name == "mlp":
         return nn.Sequential(nn.Flatten(), nn.Linear(784, 128), nn.ReLU(), nn.Linear(128, 10))
+    if name == "transformer":
+        return torch_transformer()
     return nn.Sequential(nn.Conv2d(1, 32, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(5408, 64), nn.ReLU(),
                          nn.Linear(64, 10))
