@@ -232,6 +232,12 @@ class Sequential(Model):
         if self._input_shape is not None:
             self._build()
 
+    def build(self, input_shape):
+        """Keras's build: makes the weights for inputs of `input_shape` (the batch dimension first, None allowed), under
+        the strategy the model was made in. strategy.run needs a built model (replicas only read it)."""
+        self._input_shape = tuple(int(d) for d in tuple(input_shape)[1:])
+        self._build()
+
     def _build(self):
         self._native.build([1, *self._input_shape], self._native_strategy())
 
