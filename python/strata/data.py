@@ -316,8 +316,8 @@ class experimental:  # noqa: N801 (tf.data.experimental's names)
                    field_delim=",", use_quote_delim=True, na_value="", select_cols=None, exclude_cols=None,
                    column_names=None):
         """tf.data.experimental.CsvDataset: one scalar per selected column. record_defaults: per column a dtype
-        (np.float32, np.int32, np.int64, str: required) or a default value (0.0, 0, "x", or [value] as TF writes
-        it). column_names (strata's) makes the elements dicts."""
+        (np.float32, np.int32, np.int64, str: required) or a default value (0.0 float32, 0 int32, np.int64(0), "x";
+        or [value] as TF writes it). column_names (strata's) makes the elements dicts."""
         del buffer_size
         files = [os.fspath(filenames)] if isinstance(filenames, (str, os.PathLike)) else [os.fspath(f)
                                                                                           for f in filenames]
@@ -344,7 +344,7 @@ def _csv_column(default, index):
     if isinstance(default, float):
         return ("float32", default)
     if isinstance(default, int):
-        return ("int64", default)
+        return ("int32", default)  # as TF makes a Python int an int32 constant
     if isinstance(default, np.generic):
         return (_csv_type(default.dtype, index), default.item())
     return (_csv_type(default, index), None)

@@ -131,6 +131,8 @@ def test_csv_dataset(tmp_path):
     rows = list(ds)
     assert rows[1][0] == np.float32(0.25) and rows[1][1] == 4 and rows[1][1].dtype == np.int64
     assert bytes(rows[1][2]) == b"none" and bytes(rows[0][2]) == b"a"
+    typed = next(iter(strata.data.experimental.CsvDataset(str(path), [np.float32, 0, str], header=True)))
+    assert typed[1].dtype == np.int32 and typed[0].dtype == np.float32  # a Python int default: int32, as in TF
     with pytest.raises(ValueError, match="line 3 of .*rows.csv is required"):
         list(strata.data.experimental.CsvDataset(str(path), [np.float32, np.int64, str], header=True))
 
