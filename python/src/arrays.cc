@@ -59,12 +59,25 @@ Tensor tensor_from_numpy(nb::handle object, const char* what) {
 }
 
 nb::object numpy_from_tensor(Tensor tensor) {
-  STRATA_CHECK(tensor.dtype() == DType::kFloat32 && tensor.device().is_cpu(), InvalidArgument,
-               "predict: expected float32 host outputs, got " << dtype_name(tensor.dtype()));
+  STRATA_CHECK(tensor.defined(), InvalidArgument, "expected a tensor, got an undefined one");
+  if (!tensor.device().is_cpu()) tensor = tensor.to(Device::cpu());
+  if (tensor.dtype() == DType::kBFloat16) tensor = tensor.to(DType::kFloat32);
   auto* owned = new Tensor(std::move(tensor));
   nb::capsule owner(owned, [](void* p) noexcept { delete static_cast<Tensor*>(p); });
   std::vector<size_t> shape(owned->shape().begin(), owned->shape().end());
-  return nb::ndarray<nb::numpy, float>(owned->data<float>(), shape.size(), shape.data(), owner).cast();
+  switch (owned->dtype()) {
+    case DType::kFloat32:
+      return nb::ndarray<nb::numpy, float>(owned->data<float>(), shape.size(), shape.data(), owner).cast();
+    case DType::kInt32:
+      return nb::ndarray<nb::numpy, int32_t>(owned->data<int32_t>(), shape.size(), shape.data(), owner).cast();
+    case DType::kInt64:
+      return nb::ndarray<nb::numpy, int64_t>(owned->data<int64_t>(), shape.size(), shape.data(), owner).cast();
+    case DType::kUInt8:
+      return nb::ndarray<nb::numpy, uint8_t>(owned->data<uint8_t>(), shape.size(), shape.data(), owner).cast();
+    case DType::kBFloat16:
+      break;
+  }
+  STRATA_THROW(InvalidArgument, "no numpy dtype for a tensor of " << dtype_name(owned->dtype()));
 }
 
 Tensor tensor_from_values(nb::handle object, const char* what) {

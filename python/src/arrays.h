@@ -6,6 +6,7 @@
 #include <nanobind/nanobind.h>
 
 #include "strata/tensor.h"
+#include "strata/variable.h"
 
 namespace strata::python {
 
@@ -15,7 +16,11 @@ Tensor tensor_from_numpy(nanobind::handle object, const char* what);
 // Any array-like (lists, float64, bool, other integer widths, a scalar) converted as Keras would: floats and bools to
 // float32, other integers to int64, then tensor_from_numpy (copies only where numpy converts).
 Tensor tensor_from_values(nanobind::handle object, const char* what);
-// A host float32 Tensor as a numpy array that owns it (no copy).
+// A strata.Variable as it is, a Python int or float as a float32 scalar, anything else through tensor_from_values
+// (autograd.cc).
+Variable variable_from(nanobind::handle value, const char* what);
+// A Tensor as a numpy array that owns it: no copy for a host float32, int32, int64 or uint8 tensor (a GPU tensor is
+// copied to the host, bfloat16 widened to float32). An undefined tensor is an InvalidArgument.
 nanobind::object numpy_from_tensor(Tensor tensor);
 
 }  // namespace strata::python

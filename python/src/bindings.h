@@ -14,6 +14,11 @@ void define_losses_and_optimizers(nanobind::module_& m);
 // Metrics (strata.metrics, the submodule strata._strata.metrics): the C++ metric classes with Keras's constructor
 // arguments.
 void define_metrics(nanobind::module_& parent);
+// strata.data (the submodule strata._strata.data): Dataset over data::Dataset, its iterator of numpy arrays, the
+// TFRecord writer and tf.train.Example serialization.
+void define_data(nanobind::module_& parent);
+// Variables, GradientTape, calling a model on arrays, compute_average_loss: custom training loops.
+void define_autograd(nanobind::module_& m);
 // Strategies and their scopes (strata.distribute).
 void define_strategies(nanobind::module_& m);
 // Model (functional) and Sequential: compile, fit / evaluate / predict on numpy arrays, weights.

@@ -8,15 +8,18 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nanobind/nanobind.h>
 #include <nanobind/stl/map.h>
 #include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
 #include <nanobind/stl/shared_ptr.h>
 #include <nanobind/stl/string.h>
 #include <nanobind/stl/vector.h>
 
+#include "arrays.h"
 #include "bindings.h"
 #include "strata/error.h"
 #include "strata/nn/attention.h"
@@ -35,6 +38,14 @@ using namespace nb::literals;
 
 namespace strata::python {
 namespace {
+
+// Keras's loss reductions by name: "sum_over_batch_size" (also "auto", the default), "sum", "none".
+losses::Reduction reduction_of(const std::string& name) {
+  if (name == "sum_over_batch_size" || name == "auto") return losses::Reduction::kSumOverBatchSize;
+  if (name == "sum") return losses::Reduction::kSum;
+  if (name == "none") return losses::Reduction::kNone;
+  STRATA_THROW(InvalidArgument, "reduction must be 'sum_over_batch_size', 'sum' or 'none', got '" << name << "'");
+}
 
 // Keras's int-or-pair arguments (kernel_size=3, strides=(2, 1)).
 nn::Size2 size2(nb::handle value, const char* what) {
@@ -330,41 +341,85 @@ void define_layers(nb::module_& m) {
 }
 
 void define_losses_and_optimizers(nb::module_& m) {
-  nb::class_<losses::Loss>(m, "Loss").def_prop_ro("name", &losses::Loss::name);
+  // A loss called as Keras calls it: loss(y_true, y_pred, sample_weight=None) -> a Variable (per example with
+  // reduction="none"), recorded by any tape of this thread.
+  nb::class_<losses::Loss>(m, "Loss")
+      .def_prop_ro("name", &losses::Loss::name)
+      .def_prop_ro("reduction", [](const losses::Loss& l) { return std::string(losses::reduction_name(l.reduction())); })
+      .def(
+          "__call__",
+          [](const losses::Loss& loss, nb::handle y_true, nb::handle y_pred, nb::handle sample_weight) {
+            const Variable truth = variable_from(y_true, "loss y_true");
+            const Variable predicted = variable_from(y_pred, "loss y_pred");
+            const Tensor weights =
+                sample_weight.is_none() ? Tensor() : tensor_from_values(sample_weight, "loss sample_weight");
+            nb::gil_scoped_release released;
+            return loss(truth, predicted, weights);
+          },
+          "y_true"_a, "y_pred"_a, "sample_weight"_a = nb::none());
   // A loss by Keras's name ("sparse_categorical_crossentropy", "mse", ...): InvalidArgument for an unknown one.
   m.def("loss_by_name", [](const std::string& name) { return losses::get(name); }, "name"_a);
   m.def(
       "SparseCategoricalCrossentropy",
-      [](bool from_logits) -> std::shared_ptr<losses::Loss> {
-        return std::make_shared<losses::SparseCategoricalCrossentropy>(
-            losses::SparseCategoricalCrossentropyOptions{.from_logits = from_logits});
+      [](bool from_logits, const std::string& reduction) -> std::shared_ptr<losses::Loss> {
+        return std::make_shared<losses::SparseCategoricalCrossentropy>(losses::SparseCategoricalCrossentropyOptions{
+            .from_logits = from_logits, .reduction = reduction_of(reduction)});
       },
-      "from_logits"_a = false);
+      "from_logits"_a = false, "reduction"_a = "sum_over_batch_size");
   m.def(
       "CategoricalCrossentropy",
-      [](bool from_logits, float label_smoothing) -> std::shared_ptr<losses::Loss> {
+      [](bool from_logits, float label_smoothing, const std::string& reduction) -> std::shared_ptr<losses::Loss> {
         return std::make_shared<losses::CategoricalCrossentropy>(losses::CategoricalCrossentropyOptions{
-            .from_logits = from_logits, .label_smoothing = label_smoothing});
+            .from_logits = from_logits, .label_smoothing = label_smoothing, .reduction = reduction_of(reduction)});
       },
-      "from_logits"_a = false, "label_smoothing"_a = 0.0f);
+      "from_logits"_a = false, "label_smoothing"_a = 0.0f, "reduction"_a = "sum_over_batch_size");
   m.def(
       "BinaryCrossentropy",
-      [](bool from_logits, float label_smoothing) -> std::shared_ptr<losses::Loss> {
-        return std::make_shared<losses::BinaryCrossentropy>(
-            losses::BinaryCrossentropyOptions{.from_logits = from_logits, .label_smoothing = label_smoothing});
+      [](bool from_logits, float label_smoothing, const std::string& reduction) -> std::shared_ptr<losses::Loss> {
+        return std::make_shared<losses::BinaryCrossentropy>(losses::BinaryCrossentropyOptions{
+            .from_logits = from_logits, .label_smoothing = label_smoothing, .reduction = reduction_of(reduction)});
       },
-      "from_logits"_a = false, "label_smoothing"_a = 0.0f);
-  m.def("MeanSquaredError", []() -> std::shared_ptr<losses::Loss> {
-    return std::make_shared<losses::MeanSquaredError>();
-  });
-  m.def("MeanAbsoluteError", []() -> std::shared_ptr<losses::Loss> {
-    return std::make_shared<losses::MeanAbsoluteError>();
-  });
+      "from_logits"_a = false, "label_smoothing"_a = 0.0f, "reduction"_a = "sum_over_batch_size");
+  m.def(
+      "MeanSquaredError",
+      [](const std::string& reduction) -> std::shared_ptr<losses::Loss> {
+        return std::make_shared<losses::MeanSquaredError>(
+            losses::MeanSquaredErrorOptions{.reduction = reduction_of(reduction)});
+      },
+      "reduction"_a = "sum_over_batch_size");
+  m.def(
+      "MeanAbsoluteError",
+      [](const std::string& reduction) -> std::shared_ptr<losses::Loss> {
+        return std::make_shared<losses::MeanAbsoluteError>(
+            losses::MeanAbsoluteErrorOptions{.reduction = reduction_of(reduction)});
+      },
+      "reduction"_a = "sum_over_batch_size");
 
   nb::class_<optim::Optimizer>(m, "Optimizer")
       .def_prop_ro("name", &optim::Optimizer::name)
       .def_prop_ro("learning_rate", &optim::Optimizer::learning_rate)
-      .def_prop_ro("iterations", &optim::Optimizer::iterations);
+      .def_prop_ro("iterations", &optim::Optimizer::iterations)
+      // Keras's apply_gradients(zip(grads, vars)): pairs of (gradient or None, Variable); a None gradient is skipped,
+      // as Keras does. In a replica of strategy.run the gradients are all-reduced first (without the GIL).
+      .def(
+          "apply_gradients",
+          [](optim::Optimizer& optimizer, nb::iterable grads_and_vars) {
+            std::vector<std::pair<Tensor, Variable>> pairs;
+            for (nb::handle item : grads_and_vars) {
+              const nb::tuple pair = nb::cast<nb::tuple>(item);
+              STRATA_CHECK(pair.size() == 2, InvalidArgument,
+                           "apply_gradients: expected (gradient, variable) pairs, got a tuple of " << pair.size());
+              STRATA_CHECK(nb::isinstance<Variable>(pair[1]), InvalidArgument,
+                           "apply_gradients: the second of each pair must be a strata.Variable (a weight), got "
+                               << nb::cast<std::string>(nb::str(nb::handle(pair[1]).type())));
+              Tensor grad;
+              if (!nb::handle(pair[0]).is_none()) grad = variable_from(pair[0], "apply_gradients gradient").value();
+              pairs.emplace_back(std::move(grad), nb::cast<Variable>(pair[1]));
+            }
+            nb::gil_scoped_release released;
+            optimizer.apply_gradients(pairs);
+          },
+          "grads_and_vars"_a);
   // An optimizer through the registry, as the job file makes one: `name` ("adam", "sgd", ...), the learning rate
   // (None: the optimizer's default), its own hyperparameters by Keras's names, and the shared clipping options.
   m.def(

@@ -3,6 +3,7 @@
 // passed keeps its own state, and the values are read from History and evaluate under the metric's name.
 // Thread-safety: constructors run under the GIL; a metric object follows metrics::Metric's rules.
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <string>
 
@@ -34,6 +35,9 @@ void define_metrics(nb::module_& parent) {
             const Tensor weights =
                 sample_weight.is_none() ? Tensor() : tensor_from_values(sample_weight, "update_state sample_weight");
             nb::gil_scoped_release released;
+            // The replicas of strategy.run may update one metric together (TF's tutorial does): one at a time.
+            static std::mutex updating;
+            const std::lock_guard<std::mutex> lock(updating);
             metric.update_state(truth, predicted, weights);
           },
           "y_true"_a, "y_pred"_a = nb::none(), "sample_weight"_a = nb::none())

@@ -164,6 +164,52 @@ nb::object predict(Model& model, nb::handle x_array, int64_t batch_size, distrib
   return numpy_from_tensor(std::move(out));
 }
 
+// fit / evaluate / predict on a strata.data.Dataset: its elements are (x, y[, sample_weight]) batches by position,
+// as strata::Model::fit reads them (a dict's values in key order).
+nb::dict fit_dataset(Model& model, const data::Dataset& train, int64_t epochs, std::optional<data::Dataset> validation,
+                     int64_t steps_per_epoch, int64_t validation_steps, int verbose, std::vector<nb::object> callbacks,
+                     distribute::Strategy* strategy) {
+  FitOptions options{.epochs = epochs, .steps_per_epoch = steps_per_epoch, .validation_data = std::move(validation),
+                     .validation_steps = validation_steps, .verbose = verbose};
+  auto bridge = std::make_shared<PythonCallbacks>(std::move(callbacks));
+  options.callbacks.push_back(bridge);
+  History history;
+  {
+    nb::gil_scoped_release released;
+    auto scope = scope_of(strategy);
+    history = model.fit(train, options);
+  }
+  bridge->rethrow_pending();
+  nb::dict out;
+  for (const auto& [name, values] : history.history) out[name.c_str()] = nb::cast(values);
+  return out;
+}
+
+std::vector<std::pair<std::string, double>> evaluate_dataset(Model& model, const data::Dataset& test, int64_t steps,
+                                                             int verbose, std::vector<nb::object> callbacks,
+                                                             distribute::Strategy* strategy) {
+  auto bridge = std::make_shared<PythonCallbacks>(std::move(callbacks));
+  EvaluateOptions options{.steps = steps, .callbacks = {bridge}, .verbose = verbose};
+  Logs logs;
+  {
+    nb::gil_scoped_release released;
+    auto scope = scope_of(strategy);
+    logs = model.evaluate(test, options);
+  }
+  bridge->rethrow_pending();
+  return logs.items();
+}
+
+nb::object predict_dataset(Model& model, const data::Dataset& inputs, int64_t steps, distribute::Strategy* strategy) {
+  Tensor out;
+  {
+    nb::gil_scoped_release released;
+    auto scope = scope_of(strategy);
+    out = model.predict(inputs, steps);
+  }
+  return numpy_from_tensor(std::move(out));
+}
+
 }  // namespace
 
 void define_model(nb::module_& m) {
@@ -205,6 +251,11 @@ void define_model(nb::module_& m) {
            "shuffle"_a, "seed"_a.none(), "verbose"_a, "callbacks"_a, "strategy"_a.none())
       .def("evaluate", &evaluate, "x"_a, "y"_a, "batch_size"_a, "verbose"_a, "callbacks"_a, "strategy"_a.none())
       .def("predict", &predict, "x"_a, "batch_size"_a, "strategy"_a.none())
+      .def("fit_dataset", &fit_dataset, "dataset"_a, "epochs"_a, "validation"_a.none(), "steps_per_epoch"_a,
+           "validation_steps"_a, "verbose"_a, "callbacks"_a, "strategy"_a.none())
+      .def("evaluate_dataset", &evaluate_dataset, "dataset"_a, "steps"_a, "verbose"_a, "callbacks"_a,
+           "strategy"_a.none())
+      .def("predict_dataset", &predict_dataset, "dataset"_a, "steps"_a, "strategy"_a.none())
       .def("summary", &Model::summary)
       .def("save", &Model::save, "path"_a)
       .def("save_weights", &Model::save_weights, "path"_a)

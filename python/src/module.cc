@@ -48,6 +48,8 @@ NB_MODULE(_strata, m) {
   strata::python::define_layers(m);
   strata::python::define_losses_and_optimizers(m);
   strata::python::define_metrics(m);
+  strata::python::define_data(m);
+  strata::python::define_autograd(m);
   strata::python::define_strategies(m);
   strata::python::define_model(m);
   strata::python::define_command_line(m);

@@ -6,6 +6,7 @@ import contextlib
 import threading
 
 from . import _strata
+from .data import Dataset, _structure
 
 _open_scopes = threading.local()
 
@@ -16,8 +17,62 @@ def _scopes():
     return _open_scopes.stack
 
 
+class ReduceOp:
+    """tf.distribute.ReduceOp: how strategy.reduce combines the replicas' values."""
+
+    SUM = "SUM"
+    MEAN = "MEAN"
+
+
+class PerReplica:
+    """One value per local replica (tf.distribute's PerReplica): what iterating a distributed dataset gives and
+    strategy.run returns. `values` lists them in replica order."""
+
+    def __init__(self, values):
+        self.values = tuple(values)
+
+    def __repr__(self):
+        return f"PerReplica({list(self.values)!r})"
+
+
+def experimental_local_results(value):
+    return value.values if isinstance(value, PerReplica) else (value,)
+
+
+class DistributedDataset:
+    """strategy.experimental_distribute_dataset(dataset): each element of `dataset` is a global batch; iterating
+    splits it along its first axis over the replicas (C++ distribute::DistributedDataset) and yields a PerReplica of
+    each replica's part, shaped like the dataset's elements (numpy arrays)."""
+
+    def __init__(self, native, single):
+        self._native = native
+        self._single = single
+
+    def __iter__(self):
+        iterator = self._native.make_iterator()
+        while True:
+            batch = iterator.next()
+            if batch is None:
+                return
+            replicas, names = batch
+            yield PerReplica(_structure(arrays, names, self._single) for arrays in replicas)
+
+
+def _replica_value(value, replica):
+    if isinstance(value, PerReplica):
+        return value.values[replica]
+    if isinstance(value, tuple):
+        return tuple(_replica_value(v, replica) for v in value)
+    if isinstance(value, list):
+        return [_replica_value(v, replica) for v in value]
+    if isinstance(value, dict):
+        return {k: _replica_value(v, replica) for k, v in value.items()}
+    return value
+
+
 class Strategy:
-    """What OneDeviceStrategy and MirroredStrategy share: scope(), num_replicas_in_sync."""
+    """What OneDeviceStrategy and MirroredStrategy share: scope(), num_replicas_in_sync, and for custom loops
+    experimental_distribute_dataset, run and reduce."""
 
     def __init__(self, native):
         self._native = native
@@ -39,6 +94,37 @@ class Strategy:
     @property
     def extended(self):
         return self
+
+    def experimental_distribute_dataset(self, dataset, options=None):
+        """A DistributedDataset over a strata.data.Dataset of global batches."""
+        del options
+        if not isinstance(dataset, Dataset):
+            raise TypeError(f"experimental_distribute_dataset: expected a strata.data.Dataset, got "
+                            f"{type(dataset).__name__}")
+        return DistributedDataset(self._native.experimental_distribute_dataset(dataset._native), dataset._single)
+
+    def run(self, fn, args=(), kwargs=None):
+        """Runs fn(*args, **kwargs) on every replica, each in its replica context on its own thread (one replica: this
+        thread), PerReplica arguments unpacked to the replica's value (also inside tuples, lists and dicts). Returns a
+        PerReplica of the results (None when every replica returned None). While a replica computes in strata it
+        does not hold the GIL; the Python parts of the replicas take turns."""
+        kwargs = dict(kwargs or {})
+
+        def call(replica):
+            return fn(*_replica_value(tuple(args), replica), **_replica_value(kwargs, replica))
+
+        results = self._native.run_on_replicas(call)
+        if all(r is None for r in results):
+            return None
+        return PerReplica(results)
+
+    def reduce(self, reduce_op, value, axis=None):
+        """The replicas' values (a PerReplica of strata.Variables, arrays or numbers) summed or averaged element-wise
+        (axis None), or over `axis` of the values concatenated along it, as tf.distribute does; a numpy array. A
+        value that is not PerReplica counts as the same on every replica."""
+        op = _reduce_op_name(reduce_op)
+        values = list(value.values) if isinstance(value, PerReplica) else [value] * self._native.num_local_replicas
+        return self._native.reduce(op, values, axis)
 
     @property
     def worker_devices(self):
@@ -118,11 +204,21 @@ class MultiWorkerMirroredStrategy(Strategy):
         return self._native.worker_index
 
 
+def _reduce_op_name(reduce_op):
+    name = str(reduce_op).upper()
+    if name.startswith("REDUCEOP."):
+        name = name[len("REDUCEOP."):]
+    if name not in ("SUM", "MEAN"):
+        raise ValueError(f"reduce: reduce_op is strata.distribute.ReduceOp.SUM or .MEAN ('SUM' or 'MEAN'), got "
+                         f"{reduce_op!r}")
+    return name
+
+
 def get_strategy():
     """The strategy of the innermost open scope on this thread, or None (the default strategy)."""
     stack = _scopes()
     return stack[-1] if stack else None
 
 
-__all__ = ["Strategy", "OneDeviceStrategy", "MirroredStrategy", "MultiWorkerMirroredStrategy", "CommunicationOptions",
+__all__ = ["ReduceOp", "PerReplica", "DistributedDataset", "experimental_local_results", "Strategy", "OneDeviceStrategy", "MirroredStrategy", "MultiWorkerMirroredStrategy", "CommunicationOptions",
            "CommunicationImplementation", "experimental", "get_strategy"]

@@ -6,6 +6,15 @@ from ._strata import (BinaryCrossentropy, CategoricalCrossentropy, Loss, MeanAbs
                       SparseCategoricalCrossentropy)
 
 
+class Reduction:
+    """keras.losses.Reduction: what a loss called as loss(y_true, y_pred) returns (reduction= of each loss)."""
+
+    AUTO = "auto"
+    NONE = "none"
+    SUM = "sum"
+    SUM_OVER_BATCH_SIZE = "sum_over_batch_size"
+
+
 def get(identifier):
     """A Loss from a Keras name ("sparse_categorical_crossentropy", "mse", ...) or a Loss (returned as is)."""
     if isinstance(identifier, Loss):
@@ -16,4 +25,4 @@ def get(identifier):
 
 
 __all__ = ["Loss", "SparseCategoricalCrossentropy", "CategoricalCrossentropy", "BinaryCrossentropy",
-           "MeanSquaredError", "MeanAbsoluteError", "get"]
+           "MeanSquaredError", "MeanAbsoluteError", "Reduction", "get"]

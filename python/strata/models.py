@@ -5,7 +5,7 @@ Thread-safety: one thread drives a model at a time; the GIL is released while th
 
 import numpy as np
 
-from . import _strata, distribute, losses as _losses, metrics as _metrics, optimizers as _optimizers
+from . import _strata, data as _data, distribute, losses as _losses, metrics as _metrics, optimizers as _optimizers
 from .callbacks import History
 
 _INPUT_DTYPES = (np.float32, np.uint8, np.int32, np.int64)
@@ -86,11 +86,19 @@ class Model:
                 callback.model = self
         return callbacks
 
-    def fit(self, x, y, batch_size=32, epochs=1, verbose="auto", callbacks=None, validation_split=0.0,
-            validation_data=None, shuffle=True, seed=None):
-        """Keras's fit from numpy arrays; returns a History whose .history maps each log to its values per epoch.
-        validation_split takes the last fraction of the rows (before shuffling), as Keras does."""
+    def fit(self, x, y=None, batch_size=32, epochs=1, verbose="auto", callbacks=None, validation_split=0.0,
+            validation_data=None, shuffle=True, seed=None, steps_per_epoch=None, validation_steps=None):
+        """Keras's fit from numpy arrays or a strata.data.Dataset of (x, y) batches; returns a History whose .history
+        maps each log to its values per epoch. validation_split takes the last fraction of the rows (before
+        shuffling), as Keras does; validation_data is (x, y) arrays or a Dataset."""
         self._one_input("fit")
+        if isinstance(x, _data.Dataset):
+            return self._fit_dataset(x, y, batch_size, epochs, verbose, callbacks, validation_split, validation_data,
+                                     steps_per_epoch, validation_steps)
+        if y is None:
+            raise ValueError("fit: y is required with numpy x (or pass a strata.data.Dataset of (x, y) batches)")
+        if isinstance(validation_data, _data.Dataset):
+            raise ValueError("fit: validation_data as a Dataset goes with a Dataset x; with numpy x pass (x, y) arrays")
         x = _as_input(x, "fit x")
         y = _as_labels(y, "fit y")
         validation_x = validation_y = None
@@ -112,31 +120,83 @@ class Model:
         self.history = result
         return result
 
-    def evaluate(self, x, y, batch_size=32, verbose="auto", callbacks=None, return_dict=False):
-        """Keras's evaluate: [loss, metric...] (the loss alone without metrics), or a dict with return_dict."""
+    def _fit_dataset(self, dataset, y, batch_size, epochs, verbose, callbacks, validation_split, validation_data,
+                     steps_per_epoch, validation_steps):
+        _dataset_only("fit", y=y, validation_split=validation_split)
+        del batch_size  # the dataset is batched, as in Keras
+        validation = None
+        if validation_data is not None:
+            if not isinstance(validation_data, _data.Dataset):
+                raise ValueError("fit: with a Dataset x, validation_data is a Dataset too")
+            validation = validation_data._native
+        history = self._native.fit_dataset(dataset._native, epochs=int(epochs), validation=validation,
+                                           steps_per_epoch=int(steps_per_epoch or 0),
+                                           validation_steps=int(validation_steps or 0), verbose=_verbosity(verbose),
+                                           callbacks=self._callbacks(callbacks), strategy=self._native_strategy())
+        result = History(history, range(len(next(iter(history.values()), []))))
+        result.set_model(self)
+        self.history = result
+        return result
+
+    def evaluate(self, x, y=None, batch_size=32, verbose="auto", callbacks=None, return_dict=False, steps=None):
+        """Keras's evaluate on arrays or a Dataset of (x, y) batches: [loss, metric...] (the loss alone without
+        metrics), or a dict with return_dict."""
         self._one_input("evaluate")
-        logs = self._native.evaluate(_as_input(x, "evaluate x"), _as_labels(y, "evaluate y"),
-                                     batch_size=int(batch_size), verbose=_verbosity(verbose, default=0),
-                                     callbacks=self._callbacks(callbacks), strategy=self._native_strategy())
+        if isinstance(x, _data.Dataset):
+            _dataset_only("evaluate", y=y)
+            logs = self._native.evaluate_dataset(x._native, steps=int(steps or 0),
+                                                 verbose=_verbosity(verbose, default=0),
+                                                 callbacks=self._callbacks(callbacks), strategy=self._native_strategy())
+        else:
+            if y is None:
+                raise ValueError("evaluate: y is required with numpy x (or pass a strata.data.Dataset)")
+            logs = self._native.evaluate(_as_input(x, "evaluate x"), _as_labels(y, "evaluate y"),
+                                         batch_size=int(batch_size), verbose=_verbosity(verbose, default=0),
+                                         callbacks=self._callbacks(callbacks), strategy=self._native_strategy())
         if return_dict:
             return dict(logs)
         values = [value for _, value in logs]
         return values[0] if len(values) == 1 else values
 
-    def predict(self, x, batch_size=32, verbose="auto"):
-        """The model's outputs for every row of x, as a float32 numpy array."""
+    def predict(self, x, batch_size=32, verbose="auto", steps=None):
+        """The model's outputs for every row of x (an array, or a Dataset whose elements' first component is the
+        batch's x), as a float32 numpy array."""
         del verbose  # predict prints nothing here
         self._one_input("predict")
+        if isinstance(x, _data.Dataset):
+            return self._native.predict_dataset(x._native, steps=int(steps or 0), strategy=self._native_strategy())
         return self._native.predict(_as_input(x, "predict x"), batch_size=int(batch_size),
                                     strategy=self._native_strategy())
 
-    def __call__(self, x):
-        """On strata.Input tensors: the model as a layer of a bigger functional graph (its weights shared); on
-        arrays: predict."""
+    def __call__(self, x, training=False):
+        """On strata.Input tensors: the model as a layer of a bigger functional graph (its weights shared). On an
+        array or a strata.Variable: the eager call, a strata.Variable that a GradientTape of this thread records
+        (Keras's model(x, training=True) in a custom loop). The model must be built (given an Input, or by fit or a
+        first call outside strategy.run)."""
         if isinstance(x, _strata.SymbolicTensor) or (isinstance(x, (list, tuple)) and x
                                                     and isinstance(x[0], _strata.SymbolicTensor)):
             return self._native(x)
-        return self.predict(x)
+        if not isinstance(x, _strata.Variable):
+            x = _as_input(x, "model input")
+        return _strata.call_layer(self._native, x, bool(training))
+
+    @property
+    def trainable_variables(self):
+        """The trainable weights as strata.Variables (the model's own, not copies), in the order fit updates them."""
+        return _strata.trainable_variables(self._native)
+
+    @property
+    def trainable_weights(self):
+        return self.trainable_variables
+
+    @property
+    def non_trainable_variables(self):
+        return _strata.non_trainable_variables(self._native)
+
+    @property
+    def losses(self):
+        """Regularization losses: none (strata's Python layers take no regularizers yet)."""
+        return []
 
     def summary(self, print_fn=print):
         print_fn(self._native.summary())
@@ -172,6 +232,12 @@ class Sequential(Model):
         if self._input_shape is not None:
             self._build()
 
+    def build(self, input_shape):
+        """Keras's build: makes the weights for inputs of `input_shape` (the batch dimension first, None allowed), under
+        the strategy the model was made in. strategy.run needs a built model (replicas only read it)."""
+        self._input_shape = tuple(int(d) for d in tuple(input_shape)[1:])
+        self._build()
+
     def _build(self):
         self._native.build([1, *self._input_shape], self._native_strategy())
 
@@ -183,6 +249,13 @@ class Sequential(Model):
         if self._input_shape is not None:
             raise ValueError("add: strata builds a model given an Input at once; add every layer before the Input "
                              "or pass them all to Sequential([...])")
+
+
+def _dataset_only(what, y=None, validation_split=0.0):
+    if y is not None:
+        raise ValueError(f"{what}: y must be None when x is a Dataset (its elements are (x, y) batches)")
+    if validation_split:
+        raise ValueError(f"{what}: validation_split is not supported with a Dataset; pass validation_data")
 
 
 def _verbosity(verbose, default=1):
