@@ -7,7 +7,8 @@
 // (S - 1) / (M + S - 1), the work the stages did (their compute summed, over the 1-thread one-device forward and
 // gradient) and each stage's compute.
 //   pipeline_bench [--model mlp|lstm|transformer] [--steps 5] [--warmup 1] [--batch 256|128|64]
-//                  [--micro-batches 2,4,8] [--stages 2] [--schedules gpipe,1f1b,zb-h1,interleaved] [--threads 2] [--tp 2]
+//                  [--micro-batches 2,4,8] [--stages 2] [--schedules gpipe,1f1b,zb-h1,interleaved] [--threads 2] [--tp
+//                  2]
 // mlp: 8 Dense(2048, relu) + Dense(10) on 2048 random features (34M weights, 134 MB: far over any cache).
 // transformer: configs/fashion_mnist_transformer.yaml's stack without dropout (Conv1D(64, 3, same), a position
 // embedding, 2 TransformerEncoder(128, 4 heads, gelu) blocks, LayerNormalization, GlobalAveragePooling1D, Dense(10)) on
@@ -31,11 +32,11 @@
 #include <string>
 #include <vector>
 
+#include "strata/distribute/strategies.h"
 #include "strata/gradient_tape.h"
 #include "strata/nn/nn.h"
 #include "strata/optim/losses.h"
 #include "strata/optim/optimizers.h"
-#include "strata/distribute/strategies.h"
 #include "strata/parallel/pipeline.h"
 #include "strata/parallel/schedule.h"
 #include "strata/parallel/tensor_parallel_strategy.h"
@@ -107,7 +108,8 @@ Layers make_transformer() {
   layers.push_back(std::make_shared<nn::Conv1D>(64, 3, nn::Conv1DLayerOptions{.padding = "same"}));
   layers.push_back(std::make_shared<nn::PositionEmbedding>(28));
   for (int i = 0; i < 2; ++i) {
-    layers.push_back(std::make_shared<nn::TransformerEncoder>(128, 4, nn::TransformerEncoderOptions{.activation = "gelu"}));
+    layers.push_back(
+        std::make_shared<nn::TransformerEncoder>(128, 4, nn::TransformerEncoderOptions{.activation = "gelu"}));
   }
   layers.push_back(std::make_shared<nn::LayerNormalization>(nn::LayerNormalizationOptions{.epsilon = 1e-6f}));
   layers.push_back(std::make_shared<nn::GlobalAveragePooling1D>());
@@ -139,7 +141,8 @@ struct OneDevice {
 };
 
 // The plain loop on this thread with `threads` intra-op threads.
-OneDevice run_one_device(const BenchModel& model, const Tensor& x, const Tensor& y, int threads, int warmup, int steps) {
+OneDevice run_one_device(const BenchModel& model, const Tensor& x, const Tensor& y, int threads, int warmup,
+                         int steps) {
   ScopedNumThreads cores(threads);
   Layers layers = model.make();
   const auto loss = make_loss();
@@ -222,8 +225,9 @@ Layers make_built(const BenchModel& model) {
   return layers;
 }
 
-PipelineResult run_pipeline(const BenchModel& model, const Tensor& x, const Tensor& y, const parallel::Schedule& schedule,
-                            const parallel::ActionCosts& costs, int warmup, int steps) {
+PipelineResult run_pipeline(const BenchModel& model, const Tensor& x, const Tensor& y,
+                            const parallel::Schedule& schedule, const parallel::ActionCosts& costs, int warmup,
+                            int steps) {
   Layers layers = make_built(model);
   parallel::PipelineOptions options;
   options.example_shape = model.example_shape;

@@ -38,7 +38,7 @@ namespace strata::cli {
 
 struct StrategySpec {
   std::string name = "one_device";  // one_device, mirrored, central_storage, multi_worker_mirrored, parameter_server,
-                                    // pipeline, local_sgd
+                                    // pipeline, tensor_parallel, local_sgd
   int replicas = 0;                 // 0: one_device 1; mirrored / central_storage one per core (num_threads())
   std::string cross_device_ops = distribute::kDefaultCrossDeviceOps;
   double collective_timeout_seconds = 0;  // multi_worker_mirrored: bound on every collective (0: its default)

@@ -855,8 +855,8 @@ std::map<std::string, std::string> job_fingerprint(const Job& job) {
   f["strategy"] = s.name + " replicas " + std::to_string(s.replicas) + " compression " + s.gradient_compression +
                   " bytes_per_pack " + std::to_string(s.bytes_per_pack) + " stages " +
                   std::to_string(s.pipeline_stages) + " micro_batches " + std::to_string(s.pipeline_micro_batches) +
-                  " schedule " + s.pipeline_schedule + " sync_every " + std::to_string(s.sync_every) +
-                  " outer_step " + s.outer_step + " tp " + std::to_string(s.tensor_parallel);
+                  " schedule " + s.pipeline_schedule + " sync_every " + std::to_string(s.sync_every) + " outer_step " +
+                  s.outer_step + " tp " + std::to_string(s.tensor_parallel);
   const DataSpec& d = job.data;
   f["validation"] = job.validation_text;
   f["callbacks"] = job.callbacks_text;

@@ -480,9 +480,10 @@ const CLI::Validator kVerbosity(
 
 // --strategy, --replicas and --cross-device-ops on `command`.
 void add_strategy_options(CLI::App* command, StrategyFlags& flags) {
-  command->add_option("--strategy", flags.strategy,
-                      "distribution strategy: one_device, mirrored, central_storage, multi_worker_mirrored, "
-                      "parameter_server, pipeline, tensor_parallel or local_sgd (overrides the job's `strategy:`; default one_device)");
+  command->add_option(
+      "--strategy", flags.strategy,
+      "distribution strategy: one_device, mirrored, central_storage, multi_worker_mirrored, "
+      "parameter_server, pipeline, tensor_parallel or local_sgd (overrides the job's `strategy:`; default one_device)");
   command->add_option("--device", flags.device,
                       "where one_device trains: cpu, gpu (GPU 0) or gpu:N (overrides the job's `device:`; default "
                       "cpu); a GPU needs a build with CUDA (-DSTRATA_WITH_CUDA=ON) and that GPU visible, else the "

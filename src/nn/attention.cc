@@ -96,7 +96,8 @@ Variable attention_context(const AttentionHeads& h, const Variable& query, const
   }
   if (training && h.dropout > 0.0f) probs = dropout(probs, h.dropout, generator);
   Variable context = matmul(probs, v);  // [B * heads, T, vd]
-  return reshape(transpose(reshape(context, {b, h.heads, t, h.value_dim}), {0, 2, 1, 3}), {b * t, h.heads * h.value_dim});
+  return reshape(transpose(reshape(context, {b, h.heads, t, h.value_dim}), {0, 2, 1, 3}),
+                 {b * t, h.heads * h.value_dim});
 }
 
 }  // namespace detail
@@ -180,10 +181,10 @@ Variable MultiHeadAttention::compute(const Variable& query, const Variable& valu
                who << ": query " << shape_str(query.shape()) << ", value " << shape_str(value.shape()) << " and key "
                    << shape_str(key.shape()) << " must share the batch, and key and value their steps");
 
-  const detail::AttentionHeads h{query_kernel_, query_bias_, key_kernel_,   key_bias_, value_kernel_,
-                                 value_bias_,   heads,       key_dim_,      vd,        options_.dropout};
-  const Variable context =
-      detail::attention_context(h, query, value, key, attention_mask, use_causal_mask, training, default_generator(), who);
+  const detail::AttentionHeads h{query_kernel_, query_bias_, key_kernel_, key_bias_, value_kernel_,
+                                 value_bias_,   heads,       key_dim_,    vd,        options_.dropout};
+  const Variable context = detail::attention_context(h, query, value, key, attention_mask, use_causal_mask, training,
+                                                     default_generator(), who);
   const Variable y = detail::linear(context, reshape(output_kernel_, {heads * vd, out}), output_bias_);
   return reshape(y, {b, t, out});
 }

@@ -52,13 +52,13 @@ struct TensorParallelStrategy::Plan {
   const void* loss = nullptr;
   const void* optimizer = nullptr;
   std::vector<std::shared_ptr<comm::Communicator>> comms;
-  std::vector<Layers> layers;                     // per rank
-  std::vector<std::vector<WeightShard>> shards;   // per rank: the split layers' weights
-  std::vector<std::vector<Variable>> rank_vars;   // per rank: the variables whose gradients each rank takes
-  std::vector<Variable> model_vars;               // the model's trainable variables, the optimizer's order
+  std::vector<Layers> layers;                    // per rank
+  std::vector<std::vector<WeightShard>> shards;  // per rank: the split layers' weights
+  std::vector<std::vector<Variable>> rank_vars;  // per rank: the variables whose gradients each rank takes
+  std::vector<Variable> model_vars;              // the model's trainable variables, the optimizer's order
   struct Source {
-    int axis = -1;            // -1: rank 0's gradient of a whole weight; else the ranks' gradients joined on it
-    std::vector<int> index;   // per rank (axis >= 0) or for rank 0: the position in rank_vars
+    int axis = -1;           // -1: rank 0's gradient of a whole weight; else the ranks' gradients joined on it
+    std::vector<int> index;  // per rank (axis >= 0) or for rank 0: the position in rank_vars
   };
   std::vector<Source> sources;  // per model variable
   Generator generator;          // every rank's default generator at the start of a step (replicated dropouts agree)
@@ -132,8 +132,8 @@ std::optional<double> TensorParallelStrategy::run_train_step(distribute::Trainin
         for (int r = 0; r < tp; ++r) {
           nn::TransformerEncoderOptions o = block->options();
           o.name = block->name();
-          auto split = std::make_shared<TensorParallelTransformerEncoder>(block->intermediate_dim(),
-                                                                          block->num_heads(), plan->comms[r], o);
+          auto split = std::make_shared<TensorParallelTransformerEncoder>(block->intermediate_dim(), block->num_heads(),
+                                                                          plan->comms[r], o);
           split->load_shard_of(*block);
           const std::vector<WeightShard> shards = split->weight_shards(*block);
           plan->shards[r].insert(plan->shards[r].end(), shards.begin(), shards.end());
@@ -145,8 +145,8 @@ std::optional<double> TensorParallelStrategy::run_train_step(distribute::Trainin
         for (int r = 0; r < tp; ++r) {
           nn::MultiHeadAttentionOptions o = mha->options();
           o.name = mha->name();
-          auto split = std::make_shared<TensorParallelMultiHeadAttention>(mha->num_heads(), mha->key_dim(),
-                                                                          plan->comms[r], o);
+          auto split =
+              std::make_shared<TensorParallelMultiHeadAttention>(mha->num_heads(), mha->key_dim(), plan->comms[r], o);
           split->load_shard_of(*mha);
           const std::vector<WeightShard> shards = split->weight_shards(*mha);
           plan->shards[r].insert(plan->shards[r].end(), shards.begin(), shards.end());
@@ -164,18 +164,17 @@ std::optional<double> TensorParallelStrategy::run_train_step(distribute::Trainin
                                                        << " units (the first of a Megatron pair with '" << down.name()
                                                        << "') is not a multiple of the " << tp << " ranks");
         for (int r = 0; r < tp; ++r) {
-          auto column = std::make_shared<ColumnParallelDense>(
-              up->units(), plan->comms[r],
-              ColumnParallelDenseOptions{.activation = up->options().activation,
-                                         .use_bias = up->bias().defined(),
-                                         .gather_output = false,
-                                         .name = up->name()});
-          auto row = std::make_shared<RowParallelDense>(
-              down.units(), plan->comms[r],
-              RowParallelDenseOptions{.activation = down.options().activation,
-                                      .use_bias = down.bias().defined(),
-                                      .input_is_parallel = true,
-                                      .name = down.name()});
+          auto column =
+              std::make_shared<ColumnParallelDense>(up->units(), plan->comms[r],
+                                                    ColumnParallelDenseOptions{.activation = up->options().activation,
+                                                                               .use_bias = up->bias().defined(),
+                                                                               .gather_output = false,
+                                                                               .name = up->name()});
+          auto row = std::make_shared<RowParallelDense>(down.units(), plan->comms[r],
+                                                        RowParallelDenseOptions{.activation = down.options().activation,
+                                                                                .use_bias = down.bias().defined(),
+                                                                                .input_is_parallel = true,
+                                                                                .name = down.name()});
           column->load_shard_of(*up);
           row->load_shard_of(down);
           for (const auto& shards : {weight_shards(*column, *up), weight_shards(*row, down)}) {
@@ -184,8 +183,8 @@ std::optional<double> TensorParallelStrategy::run_train_step(distribute::Trainin
           plan->layers[r].push_back(column);
           plan->layers[r].push_back(row);
         }
-        layout += up->name() + "[columns/" + std::to_string(tp) + "] " + down.name() + "[rows/" +
-                  std::to_string(tp) + "]";
+        layout +=
+            up->name() + "[columns/" + std::to_string(tp) + "] " + down.name() + "[rows/" + std::to_string(tp) + "]";
         split_any = true;
         ++i;
       } else {

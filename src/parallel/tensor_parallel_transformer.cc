@@ -86,9 +86,9 @@ TensorParallelMultiHeadAttention::TensorParallelMultiHeadAttention(int64_t num_h
       comm_(std::move(comm)),
       options_(std::move(options)) {
   std::tie(rank_, world_size_) = rank_and_size(comm_, "TensorParallelMultiHeadAttention");
-  STRATA_CHECK(num_heads > 0 && key_dim > 0, InvalidArgument,
-               "TensorParallelMultiHeadAttention needs positive num_heads and key_dim, got " << num_heads << " and "
-                                                                                             << key_dim);
+  STRATA_CHECK(
+      num_heads > 0 && key_dim > 0, InvalidArgument,
+      "TensorParallelMultiHeadAttention needs positive num_heads and key_dim, got " << num_heads << " and " << key_dim);
   STRATA_CHECK(num_heads % world_size_ == 0, InvalidArgument,
                "TensorParallelMultiHeadAttention: num_heads " << num_heads << " is not a multiple of the "
                                                               << world_size_
@@ -190,12 +190,12 @@ void TensorParallelMultiHeadAttention::load_shard_of(const nn::MultiHeadAttentio
   const Shape q{1, 1, full.query_kernel().shape()[0]}, v{1, 1, full.value_kernel().shape()[0]},
       k{1, 1, full.key_kernel().shape()[0]};
   if (!built()) build({q, v, k});
-  STRATA_CHECK(query_kernel_.shape()[0] == q[2] && value_kernel_.shape()[0] == v[2] &&
-                   key_kernel_.shape()[0] == k[2] && output_kernel_.shape()[2] == full.output_kernel().shape()[2],
+  STRATA_CHECK(query_kernel_.shape()[0] == q[2] && value_kernel_.shape()[0] == v[2] && key_kernel_.shape()[0] == k[2] &&
+                   output_kernel_.shape()[2] == full.output_kernel().shape()[2],
                InvalidArgument,
                label(*this) << " was built for other sizes than '" << full.name() << "' (query kernel "
-                            << shape_str(query_kernel_.shape()) << " against "
-                            << shape_str(full.query_kernel().shape()) << ")");
+                            << shape_str(query_kernel_.shape()) << " against " << shape_str(full.query_kernel().shape())
+                            << ")");
   load_shards(weight_shards(full), rank_, world_size_);
 }
 
@@ -259,19 +259,18 @@ void TensorParallelTransformerEncoder::build_impl(const Shape& s) {
   attention_dropout_ = std::make_shared<nn::Dropout>(o.dropout, nn::DropoutOptions{.name = "self_attention_dropout"});
   feedforward_norm_ = std::make_shared<nn::LayerNormalization>(
       nn::LayerNormalizationOptions{.epsilon = o.layer_norm_epsilon, .name = "feedforward_layer_norm"});
-  intermediate_dense_ = std::make_shared<ColumnParallelDense>(
-      intermediate_dim_, comm_,
-      ColumnParallelDenseOptions{.activation = o.activation,
-                                 .gather_output = false,
-                                 .kernel_initializer = o.kernel_initializer,
-                                 .bias_initializer = o.bias_initializer,
-                                 .name = "feedforward_intermediate_dense"});
-  output_dense_ = std::make_shared<RowParallelDense>(
-      hidden_dim_, comm_,
-      RowParallelDenseOptions{.input_is_parallel = true,
-                              .kernel_initializer = o.kernel_initializer,
-                              .bias_initializer = o.bias_initializer,
-                              .name = "feedforward_output_dense"});
+  intermediate_dense_ =
+      std::make_shared<ColumnParallelDense>(intermediate_dim_, comm_,
+                                            ColumnParallelDenseOptions{.activation = o.activation,
+                                                                       .gather_output = false,
+                                                                       .kernel_initializer = o.kernel_initializer,
+                                                                       .bias_initializer = o.bias_initializer,
+                                                                       .name = "feedforward_intermediate_dense"});
+  output_dense_ = std::make_shared<RowParallelDense>(hidden_dim_, comm_,
+                                                     RowParallelDenseOptions{.input_is_parallel = true,
+                                                                             .kernel_initializer = o.kernel_initializer,
+                                                                             .bias_initializer = o.bias_initializer,
+                                                                             .name = "feedforward_output_dense"});
   feedforward_dropout_ = std::make_shared<nn::Dropout>(o.dropout, nn::DropoutOptions{.name = "feedforward_dropout"});
   for (const std::shared_ptr<nn::Layer>& l :
        std::vector<std::shared_ptr<nn::Layer>>{attention_, attention_norm_, attention_dropout_, feedforward_norm_,
@@ -309,24 +308,23 @@ void TensorParallelTransformerEncoder::check_full(const nn::TransformerEncoder& 
   STRATA_CHECK(full.built() && full.attention(), InvalidArgument,
                label(*this) << ": load_shard_of needs a built TransformerEncoder");
   const auto& fo = full.options();
-  STRATA_CHECK(full.intermediate_dim() == intermediate_dim_ && full.num_heads() == num_heads_ &&
-                   fo.normalize_first == options_.normalize_first &&
-                   fo.layer_norm_epsilon == options_.layer_norm_epsilon &&
-                   fo.activation.name() == options_.activation.name(),
-               InvalidArgument,
-               label(*this) << ": load_shard_of wants a TransformerEncoder of intermediate_dim " << intermediate_dim_
-                            << ", " << num_heads_ << " heads and the same norms and activation; '" << full.name()
-                            << "' has intermediate_dim " << full.intermediate_dim() << ", " << full.num_heads()
-                            << " heads");
+  STRATA_CHECK(
+      full.intermediate_dim() == intermediate_dim_ && full.num_heads() == num_heads_ &&
+          fo.normalize_first == options_.normalize_first && fo.layer_norm_epsilon == options_.layer_norm_epsilon &&
+          fo.activation.name() == options_.activation.name(),
+      InvalidArgument,
+      label(*this) << ": load_shard_of wants a TransformerEncoder of intermediate_dim " << intermediate_dim_ << ", "
+                   << num_heads_ << " heads and the same norms and activation; '" << full.name()
+                   << "' has intermediate_dim " << full.intermediate_dim() << ", " << full.num_heads() << " heads");
 }
 
 void TensorParallelTransformerEncoder::load_shard_of(const nn::TransformerEncoder& full) {
   check_full(full);
   const int64_t features = full.attention()->query_kernel().shape()[0];
   if (!built()) build({Shape{1, 1, features}});
-  STRATA_CHECK(hidden_dim_ == features, InvalidArgument,
-               label(*this) << " was built for " << hidden_dim_ << " features, '" << full.name() << "' has "
-                            << features);
+  STRATA_CHECK(
+      hidden_dim_ == features, InvalidArgument,
+      label(*this) << " was built for " << hidden_dim_ << " features, '" << full.name() << "' has " << features);
   load_shards(weight_shards(full), rank_, world_size_);
 }
 

@@ -17,19 +17,20 @@ using ::testing::HasSubstr;
 
 // The tiny job with a Transformer: 28 rows of 28 pixels as tokens, 2 encoder blocks of `heads` heads.
 std::string transformer_job(const TinyJob& t, int heads = 2, const std::string& extra = "") {
-  return write_job(t.s.dir, std::regex_replace(tiny_job(t.s.dir), std::regex("  - flatten\n  - dense: \\{units: 10\\}\n"),
-                                               "  - reshape: {target_shape: [28, 28]}\n"
-                                               "  - dense: {units: 16}\n"
-                                               "  - position_embedding: {sequence_length: 28}\n"
-                                               "  - transformer_encoder: {num_heads: " +
-                                                   std::to_string(heads) +
-                                                   ", intermediate_dim: 32, activation: gelu}\n"
-                                                   "  - transformer_encoder: {num_heads: " +
-                                                   std::to_string(heads) +
-                                                   ", intermediate_dim: 32, activation: gelu}\n"
-                                                   "  - global_average_pooling1d\n"
-                                                   "  - dense: {units: 10}\n") +
-                                extra);
+  return write_job(t.s.dir,
+                   std::regex_replace(tiny_job(t.s.dir), std::regex("  - flatten\n  - dense: \\{units: 10\\}\n"),
+                                      "  - reshape: {target_shape: [28, 28]}\n"
+                                      "  - dense: {units: 16}\n"
+                                      "  - position_embedding: {sequence_length: 28}\n"
+                                      "  - transformer_encoder: {num_heads: " +
+                                          std::to_string(heads) +
+                                          ", intermediate_dim: 32, activation: gelu}\n"
+                                          "  - transformer_encoder: {num_heads: " +
+                                          std::to_string(heads) +
+                                          ", intermediate_dim: 32, activation: gelu}\n"
+                                          "  - global_average_pooling1d\n"
+                                          "  - dense: {units: 10}\n") +
+                       extra);
 }
 
 std::pair<double, double> test_result(const std::string& out) {
@@ -79,12 +80,13 @@ TEST(TensorParallelCommandTest, APipelineOfTransformerBlocksTrainsToTheUnsplitJo
   const std::string job = transformer_job(t);
   auto [rc0, unsplit] = run("timeout -k 5 120 " STRATA_BINARY " train " + job);
   ASSERT_EQ(rc0, 0) << unsplit;
-  auto [rc, out] = run("timeout -k 5 120 " STRATA_BINARY " train " + job +
-                       " --strategy pipeline --stages 2 --micro-batches 4");
+  auto [rc, out] =
+      run("timeout -k 5 120 " STRATA_BINARY " train " + job + " --strategy pipeline --stages 2 --micro-batches 4");
   ASSERT_EQ(rc, 0) << out;
   // Each block is one layer: the stages hold whole blocks.
   EXPECT_TRUE(std::regex_search(
-      out, std::regex(R"(pipeline: stages \[[a-z_0-9 ]*transformer_encoder[a-z_0-9 ]*\] \[[a-z_0-9 ]*transformer_encoder_1)")))
+      out, std::regex(
+               R"(pipeline: stages \[[a-z_0-9 ]*transformer_encoder[a-z_0-9 ]*\] \[[a-z_0-9 ]*transformer_encoder_1)")))
       << out;
   expect_unsplit_result(out, unsplit);
 }
@@ -95,9 +97,9 @@ TEST(TensorParallelCommandTest, WhatCannotBeSplitIsAClearError) {
   auto [rc1, other] = run(STRATA_BINARY " train " + job + " --strategy pipeline --tp 2");
   EXPECT_NE(rc1, 0);
   EXPECT_THAT(other, HasSubstr("--tp 2: only the tensor_parallel strategy splits layers over ranks (this job's "
-                              "strategy is pipeline; use --strategy tensor_parallel)"));
-  auto [rc2, odd] = run("timeout -k 5 60 " STRATA_BINARY " train " + transformer_job(t, 3) +
-                        " --strategy tensor_parallel --tp 2");
+                               "strategy is pipeline; use --strategy tensor_parallel)"));
+  auto [rc2, odd] =
+      run("timeout -k 5 60 " STRATA_BINARY " train " + transformer_job(t, 3) + " --strategy tensor_parallel --tp 2");
   EXPECT_NE(rc2, 0);
   EXPECT_THAT(odd, HasSubstr("num_heads 3 is not a multiple of the 2 tensor-parallel ranks"));
   TinyJob mlp("tp_mlp");  // flatten, dense: nothing to split (transformer_job rewrote t's job file)

@@ -80,9 +80,8 @@ void check_attention(int ranks, bool cross) {
   nn::MultiHeadAttention full(4, 3, {.value_dim = 2, .use_causal_mask = !cross});
   const Tensor q = test::random_tensor({kBatch, kSteps, kFeatures}, 1);
   const Tensor v = test::random_tensor({kBatch, kSteps + 2, 6}, 2);
-  const Tensor padding = Tensor::from_vector(std::vector<float>{1, 1, 1, 0, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1,
-                                                                 1, 0, 1},
-                                             {kBatch, kSteps + 2});
+  const Tensor padding = Tensor::from_vector(
+      std::vector<float>{1, 1, 1, 0, 1, 1, 0, 1, 1, 1, 1, 1, 1, 1, 0, 1, 1, 1, 1, 0, 1}, {kBatch, kSteps + 2});
   auto inputs = [&](const Variable& qv, const Variable& vv) {
     return cross ? std::vector<Variable>{qv, vv, vv, Variable(padding, false)} : std::vector<Variable>{qv};
   };
@@ -131,8 +130,8 @@ void check_attention(int ranks, bool cross) {
     expect_near(q_grads[r], want_grads[whole.size()], what + ": query gradient on rank " + std::to_string(r));
     if (cross) expect_near(v_grads[r], want_grads[whole.size() + 1], what + ": value gradient");
   }
-  expect_joined_gradients(shards, grads, whole, std::vector<Tensor>(want_grads.begin(), want_grads.begin() + whole.size()),
-                          what);
+  expect_joined_gradients(shards, grads, whole,
+                          std::vector<Tensor>(want_grads.begin(), want_grads.begin() + whole.size()), what);
 }
 
 TEST(TensorParallelTransformerTest, AttentionGivesTheUnsplitOutputAndGradients) {
@@ -225,8 +224,8 @@ TEST(TensorParallelTransformerTest, EncoderBlockGivesTheUnsplitOutputGradientsAn
 // Counts all-reduces; forwards everything to its rank of a local group.
 class CountingCommunicator : public test::ForwardingCommunicator {
  public:
-  using ForwardingCommunicator::ForwardingCommunicator;
   using ForwardingCommunicator::all_reduce;
+  using ForwardingCommunicator::ForwardingCommunicator;
   std::shared_ptr<comm::Work> all_reduce(std::vector<Tensor> tensors, comm::ReduceOp op) override {
     ++all_reduces;
     return ForwardingCommunicator::all_reduce(std::move(tensors), op);

@@ -98,8 +98,10 @@ TEST(TensorParallelFitTest, FitOnRanksIsTheUnsplitFit) {
     EXPECT_NEAR(got.evaluation.at("loss"), want.evaluation.at("loss"), 1e-5) << what;
     const std::string n = std::to_string(tp);
     EXPECT_EQ(strategy.layout(), "dense position_embedding multi_head_attention[heads/" + n +
-                                     "] transformer_encoder[heads/" + n + ", mlp/" + n + "] global_average_pooling1d "
-                                     "dense_1[columns/" + n + "] dense_2[rows/" + n + "]");
+                                     "] transformer_encoder[heads/" + n + ", mlp/" + n +
+                                     "] global_average_pooling1d "
+                                     "dense_1[columns/" +
+                                     n + "] dense_2[rows/" + n + "]");
   }
 }
 

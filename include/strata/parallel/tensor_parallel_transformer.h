@@ -109,8 +109,7 @@ class TensorParallelMultiHeadAttention : public nn::LayerBase<TensorParallelMult
   std::shared_ptr<comm::Communicator> comm_;
   int rank_, world_size_;
   nn::MultiHeadAttentionOptions options_;
-  Variable query_kernel_, query_bias_, key_kernel_, key_bias_, value_kernel_, value_bias_, output_kernel_,
-      output_bias_;
+  Variable query_kernel_, query_bias_, key_kernel_, key_bias_, value_kernel_, value_bias_, output_kernel_, output_bias_;
 };
 
 class TensorParallelTransformerEncoder : public nn::LayerBase<TensorParallelTransformerEncoder> {
@@ -118,7 +117,8 @@ class TensorParallelTransformerEncoder : public nn::LayerBase<TensorParallelTran
   using Options = nn::TransformerEncoderOptions;
   // InvalidArgument when num_heads or intermediate_dim is not a multiple of the group's size.
   TensorParallelTransformerEncoder(int64_t intermediate_dim, int64_t num_heads,
-                                   std::shared_ptr<comm::Communicator> comm, nn::TransformerEncoderOptions options = {});
+                                   std::shared_ptr<comm::Communicator> comm,
+                                   nn::TransformerEncoderOptions options = {});
 
   std::string class_name() const override { return "TensorParallelTransformerEncoder"; }
   int64_t intermediate_dim() const { return intermediate_dim_; }
