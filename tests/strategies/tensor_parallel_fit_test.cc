@@ -1,4 +1,5 @@
-// Model::fit under TensorParallelStrategy: a small Transformer (a Dense embedding, a position embedding, a
+// Model::fit under TensorParallelStrategy (and, for the same model, PipelineStrategy with stages of whole blocks): a
+// small Transformer (a Dense embedding, a position embedding, a
 // MultiHeadAttention layer, a TransformerEncoder block, pooling, then a Dense pair and a classifier) trained on 2 and 4
 // rank threads has the unsplit fit's history, weights and evaluation to float tolerance; the split layers are the ones
 // the layout names; the model's own variables hold the whole weights (what checkpoints and export save); and what the
@@ -10,6 +11,7 @@
 #include "strata/nn/nn.h"
 #include "strata/optim/losses.h"
 #include "strata/optim/optimizers.h"
+#include "strata/parallel/pipeline_strategy.h"
 #include "strata/parallel/tensor_parallel_strategy.h"
 #include "strata/random.h"
 #include "strata/train/model.h"
@@ -102,6 +104,25 @@ TEST(TensorParallelFitTest, FitOnRanksIsTheUnsplitFit) {
                                      "] global_average_pooling1d "
                                      "dense_1[columns/" +
                                      n + "] dense_2[rows/" + n + "]");
+  }
+}
+
+TEST(TensorParallelFitTest, PipelineStagesOfWholeTransformerBlocksAreTheUnsplitFit) {
+  distribute::OneDeviceStrategy one_device;
+  const FitRun want = fit_with(one_device);
+  // Cut before the attention layer and before the pooling: the blocks stay whole in their stages.
+  parallel::PipelineStrategy strategy({.stages = 3, .micro_batches = 4, .schedule = "1f1b", .bounds = {2, 4}});
+  const FitRun got = fit_with(strategy);
+  EXPECT_EQ(strategy.layout(),
+            "[dense position_embedding] [multi_head_attention transformer_encoder] [global_average_pooling1d dense_1 "
+            "dense_2]");
+  for (size_t e = 0; e < 2; ++e) {
+    EXPECT_NEAR(got.history.history.at("loss")[e], want.history.history.at("loss")[e], 1e-5);
+  }
+  ASSERT_EQ(got.weights.size(), want.weights.size());
+  for (size_t i = 0; i < got.weights.size(); ++i) {
+    SCOPED_TRACE(want.names[i]);
+    test::expect_near(got.weights[i], want.weights[i], 1e-5f);
   }
 }
 
