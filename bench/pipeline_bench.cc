@@ -6,9 +6,15 @@
 // the backward/forward cost ratio of the one-device loop on 1 thread, a stage's thread count) and the bound
 // (S - 1) / (M + S - 1), the work the stages did (their compute summed, over the 1-thread one-device forward and
 // gradient) and each stage's compute.
-//   pipeline_bench [--model mlp|lstm] [--steps 5] [--warmup 1] [--batch 256|128] [--micro-batches 2,4,8]
-//                  [--stages 2] [--schedules gpipe,1f1b,zb-h1,interleaved] [--threads 2]
+//   pipeline_bench [--model mlp|lstm|transformer] [--steps 5] [--warmup 1] [--batch 256|128|64]
+//                  [--micro-batches 2,4,8] [--stages 2] [--schedules gpipe,1f1b,zb-h1,interleaved] [--threads 2] [--tp
+//                  2]
 // mlp: 8 Dense(2048, relu) + Dense(10) on 2048 random features (34M weights, 134 MB: far over any cache).
+// transformer: configs/fashion_mnist_transformer.yaml's stack without dropout (Conv1D(64, 3, same), a position
+// embedding, 2 TransformerEncoder(128, 4 heads, gelu) blocks, LayerNormalization, GlobalAveragePooling1D, Dense(10)) on
+// random [28, 28] examples, batch 64. Its table also has a tensor-parallel section (issue 42): Model::train_step under
+// OneDeviceStrategy with --threads threads against TensorParallelStrategy with --tp ranks (default 2; threads of this
+// process, --threads / tp intra-op threads each): heads and MLPs split, gradients joined, SGD on the whole weights.
 // lstm: configs/fashion_mnist_lstm.yaml's stack, LSTM 64 x4 (the first three return sequences) + Dense(10), on
 // random [28, 28] examples (row by row). Both: SparseCategoricalCrossentropy(from_logits), SGD(0.01), data drawn
 // once from a fixed seed. Every configuration starts from freshly made layers, built on one example before they are
@@ -26,13 +32,16 @@
 #include <string>
 #include <vector>
 
+#include "strata/distribute/strategies.h"
 #include "strata/gradient_tape.h"
 #include "strata/nn/nn.h"
 #include "strata/optim/losses.h"
 #include "strata/optim/optimizers.h"
 #include "strata/parallel/pipeline.h"
 #include "strata/parallel/schedule.h"
+#include "strata/parallel/tensor_parallel_strategy.h"
 #include "strata/threading.h"
+#include "strata/train/model.h"
 
 namespace {
 
@@ -72,7 +81,7 @@ std::vector<std::string> parse_names(const std::string& s) {
   return out;
 }
 
-struct Model {
+struct BenchModel {
   std::string name;
   Shape example_shape;
   Layers (*make)();
@@ -90,6 +99,20 @@ Layers make_lstm() {
   for (int i = 0; i < 3; ++i)
     layers.push_back(std::make_shared<nn::LSTM>(64, nn::LSTMOptions{.return_sequences = true}));
   layers.push_back(std::make_shared<nn::LSTM>(64));
+  layers.push_back(std::make_shared<nn::Dense>(kClasses));
+  return layers;
+}
+
+Layers make_transformer() {
+  Layers layers;
+  layers.push_back(std::make_shared<nn::Conv1D>(64, 3, nn::Conv1DLayerOptions{.padding = "same"}));
+  layers.push_back(std::make_shared<nn::PositionEmbedding>(28));
+  for (int i = 0; i < 2; ++i) {
+    layers.push_back(
+        std::make_shared<nn::TransformerEncoder>(128, 4, nn::TransformerEncoderOptions{.activation = "gelu"}));
+  }
+  layers.push_back(std::make_shared<nn::LayerNormalization>(nn::LayerNormalizationOptions{.epsilon = 1e-6f}));
+  layers.push_back(std::make_shared<nn::GlobalAveragePooling1D>());
   layers.push_back(std::make_shared<nn::Dense>(kClasses));
   return layers;
 }
@@ -118,7 +141,8 @@ struct OneDevice {
 };
 
 // The plain loop on this thread with `threads` intra-op threads.
-OneDevice run_one_device(const Model& model, const Tensor& x, const Tensor& y, int threads, int warmup, int steps) {
+OneDevice run_one_device(const BenchModel& model, const Tensor& x, const Tensor& y, int threads, int warmup,
+                         int steps) {
   ScopedNumThreads cores(threads);
   Layers layers = model.make();
   const auto loss = make_loss();
@@ -147,6 +171,39 @@ OneDevice run_one_device(const Model& model, const Tensor& x, const Tensor& y, i
   return {best(step), best(fwd), best(bwd)};
 }
 
+// Model::train_step under a strategy (TensorParallelStrategy with `tp` ranks, or OneDeviceStrategy for tp 0), on this
+// thread with `threads` intra-op threads (the ranks share them out): the best step, seconds.
+double run_model_steps(const BenchModel& model, const Tensor& x, const Tensor& y, int threads, int tp, int warmup,
+                       int steps) {
+  ScopedNumThreads cores(threads);
+  std::unique_ptr<distribute::Strategy> strategy;
+  if (tp > 0) {
+    strategy = std::make_unique<parallel::TensorParallelStrategy>(parallel::TensorParallelStrategyOptions{.tp = tp});
+  } else {
+    strategy = std::make_unique<distribute::OneDeviceStrategy>();
+  }
+  std::shared_ptr<Sequential> sequential;
+  {
+    auto scope = strategy->scope();
+    std::vector<nn::LayerRef> refs;
+    for (const auto& layer : model.make()) refs.emplace_back(layer);
+    sequential = std::make_shared<Sequential>(refs);
+    Shape one = {1};
+    one.insert(one.end(), model.example_shape.begin(), model.example_shape.end());
+    sequential->build_for(one);
+    sequential->compile(losses::SparseCategoricalCrossentropy({.from_logits = true}),
+                        optim::SGD({.learning_rate = 0.01}));
+  }
+  const data::Element batch({x, y});
+  std::vector<double> step;
+  for (int k = 0; k < warmup + steps; ++k) {
+    const auto t0 = Clock::now();
+    strategy->run([&](const data::Element& b) { return sequential->train_step(b); }, batch);
+    if (k >= warmup) step.push_back(seconds_since(t0));
+  }
+  return best(step);
+}
+
 struct PipelineResult {
   std::string schedule;
   int stages = 0, chunks = 1, micro_batches = 0;
@@ -158,7 +215,7 @@ struct PipelineResult {
 };
 
 // Fresh layers, built by one example: split_by_parameters counts the weights a layer has, none before it is built.
-Layers make_built(const Model& model) {
+Layers make_built(const BenchModel& model) {
   Layers layers = model.make();
   Shape one = {1};
   one.insert(one.end(), model.example_shape.begin(), model.example_shape.end());
@@ -168,8 +225,9 @@ Layers make_built(const Model& model) {
   return layers;
 }
 
-PipelineResult run_pipeline(const Model& model, const Tensor& x, const Tensor& y, const parallel::Schedule& schedule,
-                            const parallel::ActionCosts& costs, int warmup, int steps) {
+PipelineResult run_pipeline(const BenchModel& model, const Tensor& x, const Tensor& y,
+                            const parallel::Schedule& schedule, const parallel::ActionCosts& costs, int warmup,
+                            int steps) {
   Layers layers = make_built(model);
   parallel::PipelineOptions options;
   options.example_shape = model.example_shape;
@@ -217,7 +275,7 @@ PipelineResult run_pipeline(const Model& model, const Tensor& x, const Tensor& y
 
 int main(int argc, char** argv) {
   std::string model_name = "mlp", schedules_arg = "gpipe,1f1b,zb-h1,interleaved", micro_arg = "2,4,8", stages_arg = "2";
-  int steps = 5, warmup = 1, threads = 2;
+  int steps = 5, warmup = 1, threads = 2, tp = 2;
   int64_t batch = 0;
   for (int i = 1; i < argc; i += 2) {
     const std::string flag = argv[i];
@@ -238,22 +296,28 @@ int main(int argc, char** argv) {
       schedules_arg = value;
     else if (value && flag == "--threads")
       threads = std::atoi(value);
+    else if (value && flag == "--tp")
+      tp = std::max(1, std::atoi(value));
     else {
       std::fprintf(stderr,
-                   "usage: pipeline_bench [--model mlp|lstm] [--steps 5] [--warmup 1] [--batch 256|128] "
-                   "[--micro-batches 2,4,8] [--stages 2] [--schedules gpipe,1f1b,zb-h1,interleaved] [--threads 2]\n");
+                   "usage: pipeline_bench [--model mlp|lstm|transformer] [--steps 5] [--warmup 1] [--batch 256|128|64] "
+                   "[--micro-batches 2,4,8] [--stages 2] [--schedules gpipe,1f1b,zb-h1,interleaved] [--threads 2] "
+                   "[--tp 2]\n");
       return 2;
     }
   }
-  Model model;
+  BenchModel model;
   if (model_name == "mlp") {
     model = {"mlp", {2048}, make_mlp};
     if (batch == 0) batch = 256;
   } else if (model_name == "lstm") {
     model = {"lstm", {28, 28}, make_lstm};
     if (batch == 0) batch = 128;
+  } else if (model_name == "transformer") {
+    model = {"transformer", {28, 28}, make_transformer};
+    if (batch == 0) batch = 64;
   } else {
-    std::fprintf(stderr, "pipeline_bench: --model mlp or lstm, not '%s'\n", model_name.c_str());
+    std::fprintf(stderr, "pipeline_bench: --model mlp, lstm or transformer, not '%s'\n", model_name.c_str());
     return 2;
   }
   steps = std::max(steps, 1);
@@ -344,6 +408,19 @@ int main(int argc, char** argv) {
                 r.bound, r.compute / (single.forward + single.backward), per_stage.c_str(), r.peak_activations);
   }
 
+  // Tensor parallelism (the transformer): the same step through Model::train_step, on one device and on tp ranks.
+  double model_one = 0, model_tp = 0;
+  if (model_name == "transformer") {
+    model_one = run_model_steps(model, x, y, threads, 0, warmup, steps);
+    model_tp = run_model_steps(model, x, y, threads, tp, warmup, steps);
+    model_one = std::min(model_one, run_model_steps(model, x, y, threads, 0, warmup, steps));  // before and after
+    std::printf(
+        "# tensor parallel (Model::train_step, SGD): one device %d thread%s %.1f ms; TensorParallelStrategy tp %d "
+        "(%d thread%s per rank) %.1f ms, speedup %.2f\n",
+        threads, threads == 1 ? "" : "s", model_one * 1e3, tp, std::max(1, threads / tp),
+        std::max(1, threads / tp) == 1 ? "" : "s", model_tp * 1e3, model_one / model_tp);
+  }
+
   std::printf(
       "{\"model\": \"%s\", \"batch\": %lld, \"weights\": %lld, \"threads\": %d, \"one_device\": {\"step_s\": %.6f, "
       "\"forward_s\": %.6f, \"backward_s\": %.6f}, \"one_thread\": {\"step_s\": %.6f, \"forward_s\": %.6f, "
@@ -359,6 +436,11 @@ int main(int argc, char** argv) {
         i ? ", " : "", r.schedule.c_str(), r.stages, r.chunks, r.micro_batches, r.step, r.bubble, r.simulated, r.bound,
         r.compute_share_max, r.compute, r.peak_activations);
   }
-  std::printf("]}\n");
+  std::printf("]");
+  if (model_tp > 0) {
+    std::printf(", \"tensor_parallel\": {\"tp\": %d, \"one_device_step_s\": %.6f, \"step_s\": %.6f}", tp, model_one,
+                model_tp);
+  }
+  std::printf("}\n");
   return 0;
 }

@@ -17,6 +17,7 @@
 #include "strata/distribute/strategies.h"
 #include "strata/error.h"
 #include "strata/parallel/pipeline_strategy.h"
+#include "strata/parallel/tensor_parallel_strategy.h"
 #include "strata/ps/parameter_server_strategy.h"
 #include "strata/threading.h"
 
@@ -43,7 +44,7 @@ std::string format_rate(double lr) {
 void check_strategy_name(const std::string& name, const std::string& where) {
   check_choice(name,
                {"one_device", "mirrored", "central_storage", "multi_worker_mirrored", "parameter_server", "pipeline",
-                "local_sgd"},
+                "tensor_parallel", "local_sgd"},
                where, "strategy");
 }
 
@@ -105,6 +106,8 @@ StrategySpec resolve_strategy(const StrategySpec& from_job, const StrategyFlags&
                  "--replicas " << replicas
                                << ": a pipeline is one replica cut into stages (use --stages); for replicas of the "
                                   "pipeline, run it on several workers under `strata launch --workers N`");
+    STRATA_CHECK(spec.name != "tensor_parallel" || replicas == 1, InvalidArgument,
+                 "--replicas " << replicas << ": tensor_parallel is one replica split over ranks (use --tp)");
     spec.replicas = replicas;
   }
   // A bound in seconds for the strategies whose workers are processes that meet and run collectives.
@@ -190,6 +193,14 @@ StrategySpec resolve_strategy(const StrategySpec& from_job, const StrategyFlags&
                  "strategy is "
                      << spec.name << ")");
     spec.pipeline_recompute = true;
+  }
+  if (flags.tp) {
+    STRATA_CHECK(*flags.tp >= 1, InvalidArgument, "--tp: must be a positive number of ranks, got " << *flags.tp);
+    STRATA_CHECK(spec.name == "tensor_parallel", InvalidArgument,
+                 "--tp " << *flags.tp
+                         << ": only the tensor_parallel strategy splits layers over ranks (this job's strategy is "
+                         << spec.name << "; use --strategy tensor_parallel)");
+    spec.tensor_parallel = *flags.tp;
   }
   if (flags.sync_every) {
     STRATA_CHECK(*flags.sync_every >= 1, InvalidArgument,
@@ -303,6 +314,10 @@ std::unique_ptr<distribute::Strategy> make_job_strategy(const StrategySpec& spec
                                           .recompute = spec.pipeline_recompute},
         cluster::resolve_cluster_from_environment(), communication);  // under `strata launch`: a replica per worker
   }
+  if (spec.name == "tensor_parallel") {
+    return std::make_unique<parallel::TensorParallelStrategy>(
+        parallel::TensorParallelStrategyOptions{.tp = spec.tensor_parallel});
+  }
   if (spec.name == "local_sgd") {  // under `strata launch`: a replica per worker, weights averaged every sync_every
     return std::make_unique<distribute::LocalSGDStrategy>(
         distribute::LocalSGDOptions{.sync_every = spec.sync_every, .outer_nesterov = spec.outer_step == "nesterov"},
@@ -340,6 +355,10 @@ std::string strategy_line(const distribute::Strategy& strategy, int64_t global_b
       out << global_batch / workers << (global_batch % workers == 0 ? "" : " or more") << " per worker, ";
     }
     out << global_batch / (workers * m) << (global_batch % (workers * m) == 0 ? "" : " or more") << " per micro-batch)";
+    return out.str();
+  }
+  if (const auto* tensor = dynamic_cast<const parallel::TensorParallelStrategy*>(&strategy)) {
+    out << "strategy: " << tensor->describe() << ", global batch " << global_batch << " (whole on every rank)";
     return out.str();
   }
   if (const auto* mw = dynamic_cast<const distribute::MultiWorkerMirroredStrategy*>(&strategy); mw && mw->joining()) {

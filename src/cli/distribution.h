@@ -7,6 +7,8 @@
 //   stages: 2                   # pipeline: stages (threads), micro_batches: 4, schedule: 1f1b (gpipe, 1f1b,
 //                               #   interleaved, zb-h1), chunks: 2 (interleaved: model chunks per stage),
 //                               #   recompute: true (activations recomputed before the backward)
+//                               #   | tensor_parallel (Transformer blocks, attention and Dense pairs split
+//   tp: 2                       #   Megatron-style over tp ranks, threads of this process)
 //   replicas: 2                 # mirrored / central_storage: CPU replicas (default: one per core)
 //   device: gpu                 # one_device: cpu (the default), gpu (GPU 0) or gpu:N; a GPU needs a build with
 //                               #   CUDA and that GPU visible (`--device` overrides it)
@@ -36,7 +38,7 @@ namespace strata::cli {
 
 struct StrategySpec {
   std::string name = "one_device";  // one_device, mirrored, central_storage, multi_worker_mirrored, parameter_server,
-                                    // pipeline, local_sgd
+                                    // pipeline, tensor_parallel, local_sgd
   int replicas = 0;                 // 0: one_device 1; mirrored / central_storage one per core (num_threads())
   std::string cross_device_ops = distribute::kDefaultCrossDeviceOps;
   double collective_timeout_seconds = 0;  // multi_worker_mirrored: bound on every collective (0: its default)
@@ -58,6 +60,8 @@ struct StrategySpec {
   std::string pipeline_schedule = "1f1b";
   int pipeline_chunks = 0;
   bool pipeline_recompute = false;  // stages recompute activations instead of keeping them
+  // tensor_parallel: ranks (threads) the split layers are split over.
+  int tensor_parallel = 2;
   // local_sgd: local steps between weight averages, and the outer step ("none": the plain average; "nesterov":
   // DiLoCo's).
   int sync_every = 8;
@@ -96,6 +100,7 @@ struct StrategyFlags {
   std::optional<int> stages, micro_batches, chunks;  // when given, >= 1 (pipeline only)
   std::string schedule;                              // pipeline only
   bool recompute = false;                            // pipeline only
+  std::optional<int> tp;                             // when given, >= 1 (tensor_parallel only)
   std::optional<int> sync_every;                     // when given, >= 1 (local_sgd only)
   std::string outer_step;                            // local_sgd only: none or nesterov
   std::string device;                                // when given, cpu, gpu or gpu:N (a GPU: one_device only)

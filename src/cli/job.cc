@@ -361,6 +361,11 @@ Job load_job(const std::string& path) {
   check_pipeline_schedule(job.strategy.pipeline_schedule, top.where(top.get("schedule")) + "schedule");
   if (top.has("chunks")) job.strategy.pipeline_chunks = static_cast<int>(top.positive("chunks", 2));
   job.strategy.pipeline_recompute = top.flag("recompute", false);
+  STRATA_CHECK(!top.has("tp") || job.strategy.name == "tensor_parallel", InvalidArgument,
+               top.where(top.get("tp")) << "tp: only strategy: tensor_parallel splits layers over ranks (this job's "
+                                           "strategy is "
+                                        << job.strategy.name << ")");
+  job.strategy.tensor_parallel = static_cast<int>(top.positive("tp", job.strategy.tensor_parallel));
   for (const char* key : {"sync_every", "outer_step"}) {
     STRATA_CHECK(!top.has(key) || job.strategy.name == "local_sgd", InvalidArgument,
                  top.where(top.get(key)) << key << ": only strategy: local_sgd averages weights between local steps "
@@ -850,8 +855,8 @@ std::map<std::string, std::string> job_fingerprint(const Job& job) {
   f["strategy"] = s.name + " replicas " + std::to_string(s.replicas) + " compression " + s.gradient_compression +
                   " bytes_per_pack " + std::to_string(s.bytes_per_pack) + " stages " +
                   std::to_string(s.pipeline_stages) + " micro_batches " + std::to_string(s.pipeline_micro_batches) +
-                  " schedule " + s.pipeline_schedule + " sync_every " + std::to_string(s.sync_every) +
-                  " outer_step " + s.outer_step;
+                  " schedule " + s.pipeline_schedule + " sync_every " + std::to_string(s.sync_every) + " outer_step " +
+                  s.outer_step + " tp " + std::to_string(s.tensor_parallel);
   const DataSpec& d = job.data;
   f["validation"] = job.validation_text;
   f["callbacks"] = job.callbacks_text;

@@ -24,6 +24,7 @@
 #include "strata/distribute/strategies.h"
 #include "strata/io/checkpoint.h"
 #include "strata/parallel/pipeline_strategy.h"
+#include "strata/parallel/tensor_parallel_strategy.h"
 #include "strata/ps/parameter_server_strategy.h"
 #include "strata/ps/remote_trainer.h"
 #include "strata/random.h"
@@ -439,6 +440,11 @@ void run_train(const TrainArgs& args) {
         static_cast<long long>(pipeline->measured().steps),
         100.0 * parallel::simulate(pipeline->schedule()).bubble_fraction, peaks.c_str());
   }
+  if (const auto* tensor = dynamic_cast<const parallel::TensorParallelStrategy*>(strategy.get());
+      tensor && !tensor->layout().empty()) {
+    std::printf("tensor_parallel: layers %s (whole weights reassembled in the model after every step)\n",
+                tensor->layout().c_str());
+  }
   print_test_line(model->evaluate(test_dataset(job)));
 }
 
@@ -474,9 +480,10 @@ const CLI::Validator kVerbosity(
 
 // --strategy, --replicas and --cross-device-ops on `command`.
 void add_strategy_options(CLI::App* command, StrategyFlags& flags) {
-  command->add_option("--strategy", flags.strategy,
-                      "distribution strategy: one_device, mirrored, central_storage, multi_worker_mirrored, "
-                      "parameter_server, pipeline or local_sgd (overrides the job's `strategy:`; default one_device)");
+  command->add_option(
+      "--strategy", flags.strategy,
+      "distribution strategy: one_device, mirrored, central_storage, multi_worker_mirrored, "
+      "parameter_server, pipeline, tensor_parallel or local_sgd (overrides the job's `strategy:`; default one_device)");
   command->add_option("--device", flags.device,
                       "where one_device trains: cpu, gpu (GPU 0) or gpu:N (overrides the job's `device:`; default "
                       "cpu); a GPU needs a build with CUDA (-DSTRATA_WITH_CUDA=ON) and that GPU visible, else the "
@@ -519,6 +526,11 @@ void add_strategy_options(CLI::App* command, StrategyFlags& flags) {
   command->add_flag("--recompute", flags.recompute,
                     "pipeline: stages keep only their input between a micro-batch's forward and backward and run the "
                     "forward again before the backward (less memory, one more forward)");
+  command
+      ->add_option("--tp", flags.tp,
+                   "tensor_parallel: ranks (threads of this process) that TransformerEncoder blocks, "
+                   "MultiHeadAttention and Dense pairs are split over, Megatron-style (overrides `tp:`; default 2)")
+      ->check(kPositiveInteger);
   command
       ->add_option("--sync-every", flags.sync_every,
                    "local_sgd: local steps each worker takes between two averages of the workers' weights "

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <vector>
 
+#include "nn/attention_heads.h"
 #include "nn/layer_util.h"
 #include "strata/error.h"
 #include "strata/ops.h"
@@ -25,8 +26,10 @@ void check_sequence(const Shape& s, const std::string& who, const char* what) {
                who << " wants its " << what << " as [batch, steps, features], got " << shape_str(with_free_batch(s)));
 }
 
-// x2 [M, K] times w2 [K, N] plus b [N] (undefined: none), as Dense does it: the fused op for float inputs on the
-// kernel's device, the general ops otherwise.
+}  // namespace
+
+namespace detail {
+
 Variable linear(const Variable& x2, const Variable& w2, const Variable& b) {
   if (x2.value().dtype() == DType::kFloat32 && x2.value().device() == w2.value().device()) {
     return detail::dense_op(x2, w2, b, false);
@@ -35,7 +38,6 @@ Variable linear(const Variable& x2, const Variable& w2, const Variable& b) {
   return b.defined() ? y + b : y;
 }
 
-// x [B, T, D] through kernel [D, heads, dim] and bias [heads, dim] -> [B * heads, T, dim].
 Variable project(const Variable& x, const Variable& kernel, const Variable& bias, int64_t heads, int64_t dim) {
   const int64_t b = x.shape()[0], t = x.shape()[1], d = x.shape()[2];
   Variable y = linear(reshape(x, {b * t, d}), reshape(kernel, {d, heads * dim}),
@@ -44,8 +46,6 @@ Variable project(const Variable& x, const Variable& kernel, const Variable& bias
   return reshape(y, {b * heads, t, dim});
 }
 
-// The constant added to the scores [B, heads, T, S]: [Bm, 1, T, S] (Bm = the mask's batch, or 1) holding 0 where a
-// query attends and kMaskedScore where not. Undefined when there is no mask.
 Tensor mask_bias(const Tensor& mask, bool causal, int64_t batch, int64_t t, int64_t s, const std::string& who,
                  Device device) {
   if (!mask.defined() && !causal) return Tensor();
@@ -77,7 +77,30 @@ Tensor mask_bias(const Tensor& mask, bool causal, int64_t batch, int64_t t, int6
   return device.is_cpu() ? out : out.to(device);
 }
 
-}  // namespace
+Variable attention_context(const AttentionHeads& h, const Variable& query, const Variable& value, const Variable& key,
+                           const Tensor& attention_mask, bool use_causal_mask, bool training, Generator& generator,
+                           const std::string& who) {
+  const int64_t b = query.shape()[0], t = query.shape()[1], s = value.shape()[1];
+  // Keras scales the projected query by 1 / sqrt(key_dim) before the product.
+  const Variable q = project(query, h.query_kernel, h.query_bias, h.heads, h.key_dim) *
+                     static_cast<float>(1.0 / std::sqrt(static_cast<double>(h.key_dim)));
+  const Variable k = project(key, h.key_kernel, h.key_bias, h.heads, h.key_dim);
+  const Variable v = project(value, h.value_kernel, h.value_bias, h.heads, h.value_dim);
+  Variable scores = matmul(q, k, false, true);  // [B * heads, T, S]
+  const Tensor bias = mask_bias(attention_mask, use_causal_mask, b, t, s, who, query.value().device());
+  Variable probs;
+  if (bias.defined()) {
+    probs = reshape(softmax(reshape(scores, {b, h.heads, t, s}) + Variable(bias), -1), {b * h.heads, t, s});
+  } else {
+    probs = softmax(scores, -1);
+  }
+  if (training && h.dropout > 0.0f) probs = dropout(probs, h.dropout, generator);
+  Variable context = matmul(probs, v);  // [B * heads, T, vd]
+  return reshape(transpose(reshape(context, {b, h.heads, t, h.value_dim}), {0, 2, 1, 3}),
+                 {b * t, h.heads * h.value_dim});
+}
+
+}  // namespace detail
 
 MultiHeadAttention::MultiHeadAttention(int64_t num_heads, int64_t key_dim, MultiHeadAttentionOptions options)
     : LayerBase(options.name), num_heads_(num_heads), key_dim_(key_dim), options_(std::move(options)) {
@@ -158,23 +181,11 @@ Variable MultiHeadAttention::compute(const Variable& query, const Variable& valu
                who << ": query " << shape_str(query.shape()) << ", value " << shape_str(value.shape()) << " and key "
                    << shape_str(key.shape()) << " must share the batch, and key and value their steps");
 
-  // Keras scales the projected query by 1 / sqrt(key_dim) before the product.
-  const Variable q = project(query, query_kernel_, query_bias_, heads, key_dim_) *
-                     static_cast<float>(1.0 / std::sqrt(static_cast<double>(key_dim_)));
-  const Variable k = project(key, key_kernel_, key_bias_, heads, key_dim_);
-  const Variable v = project(value, value_kernel_, value_bias_, heads, vd);
-  Variable scores = matmul(q, k, false, true);  // [B * heads, T, S]
-  const Tensor bias = mask_bias(attention_mask, use_causal_mask, b, t, s, who, query.value().device());
-  Variable probs;
-  if (bias.defined()) {
-    probs = reshape(softmax(reshape(scores, {b, heads, t, s}) + Variable(bias), -1), {b * heads, t, s});
-  } else {
-    probs = softmax(scores, -1);
-  }
-  if (training && options_.dropout > 0.0f) probs = dropout(probs, options_.dropout, default_generator());
-  Variable context = matmul(probs, v);  // [B * heads, T, vd]
-  context = reshape(transpose(reshape(context, {b, heads, t, vd}), {0, 2, 1, 3}), {b * t, heads * vd});
-  const Variable y = linear(context, reshape(output_kernel_, {heads * vd, out}), output_bias_);
+  const detail::AttentionHeads h{query_kernel_, query_bias_, key_kernel_, key_bias_, value_kernel_,
+                                 value_bias_,   heads,       key_dim_,    vd,        options_.dropout};
+  const Variable context = detail::attention_context(h, query, value, key, attention_mask, use_causal_mask, training,
+                                                     default_generator(), who);
+  const Variable y = detail::linear(context, reshape(output_kernel_, {heads * vd, out}), output_bias_);
   return reshape(y, {b, t, out});
 }
 
