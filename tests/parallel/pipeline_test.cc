@@ -188,7 +188,8 @@ TEST(PipelineTest, SplitByTimeCutsWhereTheTimeIsNotWhereTheParametersAre) {
   const Tensor sample = test::random_tensor({8, 64, 256}, 3);
   Variable x(sample, false);
   for (auto& layer : layers) x = (*layer)(x);
-  EXPECT_EQ(split_by_time(layers, 2, sample)[0].size(), 1u);
+  // The fastest of 20 runs per layer: with 3, a busy moment on a loaded 2-core machine once moved the cut.
+  EXPECT_EQ(split_by_time(layers, 2, sample, 20)[0].size(), 1u);
   EXPECT_GE(split_by_parameters(layers, 2)[0].size(), 2u);
 }
 
