@@ -2,7 +2,8 @@
 # `python -m strata.launch --chief --workers 1 --ps 1` on 127.0.0.1 (ports the OS picks) running
 # tests/python/scripts/ps_fit.py: the ps serves through strata.distribute.Server, the worker's fit serves the chief's
 # steps, and the chief's fit trains. With one worker the steps run one after another, each pulling what the last
-# pushed, so the chief ends with the loss and weights of a one-device fit on the worker's batches. Also: a ps Server's
+# pushed, so the chief ends with the loss and weights of a one-device fit on the worker's batches. Two workers over two
+# ps tasks (each variable in two shards) train asynchronously: every worker runs steps and the loss falls. Also: a ps Server's
 # join() stops on Ctrl-C, and bad clusters, partitioners and servers are Python exceptions naming what is wrong.
 # Every process runs in its own session with a hard time limit and is killed on every path (test_launch.run).
 # Thread-safety: one test process.
@@ -49,6 +50,20 @@ def test_chief_worker_and_ps_train_as_one_device():
     for got, want in zip(chief["weights"], weights):
         np.testing.assert_allclose(np.array(got, dtype=np.float32), want, rtol=1e-5, atol=1e-6)
     assert chief["loss"][1] < chief["loss"][0]
+
+
+def test_two_workers_and_two_ps_train_asynchronously():
+    status, out = run(["-m", "strata.launch", "--chief", "--workers", "2", "--ps", "2",
+                       os.path.join(SCRIPTS, "ps_fit.py"), "3", str(STEPS), "2"], timeout=180)
+    assert status == 0, out
+    tasks = json_lines(out)
+    assert sorted(tasks) == ["chief:0", "worker:0", "worker:1"], out
+    chief = tasks["chief:0"]
+    assert chief["workers"] == 2 and chief["ps"] == 2
+    steps = [w["steps_run"] for w in chief["worker_status"]]
+    assert sum(steps) == 3 * STEPS and all(s > 0 for s in steps), steps  # every worker served, each step ran once
+    assert chief["loss"][0] > chief["loss"][1] > chief["loss"][2], chief["loss"]
+    assert chief["accuracy"] > 0.7, chief  # one device: about 0.8 after 3 epochs; the untrained model about 0.5
 
 
 def free_ports(n):

@@ -13,6 +13,7 @@ import strata
 from strata import layers
 
 EPOCHS, STEPS = int(sys.argv[1]), int(sys.argv[2])
+SHARDS = int(sys.argv[3]) if len(sys.argv) > 3 else 0  # each variable in this many shards; 0: the default partitioner
 resolver = strata.distribute.cluster_resolver.TFConfigClusterResolver()
 if resolver.task_type == "ps":
     server = strata.distribute.Server(resolver.cluster_spec(), job_name=resolver.task_type,
@@ -20,7 +21,8 @@ if resolver.task_type == "ps":
     server.join()  # until the launcher stops this task
     sys.exit(0)
 
-strategy = strata.distribute.ParameterServerStrategy(resolver)
+partitioner = strata.distribute.experimental.partitioners.FixedShardsPartitioner(SHARDS) if SHARDS else None
+strategy = strata.distribute.ParameterServerStrategy(resolver, variable_partitioner=partitioner)
 strata.utils.set_random_seed(7)
 rng = np.random.default_rng(0)
 x = rng.normal(size=(256, 8)).astype(np.float32)
