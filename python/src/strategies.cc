@@ -1,6 +1,6 @@
 // strata.distribute's native half: OneDeviceStrategy, MirroredStrategy, CentralStorageStrategy, PipelineStrategy and
-// MultiWorkerMirroredStrategy (ParameterServerStrategy is parameter_server.cc), and a
-// strategy's scope as an object whose close() ends it (the Python `with strategy.scope():` of python/strata/distribute.py opens and closes it).
+// MultiWorkerMirroredStrategy (ParameterServerStrategy is parameter_server.cc), and a strategy's scope as an object
+// whose close() ends it (the Python `with strategy.scope():` of python/strata/distribute.py opens and closes it).
 // Also what custom loops use: run (a Python function on every replica's thread), reduce, and
 // experimental_distribute_dataset with its iterator of per-replica numpy batches.
 // Thread-safety: as strata::distribute::Strategy: one thread drives a strategy, and a scope is closed on the thread

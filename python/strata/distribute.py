@@ -1,4 +1,5 @@
-"""strata.distribute: tf.distribute's strategies over the C++ ones. A model made inside `with strategy.scope():`
+"""strata.distribute: tf.distribute's strategies over the C++ ones (one-device, mirrored, central storage, pipeline,
+multi-worker mirrored, parameter server). A model made inside `with strategy.scope():`
 remembers the strategy, and its fit / evaluate / predict run under it (building its variables there on the first
 batch, as Keras does). Thread-safety: one thread drives a strategy; a scope belongs to the thread that opened it."""
 
@@ -447,6 +448,7 @@ def get_strategy():
     return stack[-1] if stack else None
 
 
-__all__ = ["ReduceOp", "PerReplica", "DistributedDataset", "experimental_local_results", "Strategy", "OneDeviceStrategy", "MirroredStrategy", "MultiWorkerMirroredStrategy", "CommunicationOptions",
+__all__ = ["ReduceOp", "PerReplica", "DistributedDataset", "experimental_local_results", "Strategy",
+           "OneDeviceStrategy", "MirroredStrategy", "MultiWorkerMirroredStrategy", "CommunicationOptions",
            "CommunicationImplementation", "experimental", "get_strategy", "CentralStorageStrategy",
            "ParameterServerStrategy", "PipelineStrategy", "Server", "cluster_resolver"]

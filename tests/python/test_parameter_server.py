@@ -3,8 +3,8 @@
 # tests/python/scripts/ps_fit.py: the ps serves through strata.distribute.Server, the worker's fit serves the chief's
 # steps, and the chief's fit trains. With one worker the steps run one after another, each pulling what the last
 # pushed, so the chief ends with the loss and weights of a one-device fit on the worker's batches. Two workers over two
-# ps tasks (each variable in two shards) train asynchronously: every worker runs steps and the loss falls. Also: a ps Server's
-# join() stops on Ctrl-C, and bad clusters, partitioners and servers are Python exceptions naming what is wrong.
+# ps tasks (each variable in two shards) train asynchronously: every worker runs steps and the loss falls. Also: a ps
+# Server's join() stops on Ctrl-C, and bad clusters, partitioners and servers are Python exceptions naming what is wrong.
 # Every process runs in its own session with a hard time limit and is killed on every path (test_launch.run).
 # Thread-safety: one test process.
 import json
