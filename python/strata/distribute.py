@@ -252,23 +252,29 @@ def _tf_config_of_resolver(resolver, what):
 
 
 def _join_interruptibly(native):
-    """native.join() (which waits without the GIL) on a helper thread, so that Ctrl-C here stops it and is raised."""
+    """native.join() (which waits without the GIL) on a helper thread, so that Ctrl-C here stops it and is raised.
+    Returns (or raises) only once the helper has left C++: a thread still inside the binding when the interpreter
+    ends would be unwound through it (std::terminate). Thread.join is not used to wait, since an interrupted
+    Thread.join may report a live thread as finished."""
     failure = []
+    left = threading.Event()
 
     def join():
         try:
             native.join()
         except BaseException as e:  # noqa: BLE001 (handed to the calling thread)
             failure.append(e)
+        finally:
+            left.set()
 
-    thread = threading.Thread(target=join, name="strata-ps-join", daemon=True)
-    thread.start()
+    threading.Thread(target=join, name="strata-ps-join", daemon=True).start()
     try:
-        while thread.is_alive():
-            thread.join(0.2)
+        while not left.wait(0.2):
+            pass
     except BaseException:
         native.stop()
-        thread.join()
+        while not left.wait(0.2):
+            pass
         raise
     if failure:
         raise failure[0]
