@@ -128,6 +128,7 @@ def test_bad_clusters_and_arguments_are_python_errors(monkeypatch):
         distribute.Server(cluster, job_name="ps", task_index=3)
     with pytest.raises(ValueError, match="task indices"):
         resolver.ClusterSpec({"ps": {0: "a:1", 2: "b:1"}})
+    assert strata.train.ClusterSpec({"ps": {1: "b:1", 0: "a:1"}}).as_dict() == {"ps": ["a:1", "b:1"]}
     partitioners = distribute.experimental.partitioners
     assert partitioners.FixedShardsPartitioner(3)([10, 4]) == [3, 1]
     assert partitioners.MinSizePartitioner(min_shard_bytes=16, max_shards=4)([10, 4]) == [4, 1]
