@@ -178,24 +178,39 @@ class PipelineStrategy(Strategy):
     are cut at `bounds` (indices of the layers where stages 1, 2, ... start) or balanced by measured time
     (balance="time") or parameter count ("parameters"); recompute=True keeps only each stage's input between a
     micro-batch's passes. The weights after each step are the unsplit model's; evaluate and predict run the whole
-    model on the calling thread. One process here (the C++ strategy's form across workers is not bound)."""
+    model on the calling thread. Under `python -m strata.launch --workers N` (TF_CONFIG) each worker runs a pipeline
+    replica on its share of each global batch and the stages' gradients are all-reduced across the workers
+    (communication_options as MultiWorkerMirroredStrategy's), so N workers train as one pipeline on the whole batches;
+    making the strategy then waits for every worker. Each process takes its share of its host's cores."""
 
     def __init__(self, stages=2, micro_batches=4, schedule="1f1b", chunks=0, bounds=None, balance="time",
-                 recompute=False):
+                 recompute=False, communication_options=None):
         for name, value, least in (("stages", stages, 1), ("micro_batches", micro_batches, 1), ("chunks", chunks, 0)):
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ValueError(f"PipelineStrategy: {name} must be an integer >= {least}, got {value!r}")
         schedules = ("gpipe", "1f1b", "interleaved", "zb-h1")
         if schedule not in schedules:
             raise ValueError(f"PipelineStrategy: schedule must be one of {', '.join(schedules)}, got {schedule!r}")
+        options = communication_options or CommunicationOptions()
         super().__init__(_strata.PipelineStrategy(stages=stages, micro_batches=micro_batches, schedule=schedule,
                                                   chunks=chunks, bounds=[int(b) for b in (bounds or [])],
-                                                  balance=balance, recompute=bool(recompute)))
+                                                  balance=balance, recompute=bool(recompute),
+                                                  implementation=options.implementation,
+                                                  bytes_per_pack=options.bytes_per_pack or (25 << 20),
+                                                  timeout_seconds=float(options.timeout_seconds or 300.0)))
 
     @property
     def layout(self):
         """The last cut of the model's layers, a bracket per (virtual) stage: "[dense] [dense_1]"; "" before fit."""
         return self._native.layout
+
+    @property
+    def num_workers(self):
+        return self._native.num_workers
+
+    @property
+    def worker_index(self):
+        return self._native.worker_index
 
 
 class _Partitioners:
