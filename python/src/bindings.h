@@ -21,6 +21,8 @@ void define_data(nanobind::module_& parent);
 void define_autograd(nanobind::module_& m);
 // Strategies and their scopes (strata.distribute).
 void define_strategies(nanobind::module_& m);
+// ParameterServerStrategy (from a TF_CONFIG document) and the variable partitioners; after define_strategies.
+void define_parameter_server(nanobind::module_& m);
 // Model (functional) and Sequential: compile, fit / evaluate / predict on numpy arrays, weights.
 void define_model(nanobind::module_& m);
 // The strata command line (`python -m strata`, `python -m strata.launch`).

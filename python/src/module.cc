@@ -51,6 +51,7 @@ NB_MODULE(_strata, m) {
   strata::python::define_data(m);
   strata::python::define_autograd(m);
   strata::python::define_strategies(m);
+  strata::python::define_parameter_server(m);
   strata::python::define_model(m);
   strata::python::define_command_line(m);
 }

@@ -1,9 +1,11 @@
-// strata.distribute's native half: OneDeviceStrategy, MirroredStrategy and MultiWorkerMirroredStrategy, and a
-// strategy's scope as an object whose close() ends it (the Python `with strategy.scope():` of python/strata/distribute.py opens and closes it).
+// strata.distribute's native half: OneDeviceStrategy, MirroredStrategy, CentralStorageStrategy, PipelineStrategy and
+// MultiWorkerMirroredStrategy (ParameterServerStrategy is parameter_server.cc), and a strategy's scope as an object
+// whose close() ends it (the Python `with strategy.scope():` of python/strata/distribute.py opens and closes it).
 // Also what custom loops use: run (a Python function on every replica's thread), reduce, and
 // experimental_distribute_dataset with its iterator of per-replica numpy batches.
 // Thread-safety: as strata::distribute::Strategy: one thread drives a strategy, and a scope is closed on the thread
 // that opened it (a `with` block guarantees it). run's replica threads take the GIL only while they run Python.
+#include <chrono>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -25,7 +27,9 @@
 #include "cli/core_share.h"
 #include "strata/distribute/multi_worker.h"
 #include "strata/distribute/strategies.h"
+#include "strata/cluster/cluster_resolver.h"
 #include "strata/distribute/strategy.h"
+#include "strata/parallel/pipeline_strategy.h"
 
 namespace nb = nanobind;
 using namespace nb::literals;
@@ -165,6 +169,47 @@ void define_strategies(nb::module_& m) {
             new (self) distribute::MirroredStrategy(std::move(devices));
           },
           "devices"_a = std::vector<std::string>{});
+  // One copy of each variable on the host; replicas "/cpu:0", "/cpu:1", ... (none given: one per core, as
+  // MirroredStrategy).
+  nb::class_<distribute::CentralStorageStrategy, distribute::Strategy>(m, "CentralStorageStrategy")
+      .def(
+          "__init__",
+          [](distribute::CentralStorageStrategy* self, std::vector<std::string> devices) {
+            new (self) distribute::CentralStorageStrategy(std::move(devices));
+          },
+          "devices"_a = std::vector<std::string>{});
+  // A Sequential model's training steps as a pipeline of stages (threads of this process), one pipeline replica per
+  // worker of the cluster from TF_CONFIG (as `strata train --strategy pipeline` under `strata launch`; none: one
+  // process). As MultiWorkerMirroredStrategy's, the process first takes its share of the host's cores, and the
+  // rendezvous runs without the GIL.
+  nb::class_<parallel::PipelineStrategy, distribute::Strategy>(m, "PipelineStrategy")
+      .def(
+          "__init__",
+          [](parallel::PipelineStrategy* self, int stages, int micro_batches, std::string schedule, int chunks,
+             std::vector<int> bounds, std::string balance, bool recompute, std::string implementation,
+             int64_t bytes_per_pack, double timeout_seconds) {
+            parallel::PipelineStrategyOptions options{.stages = stages,
+                                                      .micro_batches = micro_batches,
+                                                      .schedule = std::move(schedule),
+                                                      .chunks = chunks,
+                                                      .bounds = std::move(bounds),
+                                                      .balance = std::move(balance),
+                                                      .recompute = recompute};
+            distribute::CommunicationOptions communication;
+            communication.implementation = std::move(implementation);
+            communication.bytes_per_pack = bytes_per_pack;
+            communication.timeout = std::chrono::milliseconds(static_cast<int64_t>(timeout_seconds * 1000));
+            nb::gil_scoped_release release;
+            cli::apply_core_share(/*threads_flag=*/0);
+            new (self) parallel::PipelineStrategy(std::move(options), cluster::resolve_cluster_from_environment(),
+                                                  std::move(communication));
+          },
+          "stages"_a, "micro_batches"_a, "schedule"_a, "chunks"_a, "bounds"_a, "balance"_a, "recompute"_a,
+          "implementation"_a, "bytes_per_pack"_a, "timeout_seconds"_a)
+      .def_prop_ro("num_workers", &parallel::PipelineStrategy::num_workers)
+      .def_prop_ro("worker_index", &parallel::PipelineStrategy::worker_index)
+      .def_prop_ro("layout", &parallel::PipelineStrategy::layout)
+      .def("describe", &parallel::PipelineStrategy::describe);
   // The cluster from TF_CONFIG (as `strata launch` or `python -m strata.launch` sets it), mpirun or torchrun. As the
   // strata CLI does, this process first takes its share of the host's cores (cli/core_share.h: co-located workers
   // never each take every core), unless STRATA_NUM_THREADS says otherwise. The rendezvous runs without the GIL.

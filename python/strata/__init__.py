@@ -6,7 +6,7 @@ fit releases the GIL while it computes; strategy.run's replicas are threads that
 
 import sys
 
-from . import callbacks, data, datasets, distribute, io, layers, losses, metrics, nn, optimizers, utils
+from . import callbacks, data, datasets, distribute, io, layers, losses, metrics, nn, optimizers, train, utils
 from ._strata import GradientTape, Variable
 from .layers import Input
 from .models import History, Model, Sequential
@@ -22,4 +22,5 @@ def function(fn=None, **kwargs):
 
 
 __all__ = ["Model", "Sequential", "Input", "History", "GradientTape", "Variable", "callbacks", "data", "datasets", "distribute",
-           "io", "keras", "layers", "losses", "metrics", "nn", "optimizers", "utils", "function"]
+           "io", "keras", "layers", "losses", "metrics", "nn", "optimizers", "train", "utils",
+           "function"]

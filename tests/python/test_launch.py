@@ -1,8 +1,8 @@
 # `python -m strata.launch` (torchrun's form over `strata launch`) and MultiWorkerMirroredStrategy from Python: each
 # task gets its TF_CONFIG and the script's arguments; a failing task's status is the launcher's; two workers that fit
 # under MultiWorkerMirroredStrategy end with the same weights, and with the one-worker run's loss (each global batch is
-# the same examples, sharded by element). `python -m strata` runs the command line. Every launcher runs in its own
-# session with a hard time limit and is killed with its tasks on every path.
+# the same examples, sharded by element); so do two PipelineStrategy replicas. `python -m strata` runs the command
+# line. Every launcher runs in its own session with a hard time limit and is killed with its tasks on every path.
 # Thread-safety: one test process.
 import json
 import os
@@ -74,6 +74,23 @@ def test_two_workers_fit_as_one_under_multi_worker_mirrored_strategy():
     assert status == 0, out
     one = json_lines(out)["worker:0"]
     assert one["workers"] == 1
+    assert two["worker:0"]["loss"] == pytest.approx(one["loss"], rel=1e-5)
+    assert two["worker:0"]["weights"] == pytest.approx(one["weights"], abs=1e-5)
+    assert one["loss"][1] < one["loss"][0]
+
+
+def test_two_pipeline_replicas_fit_as_one():
+    script = os.path.join(SCRIPTS, "multi_worker_fit.py")
+    status, out = run(["-m", "strata.launch", "--workers", "2", script, "2", "pipeline"])
+    assert status == 0, out
+    two = json_lines(out)
+    assert sorted(two) == ["worker:0", "worker:1"], out
+    assert two["worker:0"]["workers"] == 2 and two["worker:0"]["replicas"] == 2
+    assert two["worker:0"]["weights"] == two["worker:1"]["weights"]
+    status, out = run(["-m", "strata.launch", "--workers", "1", script, "2", "pipeline"])
+    assert status == 0, out
+    one = json_lines(out)["worker:0"]
+    assert one["workers"] == 1 and one["replicas"] == 1
     assert two["worker:0"]["loss"] == pytest.approx(one["loss"], rel=1e-5)
     assert two["worker:0"]["weights"] == pytest.approx(one["weights"], abs=1e-5)
     assert one["loss"][1] < one["loss"][0]

@@ -1,4 +1,5 @@
-# A worker of tests/python/test_launch.py's job: fits a small model on fixed data under MultiWorkerMirroredStrategy
+# A worker of tests/python/test_launch.py's job: fits a small model on fixed data under MultiWorkerMirroredStrategy, or
+# with a second argument "pipeline" under PipelineStrategy (2 stages, 4 micro-batches; a pipeline replica per worker)
 # (the cluster from the TF_CONFIG `python -m strata.launch` gives it) and prints one JSON line: its task, the loss per
 # epoch and the final weights' sums. Thread-safety: a script, one thread.
 import json
@@ -9,7 +10,10 @@ import numpy as np
 import strata
 from strata import layers
 
-strategy = strata.distribute.MultiWorkerMirroredStrategy()
+if sys.argv[2:] == ["pipeline"]:
+    strategy = strata.distribute.experimental.PipelineStrategy(stages=2, micro_batches=4, balance="parameters")
+else:
+    strategy = strata.distribute.MultiWorkerMirroredStrategy()
 strata.utils.set_random_seed(7)
 rng = np.random.default_rng(0)
 x = rng.normal(size=(256, 8)).astype(np.float32)
