@@ -49,7 +49,10 @@ Registry& registry() {
     made->backends["nccl"] = {[](const GroupArgs& a) {
                                 return make_nccl_communicator(
                                     a.store, a.rank, a.size,
-                                    {.timeout = a.timeout, .connect_timeout = a.connect_timeout, .prefix = a.prefix});
+                                    {.timeout = a.timeout,
+                                     .connect_timeout = a.connect_timeout,
+                                     .prefix = a.prefix,
+                                     .device = a.device});
                               },
                               {.needs_store = true, .can_rebuild = true}};
     made->backends["local"] = {[](const GroupArgs& a) {
