@@ -53,13 +53,13 @@ void check_cross_device_ops(const std::string& name, const std::string& where) {
 }
 
 void check_strategy_device(const std::string& device, const std::string& strategy, const std::string& where) {
-  STRATA_CHECK(device == "cpu" || strategy == "one_device" || strategy == "mirrored" ||
-                   strategy == "multi_worker_mirrored",
-               InvalidArgument,
-               where << device
-                     << ": only strategies one_device, mirrored and multi_worker_mirrored train on GPUs (this job's "
-                        "strategy is "
-                     << strategy << "); the other strategies run CPU replicas");
+  STRATA_CHECK(
+      device == "cpu" || strategy == "one_device" || strategy == "mirrored" || strategy == "multi_worker_mirrored",
+      InvalidArgument,
+      where << device
+            << ": only strategies one_device, mirrored and multi_worker_mirrored train on GPUs (this job's "
+               "strategy is "
+            << strategy << "); the other strategies run CPU replicas");
   STRATA_CHECK(device == "cpu" || device == "gpu" || strategy == "one_device", InvalidArgument,
                where << device << ": strategy " << strategy
                      << " takes device gpu (mirrored: GPUs 0 to replicas-1; multi_worker_mirrored: each worker's own "

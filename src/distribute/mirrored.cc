@@ -41,7 +41,8 @@ std::vector<std::string> checked_mirrored_devices(std::vector<std::string> devic
   return detail::checked_devices(kName, std::move(devices), /*gpus_allowed=*/true);
 }
 
-std::function<std::vector<std::shared_ptr<comm::Communicator>>(int)> local_group(const std::vector<std::string>& devices, const CrossDeviceOps& ops) {
+std::function<std::vector<std::shared_ptr<comm::Communicator>>(int)> local_group(
+    const std::vector<std::string>& devices, const CrossDeviceOps& ops) {
   if (!ops.nccl) {
     return [algorithm = ops.algorithm](int replicas) {
       return comm::make_local_group(replicas, {.algorithm = algorithm});
@@ -69,9 +70,9 @@ std::unique_ptr<MirroredStrategy> MirroredStrategy::cpu_replicas(int n, Mirrored
 int MirroredStrategy::default_cpu_replicas() { return std::max(1, num_threads()); }
 
 MirroredStrategy::MirroredStrategy(std::vector<std::string> devices, MirroredOptions options)
-    : MirroredStrategy(checked_mirrored_devices(devices.empty() ? cpu_devices(default_cpu_replicas()) : std::move(devices),
-                                                options),
-                       options, 0) {}
+    : MirroredStrategy(
+          checked_mirrored_devices(devices.empty() ? cpu_devices(default_cpu_replicas()) : std::move(devices), options),
+          options, 0) {}
 
 MirroredStrategy::MirroredStrategy(std::vector<std::string> checked, const MirroredOptions& options, int)
     : Strategy(checked, options.threads_per_replica, local_group(checked, options.cross_device_ops)),

@@ -4,8 +4,6 @@
 // communicator. GPU workers differ only in the replica's device and the communicator (nccl).
 // Thread-safety: one driving thread; the heartbeat thread only aborts the communicator (Communicator::abort may be
 // called from any thread).
-#include "strata/distribute/multi_worker.h"
-
 #include "core/device_memory.h"
 #include "distribute/all_reduce_aggregator.h"
 #include "distribute/devices.h"
@@ -14,6 +12,7 @@
 #include "distribute/replica_collectives.h"
 #include "strata/comm/hierarchical.h"
 #include "strata/comm/nccl.h"
+#include "strata/distribute/multi_worker.h"
 #include "strata/distribute/strategies.h"
 #include "strata/trace.h"
 
@@ -103,9 +102,9 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const cluster::TaskInfo
   if (num_workers_ > 1) {
     connect();
   } else if (on_gpu_) {  // a single GPU worker: an NCCL group of one, the path of several
-    comm_ = comm::make_nccl_communicator(comm::make_in_memory_store(), 0, 1,
-                                         {.timeout = options_.timeout, .prefix = "mwms",
-                                          .device = replica_device(0).index});
+    comm_ = comm::make_nccl_communicator(
+        comm::make_in_memory_store(), 0, 1,
+        {.timeout = options_.timeout, .prefix = "mwms", .device = replica_device(0).index});
   }
   if (comm_) {  // (none yet for a restarted elastic worker: it joins later)
     if (num_local_replicas() == 1) {

@@ -87,9 +87,9 @@ class Strategy::Impl {
  public:
   Impl(Strategy& strategy, std::vector<std::shared_ptr<comm::Communicator>> comms)
       : strategy_(strategy), comms_(std::move(comms)) {
-    STRATA_CHECK(static_cast<int>(comms_.size()) == strategy.num_local_replicas(), Error,
-                 "the local group has " << comms_.size() << " ranks for " << strategy.num_local_replicas()
-                                        << " replicas");
+    STRATA_CHECK(
+        static_cast<int>(comms_.size()) == strategy.num_local_replicas(), Error,
+        "the local group has " << comms_.size() << " ranks for " << strategy.num_local_replicas() << " replicas");
     for (int r = 0; r < strategy.num_local_replicas(); ++r)
       contexts_.push_back(std::unique_ptr<ReplicaContext>(new ReplicaContext(strategy, r)));
   }

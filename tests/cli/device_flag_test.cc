@@ -70,8 +70,8 @@ TEST(DeviceFlagTest, BadNamesAndStrategiesAreUsageErrors) {
       run(std::string(STRATA_BINARY) + " train " + t.job + " --strategy mirrored --cross-device-ops nccl");
   EXPECT_EQ(rc5, 1) << out5;
   EXPECT_TRUE(has(out5, "cross-device ops nccl: all-reduces across GPU replicas; add --device gpu")) << out5;
-  auto [rc6, out6] = run(std::string(STRATA_BINARY) + " train " + t.job +
-                         " --strategy mirrored --device gpu --cross-device-ops ring");
+  auto [rc6, out6] =
+      run(std::string(STRATA_BINARY) + " train " + t.job + " --strategy mirrored --device gpu --cross-device-ops ring");
   EXPECT_EQ(rc6, 1) << out6;
   EXPECT_TRUE(has(out6, "cross-device ops ring: GPU replicas all-reduce with nccl")) << out6;
   // (write_job replaces t.job: the runs on the tiny job come first.)

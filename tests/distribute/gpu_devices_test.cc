@@ -77,8 +77,9 @@ TEST(GpuDevicesTest, MirroredRefusesMixingTheCpuAndAGpuNamingBoth) {
 TEST(GpuDevicesTest, NcclCrossDeviceOpsNeedGpuReplicas) {
   EXPECT_TRUE(CrossDeviceOps::from_name("nccl").nccl);
   EXPECT_FALSE(CrossDeviceOps::from_name("ring").nccl);
-  const std::string msg = test::message_of<InvalidArgument>(
-      [] { MirroredStrategy({"/cpu:0", "/cpu:1"}, {.cross_device_ops = CrossDeviceOps::from_name("nccl")}); });
+  const std::string msg = test::message_of<InvalidArgument>([] {
+    MirroredStrategy({"/cpu:0", "/cpu:1"}, {.cross_device_ops = CrossDeviceOps::from_name("nccl")});
+  });
   EXPECT_TRUE(has(msg, "'nccl' needs GPU replicas")) << msg;
   EXPECT_TRUE(has(msg, "'/cpu:0'")) << msg;
 }

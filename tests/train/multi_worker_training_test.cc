@@ -7,19 +7,19 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <functional>
-#include <cmath>
 #include <thread>
 
 #include "core/device_memory.h"
+#include "multi_worker_jobs.h"
+#include "multi_worker_test_util.h"
 #include "strata/distribute/multi_worker.h"
 #include "strata/gradient_tape.h"
 #include "strata/nn/nn.h"
 #include "strata/train/callbacks.h"
 #include "strata/train/model.h"
-#include "multi_worker_jobs.h"
-#include "multi_worker_test_util.h"
 #include "test_util.h"
 
 namespace strata::distribute {

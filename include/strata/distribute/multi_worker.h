@@ -34,9 +34,9 @@
 // docs/cluster.md).
 //
 // GPU workers (CommunicationOptions::device "gpu", or implementation "nccl"): one replica per worker on
-// "/gpu:<local index>" (the task's local rank, else its id_in_cluster modulo the visible GPUs), variables there, and the
-// workers' communicator the nccl backend through the worker group's store (a single worker: an NCCL group of one, so
-// that one GPU runs the path of several). "auto" picks nccl for GPU workers; 'ring' and 'mpi' on GPUs, several local
+// "/gpu:<local index>" (the task's local rank, else its id_in_cluster modulo the visible GPUs), variables there, and
+// the workers' communicator the nccl backend through the worker group's store (a single worker: an NCCL group of one,
+// so that one GPU runs the path of several). "auto" picks nccl for GPU workers; 'ring' and 'mpi' on GPUs, several local
 // replicas, elastic training and bf16 compression with nccl are InvalidArgument; without the CUDA build or the GPU it
 // is Unavailable saying which (the build, or how many GPUs are visible).
 //

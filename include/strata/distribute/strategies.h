@@ -76,8 +76,9 @@ struct MirroredOptions {
 
 class MirroredStrategy final : public Strategy {
  public:
-  // devices: "/cpu:0", "/cpu:1", ... or "/gpu:0", "/gpu:1", ... (each a replica). Empty, as TensorFlow's MirroredStrategy() takes every device,
-  // means default_cpu_replicas() replicas: one per core this thread may use, as `strata train --strategy mirrored`.
+  // devices: "/cpu:0", "/cpu:1", ... or "/gpu:0", "/gpu:1", ... (each a replica). Empty, as TensorFlow's
+  // MirroredStrategy() takes every device, means default_cpu_replicas() replicas: one per core this thread may use, as
+  // `strata train --strategy mirrored`.
   explicit MirroredStrategy(std::vector<std::string> devices = {}, MirroredOptions options = {});
   // The replicas a MirroredStrategy (or CentralStorageStrategy) makes by default: this thread's num_threads() (the
   // cores it may run on, or what set_num_threads / STRATA_NUM_THREADS / the CLI's core share chose), at least 1.
