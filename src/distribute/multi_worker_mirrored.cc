@@ -4,6 +4,8 @@
 // communicator. GPU workers differ only in the replica's device and the communicator (nccl).
 // Thread-safety: one driving thread; the heartbeat thread only aborts the communicator (Communicator::abort may be
 // called from any thread).
+#include "strata/distribute/multi_worker.h"
+
 #include "core/device_memory.h"
 #include "distribute/all_reduce_aggregator.h"
 #include "distribute/devices.h"
@@ -12,7 +14,6 @@
 #include "distribute/replica_collectives.h"
 #include "strata/comm/hierarchical.h"
 #include "strata/comm/nccl.h"
-#include "strata/distribute/multi_worker.h"
 #include "strata/distribute/strategies.h"
 #include "strata/trace.h"
 
