@@ -100,6 +100,14 @@ class Strategy::Impl {
     }
     job_cv_.notify_all();
     for (auto& t : threads_) t.join();
+    // An in-process NCCL group (MirroredStrategy over GPUs) is torn down by every rank at once, each on a thread of
+    // its own, as it was made: NCCL's finalize may wait for the other ranks of the group, and one thread releasing
+    // them in turn would then wait out each rank's timeout.
+    if (comms_.size() > 1 && comms_[0]->backend() == "nccl") {
+      std::vector<std::thread> ranks;
+      for (auto& comm : comms_) ranks.emplace_back([&comm] { comm.reset(); });
+      for (auto& t : ranks) t.join();
+    }
   }
 
   ReplicaContext& context(int replica) { return *contexts_[static_cast<size_t>(replica)]; }
@@ -204,7 +212,7 @@ class Strategy::Impl {
   }
 
   Strategy& strategy_;
-  const std::vector<std::shared_ptr<comm::Communicator>> comms_;  // one rank per replica
+  std::vector<std::shared_ptr<comm::Communicator>> comms_;  // one rank per replica (released by ~Impl)
   std::vector<std::unique_ptr<ReplicaContext>> contexts_;
   std::vector<std::thread> threads_;
   // The job handed to the replica threads.
