@@ -11,9 +11,11 @@
 #   1. cuda_test: every GPU op against the CPU result (gtest; XML report to $OUT/cuda_test.xml)
 #   2. the main job on the GPU: strata train fashion_mnist_cnn.yaml --device gpu --epochs 10 on the bundled
 #      Fashion-MNIST; passes at test accuracy >= 0.91
+#   2b. the strategies of several replicas on the GPU(s), one epoch each of the same job: --strategy mirrored (every
+#      visible GPU, NCCL all-reduce) and --strategy multi_worker_mirrored (a single worker on nccl)
 #   3. bench/gpu_bench.py: strata's step times beside that machine's PyTorch (fp32 and bf16), as one table
 #   4. gpu_ops_bench: each GPU kernel's time on those models' shapes (where a slow step comes from)
-# GPU_CHECK_STEPS (a comma list of tests, job, bench, ops) runs only those steps.
+# GPU_CHECK_STEPS (a comma list of tests, job, strategies, bench, ops) runs only those steps.
 # With $OUT set, the whole output also goes to $OUT/gpu_check.log (and the bench's figures to $OUT/gpu_bench.json).
 # It ends with PASS, FAIL or SKIP per step and exits 1 if any step failed. Without a GPU (the dry run) the GPU steps
 # are skipped, saying so (cuda_test still runs: its GPU tests skip themselves; gpu_bench trains one CPU step), and it
@@ -31,7 +33,7 @@ fi
 WORK=${GPU_CHECK_WORK:-/tmp/strata-gpu-check}
 # Which steps run after the libraries (a comma list of tests, job, bench, ops; default all): a second call on the same
 # lease can rerun only what a fix touched.
-STEPS=",${GPU_CHECK_STEPS:-tests,job,bench,ops},"
+STEPS=",${GPU_CHECK_STEPS:-tests,job,strategies,bench,ops},"
 wanted() { [[ $STEPS == *",$1,"* ]]; }
 START=$SECONDS
 TOTAL_LIMIT=360  # seconds: the issue's 6 minutes for the whole check
@@ -210,6 +212,42 @@ else
   else
     record "main job" "FAIL (test accuracy $accuracy < 0.91)"
   fi
+fi
+
+# ---- 2b. mirrored and multi-worker mirrored on the GPU(s): one epoch each, over NCCL
+section "2b. strategies: strata train fashion_mnist_cnn.yaml --device gpu --strategy mirrored | multi_worker_mirrored"
+if ! wanted strategies; then
+  record "strategies" "SKIP (not in GPU_CHECK_STEPS)"
+elif ((!GPU)); then
+  record "strategies" "SKIP (no GPU)"
+elif ((!LIBS_OK)); then
+  record "strategies" "FAIL (libraries missing)"
+else
+  # (The job file step 2 pointed at the bundled data; made here too when step 2 was not wanted.)
+  sed "s|^\(  directory:\).*|\1 $WORK/fashion-mnist|" "$WORK/configs/fashion_mnist_cnn.yaml" > "$WORK/fashion_mnist_cnn.yaml"
+  result=""
+  for strategy in mirrored multi_worker_mirrored; do
+    limit=$(budget 30)
+    log=$WORK/train_$strategy.log
+    set +e
+    (cd "$WORK" && run_bin timeout -k 5 "$limit" "$WORK/bin/strata" train "$WORK/fashion_mnist_cnn.yaml" --device gpu \
+      --strategy "$strategy" --epochs 1 --verbose 2) 2>&1 | tee "$log"
+    rc=${PIPESTATUS[0]}
+    set -e
+    accuracy=$(grep -oE 'test accuracy [0-9.]+' "$log" | tail -1 | awk '{print $3}' || true)
+    if ((rc == 124 || rc == 137)); then
+      result="$result FAIL($strategy: over its ${limit} s limit)"
+    elif ((rc != 0)); then
+      result="$result FAIL($strategy: exit $rc)"
+    elif ! grep -q 'nccl' "$log"; then
+      result="$result FAIL($strategy: its strategy line names no nccl)"
+    elif [[ -n $accuracy ]] && awk -v a="$accuracy" 'BEGIN {exit !(a >= 0.80)}'; then
+      result="$result ok($strategy: test accuracy $accuracy after 1 epoch)"
+    else
+      result="$result FAIL($strategy: test accuracy '${accuracy}' < 0.80 after 1 epoch)"
+    fi
+  done
+  if [[ $result == *FAIL* ]]; then record "strategies" "FAIL:$result"; else record "strategies" "PASS:$result"; fi
 fi
 
 # ---- 3. the bench beside PyTorch

@@ -12,6 +12,7 @@
 #include <sstream>
 #include <vector>
 
+#include "core/device_memory.h"
 #include "strata/distribute/local_sgd.h"
 #include "strata/distribute/multi_worker.h"
 #include "strata/distribute/strategies.h"
@@ -49,7 +50,21 @@ void check_strategy_name(const std::string& name, const std::string& where) {
 }
 
 void check_cross_device_ops(const std::string& name, const std::string& where) {
-  check_choice(name, {"ring", "tree", "reduction_to_one_device"}, where, "cross-device ops");
+  check_choice(name, {"ring", "tree", "reduction_to_one_device", "nccl"}, where, "cross-device ops");
+}
+
+void check_strategy_device(const std::string& device, const std::string& strategy, const std::string& where) {
+  STRATA_CHECK(
+      device == "cpu" || strategy == "one_device" || strategy == "mirrored" || strategy == "multi_worker_mirrored",
+      InvalidArgument,
+      where << device
+            << ": only strategies one_device, mirrored and multi_worker_mirrored train on GPUs (this job's "
+               "strategy is "
+            << strategy << "); the other strategies run CPU replicas");
+  STRATA_CHECK(device == "cpu" || device == "gpu" || strategy == "one_device", InvalidArgument,
+               where << device << ": strategy " << strategy
+                     << " takes device gpu (mirrored: GPUs 0 to replicas-1; multi_worker_mirrored: each worker's own "
+                        "GPU), not one GPU by index");
 }
 
 void check_lr_scaling(const std::string& rule, const std::string& where) {
@@ -87,10 +102,7 @@ StrategySpec resolve_strategy(const StrategySpec& from_job, const StrategyFlags&
     check_device_name(flags.device, "--device");
     spec.device = flags.device;
   }
-  STRATA_CHECK(spec.device == "cpu" || spec.name == "one_device", InvalidArgument,
-               (flags.device.empty() ? "device: " : "--device ")
-                   << spec.device << ": only strategy one_device trains on a GPU for now (this job's strategy is "
-                   << spec.name << "); the other strategies run CPU replicas");
+  check_strategy_device(spec.device, spec.name, flags.device.empty() ? "device: " : "--device ");
   if (flags.replicas) {
     const int replicas = *flags.replicas;
     STRATA_CHECK(replicas > 0, InvalidArgument, "--replicas: must be a positive integer, got " << replicas);
@@ -225,6 +237,15 @@ StrategySpec resolve_strategy(const StrategySpec& from_job, const StrategyFlags&
                                        << "gradients (this job's strategy is " << spec.name << ")");
     spec.cross_device_ops = flags.cross_device_ops;
   }
+  if (spec.name == "mirrored") {  // NCCL all-reduces GPU tensors only, and GPU replicas reduce with nothing else
+    STRATA_CHECK(spec.cross_device_ops != "nccl" || spec.device != "cpu", InvalidArgument,
+                 "cross-device ops nccl: all-reduces across GPU replicas; add --device gpu (the default ops on GPUs)");
+    STRATA_CHECK(spec.device == "cpu" || spec.cross_device_ops == "nccl" ||
+                     spec.cross_device_ops == distribute::kDefaultCrossDeviceOps,
+                 InvalidArgument,
+                 "cross-device ops " << spec.cross_device_ops
+                                     << ": GPU replicas all-reduce with nccl; ring and tree are for CPU replicas");
+  }
   return spec;
 }
 
@@ -271,6 +292,7 @@ std::unique_ptr<distribute::Strategy> make_job_strategy(const StrategySpec& spec
   };
   if (spec.bytes_per_pack > 0) communication.bytes_per_pack = spec.bytes_per_pack;
   if (spec.name == "multi_worker_mirrored") {  // replicas: per worker (one unless --replicas says more)
+    if (spec.device != "cpu") communication.device = "gpu";  // one GPU per worker, on nccl
     auto strategy = std::make_unique<distribute::MultiWorkerMirroredStrategy>(
         cluster::resolve_cluster_from_environment(), communication, replicas, elastic_from_environment());
     strategy->set_on_membership_change([](const distribute::MembershipChange& change) {
@@ -323,6 +345,15 @@ std::unique_ptr<distribute::Strategy> make_job_strategy(const StrategySpec& spec
         distribute::LocalSGDOptions{.sync_every = spec.sync_every, .outer_nesterov = spec.outer_step == "nesterov"},
         cluster::resolve_cluster_from_environment(), communication);
   }
+  if (spec.name == "mirrored" && spec.device != "cpu") {  // GPUs 0 .. replicas-1, every visible GPU by default
+    const int gpus = spec.replicas > 0 ? spec.replicas : strata::detail::cuda_device_count();
+    std::vector<std::string> devices;
+    // (No GPU visible, or no CUDA in this build: "/gpu:0" alone, so that the strategy says which.)
+    for (int i = 0; i < std::max(gpus, 1); ++i) devices.push_back("/gpu:" + std::to_string(i));
+    return std::make_unique<distribute::MirroredStrategy>(
+        std::move(devices),
+        distribute::MirroredOptions{.cross_device_ops = distribute::CrossDeviceOps::from_name(spec.cross_device_ops)});
+  }
   if (spec.name == "one_device" && spec.device != "cpu") {  // "gpu" is GPU 0
     check_device_name(spec.device, "device");
     const std::string index = spec.device == "gpu" ? "0" : spec.device.substr(4);
@@ -369,13 +400,15 @@ std::string strategy_line(const distribute::Strategy& strategy, int64_t global_b
   out << "strategy: " << strategy.name() << ", " << n << (n == 1 ? " replica (" : " replicas (") << threads
       << (threads == 1 ? " thread" : " threads") << (n == 1 ? ")" : " each)");
   if (const Device device = strategy.replica_device(0); !device.is_cpu()) out << " on " << device.str();
-  if (const auto* mirrored = dynamic_cast<const distribute::MirroredStrategy*>(&strategy); mirrored && n > 1) {
-    out << ", " << comm::to_string(mirrored->cross_device_ops().algorithm) << " all-reduce";
+  if (const auto* mirrored = dynamic_cast<const distribute::MirroredStrategy*>(&strategy);
+      mirrored && (n > 1 || mirrored->cross_device_ops().nccl)) {
+    const distribute::CrossDeviceOps& ops = mirrored->cross_device_ops();
+    out << ", " << (ops.nccl ? std::string("nccl") : comm::to_string(ops.algorithm)) << " all-reduce";
   }
   if (const auto* mw = dynamic_cast<const distribute::MultiWorkerMirroredStrategy*>(&strategy)) {
     out << ", worker " << mw->worker_index() << " of " << mw->num_workers();
     if (mw->num_local_replicas() > 1) out << " with " << mw->num_local_replicas() << " replicas each";
-    if (mw->num_workers() > 1) out << " (" << mw->backend() << ")";
+    if (mw->num_workers() > 1 || mw->backend() == "nccl") out << " (" << mw->backend() << ")";
     if (mw->num_workers() > 1 && mw->communication_options().gradient_compression != "none") {
       out << ", " << mw->communication_options().gradient_compression << " gradients on the wire";
     }

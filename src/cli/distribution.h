@@ -9,10 +9,14 @@
 //                               #   recompute: true (activations recomputed before the backward)
 //                               #   | tensor_parallel (Transformer blocks, attention and Dense pairs split
 //   tp: 2                       #   Megatron-style over tp ranks, threads of this process)
-//   replicas: 2                 # mirrored / central_storage: CPU replicas (default: one per core)
-//   device: gpu                 # one_device: cpu (the default), gpu (GPU 0) or gpu:N; a GPU needs a build with
-//                               #   CUDA and that GPU visible (`--device` overrides it)
-//   cross_device_ops: ring      # mirrored: reduction_to_one_device (default) | ring | tree
+//   replicas: 2                 # mirrored / central_storage: CPU replicas (default: one per core); mirrored on
+//                               #   device gpu: GPUs 0 .. replicas-1 (default: every visible GPU)
+//   device: gpu                 # one_device: cpu (the default), gpu (GPU 0) or gpu:N; mirrored: gpu (its replicas
+//                               #   on GPUs, all-reduced by NCCL); multi_worker_mirrored: gpu (each worker on its
+//                               #   own GPU, the workers on nccl). A GPU needs a build with CUDA and the GPUs
+//                               #   visible (`--device` overrides it)
+//   cross_device_ops: ring      # mirrored: reduction_to_one_device (default; nccl on GPUs) | ring | tree | nccl
+//                               #   (GPU replicas only, and the only ops there)
 //   batch_size: 128             # the GLOBAL batch, split across the replicas (as in TF)
 //   lr_scaling: linear          # lr = learning_rate * batch_size / base_batch_size (Goyal et al.)
 //   base_batch_size: 64         # the batch the optimizer's learning_rate was tuned for (default 64)
@@ -66,7 +70,8 @@ struct StrategySpec {
   // DiLoCo's).
   int sync_every = 8;
   std::string outer_step = "none";
-  std::string device = "cpu";  // one_device: "cpu", "gpu" (GPU 0) or "gpu:N" (check_device_name)
+  std::string device = "cpu";  // "cpu", "gpu" (one_device: GPU 0; mirrored, multi_worker_mirrored: see above) or
+                               // "gpu:N" (one_device; check_device_name)
 };
 
 struct LrScalingSpec {
@@ -78,6 +83,9 @@ struct LrScalingSpec {
 // InvalidArgument "<where>: unknown ...; choose one of ..." unless `name` is a known choice. `where` names
 // the flag ("--strategy") or the file, line and key ("job.yaml:3: strategy").
 void check_strategy_name(const std::string& name, const std::string& where);
+// Whether `strategy` can train on `device` (cpu; gpu for one_device, mirrored, multi_worker_mirrored; gpu:N for
+// one_device); InvalidArgument prefixed by `where` ("--device ", "job.yaml:3: device: ") otherwise.
+void check_strategy_device(const std::string& device, const std::string& strategy, const std::string& where);
 void check_cross_device_ops(const std::string& name, const std::string& where);
 void check_lr_scaling(const std::string& rule, const std::string& where);
 void check_pipeline_schedule(const std::string& name, const std::string& where);
@@ -103,7 +111,7 @@ struct StrategyFlags {
   std::optional<int> tp;                             // when given, >= 1 (tensor_parallel only)
   std::optional<int> sync_every;                     // when given, >= 1 (local_sgd only)
   std::string outer_step;                            // local_sgd only: none or nesterov
-  std::string device;                                // when given, cpu, gpu or gpu:N (a GPU: one_device only)
+  std::string device;                                // when given, cpu, gpu or gpu:N (gpu:N: one_device only)
 };
 // The job's strategy with the flags applied. A flag that contradicts the strategy it ends up with (say
 // --replicas 2 with one_device, or --cross-device-ops with central_storage) is an InvalidArgument; the

@@ -339,11 +339,7 @@ Job load_job(const std::string& path) {
   check_strategy_name(job.strategy.name, top.where(top.get("strategy")) + "strategy");
   job.strategy.device = top.string("device", "cpu");
   check_device_name(job.strategy.device, top.where(top.get("device")) + "device");
-  STRATA_CHECK(job.strategy.device == "cpu" || job.strategy.name == "one_device", InvalidArgument,
-               top.where(top.get("device")) << "device: " << job.strategy.device
-                                            << ": only strategy: one_device trains on a GPU for now (this job's "
-                                               "strategy is "
-                                            << job.strategy.name << ")");
+  check_strategy_device(job.strategy.device, job.strategy.name, top.where(top.get("device")) + "device: ");
   if (top.has("replicas")) job.strategy.replicas = static_cast<int>(top.positive("replicas", 1));
   STRATA_CHECK(job.strategy.name != "one_device" || job.strategy.replicas <= 1, InvalidArgument,
                top.where(top.get("replicas")) << "replicas: " << job.strategy.replicas

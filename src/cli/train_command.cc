@@ -485,17 +485,21 @@ void add_strategy_options(CLI::App* command, StrategyFlags& flags) {
       "distribution strategy: one_device, mirrored, central_storage, multi_worker_mirrored, "
       "parameter_server, pipeline, tensor_parallel or local_sgd (overrides the job's `strategy:`; default one_device)");
   command->add_option("--device", flags.device,
-                      "where one_device trains: cpu, gpu (GPU 0) or gpu:N (overrides the job's `device:`; default "
-                      "cpu); a GPU needs a build with CUDA (-DSTRATA_WITH_CUDA=ON) and that GPU visible, else the "
-                      "command fails saying which");
+                      "where the replicas train: cpu, gpu or gpu:N (overrides the job's `device:`; default cpu). "
+                      "one_device: gpu is GPU 0; mirrored: gpu is GPUs 0..replicas-1 (default every visible GPU), "
+                      "all-reduced by NCCL; multi_worker_mirrored: gpu is each worker's own GPU, on nccl. A GPU needs "
+                      "a build with CUDA (-DSTRATA_WITH_CUDA=ON) and the GPUs visible, else the command fails saying "
+                      "which");
   command
       ->add_option("--replicas", flags.replicas,
                    "CPU replicas for mirrored / central_storage, each a thread with its share of the cores "
-                   "(overrides `replicas:`; default one per core); for multi_worker_mirrored, per worker (default 1)")
+                   "(overrides `replicas:`; default one per core; mirrored --device gpu: GPUs, default every visible "
+                   "one); for multi_worker_mirrored, per worker (default 1)")
       ->check(kPositiveInteger);
   command->add_option("--cross-device-ops", flags.cross_device_ops,
-                      "how mirrored all-reduces gradients: reduction_to_one_device, ring or tree (overrides "
-                      "`cross_device_ops:`; default reduction_to_one_device)");
+                      "how mirrored all-reduces gradients: reduction_to_one_device, ring or tree on CPU replicas, nccl "
+                      "on GPU replicas (overrides `cross_device_ops:`; default reduction_to_one_device, nccl on "
+                      "GPUs)");
   command->add_option("--collective-timeout", flags.collective_timeout_seconds,
                       "multi_worker_mirrored, local_sgd, and pipeline on several workers: seconds any collective may "
                       "wait for the "

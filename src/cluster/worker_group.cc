@@ -99,7 +99,8 @@ void WorkerGroup::connect_through_service() {
                                              .timeout = options_.timeout,
                                              .connect_timeout = std::max(left, std::chrono::milliseconds(1000)),
                                              .hostname = hostname(),
-                                             .prefix = options_.prefix});
+                                             .prefix = options_.prefix,
+                                             .device = options_.device});
   // A task declared lost ends the others' pending and later collectives at once, naming it; one already blocked on
   // the dead peer is reported after kBlockedDelay if the group still exists (see the header).
   std::weak_ptr<comm::Communicator> weak = comm_;

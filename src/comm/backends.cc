@@ -46,12 +46,13 @@ Registry& registry() {
                                return c;
                              },
                              {.needs_store = false, .can_rebuild = false}};
-    made->backends["nccl"] = {[](const GroupArgs& a) {
-                                return make_nccl_communicator(
-                                    a.store, a.rank, a.size,
-                                    {.timeout = a.timeout, .connect_timeout = a.connect_timeout, .prefix = a.prefix});
-                              },
-                              {.needs_store = true, .can_rebuild = true}};
+    made->backends["nccl"] = {
+        [](const GroupArgs& a) {
+          return make_nccl_communicator(
+              a.store, a.rank, a.size,
+              {.timeout = a.timeout, .connect_timeout = a.connect_timeout, .prefix = a.prefix, .device = a.device});
+        },
+        {.needs_store = true, .can_rebuild = true}};
     made->backends["local"] = {[](const GroupArgs& a) {
                                  STRATA_CHECK(a.size == 1 && a.rank == 0, InvalidArgument,
                                               "local backend: a group of processes needs gloo or mpi; 'local' is a "

@@ -1,8 +1,12 @@
 // The "nccl" backend (strata/comm/nccl.h): the factory and the bootstrap steps that need no GPU. The communicator
 // itself is CUDA code (comm/cuda/nccl_communicator.cc, built only with STRATA_WITH_CUDA); without it the factory
 // throws Unavailable and points CPU users at the backends that exist.
+// Also the in-process group (make_nccl_local_group): one thread per rank while the group connects.
 // Thread-safety: stateless; the store serialises its own calls.
 #include "strata/comm/nccl.h"
+
+#include <exception>
+#include <thread>
 
 #include "comm/nccl_internal.h"
 #include "core/device_memory.h"
@@ -78,6 +82,40 @@ std::shared_ptr<Communicator> make_nccl_communicator(std::shared_ptr<Store> stor
   STRATA_THROW(Unavailable,
                "the nccl backend needs the CUDA build (STRATA_WITH_CUDA=ON) and GPU tensors; on CPU use gloo or mpi");
 #endif
+}
+
+std::vector<std::shared_ptr<Communicator>> make_nccl_local_group(const std::vector<int>& devices, NcclOptions options) {
+  const int n = static_cast<int>(devices.size());
+  STRATA_CHECK(n >= 1, InvalidArgument, "an in-process nccl group needs at least one GPU");
+  for (int i = 0; i < n; ++i) {
+    for (int j = 0; j < i; ++j) {
+      STRATA_CHECK(devices[static_cast<size_t>(i)] != devices[static_cast<size_t>(j)], InvalidArgument,
+                   "an in-process nccl group: cuda:" << devices[static_cast<size_t>(i)]
+                                                     << " is listed twice; each rank needs its own GPU");
+    }
+  }
+  const std::shared_ptr<Store> store = make_in_memory_store();
+  std::vector<std::shared_ptr<Communicator>> comms(static_cast<size_t>(n));
+  std::vector<std::exception_ptr> errors(static_cast<size_t>(n));
+  {
+    std::vector<std::thread> ranks;
+    for (int r = 0; r < n; ++r) {
+      ranks.emplace_back([&, r] {
+        NcclOptions mine = options;
+        mine.device = devices[static_cast<size_t>(r)];
+        try {
+          comms[static_cast<size_t>(r)] = make_nccl_communicator(store, r, n, std::move(mine));
+        } catch (...) {
+          errors[static_cast<size_t>(r)] = std::current_exception();
+        }
+      });
+    }
+    for (std::thread& t : ranks) t.join();
+  }
+  for (const std::exception_ptr& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+  return comms;
 }
 
 }  // namespace strata::comm

@@ -18,12 +18,13 @@ AllReduceAggregator::AllReduceAggregator(Strategy& strategy, int replica, comm::
       replica_(replica),
       local_replicas_(strategy.num_local_replicas()),
       voters_(comm.size()),
+      on_host_(strategy.replica_device(replica).is_cpu()),
       reducer_(
           comm, strategy.name(), bytes_per_pack,
           [id = strategy.id()](const Variable& v) {
             return v.is_model_variable() && v.owner() == id && v.dtype() == DType::kFloat32;
           },
-          compression),
+          compression, comm::kDefaultTimeout, strategy.replica_device(replica)),
       check_variable_(std::move(check_variable)),
       commit_vote_(std::move(commit_vote)) {}
 
@@ -36,8 +37,10 @@ void AllReduceAggregator::expect_apply(GradientApplier& applier, const std::vect
 }
 
 void AllReduceAggregator::begin_gradients(const std::vector<Variable>& sources) {
+  // (On a GPU replica the sums stay on the GPU and the optimizer updates there, all variables at once: no updates
+  // during backward, which read the sums through host pointers.)
   const bool announced = expected_applier_ != nullptr && expected_applier_->elementwise() &&
-                         expected_ids_ == ids_of(sources) && !commit_vote_;
+                         expected_ids_ == ids_of(sources) && !commit_vote_ && on_host_;
   early_applier_ = announced ? expected_applier_ : nullptr;
   expected_applier_ = nullptr;
   expected_ids_.clear();

@@ -11,6 +11,8 @@
 // before its owner wrote it. Whether every replica announced is itself summed in each bucket (the reducer's
 // vote), so all replicas take the same path from the same bits. The step's collectives are tagged with the
 // optimizer's iterations() (Communicator::set_step), so that a collective timeout says which step each rank was in.
+// A GPU replica's buckets are on its GPU (GradientReducer's device) and it never updates during backward: the sums
+// are applied in merge_call, where the optimizer updates the first copy on its GPU and copies it to the others.
 // Thread-safety: one per replica thread.
 #pragma once
 
@@ -52,6 +54,7 @@ class AllReduceAggregator final : public GradientAggregator {
   const int replica_;         // this local replica
   const int local_replicas_;  // replicas sharing this process's variables: they share the early updates out
   const int voters_;          // ranks of the communicator: all of them must vote for early updates
+  const bool on_host_;        // a CPU replica (a GPU replica's buckets stay on its GPU: no updates during backward)
   GradientReducer reducer_;
   std::function<void(const Variable&)> check_variable_;
   std::function<bool()> commit_vote_;

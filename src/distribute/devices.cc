@@ -2,6 +2,7 @@
 // Thread-safety: plain functions (cuda_device_count asks the CUDA runtime, which is thread-safe).
 #include "distribute/devices.h"
 
+#include <algorithm>
 #include <cctype>
 
 #include "core/device_memory.h"
@@ -58,6 +59,14 @@ void check_gpu_or_cpu_device(const std::string& strategy, const std::string& dev
 std::vector<std::string> checked_devices(const std::string& strategy, std::vector<std::string> devices,
                                          bool gpus_allowed) {
   if (devices.empty()) devices = {"/cpu:0"};
+  if (gpus_allowed) {  // before each device's check: a CPU-only build mixing them hears about the mix first
+    const auto gpu = std::find_if(devices.begin(), devices.end(), is_gpu);
+    const auto cpu = std::find_if(devices.begin(), devices.end(), is_cpu);
+    STRATA_CHECK(gpu == devices.end() || cpu == devices.end(), InvalidArgument,
+                 strategy << ": devices '" << *cpu << "' and '" << *gpu
+                          << "' mix the CPU and a GPU; the replicas of one strategy are all \"/cpu:N\" or all "
+                             "\"/gpu:N\"");
+  }
   for (size_t i = 0; i < devices.size(); ++i) {
     if (gpus_allowed) {
       check_gpu_or_cpu_device(strategy, devices[i]);
@@ -71,6 +80,8 @@ std::vector<std::string> checked_devices(const std::string& strategy, std::vecto
   }
   return devices;
 }
+
+bool is_gpu_device(const std::string& device) { return is_gpu(device); }
 
 Device device_of(const std::string& device) {
   if (!is_gpu(device)) return Device::cpu();

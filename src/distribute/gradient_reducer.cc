@@ -1,5 +1,5 @@
 // GradientReducer (gradient_reducer.h): bucket planning, packing gradients as backward reports them, issuing
-// each full bucket's all-reduce on the communicator, and reading the sums back.
+// each full bucket's all-reduce on the communicator, and reading the sums back, in buckets on the replica's device.
 // Thread-safety: one replica thread per reducer.
 #include "distribute/gradient_reducer.h"
 
@@ -7,6 +7,55 @@
 #include <cstring>
 
 namespace strata::distribute::detail {
+
+namespace {
+// The only code that touches a bucket's bytes: through the pointer on the host; on a GPU by copies and fills queued on
+// the device's stream (so they are ordered with the kernels that made the gradients and with the all-reduce), and
+// reads through a copy to the host.
+void put(Tensor& bucket, int64_t at, float value) {
+  if (bucket.device().is_cpu()) {
+    bucket.data<float>()[at] = value;
+  } else {
+    bucket.slice(at, at + 1).fill_(value);
+  }
+}
+
+float get(const Tensor& bucket, int64_t at) {
+  if (bucket.device().is_cpu()) return bucket.data<float>()[at];
+  return bucket.slice(at, at + 1).item<float>();
+}
+
+void put_all(Tensor& bucket, int64_t at, const std::vector<float>& values) {
+  const auto n = static_cast<int64_t>(values.size());
+  if (bucket.device().is_cpu()) {
+    std::copy(values.begin(), values.end(), bucket.data<float>() + at);
+  } else {
+    bucket.slice(at, at + n).copy_(Tensor::from_vector(values, Shape{n}));
+  }
+}
+
+std::vector<float> get_all(const Tensor& bucket, int64_t at, int64_t n) {
+  if (bucket.device().is_cpu()) return {bucket.data<float>() + at, bucket.data<float>() + at + n};
+  return bucket.slice(at, at + n).to_vector<float>();
+}
+
+void pack(Tensor& bucket, int64_t at, const Tensor& grad) {
+  const int64_t n = grad.numel();
+  if (bucket.device().is_cpu()) {
+    std::memcpy(bucket.data<float>() + at, grad.data<float>(), static_cast<size_t>(n) * sizeof(float));
+  } else {
+    bucket.slice(at, at + n).copy_(grad.reshape({n}));
+  }
+}
+
+void zero(Tensor& bucket, int64_t at, int64_t n) {
+  if (bucket.device().is_cpu()) {
+    std::fill(bucket.data<float>() + at, bucket.data<float>() + at + n, 0.0f);
+  } else {
+    bucket.slice(at, at + n).fill_(0.0);
+  }
+}
+}  // namespace
 
 std::vector<uint64_t> ids_of(const std::vector<Variable>& vars) {
   std::vector<uint64_t> ids;
@@ -33,12 +82,13 @@ struct GradientReducer::Plan {
 };
 
 GradientReducer::GradientReducer(comm::Communicator& comm, std::string owner, int64_t bytes_per_pack, Filter takes,
-                                 comm::Compression compression, std::chrono::milliseconds timeout)
+                                 comm::Compression compression, std::chrono::milliseconds timeout, Device device)
     : comm_(comm),
       owner_(std::move(owner)),
       bytes_per_pack_(bytes_per_pack),
       takes_(std::move(takes)),
-      all_reduce_options_{.op = comm::ReduceOp::kSum, .timeout = timeout, .compression = compression} {
+      all_reduce_options_{.op = comm::ReduceOp::kSum, .timeout = timeout, .compression = compression},
+      device_(device) {
   STRATA_CHECK(bytes_per_pack_ > 0, InvalidArgument, owner_ << ": bytes_per_pack must be > 0, got " << bytes_per_pack_);
 }
 
@@ -76,7 +126,7 @@ void GradientReducer::make_plan(Plan& p, const std::vector<Variable>& sources, s
     const int64_t flags_end = filled[b] + static_cast<int64_t>(p.members[b].size());
     const int64_t extra = b + 1 == filled.size() ? 2 * static_cast<int64_t>(side) : 0;
     if (extra > 0) p.side_at = flags_end;
-    p.buckets.push_back(Tensor::empty({flags_end + extra + 1}));
+    p.buckets.push_back(Tensor::empty({flags_end + extra + 1}, DType::kFloat32, device_));
   }
 }
 
@@ -97,15 +147,16 @@ void GradientReducer::begin(const std::vector<Variable>& sources, float vote, co
   p.pending.resize(p.members.size());
   for (size_t b = 0; b < p.members.size(); ++b) {
     p.pending[b] = static_cast<int>(p.members[b].size());
-    p.buckets[b].data<float>()[p.buckets[b].numel() - 1] = vote;
+    put(p.buckets[b], p.buckets[b].numel() - 1, vote);
   }
   if (!side.empty()) {
-    float* at = p.buckets.back().data<float>() + p.side_at;
+    std::vector<float> parts(2 * side.size());
     for (size_t i = 0; i < side.size(); ++i) {
       const float hi = static_cast<float>(side[i]);
-      at[i] = hi;
-      at[side.size() + i] = static_cast<float>(side[i] - static_cast<double>(hi));
+      parts[i] = hi;
+      parts[side.size() + i] = static_cast<float>(side[i] - static_cast<double>(hi));
     }
+    put_all(p.buckets.back(), p.side_at, parts);
   }
   p.next_issue = 0;
   p.works.assign(p.buckets.size(), nullptr);
@@ -130,18 +181,20 @@ void GradientReducer::add(size_t index, const Tensor& grad) {
   const int b = p.bucket_of[index];
   if (b < 0) return;
   const int64_t n = p.numel[index];
-  float* bucket = p.buckets[static_cast<size_t>(b)].data<float>();
-  float* dst = bucket + p.offset[index];
+  Tensor& bucket = p.buckets[static_cast<size_t>(b)];
   if (grad.defined()) {
     STRATA_CHECK(grad.dtype() == DType::kFloat32 && grad.numel() == n, InvalidArgument,
                  owner_ << ": gradient " << index << " is " << dtype_name(grad.dtype()) << grad.shape_str()
                         << "; its variable has " << n << " float32 elements");
-    std::memcpy(dst, grad.data<float>(), static_cast<size_t>(n) * sizeof(float));
-    p.added[index] = grad.data<float>();
+    STRATA_CHECK(grad.device() == device_, InvalidArgument,
+                 owner_ << ": gradient " << index << " is on " << grad.device().str() << ", this replica's buckets on "
+                        << device_.str());
+    pack(bucket, p.offset[index], grad);
+    p.added[index] = grad.raw_data();
   } else {
-    std::fill(dst, dst + n, 0.0f);
+    zero(bucket, p.offset[index], n);
   }
-  bucket[p.flag_of[index]] = grad.defined() ? 1.0f : 0.0f;
+  put(bucket, p.flag_of[index], grad.defined() ? 1.0f : 0.0f);
   --p.pending[static_cast<size_t>(b)];
   issue_ready(p);
 }
@@ -198,14 +251,14 @@ const std::vector<size_t>& GradientReducer::members(size_t k) const { return las
 
 float GradientReducer::votes(size_t k) const {
   const Tensor& bucket = last().buckets[k];
-  return bucket.data<float>()[bucket.numel() - 1];
+  return get(bucket, bucket.numel() - 1);
 }
 
 std::vector<double> GradientReducer::side_sums() const {
   const Plan& p = last();
   std::vector<double> sums(p.side);
   if (p.side == 0) return sums;
-  const float* at = p.buckets.back().data<float>() + p.side_at;
+  const std::vector<float> at = get_all(p.buckets.back(), p.side_at, 2 * static_cast<int64_t>(p.side));
   for (size_t i = 0; i < p.side; ++i) sums[i] = static_cast<double>(at[i]) + static_cast<double>(at[p.side + i]);
   return sums;
 }
@@ -215,7 +268,7 @@ Tensor GradientReducer::reduced(size_t index, const Shape& shape) const {
   const int b = p.bucket_of[index];
   if (b < 0) return {};
   const Tensor& bucket = p.buckets[static_cast<size_t>(b)];
-  if (bucket.data<float>()[p.flag_of[index]] == 0.0f) return {};
+  if (get(bucket, p.flag_of[index]) == 0.0f) return {};
   return bucket.slice(p.offset[index], p.offset[index] + p.numel[index]).reshape(shape);
 }
 

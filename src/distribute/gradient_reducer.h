@@ -20,6 +20,10 @@
 // One call: begin(sources, vote); add(i, grad) once per source, as soon as it is final (it is copied into its
 // bucket; a full bucket's all-reduce is issued at once, buckets in plan order, the same order on every replica);
 // end(). Then wait_all() (or poll/wait per bucket), and read reduced(i) and votes(k).
+// The buckets live on `device`, the replica's (a GPU replica's buckets are on its GPU, for NCCL): the plan, the flags,
+// the votes and the order of the all-reduces are the same code on every device; only the bytes move differently (a
+// host bucket is written through its pointer, a GPU bucket by copies and fills on the device's stream, and its flags,
+// votes and side values are read back with a copy to the host).
 // Thread-safety: used by one thread at a time (a replica's; a pipeline replica's stages take turns under a lock),
 // with its own communicator rank.
 #pragma once
@@ -41,10 +45,11 @@ class GradientReducer {
  public:
   using Filter = std::function<bool(const Variable&)>;
   // `owner` names the strategy in errors. `takes`: which sources are reduced (the others are left alone).
-  // `timeout` bounds each bucket's all-reduce (comm::kDefaultTimeout: the group's).
+  // `timeout` bounds each bucket's all-reduce (comm::kDefaultTimeout: the group's). `device`: the buckets' (the
+  // gradients added must be there too).
   GradientReducer(comm::Communicator& comm, std::string owner, int64_t bytes_per_pack, Filter takes,
                   comm::Compression compression = comm::Compression::kNone,
-                  std::chrono::milliseconds timeout = comm::kDefaultTimeout);
+                  std::chrono::milliseconds timeout = comm::kDefaultTimeout, Device device = Device::cpu());
   ~GradientReducer();
 
   // Starts a call for `sources` (the same list on every replica); `vote` is summed over the replicas per bucket,
@@ -88,6 +93,7 @@ class GradientReducer {
   const int64_t bytes_per_pack_;
   const Filter takes_;
   const comm::AllReduceOptions all_reduce_options_;               // kSum, with the compression and timeout
+  const Device device_;                                           // where the buckets live
   std::map<std::vector<uint64_t>, std::unique_ptr<Plan>> plans_;  // by the sources' ids
   Plan* call_ = nullptr;  // the call in progress, or the last ended one
   bool ended_ = false;

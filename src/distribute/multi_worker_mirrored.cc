@@ -1,16 +1,19 @@
 // MultiWorkerMirroredStrategy (strata/distribute/multi_worker.h): the workers joined as a worker group
-// (cluster::WorkerGroup: coordination service, heartbeats, a gloo or mpi communicator; elastic membership epochs on
-// top), the chief's initial values broadcast to every worker, and the gradient aggregator over the workers'
-// communicator.
+// (cluster::WorkerGroup: coordination service, heartbeats, a gloo, mpi or nccl communicator; elastic membership
+// epochs on top), the chief's initial values broadcast to every worker, and the gradient aggregator over the workers'
+// communicator. GPU workers differ only in the replica's device and the communicator (nccl).
 // Thread-safety: one driving thread; the heartbeat thread only aborts the communicator (Communicator::abort may be
 // called from any thread).
 #include "strata/distribute/multi_worker.h"
 
+#include "core/device_memory.h"
 #include "distribute/all_reduce_aggregator.h"
+#include "distribute/devices.h"
 #include "distribute/elastic_group.h"
 #include "distribute/elastic_step_runner.h"
 #include "distribute/replica_collectives.h"
 #include "strata/comm/hierarchical.h"
+#include "strata/comm/nccl.h"
 #include "strata/distribute/strategies.h"
 #include "strata/trace.h"
 
@@ -20,12 +23,9 @@ namespace {
 constexpr const char* kName = "MultiWorkerMirroredStrategy";
 
 void check_implementation(const std::string& implementation) {
-  if (implementation == "nccl") {
-    STRATA_THROW(Unavailable, kName << ": communication 'nccl' needs the CUDA build and GPU replicas; on CPU use "
-                                       "'auto', 'ring' (gloo) or 'mpi'");
-  }
   STRATA_CHECK(
-      implementation == "auto" || implementation == "ring" || implementation == "mpi", InvalidArgument,
+      implementation == "auto" || implementation == "ring" || implementation == "mpi" || implementation == "nccl",
+      InvalidArgument,
       kName << ": unknown communication implementation '" << implementation << "'; choices: auto, ring, mpi, nccl");
 }
 
@@ -36,6 +36,35 @@ comm::Compression gradient_compression(const std::string& name) {
                kName << ": unknown gradient_compression '" << name << "'; choices: none, bf16");
   return comm::Compression::kNone;
 }
+
+// The worker's replica devices: `local_replicas` CPUs, or its one GPU (options.implementation then "nccl"). The GPU
+// rules are checked here, before the base class is made: the options first, then the GPU itself (Unavailable naming
+// the build or how many GPUs are visible).
+std::vector<std::string> replica_devices(const cluster::TaskInfo& task, CommunicationOptions& options,
+                                         int local_replicas, const ElasticOptions& elastic) {
+  STRATA_CHECK(options.device == "cpu" || options.device == "gpu", InvalidArgument,
+               kName << ": unknown device '" << options.device << "'; choices: cpu, gpu");
+  check_implementation(options.implementation);
+  const bool gpu = options.device == "gpu" || options.implementation == "nccl";
+  if (!gpu) return MirroredStrategy::cpu_devices(local_replicas);
+  STRATA_CHECK(options.implementation == "auto" || options.implementation == "nccl", InvalidArgument,
+               kName << ": communication '" << options.implementation
+                     << "' all-reduces host tensors; GPU workers use 'nccl' (or 'auto')");
+  STRATA_CHECK(local_replicas == 1, InvalidArgument,
+               kName << ": GPU workers run one replica each (one GPU per worker), not " << local_replicas);
+  STRATA_CHECK(elastic.min_workers == 0, InvalidArgument,
+               kName << ": elastic training regroups on gloo (CPU workers); GPU workers on nccl are not elastic");
+  STRATA_CHECK(options.gradient_compression == "none", InvalidArgument,
+               kName << ": gradient_compression '" << options.gradient_compression
+                     << "' is for gloo; NCCL reduces the float32 gradients as they are");
+  options.implementation = "nccl";
+  options.device = "gpu";
+  const int visible = strata::detail::cuda_device_count();
+  int64_t local = task.local_rank.value_or(task.id_in_cluster.value_or(0));
+  if (!task.local_rank && visible > 0) local %= visible;
+  const std::string device = "/gpu:" + std::to_string(local);
+  return detail::checked_devices(kName, {device}, /*gpus_allowed=*/true);
+}
 }  // namespace
 
 MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(CommunicationOptions options)
@@ -43,11 +72,11 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(CommunicationOptions op
 
 MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const cluster::TaskInfo& task, CommunicationOptions options,
                                                          int local_replicas, ElasticOptions elastic)
-    : Strategy(MirroredStrategy::cpu_devices(local_replicas)),
+    : Strategy(replica_devices(task, options, local_replicas, elastic)),
       task_(task),
       options_(std::move(options)),
+      on_gpu_(options_.implementation == "nccl"),
       elastic_options_(elastic) {
-  check_implementation(options_.implementation);
   (void)gradient_compression(options_.gradient_compression);  // checked now, used by make_aggregators
   STRATA_CHECK(options_.bytes_per_pack > 0, InvalidArgument, kName << ": bytes_per_pack must be > 0");
   STRATA_CHECK(
@@ -71,7 +100,13 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const cluster::TaskInfo
                           "of a lost worker go on from them); gradient_compression '"
                        << options_.gradient_compression << "' sends none");
   }
-  if (num_workers_ > 1) connect();
+  if (num_workers_ > 1) {
+    connect();
+  } else if (on_gpu_) {  // a single GPU worker: an NCCL group of one, the path of several
+    comm_ = comm::make_nccl_communicator(
+        comm::make_in_memory_store(), 0, 1,
+        {.timeout = options_.timeout, .prefix = "mwms", .device = replica_device(0).index});
+  }
   if (comm_) {  // (none yet for a restarted elastic worker: it joins later)
     if (num_local_replicas() == 1) {
       replica_comms_ = {comm_};
@@ -86,7 +121,8 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(const cluster::TaskInfo
 
 void MultiWorkerMirroredStrategy::make_aggregators() {
   aggregators_.clear();
-  if (num_replicas_in_sync() == 1) return;  // one replica: the optimizer updates directly
+  // One CPU replica: the optimizer updates directly. (A single GPU worker reduces through its group of one.)
+  if (num_replicas_in_sync() == 1 && !on_gpu_) return;
   std::function<bool()> vote;
   if (elastic_) vote = [this] { return commit_step(true); };
   for (int r = 0; r < num_local_replicas(); ++r) {
@@ -161,9 +197,10 @@ const MembershipChange& MultiWorkerMirroredStrategy::took_new_group() {
 
 cluster::WorkerGroupOptions worker_group_options(const CommunicationOptions& options, std::string prefix,
                                                  const std::string& strategy) {
-  cluster::WorkerGroupOptions group{.backend = options.implementation == "ring"  ? std::string("gloo")
-                                               : options.implementation == "mpi" ? std::string("mpi")
-                                                                                 : std::string("auto"),
+  cluster::WorkerGroupOptions group{.backend = options.implementation == "ring"   ? std::string("gloo")
+                                               : options.implementation == "mpi"  ? std::string("mpi")
+                                               : options.implementation == "nccl" ? std::string("nccl")
+                                                                                  : std::string("auto"),
                                     .timeout = options.timeout,
                                     .rendezvous_timeout = options.rendezvous_timeout,
                                     .heartbeat_timeout = options.heartbeat_timeout,
@@ -180,6 +217,7 @@ cluster::WorkerGroupOptions worker_group_options(const CommunicationOptions& opt
 
 void MultiWorkerMirroredStrategy::connect() {
   cluster::WorkerGroupOptions group = worker_group_options(options_, "mwms");
+  if (on_gpu_) group.device = replica_device(0).index;
   // Elastic: no communicator of the group's own, and no handler for lost tasks: a member's collective on a killed
   // peer fails by itself (its connections close), one on a stopped peer at the collective timeout, and the survivors
   // regroup. Aborting the communicator would close this member's own connections under a running collective, which
@@ -211,21 +249,31 @@ comm::Communicator& MultiWorkerMirroredStrategy::communicator(int replica) const
 
 std::vector<double> MultiWorkerMirroredStrategy::sum_across_workers(const std::vector<double>& values) const {
   if (!comm_) return values;
-  return detail::all_reduce_numbers(*comm_, values);
+  return detail::all_reduce_numbers(*comm_, values, detail::exchange_device(*comm_, replica_device(0)));
 }
 
 void MultiWorkerMirroredStrategy::broadcast_from_chief(const std::vector<Tensor>& tensors) const {
   if (!comm_ || tensors.empty()) return;
-  comm_->broadcast(tensors, 0)->wait();
+  const Device on = detail::exchange_device(*comm_, replica_device(0));
+  std::vector<Tensor> there;  // (nccl: each tensor through the GPU, and back into the caller's tensor)
+  for (const Tensor& t : tensors) there.push_back(t.device() == on || on.is_cpu() ? t : t.to(on));
+  comm_->broadcast(there, 0)->wait();
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    if (there[i].raw_data() == tensors[i].raw_data()) continue;
+    Tensor back = tensors[i];  // shares the caller's storage
+    back.copy_(there[i]);
+  }
 }
 
 std::vector<std::string> MultiWorkerMirroredStrategy::all_gather_across_workers(const std::string& bytes) const {
   if (!comm_) return {bytes};
-  return detail::all_gather_bytes(*comm_, bytes);
+  return detail::all_gather_bytes(*comm_, bytes, detail::exchange_device(*comm_, replica_device(0)));
 }
 
 Variable MultiWorkerMirroredStrategy::create_variable(const Tensor& initial_value, const VariableOptions& options) {
-  Tensor value = initial_value.clone();
+  // (A GPU worker's copy on its GPU, from the host value the creator drew, as OneDeviceStrategy's.)
+  const Device device = replica_device(0);
+  Tensor value = on_gpu_ && initial_value.device() != device ? initial_value.to(device) : initial_value.clone();
   if (comm_) {
     STRATA_CHECK(
         value.dtype() == DType::kFloat32 || value.dtype() == DType::kBFloat16 || value.dtype() == DType::kInt64,

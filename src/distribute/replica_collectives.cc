@@ -15,6 +15,17 @@ namespace {
 constexpr int64_t kMaxRank = 8;
 constexpr int64_t kHeader = 2 + kMaxRank;  // rank, dtype, dims (padded)
 
+// An all_gather of host `mine` into host `all`, through `on` when that is a GPU.
+void gather_words(comm::Communicator& comm, const Tensor& mine, Tensor& all, Device on) {
+  if (on.is_cpu()) {
+    comm.all_gather(mine, all)->wait();
+    return;
+  }
+  Tensor there = Tensor::empty(all.shape(), all.dtype(), on);
+  comm.all_gather(mine.to(on), there)->wait();
+  all = there.to(Device::cpu());
+}
+
 std::string shape_list(const std::vector<Shape>& shapes, const std::vector<DType>& dtypes) {
   std::ostringstream out;
   for (size_t r = 0; r < shapes.size(); ++r) out << (r ? "; " : "") << "replica " << r << ": " << dtype_name(dtypes[r]) << shape_str(shapes[r]);
@@ -22,26 +33,31 @@ std::string shape_list(const std::vector<Shape>& shapes, const std::vector<DType
 }
 }  // namespace
 
-Tensor all_reduce_tensor(comm::Communicator& comm, ReduceOp op, const Tensor& value) {
+Device exchange_device(const comm::Communicator& comm, Device replica) {
+  return comm.backend() == "nccl" ? replica : Device::cpu();
+}
+
+Tensor all_reduce_tensor(comm::Communicator& comm, ReduceOp op, const Tensor& value, Device on) {
   STRATA_CHECK(value.defined(), InvalidArgument, "all_reduce: the value is undefined");
   STRATA_CHECK(value.dtype() == DType::kFloat32 || value.dtype() == DType::kBFloat16 || value.dtype() == DType::kInt64,
                InvalidArgument, "all_reduce: " << dtype_name(value.dtype()) << " values cannot be reduced; "
                                                << "use float32, bfloat16 or int64");
-  Tensor total = value.clone();
+  // (On the host as given; through the communicator's GPU, and back to the value's device, for nccl.)
+  Tensor total = on.is_cpu() || value.device() == on ? value.clone() : value.to(on);
   const bool float_mean = op == ReduceOp::kMean && total.dtype() == DType::kFloat32;
   const comm::ReduceOp how = op == ReduceOp::kSum || float_mean ? comm::ReduceOp::kSum : comm::ReduceOp::kMean;
   comm.all_reduce({total}, how)->wait();
   if (float_mean) total = kernels::affine(total, 1.0f / static_cast<float>(comm.size()), 0.0f);
-  return total;
+  return total.device() == value.device() ? total : total.to(value.device());
 }
 
-std::vector<double> all_reduce_numbers(comm::Communicator& comm, const std::vector<double>& values) {
+std::vector<double> all_reduce_numbers(comm::Communicator& comm, const std::vector<double>& values, Device on) {
   const int64_t n = static_cast<int64_t>(values.size());
   if (n == 0) return {};
   Tensor mine = Tensor::empty({n}, DType::kInt64);
   std::memcpy(mine.raw_data(), values.data(), values.size() * sizeof(double));
   Tensor all = Tensor::empty({comm.size() * n}, DType::kInt64);
-  comm.all_gather(mine, all)->wait();
+  gather_words(comm, mine, all, on);
   std::vector<double> total(values.size(), 0.0);
   const auto* words = static_cast<const int64_t*>(all.raw_data());
   for (int r = 0; r < comm.size(); ++r) {
@@ -54,10 +70,10 @@ std::vector<double> all_reduce_numbers(comm::Communicator& comm, const std::vect
   return total;
 }
 
-std::vector<std::string> all_gather_bytes(comm::Communicator& comm, const std::string& bytes) {
+std::vector<std::string> all_gather_bytes(comm::Communicator& comm, const std::string& bytes, Device on) {
   std::vector<double> lengths(static_cast<size_t>(comm.size()), 0.0);
   lengths[static_cast<size_t>(comm.rank())] = static_cast<double>(bytes.size());
-  lengths = all_reduce_numbers(comm, lengths);
+  lengths = all_reduce_numbers(comm, lengths, on);
   const auto longest = static_cast<int64_t>(*std::max_element(lengths.begin(), lengths.end()));
   const int64_t words = (longest + 7) / 8;
   std::vector<std::string> out;
@@ -65,19 +81,19 @@ std::vector<std::string> all_gather_bytes(comm::Communicator& comm, const std::s
   Tensor mine = Tensor::zeros({words}, DType::kInt64);
   std::memcpy(mine.raw_data(), bytes.data(), bytes.size());
   Tensor all = Tensor::empty({comm.size() * words}, DType::kInt64);
-  comm.all_gather(mine, all)->wait();
+  gather_words(comm, mine, all, on);
   const auto* base = static_cast<const char*>(all.raw_data());
   for (int r = 0; r < comm.size(); ++r)
     out.emplace_back(base + static_cast<size_t>(r * words * 8), static_cast<size_t>(lengths[static_cast<size_t>(r)]));
   return out;
 }
 
-double all_reduce_number(comm::Communicator& comm, ReduceOp op, double value) {
-  const double total = all_reduce_numbers(comm, {value})[0];
+double all_reduce_number(comm::Communicator& comm, ReduceOp op, double value, Device on) {
+  const double total = all_reduce_numbers(comm, {value}, on)[0];
   return op == ReduceOp::kMean ? total / comm.size() : total;
 }
 
-Tensor all_gather_tensor(comm::Communicator& comm, const Tensor& value, int axis) {
+Tensor all_gather_tensor(comm::Communicator& comm, const Tensor& value, int axis, Device on) {
   STRATA_CHECK(value.defined(), InvalidArgument, "gather: the value is undefined");
   const int64_t rank = value.rank();
   STRATA_CHECK(rank >= 1 && rank <= kMaxRank, InvalidArgument,
@@ -93,7 +109,7 @@ Tensor all_gather_tensor(comm::Communicator& comm, const Tensor& value, int axis
   h[1] = static_cast<int64_t>(value.dtype());
   for (int64_t d = 0; d < rank; ++d) h[2 + d] = value.shape()[static_cast<size_t>(d)];
   Tensor headers = Tensor::empty({size * kHeader}, DType::kInt64);
-  comm.all_gather(header, headers)->wait();
+  gather_words(comm, header, headers, on);
   std::vector<Shape> shapes(static_cast<size_t>(size));
   std::vector<DType> dtypes(static_cast<size_t>(size));
   int64_t most = 0;
@@ -113,9 +129,10 @@ Tensor all_gather_tensor(comm::Communicator& comm, const Tensor& value, int axis
   // Every rank's bytes, each padded to the largest.
   const int64_t words = (most + 7) / 8;
   Tensor mine = Tensor::zeros({std::max<int64_t>(words, 1)}, DType::kInt64);
-  std::memcpy(mine.raw_data(), value.raw_data(), value.nbytes());  // tensors are dense
+  const Tensor host = value.device().is_cpu() ? value : value.to(Device::cpu());
+  std::memcpy(mine.raw_data(), host.raw_data(), value.nbytes());  // tensors are dense
   Tensor all = Tensor::empty({size * mine.numel()}, DType::kInt64);
-  comm.all_gather(mine, all)->wait();
+  gather_words(comm, mine, all, on);
   std::vector<Tensor> parts;
   for (int r = 0; r < size; ++r) {
     Tensor part = Tensor::empty(shapes[static_cast<size_t>(r)], value.dtype());

@@ -85,8 +85,11 @@ const char* reduce_op_name(ReduceOp op) { return op == ReduceOp::kSum ? "SUM" : 
 
 class Strategy::Impl {
  public:
-  Impl(Strategy& strategy, comm::AllReduceAlgorithm algorithm)
-      : strategy_(strategy), comms_(comm::make_local_group(strategy.num_local_replicas(), {.algorithm = algorithm})) {
+  Impl(Strategy& strategy, std::vector<std::shared_ptr<comm::Communicator>> comms)
+      : strategy_(strategy), comms_(std::move(comms)) {
+    STRATA_CHECK(
+        static_cast<int>(comms_.size()) == strategy.num_local_replicas(), Error,
+        "the local group has " << comms_.size() << " ranks for " << strategy.num_local_replicas() << " replicas");
     for (int r = 0; r < strategy.num_local_replicas(); ++r)
       contexts_.push_back(std::unique_ptr<ReplicaContext>(new ReplicaContext(strategy, r)));
   }
@@ -97,6 +100,14 @@ class Strategy::Impl {
     }
     job_cv_.notify_all();
     for (auto& t : threads_) t.join();
+    // An in-process NCCL group (MirroredStrategy over GPUs) is torn down by every rank at once, each on a thread of
+    // its own, as it was made: NCCL's finalize may wait for the other ranks of the group, and one thread releasing
+    // them in turn would then wait out each rank's timeout.
+    if (comms_.size() > 1 && comms_[0]->backend() == "nccl") {
+      std::vector<std::thread> ranks;
+      for (auto& comm : comms_) ranks.emplace_back([&comm] { comm.reset(); });
+      for (auto& t : ranks) t.join();
+    }
   }
 
   ReplicaContext& context(int replica) { return *contexts_[static_cast<size_t>(replica)]; }
@@ -201,7 +212,7 @@ class Strategy::Impl {
   }
 
   Strategy& strategy_;
-  const std::vector<std::shared_ptr<comm::Communicator>> comms_;  // one rank per replica
+  std::vector<std::shared_ptr<comm::Communicator>> comms_;  // one rank per replica (released by ~Impl)
   std::vector<std::unique_ptr<ReplicaContext>> contexts_;
   std::vector<std::thread> threads_;
   // The job handed to the replica threads.
@@ -226,11 +237,15 @@ class Strategy::Impl {
 // ---- Strategy
 
 Strategy::Strategy(std::vector<std::string> devices, int threads_per_replica, comm::AllReduceAlgorithm algorithm)
+    : Strategy(std::move(devices), threads_per_replica,
+               [algorithm](int replicas) { return comm::make_local_group(replicas, {.algorithm = algorithm}); }) {}
+
+Strategy::Strategy(std::vector<std::string> devices, int threads_per_replica, LocalGroupFactory make_group)
     : devices_(std::move(devices)), id_(g_next_id.fetch_add(1)) {
   STRATA_CHECK(!devices_.empty(), InvalidArgument, "a strategy needs at least one device");
   const int n = static_cast<int>(devices_.size());
   threads_per_replica_ = threads_per_replica > 0 ? threads_per_replica : std::max(1, num_threads() / n);
-  impl_ = std::make_unique<Impl>(*this, algorithm);
+  impl_ = std::make_unique<Impl>(*this, make_group(n));
   std::lock_guard<std::mutex> lock(g_registry_mutex);
   g_registry[id_] = this;
 }
@@ -345,7 +360,8 @@ Tensor Strategy::reduce(ReduceOp op, const PerReplica<Tensor>& value, std::optio
   }
   Tensor result;
   on_each_replica("reduce", value.num_replicas(), [&](int r) {
-    Tensor total = detail::all_reduce_tensor(communicator(r), op, value[r]);
+    comm::Communicator& comm = communicator(r);
+    Tensor total = detail::all_reduce_tensor(comm, op, value[r], detail::exchange_device(comm, replica_device(r)));
     if (r == 0) result = std::move(total);
   });
   return result;
@@ -355,7 +371,9 @@ double Strategy::reduce(ReduceOp op, const PerReplica<double>& value) const {
   STRATA_CHECK(value.num_replicas() > 0, InvalidArgument, name() << ".reduce: no values");
   double result = 0;
   on_each_replica("reduce", value.num_replicas(), [&](int r) {
-    const double total = detail::all_reduce_number(communicator(r), op, value[r]);
+    comm::Communicator& comm = communicator(r);
+    const double total =
+        detail::all_reduce_number(comm, op, value[r], detail::exchange_device(comm, replica_device(r)));
     if (r == 0) result = total;
   });
   return result;
@@ -380,7 +398,8 @@ Tensor Strategy::gather(const PerReplica<Tensor>& value, int axis) const {
   }
   Tensor result;
   on_each_replica("gather", value.num_replicas(), [&](int r) {
-    Tensor all = detail::all_gather_tensor(communicator(r), value[r], axis);
+    comm::Communicator& comm = communicator(r);
+    Tensor all = detail::all_gather_tensor(comm, value[r], axis, detail::exchange_device(comm, replica_device(r)));
     if (r == 0) result = std::move(all);
   });
   return result;
@@ -419,11 +438,13 @@ int ReplicaContext::replica_id_in_sync_group() const {
 }
 
 Tensor ReplicaContext::all_reduce(ReduceOp op, const Tensor& value) {
-  return detail::all_reduce_tensor(strategy_.communicator(replica_), op, value);
+  comm::Communicator& comm = strategy_.communicator(replica_);
+  return detail::all_reduce_tensor(comm, op, value, detail::exchange_device(comm, strategy_.replica_device(replica_)));
 }
 
 double ReplicaContext::all_reduce(ReduceOp op, double value) {
-  return detail::all_reduce_number(strategy_.communicator(replica_), op, value);
+  comm::Communicator& comm = strategy_.communicator(replica_);
+  return detail::all_reduce_number(comm, op, value, detail::exchange_device(comm, strategy_.replica_device(replica_)));
 }
 
 void ReplicaContext::merge_call(const std::function<void(Strategy&)>& fn) {

@@ -11,6 +11,11 @@ WorkerGroupStrategy::WorkerGroupStrategy() : Strategy({"/cpu:0"}) {}
 WorkerGroupStrategy::WorkerGroupStrategy(const cluster::TaskInfo& task, CommunicationOptions communication,
                                          std::string prefix, const std::string& strategy)
     : Strategy({"/cpu:0"}), communication_(std::move(communication)) {
+  // (Its replica is on the host, and nccl all-reduces GPU tensors only: GPU workers are MultiWorkerMirrored's.)
+  STRATA_CHECK(communication_.implementation != "nccl" && communication_.device == "cpu", InvalidArgument,
+               strategy << ": runs one CPU replica per worker; communication '" << communication_.implementation
+                        << "' on device '" << communication_.device
+                        << "' is for MultiWorkerMirroredStrategy's GPU workers (use 'auto', 'ring' or 'mpi')");
   if (task.num_workers > 1) {
     group_ = cluster::WorkerGroup::init(task, worker_group_options(communication_, std::move(prefix), strategy));
   }

@@ -114,12 +114,7 @@ Optimizer::Target Optimizer::target_of(const Variable& var) {
   for (size_t s = 0; s < slot_specs_.size(); ++s) t.slots[s] = found->second[s].data<float>();
   t.numel = var.component(0).numel();
   const Device device = var.component(0).device();
-  if (!device.is_cpu()) {
-    STRATA_CHECK(var.num_components() == 1, Unavailable,
-                 name() << ": variable '" << var.name() << "' has " << var.num_components()
-                        << " components on " << device.str() << "; a GPU variable is updated as one copy only");
-    t.gpu = device.index;
-  }
+  if (!device.is_cpu()) t.gpu = device.index;  // (copies on other GPUs receive component 0 after its update)
   return t;
 }
 
@@ -269,11 +264,20 @@ void Optimizer::update_all(const std::vector<Tensor>& grads, const std::vector<V
       c.grad_scale = static_cast<float>(clip / std::max(norm, clip));
     }
     const Target target = target_of(vars[i]);
-    const float* grad = g.data<float>();
     if (target.gpu >= 0) {  // one pass on the device, queued on its stream
-      update_on_gpu(target.gpu, target.components[0], grad, target.slots, target.numel, c);
+      // A mirrored variable's copies live on their replicas' GPUs (MirroredStrategy over GPUs): the summed gradient
+      // (on whichever replica's GPU) goes to component 0's, which is updated with the slots beside it and then copied
+      // to the other copies, as update_span copies on the host.
+      const Device device = vars[i].component(0).device();
+      const Tensor here = g.device() == device ? g : g.to(device);
+      update_on_gpu(target.gpu, target.components[0], here.data<float>(), target.slots, target.numel, c);
+      for (int k = 1; k < vars[i].num_components(); ++k) {
+        Tensor copy = vars[i].component(k);  // shares that copy's storage
+        copy.copy_(vars[i].component(0));
+      }
       continue;
     }
+    const float* grad = g.data<float>();
     for_grains(target.numel, [&](int64_t begin, int64_t end) { update_span(target, grad + begin, begin, end, c); });
   }
 }

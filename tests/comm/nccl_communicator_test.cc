@@ -1,7 +1,7 @@
 // The nccl backend on the CPU (strata/comm/nccl.h): the factory says why it cannot run (no CUDA build, or no GPU),
 // through make_nccl_communicator and the registry; and the bootstrap steps that need no GPU (comm/nccl_internal.h):
-// claiming a prefix, NCCL's unique id through the store, and the choice of each rank's GPU. The GPU paths are in
-// tests/cuda/nccl_test.cc. Thread-safety: the test thread, and one helper thread for the bootstrap wait.
+// claiming a prefix, NCCL's unique id through the store, and the choice of each rank's GPU; and the in-process
+// group's checks. The GPU paths are in tests/cuda/nccl_test.cc and mirrored_gpu_test.cc. Thread-safety: the test thread, and one helper thread for the bootstrap wait.
 #include <gtest/gtest.h>
 
 #include <chrono>
@@ -57,6 +57,20 @@ TEST(NcclCommunicator, TheRegistryGivesTheSameReason) {
                                    .prefix = "dp"});
       },
       {expected_unavailable()});
+}
+
+// The in-process group MirroredStrategy over GPUs uses: its device list is checked, and each rank's reason to fail
+// (here: no CUDA build, or no GPU) comes back at once, not after the others waited out their connect timeout.
+TEST(NcclCommunicator, AnInProcessGroupChecksItsGpusAndSaysWhyItCannotRun) {
+  expect_error_containing<InvalidArgument>([] { make_nccl_local_group({}); }, {"at least one GPU"});
+  expect_error_containing<InvalidArgument>([] { make_nccl_local_group({0, 1, 0}); },
+                                           {"cuda:0 is listed twice", "each rank needs its own GPU"});
+  if (::strata::detail::cuda_device_count() > 0)
+    GTEST_SKIP() << "a GPU is visible: tests/cuda/mirrored_gpu_test.cc runs the group";
+  const auto start = std::chrono::steady_clock::now();
+  expect_error_containing<Unavailable>([] { make_nccl_local_group({0, 1}, {.timeout = std::chrono::seconds(20)}); },
+                                       {expected_unavailable()});
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(10));
 }
 
 TEST(NcclBootstrap, ARankWithoutRankZeroTimesOutNamingTheKeyAndThePrefix) {

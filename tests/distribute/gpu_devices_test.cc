@@ -1,6 +1,7 @@
-// The device strings strategies accept: OneDeviceStrategy takes "/gpu:N" only in a CUDA build with GPU N visible,
-// and says which of the two is missing; the strategies of several replicas refuse GPUs, saying so. Runs in every
-// build; the GPU side of OneDeviceStrategy is tested in tests/cuda/train_step_test.cc.
+// The device strings strategies accept: OneDeviceStrategy and MirroredStrategy take "/gpu:N" only in a CUDA build
+// with GPU N visible, and say which of the two is missing (how many GPUs are visible); Mirrored refuses a mix of CPU
+// and GPU replicas naming both, and cross-device ops that do not fit the replicas' device; central storage refuses
+// GPUs. Runs in every build; the GPU side is tested in tests/cuda/train_step_test.cc and mirrored_gpu_test.cc.
 // Thread-safety: test-thread only.
 #include <gtest/gtest.h>
 
@@ -40,10 +41,56 @@ TEST(GpuDevicesTest, AMalformedGpuIndexIsInvalid) {
   EXPECT_THROW(OneDeviceStrategy("/npu:0"), InvalidArgument);
 }
 
-TEST(GpuDevicesTest, SeveralReplicasStayOnTheCpu) {
-  const std::string msg = test::message_of<Unavailable>([] { MirroredStrategy({"/gpu:0"}); });
+TEST(GpuDevicesTest, CentralStorageStaysOnTheCpu) {
+  const std::string msg = test::message_of<Unavailable>([] { CentralStorageStrategy({"/gpu:0", "/gpu:1"}); });
   EXPECT_TRUE(has(msg, "CPU replicas only")) << msg;
-  EXPECT_THROW(CentralStorageStrategy({"/gpu:0", "/gpu:1"}), Unavailable);
+}
+
+TEST(GpuDevicesTest, MirroredOnGpusThatAreNotThereSaysWhy) {
+  const int visible = strata::detail::cuda_device_count();
+  // More GPUs than there are: the first missing one is named, with the count.
+  const std::string missing = "/gpu:" + std::to_string(visible);
+  std::vector<std::string> devices;
+  for (int i = 0; i <= visible; ++i) devices.push_back("/gpu:" + std::to_string(i));
+  const std::string msg = test::message_of<Unavailable>([&] { MirroredStrategy{devices}; });
+  EXPECT_TRUE(has(msg, "MirroredStrategy")) << msg;
+  EXPECT_TRUE(has(msg, missing)) << msg;
+#ifdef STRATA_WITH_CUDA
+  EXPECT_TRUE(has(msg, std::to_string(visible) + " CUDA device")) << msg;
+#else
+  EXPECT_TRUE(has(msg, "needs a build of strata with CUDA")) << msg;
+#endif
+}
+
+TEST(GpuDevicesTest, MirroredRefusesMixingTheCpuAndAGpuNamingBoth) {
+  // InvalidArgument in every build (the mix is checked before whether the GPU is there).
+  const std::string msg = test::message_of<InvalidArgument>([] { MirroredStrategy({"/cpu:0", "/gpu:0"}); });
+  EXPECT_TRUE(has(msg, "'/cpu:0'")) << msg;
+  EXPECT_TRUE(has(msg, "'/gpu:0'")) << msg;
+  EXPECT_TRUE(has(msg, "mix the CPU and a GPU")) << msg;
+  EXPECT_THROW(MirroredStrategy({"/gpu:1", "/cpu:0"}), InvalidArgument);
+  // A single list stays a valid one: the CPU replicas work as before.
+  MirroredStrategy cpus({"/cpu:0", "/cpu:1"});
+  EXPECT_FALSE(cpus.cross_device_ops().nccl);
+}
+
+TEST(GpuDevicesTest, NcclCrossDeviceOpsNeedGpuReplicas) {
+  EXPECT_TRUE(CrossDeviceOps::from_name("nccl").nccl);
+  EXPECT_FALSE(CrossDeviceOps::from_name("ring").nccl);
+  const std::string msg = test::message_of<InvalidArgument>([] {
+    MirroredStrategy({"/cpu:0", "/cpu:1"}, {.cross_device_ops = CrossDeviceOps::from_name("nccl")});
+  });
+  EXPECT_TRUE(has(msg, "'nccl' needs GPU replicas")) << msg;
+  EXPECT_TRUE(has(msg, "'/cpu:0'")) << msg;
+}
+
+TEST(GpuDevicesTest, GpuReplicasRefuseRingAndTree) {
+  // Checked before the GPUs are looked for, so in every build.
+  for (const char* ops : {"ring", "tree"}) {
+    const std::string msg = test::message_of<InvalidArgument>(
+        [&] { MirroredStrategy({"/gpu:0"}, {.cross_device_ops = CrossDeviceOps::from_name(ops)}); });
+    EXPECT_TRUE(has(msg, "all-reduce with cross-device ops 'nccl'")) << msg;
+  }
 }
 
 TEST(GpuDevicesTest, ReplicaDevicesAreParsed) {

@@ -318,13 +318,14 @@ TEST(StrategyTest, AFailingReplicaStopsTheOthersAndRunRethrowsItsError) {
 }
 
 TEST(StrategyTest, BadUseIsAClearError) {
-  EXPECT_THROW(MirroredStrategy({"/gpu:0"}), Unavailable);
   if (strata::detail::cuda_device_count() == 0) {
+    EXPECT_THROW(MirroredStrategy({"/gpu:0"}), Unavailable);
     EXPECT_THROW(OneDeviceStrategy("/gpu:0"), Unavailable);
   }
   EXPECT_THROW(MirroredStrategy({"/cpu:0", "/cpu:0"}), InvalidArgument);
   EXPECT_THROW(MirroredStrategy({"/tpu:0"}), InvalidArgument);
-  EXPECT_THROW(CrossDeviceOps::from_name("nccl"), Unavailable);
+  EXPECT_THROW(MirroredStrategy({"/cpu:0", "/cpu:1"}, {.cross_device_ops = CrossDeviceOps::from_name("nccl")}),
+               InvalidArgument);  // (gpu_devices_test.cc: the messages)
   EXPECT_THROW(CrossDeviceOps::from_name("butterfly"), InvalidArgument);
   const std::string unknown = test::message_of<InvalidArgument>([] { make_strategy("parameter_server", 2); });
   EXPECT_NE(unknown.find("one_device, mirrored, central_storage"), std::string::npos) << unknown;

@@ -123,6 +123,11 @@ TEST(LocalSGDTest, BadOptionsAreClearErrors) {
               LocalSGDStrategy s({.outer_nesterov = true, .outer_momentum = 1.0f}, one);
             }).find("outer_momentum"),
             std::string::npos);
+  // Its replica is on the host: nccl (GPU workers, MultiWorkerMirrored's) is refused before anything connects.
+  const std::string nccl = test::message_of<InvalidArgument>(
+      [&] { LocalSGDStrategy s({.sync_every = 2}, one, {.implementation = "nccl"}); });
+  EXPECT_NE(nccl.find("runs one CPU replica per worker; communication 'nccl'"), std::string::npos) << nccl;
+  EXPECT_THROW(LocalSGDStrategy({.sync_every = 2}, one, {.device = "gpu"}), InvalidArgument);
   LocalSGDStrategy single({.sync_every = 3}, one);  // one worker: nothing to average with
   EXPECT_EQ(single.num_workers(), 1);
   EXPECT_EQ(single.backend(), "local");

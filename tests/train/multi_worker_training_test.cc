@@ -7,18 +7,19 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cmath>
 #include <filesystem>
 #include <functional>
-#include <cmath>
 #include <thread>
 
+#include "core/device_memory.h"
+#include "multi_worker_jobs.h"
+#include "multi_worker_test_util.h"
 #include "strata/distribute/multi_worker.h"
 #include "strata/gradient_tape.h"
 #include "strata/nn/nn.h"
 #include "strata/train/callbacks.h"
 #include "strata/train/model.h"
-#include "multi_worker_jobs.h"
-#include "multi_worker_test_util.h"
 #include "test_util.h"
 
 namespace strata::distribute {
@@ -222,12 +223,43 @@ TEST(MultiWorkerTest, AWorkerThatNeverComesIsATimeoutNamingIt) {
   EXPECT_NE(msg.find("rank 1"), std::string::npos) << msg;
 }
 
+// GPU workers' rules, checked before the GPU is looked for (so in every build).
+TEST(MultiWorkerTest, GpuWorkersRefuseWhatNcclCannotDo) {
+  const auto refusal = [](CommunicationOptions options, int local_replicas = 1, ElasticOptions elastic = {}) {
+    return test::message_of<InvalidArgument>(
+        [&] { MultiWorkerMirroredStrategy(cluster::TaskInfo{}, options, local_replicas, elastic); });
+  };
+  std::string msg = refusal({.implementation = "ring", .device = "gpu"});
+  EXPECT_NE(msg.find("communication 'ring' all-reduces host tensors; GPU workers use 'nccl'"), std::string::npos)
+      << msg;
+  msg = refusal({.implementation = "mpi", .device = "gpu"});
+  EXPECT_NE(msg.find("communication 'mpi' all-reduces host tensors"), std::string::npos) << msg;
+  msg = refusal({.implementation = "nccl"}, 2);
+  EXPECT_NE(msg.find("one replica each (one GPU per worker), not 2"), std::string::npos) << msg;
+  msg = refusal({.device = "gpu"}, 1, {.min_workers = 1});
+  EXPECT_NE(msg.find("GPU workers on nccl are not elastic"), std::string::npos) << msg;
+  msg = refusal({.implementation = "nccl", .gradient_compression = "bf16"});
+  EXPECT_NE(msg.find("gradient_compression 'bf16' is for gloo"), std::string::npos) << msg;
+  msg = refusal({.device = "tpu"});
+  EXPECT_NE(msg.find("unknown device 'tpu'; choices: cpu, gpu"), std::string::npos) << msg;
+}
+
 TEST(MultiWorkerTest, OneWorkerIsOneReplicaAndBadOptionsAreClearErrors) {
   MultiWorkerMirroredStrategy single(cluster::TaskInfo{}, {});
   EXPECT_EQ(single.num_replicas_in_sync(), 1);
   EXPECT_EQ(single.backend(), "local");
   EXPECT_TRUE(single.is_chief());
-  EXPECT_THROW(MultiWorkerMirroredStrategy(cluster::TaskInfo{}, {.implementation = "nccl"}), Unavailable);
+  if (strata::detail::cuda_device_count() == 0) {  // (tests/cuda/mirrored_gpu_test.cc runs it on a GPU)
+    const std::string nccl = test::message_of<Unavailable>(
+        [] { MultiWorkerMirroredStrategy(cluster::TaskInfo{}, {.implementation = "nccl"}); });
+    EXPECT_NE(nccl.find("'/gpu:0'"), std::string::npos) << nccl;
+#ifdef STRATA_WITH_CUDA
+    EXPECT_NE(nccl.find("0 CUDA devices visible"), std::string::npos) << nccl;
+#else
+    EXPECT_NE(nccl.find("needs a build of strata with CUDA"), std::string::npos) << nccl;
+#endif
+    EXPECT_THROW(MultiWorkerMirroredStrategy(cluster::TaskInfo{}, {.device = "gpu"}), Unavailable);
+  }
   const std::string bad = test::message_of<InvalidArgument>(
       [] { MultiWorkerMirroredStrategy(cluster::TaskInfo{}, {.implementation = "butterfly"}); });
   EXPECT_NE(bad.find("auto, ring, mpi, nccl"), std::string::npos) << bad;

@@ -51,6 +51,8 @@ struct WorkerGroupOptions {
   std::chrono::milliseconds heartbeat_interval{std::chrono::seconds(1)};
   // The communicator's keys in the service's store.
   std::string prefix = "group";
+  // The GPU of a GPU backend (nccl): this task's rank uses cuda:<device>; -1: the backend's choice.
+  int device = -1;
   // No communicator is made: the caller makes its own groups over client() (an elastic group makes one per
   // membership epoch). Lost tasks then abort nothing.
   bool without_communicator = false;

@@ -32,6 +32,7 @@ struct GroupArgs {
   std::chrono::milliseconds connect_timeout{0};  // 0: timeout
   std::string hostname = "127.0.0.1";  // the address this rank listens on (gloo)
   std::string prefix = "group";        // the group's keys in the store; a rebuilt group needs a fresh one
+  int device = -1;                     // the GPU of a GPU backend (nccl: NcclOptions::device); -1 its choice
 };
 
 struct BackendTraits {

@@ -32,6 +32,7 @@
 #include <chrono>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "strata/comm/communicator.h"
 #include "strata/comm/store.h"
@@ -54,5 +55,12 @@ struct NcclOptions {
 // a reused prefix.
 std::shared_ptr<Communicator> make_nccl_communicator(std::shared_ptr<Store> store, int rank, int size,
                                                      NcclOptions options = {});
+
+// An NCCL group inside this process, rank r on GPU devices[r] (options.device is ignored): the ranks' ends are made on
+// a thread each (NCCL's ranks join together) through a fresh in-memory store. For the replicas of one process, each
+// used by its own thread (MirroredStrategy over GPUs). Throws the first rank's error (as make_nccl_communicator);
+// InvalidArgument for no devices or one listed twice.
+std::vector<std::shared_ptr<Communicator>> make_nccl_local_group(const std::vector<int>& devices,
+                                                                 NcclOptions options = {});
 
 }  // namespace strata::comm

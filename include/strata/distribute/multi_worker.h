@@ -33,6 +33,13 @@
 // on the same global batch, and a restarted worker rejoins at a step boundary (src/distribute/elastic_group.h,
 // docs/cluster.md).
 //
+// GPU workers (CommunicationOptions::device "gpu", or implementation "nccl"): one replica per worker on
+// "/gpu:<local index>" (the task's local rank, else its id_in_cluster modulo the visible GPUs), variables there, and
+// the workers' communicator the nccl backend through the worker group's store (a single worker: an NCCL group of one,
+// so that one GPU runs the path of several). "auto" picks nccl for GPU workers; 'ring' and 'mpi' on GPUs, several local
+// replicas, elastic training and bf16 compression with nccl are InvalidArgument; without the CUDA build or the GPU it
+// is Unavailable saying which (the build, or how many GPUs are visible).
+//
 // Thread-safety: as Strategy (one driving thread per process).
 #pragma once
 
@@ -52,9 +59,11 @@ namespace strata::distribute {
 
 // tf.distribute.experimental.CommunicationOptions.
 struct CommunicationOptions {
-  // "auto" (mpi under mpirun, else gloo), "ring" (gloo's ring all-reduce), "mpi"; "nccl" is Unavailable
-  // without the CUDA build.
+  // "auto" (nccl on GPU workers; else mpi under mpirun, gloo otherwise), "ring" (gloo's ring all-reduce), "mpi",
+  // "nccl" (GPU workers: it implies device "gpu").
   std::string implementation = "auto";
+  // The worker's replica: "cpu" (local_replicas threads on the host), or "gpu" (one replica on the worker's GPU).
+  std::string device = "cpu";
   // Gradients are all-reduced in buckets of about this many bytes (PyTorch DDP's default cap, 25 MiB).
   int64_t bytes_per_pack = 25 << 20;
   // How gradient buckets travel between the workers: "none" (float32), or "bf16" (PyTorch's bf16_compress_hook:
@@ -131,7 +140,8 @@ class MultiWorkerMirroredStrategy final : public Strategy {
   int worker_index() const override { return worker_index_; }
   const cluster::TaskInfo& task() const { return task_; }
   const CommunicationOptions& communication_options() const { return options_; }
-  // The backend the workers' communicator runs on: "gloo", "mpi", or "local" for a single worker.
+  // The backend the workers' communicator runs on: "gloo", "mpi", "nccl" (GPU workers, even a single one), or
+  // "local" for a single CPU worker.
   std::string backend() const;
 
   // Makes the variable on every worker with the chief's `initial_value` (broadcast), so that workers start
@@ -184,6 +194,7 @@ class MultiWorkerMirroredStrategy final : public Strategy {
 
   cluster::TaskInfo task_;
   CommunicationOptions options_;
+  bool on_gpu_ = false;  // one replica on a GPU, the workers on nccl
   int num_workers_ = 1;
   int worker_index_ = 0;
   // The worker group (coordination service, client, heartbeats, communicator); null for a single worker.

@@ -17,8 +17,15 @@
 // way, and the one copy is updated once per step, before any replica goes on to the next.
 //
 // OneDeviceStrategy("/gpu:N") puts the variables and each batch of fit/evaluate/predict on GPU N: it needs a build
-// with CUDA (STRATA_WITH_CUDA) and that GPU visible, else it is Unavailable saying which. Mirrored and central
-// storage run CPU replicas only: a "/gpu:N" there is Unavailable.
+// with CUDA (STRATA_WITH_CUDA) and that GPU visible, else it is Unavailable saying which (the build, or how many GPUs
+// are visible). MirroredStrategy({"/gpu:0", "/gpu:1"}) puts replica r's copy of every variable and its batches on its
+// GPU, and its local group is an in-process NCCL group (comm::make_nccl_local_group, one rank per replica thread):
+// the gradient buckets are on the replicas' GPUs and all-reduced by NCCL, the same GradientReducer and
+// AllReduceAggregator as on CPU replicas. On GPUs the update runs once per step in merge_call (none during
+// backward): the first copy is updated on its GPU with the optimizer's slots beside it, then copied to the others.
+// GPU replicas take the aggregator even when there is one, so that one GPU runs the path of several. A CPU device
+// beside a GPU one is InvalidArgument naming both. Central storage runs CPU replicas only: a "/gpu:N" there is
+// Unavailable.
 //
 // Thread-safety: as Strategy (one driving thread).
 #pragma once
@@ -49,11 +56,16 @@ struct CrossDeviceOps {
   comm::AllReduceAlgorithm algorithm = comm::AllReduceAlgorithm::kReduceToOne;  // kDefaultCrossDeviceOps
   // Gradients are reduced in buckets of about this many bytes (a larger variable is a bucket of its own).
   int64_t bucket_bytes = 256 << 10;
+  // NCCL all-reduce across GPU replicas (`algorithm` is then unused). GPU replicas always reduce with NCCL, as
+  // TensorFlow's default for GPUs: the default ops (reduction_to_one_device) mean NCCL there, and 'ring' or 'tree'
+  // is InvalidArgument; CPU replicas with 'nccl' are InvalidArgument.
+  bool nccl = false;
 
   static CrossDeviceOps reduction_to_one_device() { return {comm::AllReduceAlgorithm::kReduceToOne}; }
   static CrossDeviceOps ring_all_reduce() { return {comm::AllReduceAlgorithm::kRing}; }
   static CrossDeviceOps tree_all_reduce() { return {comm::AllReduceAlgorithm::kTree}; }
-  // "reduction_to_one_device", "ring", "tree"; "nccl" is Unavailable without the CUDA build.
+  static CrossDeviceOps nccl_all_reduce() { return {.nccl = true}; }
+  // "reduction_to_one_device", "ring", "tree", "nccl" (GPU replicas); anything else is InvalidArgument.
   static CrossDeviceOps from_name(const std::string& name);
 };
 
@@ -64,8 +76,9 @@ struct MirroredOptions {
 
 class MirroredStrategy final : public Strategy {
  public:
-  // devices: "/cpu:0", "/cpu:1", ... (each a replica). Empty, as TensorFlow's MirroredStrategy() takes every device,
-  // means default_cpu_replicas() replicas: one per core this thread may use, as `strata train --strategy mirrored`.
+  // devices: "/cpu:0", "/cpu:1", ... or "/gpu:0", "/gpu:1", ... (each a replica). Empty, as TensorFlow's
+  // MirroredStrategy() takes every device, means default_cpu_replicas() replicas: one per core this thread may use, as
+  // `strata train --strategy mirrored`.
   explicit MirroredStrategy(std::vector<std::string> devices = {}, MirroredOptions options = {});
   // The replicas a MirroredStrategy (or CentralStorageStrategy) makes by default: this thread's num_threads() (the
   // cores it may run on, or what set_num_threads / STRATA_NUM_THREADS / the CLI's core share chose), at least 1.
@@ -76,15 +89,22 @@ class MirroredStrategy final : public Strategy {
   static std::unique_ptr<MirroredStrategy> cpu_replicas(int n, MirroredOptions options = {});
 
   std::string name() const override { return "MirroredStrategy"; }
+  // The ops in use: on GPU replicas always NCCL.
   const CrossDeviceOps& cross_device_ops() const { return options_.cross_device_ops; }
   Variable create_variable(const Tensor& initial_value, const VariableOptions& options) override;
 
  protected:
   GradientAggregator* aggregator(int replica) override;
+  // On GPUs every rank of the NCCL group is aborted (aborting one does not wake the others), then the default.
+  void on_replica_failure(const std::string& reason) override;
 
  private:
+  // `checked`: the devices and `options` as checked_mirrored_devices (mirrored.cc) left them.
+  MirroredStrategy(std::vector<std::string> checked, const MirroredOptions& options, int);
+
   MirroredOptions options_;
-  std::vector<std::unique_ptr<GradientAggregator>> aggregators_;  // one per replica (none for one replica)
+  bool on_gpus_ = false;
+  std::vector<std::unique_ptr<GradientAggregator>> aggregators_;  // one per replica (none for one CPU replica)
 };
 
 class CentralStorageStrategy final : public Strategy {

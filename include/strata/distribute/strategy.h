@@ -185,6 +185,10 @@ class Strategy {
   // `all_reduce` with `algorithm`.
   Strategy(std::vector<std::string> devices, int threads_per_replica = 0,
            comm::AllReduceAlgorithm algorithm = comm::AllReduceAlgorithm::kRing);
+  // The local replicas' group, rank r for replica r, made by `make_group(replicas)` instead of the shared-memory
+  // group (MirroredStrategy over GPUs: an in-process NCCL group, one rank per GPU).
+  using LocalGroupFactory = std::function<std::vector<std::shared_ptr<comm::Communicator>>(int replicas)>;
+  Strategy(std::vector<std::string> devices, int threads_per_replica, LocalGroupFactory make_group);
   // Local replica `replica`'s end of the group every exchange between the replicas goes through (the only
   // channel: gradients, ReplicaContext::all_reduce, reduce and gather). Used on that replica's thread. The
   // default is the local group of this process's replicas.
