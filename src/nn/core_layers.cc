@@ -52,8 +52,8 @@ Variable dense_op(const Variable& x, const Variable& w, const Variable& b, bool 
   return strata::detail::make_result(
       y, relu ? "dense_relu" : "dense", std::move(inputs),
       // Not a relu fusion partner (autograd/node.h): a max pool never reads this op's 2-D output directly.
-      [xv, wv, relu_out, relu, with_bias, precision](const Tensor& dy,
-                                                     const strata::detail::BackwardNeeds& needs) -> std::vector<Tensor> {
+      [xv, wv, relu_out, relu, with_bias, precision](
+          const Tensor& dy, const strata::detail::BackwardNeeds& needs) -> std::vector<Tensor> {
         const kernels::ComputePrecisionScope scope(precision);
         kernels::DenseGrads g =
             kernels::dense_backward(xv, wv, relu_out, dy, relu, needs[0], needs[1], with_bias && needs[2]);

@@ -89,8 +89,8 @@ void expect_bf16_matches_float32(nn::Layer& layer, const std::vector<Tensor>& in
     ASSERT_EQ(bf16.tensors[i].shape(), f32.tensors[i].shape()) << i;
     const double d =
         relative_difference(bf16.tensors[i], f32.tensors[i], std::max(max_abs(f32.tensors[i]), 1e-2 * overall));
-    EXPECT_LT(d, 2e-2) << layer.name() << ": " << (i == 0 ? "output" : "gradient " + std::to_string(i - 1)) << " (largest float32 magnitude "
-                       << max_abs(f32.tensors[i]) << ")";
+    EXPECT_LT(d, 2e-2) << layer.name() << ": " << (i == 0 ? "output" : "gradient " + std::to_string(i - 1))
+                       << " (largest float32 magnitude " << max_abs(f32.tensors[i]) << ")";
     largest = std::max(largest, d);
   }
   if (kernels::cpu_has_native_bf16()) {

@@ -62,7 +62,9 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
 
   if (compute_precision() == ComputePrecision::kBFloat16) {
     cpu::Bf16Gemm g{.batch = batch, .a_batch = Ba, .b_batch = Bb, .M = M, .N = N, .K = K, .ta = trans_a, .tb = trans_b};
-    if (!batched || (a.rank() == 3 && b.rank() == 2 && !trans_a)) g = {.M = Ba * M, .N = N, .K = K, .ta = trans_a, .tb = trans_b};
+    if (!batched || (a.rank() == 3 && b.rank() == 2 && !trans_a)) {
+      g = {.M = Ba * M, .N = N, .K = K, .ta = trans_a, .tb = trans_b};  // as one product, like the sgemm path
+    }
     cpu::gemm_bf16("matmul", g, pa, pb, pc);
     return out;
   }
