@@ -36,14 +36,14 @@ void to_bf16(const char* op, const float* src, void* dst, int64_t n) {
 }
 
 void gemm_bf16(const char* op, const Bf16Gemm& g, const float* A, const float* B, float* C, const float* bias,
-               bool relu) {
+               bool relu, const void* a_bf16, const void* b_bf16) {
   STRATA_CHECK(g.M > 0 && g.N > 0 && g.K > 0 && (g.a_batch == 1 || g.a_batch == g.batch) &&
                    (g.b_batch == 1 || g.b_batch == g.batch),
                InvalidArgument,
                op << ": bf16 product of [" << g.a_batch << ", " << g.M << ", " << g.K << "] and [" << g.b_batch << ", "
                   << g.K << ", " << g.N << "] into batch " << g.batch << " is not a product gemm_bf16 runs");
-  const memory::desc a_bf16 = matrix_desc(g.a_batch, g.M, g.K, g.ta, dt::bf16);
-  const memory::desc b_bf16 = matrix_desc(g.b_batch, g.K, g.N, g.tb, dt::bf16);
+  const memory::desc a_desc = matrix_desc(g.a_batch, g.M, g.K, g.ta, dt::bf16);
+  const memory::desc b_desc = matrix_desc(g.b_batch, g.K, g.N, g.tb, dt::bf16);
   const memory::desc c_f32 = matrix_desc(g.batch, g.M, g.N, false, dt::f32);
   const memory::desc bias_f32 = bias ? memory::desc({1, 1, g.N}, dt::f32, memory::dims{g.N, g.N, 1}) : memory::desc();
 
@@ -57,18 +57,24 @@ void gemm_bf16(const char* op, const Bf16Gemm& g, const float* A, const float* B
         ops.append_eltwise(1.0f, dnnl::algorithm::eltwise_relu, 0.0f, 0.0f);
         attr.set_post_ops(ops);
       }
-      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_bf16, b_bf16, bias_f32, c_f32), attr, dnnl_engine());
+      dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(a_desc, b_desc, bias_f32, c_f32), attr, dnnl_engine());
       return std::make_shared<const MatmulEntry>(MatmulEntry{pd, dnnl::matmul(pd)});
     });
   });
 
   const int64_t a_elems = g.a_batch * g.M * g.K, b_elems = g.b_batch * g.K * g.N;
-  void* a_copy = thread_scratch(1, static_cast<size_t>(a_elems) * 2);
-  void* b_copy = thread_scratch(2, static_cast<size_t>(b_elems) * 2);
-  to_bf16(op, A, a_copy, a_elems);
-  to_bf16(op, B, b_copy, b_elems);
-  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(a_bf16, dnnl_engine(), a_copy)},
-                                       {DNNL_ARG_WEIGHTS, memory(b_bf16, dnnl_engine(), b_copy)},
+  void* a_copy = const_cast<void*>(a_bf16);
+  void* b_copy = const_cast<void*>(b_bf16);
+  if (a_copy == nullptr) {
+    a_copy = thread_scratch(1, static_cast<size_t>(a_elems) * 2);
+    to_bf16(op, A, a_copy, a_elems);
+  }
+  if (b_copy == nullptr) {
+    b_copy = thread_scratch(2, static_cast<size_t>(b_elems) * 2);
+    to_bf16(op, B, b_copy, b_elems);
+  }
+  std::unordered_map<int, memory> args{{DNNL_ARG_SRC, memory(a_desc, dnnl_engine(), a_copy)},
+                                       {DNNL_ARG_WEIGHTS, memory(b_desc, dnnl_engine(), b_copy)},
                                        {DNNL_ARG_DST, memory(c_f32, dnnl_engine(), C)}};
   if (bias) args.emplace(DNNL_ARG_BIAS, memory(bias_f32, dnnl_engine(), const_cast<float*>(bias)));
   execute(op, entry->prim, entry->pd, std::move(args));

@@ -18,8 +18,10 @@ struct Bf16Gemm {
   bool ta = false, tb = false;
 };
 // REQUIRES: M, N, K > 0. `bias` may be null. Throws strata::Error naming `op` when oneDNN fails.
+// `a_bf16` / `b_bf16`, when given, are A / B already rounded (to_bf16) and are used instead of converting A / B (which
+// may then be null): an operand of two products is rounded once. They must not be in scratch slots 0-2.
 void gemm_bf16(const char* op, const Bf16Gemm& g, const float* A, const float* B, float* C, const float* bias = nullptr,
-               bool relu = false);
+               bool relu = false, const void* a_bf16 = nullptr, const void* b_bf16 = nullptr);
 
 // Rounds n float32 values to bfloat16 through a (cached) oneDNN reorder.
 void to_bf16(const char* op, const float* src, void* dst, int64_t n);

@@ -159,12 +159,20 @@ DenseGrads dense_backward(const Tensor& x, const Tensor& w, const Tensor& y, con
   const float* pz = dz.data<float>();
   const bool bf16 = compute_precision() == ComputePrecision::kBFloat16;
   if (want_dw || want_dx) cpu::sync_dnnl_threads();
+  // bf16: dz is an operand of both products, so it is rounded once (scratch slot 3; the products use 0-2).
+  const void* dz_bf16 = nullptr;
+  if (bf16 && M * N * K > 0 && (want_dw || want_dx)) {
+    void* buffer = cpu::thread_scratch(3, static_cast<size_t>(M * N) * 2);
+    cpu::to_bf16("dense_backward", pz, buffer, M * N);
+    dz_bf16 = buffer;
+  }
   if (want_dw) {
     g.dw = Tensor::empty({K, N});
     if (M == 0) {
       g.dw.fill_(0.0);
     } else if (K * N > 0 && bf16) {
-      cpu::gemm_bf16("dense_backward", {.M = K, .N = N, .K = M, .ta = true}, x.data<float>(), pz, g.dw.data<float>());
+      cpu::gemm_bf16("dense_backward", {.M = K, .N = N, .K = M, .ta = true}, x.data<float>(), nullptr,
+                     g.dw.data<float>(), nullptr, false, nullptr, dz_bf16);
     } else if (K * N > 0) {
       // dw = x^T dz: [K, M] x [M, N].
       check_sgemm(dnnl_sgemm('T', 'N', K, N, M, 1.0f, x.data<float>(), K, pz, N, 0.0f, g.dw.data<float>(), N), "x^T dy",
@@ -176,7 +184,8 @@ DenseGrads dense_backward(const Tensor& x, const Tensor& w, const Tensor& y, con
     if (N == 0) {
       g.dx.fill_(0.0);
     } else if (M * K > 0 && bf16) {
-      cpu::gemm_bf16("dense_backward", {.M = M, .N = K, .K = N, .tb = true}, pz, w.data<float>(), g.dx.data<float>());
+      cpu::gemm_bf16("dense_backward", {.M = M, .N = K, .K = N, .tb = true}, nullptr, w.data<float>(),
+                     g.dx.data<float>(), nullptr, false, dz_bf16);
     } else if (M * K > 0) {
       // dx = dz w^T: [M, N] x [N, K].
       check_sgemm(dnnl_sgemm('N', 'T', M, K, N, 1.0f, pz, N, w.data<float>(), N, 0.0f, g.dx.data<float>(), K), "dy w^T",
