@@ -2,6 +2,7 @@
 #include <cmath>
 
 #include "autograd/node.h"
+#include "kernels/compute_precision.h"
 #include "kernels/kernels.h"
 #include "strata/ops.h"
 
@@ -109,7 +110,10 @@ Variable operator-(const Variable& x, float s) { return affine(x, 1.0f, -s); }
 Variable matmul(const Variable& a, const Variable& b, bool ta, bool tb) {
   const Tensor av = a.value(), bv = b.value();
   Tensor y = k::matmul(av, bv, ta, tb);
-  return make_result(y, "matmul", {a, b}, [av, bv, ta, tb](const Tensor& dy, const Needs& needs) -> Grads {
+  // The backward products compute in the precision the forward one did (mixed precision; kernels/compute_precision.h).
+  const k::ComputePrecision precision = k::compute_precision();
+  return make_result(y, "matmul", {a, b}, [av, bv, ta, tb, precision](const Tensor& dy, const Needs& needs) -> Grads {
+    const k::ComputePrecisionScope scope(precision);
     Tensor da, db;
     // y = op(a) op(b): d op(a) = dy op(b)^T, d op(b) = op(a)^T dy, then undo the transposes.
     if (needs[0]) da = ta ? k::matmul(bv, dy, tb, true) : k::matmul(dy, bv, false, !tb);

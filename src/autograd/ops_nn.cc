@@ -2,6 +2,7 @@
 // cell.
 #include "autograd/composed_ops.h"
 #include "autograd/node.h"
+#include "kernels/compute_precision.h"
 #include "kernels/kernels.h"
 #include "strata/ops.h"
 
@@ -29,6 +30,7 @@ Variable conv2d(const Variable& x, const Variable& kernel, const Variable& bias,
   const Tensor xv = x.value(), wv = kernel.value();
   const bool with_bias = bias.defined();
   Tensor y = k::conv2d(xv, wv, with_bias ? bias.value() : Tensor(), p);
+  const k::ComputePrecision precision = k::compute_precision();  // the backward computes as the forward did
   std::vector<Variable> inputs = {x, kernel};
   if (with_bias) inputs.push_back(bias);
   // With the fused relu, the gradient first passes relu's mask (y > 0 exactly where the pre-activation
@@ -36,7 +38,8 @@ Variable conv2d(const Variable& x, const Variable& kernel, const Variable& bias,
   const Tensor relu_out = p.fused_relu ? y : Tensor();
   return make_result(
       y, p.fused_relu ? "conv2d_relu" : "conv2d", inputs,
-      [xv, wv, p, with_bias, relu_out](const Tensor& dy_out, const Needs& needs) -> Grads {
+      [xv, wv, p, with_bias, relu_out, precision](const Tensor& dy_out, const Needs& needs) -> Grads {
+    const k::ComputePrecisionScope scope(precision);
     const bool mask = p.fused_relu && !needs.dy_relu_masked;
     const Tensor dy = mask ? k::unary_backward(k::UnaryOp::kRelu, relu_out, Tensor(), dy_out) : dy_out;
     Grads grads(with_bias ? 3 : 2);

@@ -23,6 +23,7 @@
 #include "strata/cluster/cluster_resolver.h"
 #include "strata/distribute/strategies.h"
 #include "strata/io/checkpoint.h"
+#include "strata/nn/policy.h"
 #include "strata/parallel/pipeline_strategy.h"
 #include "strata/parallel/tensor_parallel_strategy.h"
 #include "strata/ps/parameter_server_strategy.h"
@@ -52,6 +53,7 @@ struct TrainArgs {
   std::string trace_steps;
   int threads = 0;
   int verbose = 1;
+  std::string mixed_precision = "float32";  // a dtype policy name (strata/nn/policy.h): float32, bf16, mixed_bfloat16
   StrategyFlags strategy;
   SecurityFlags security;
 };
@@ -323,6 +325,15 @@ void run_train(const TrainArgs& args) {
   if (args.epochs > 0) job.epochs = args.epochs;
   if (args.batch_size > 0) job.batch_size = args.batch_size;
   if (!args.checkpoint_dir.empty()) job.checkpoint_dir = args.checkpoint_dir;
+  // Before any layer runs: the policy decides how each call computes (it warns once where the CPU lacks bf16).
+  nn::set_global_policy(args.mixed_precision);
+  if (nn::global_policy().compute_dtype() == DType::kBFloat16) {
+    std::printf("mixed precision: %s: %s; variables, gradients and the loss stay float32\n",
+                nn::global_policy().name().c_str(),
+                nn::effective_compute_dtype() == DType::kBFloat16
+                    ? "Dense, attention and convolution products compute in bf16 through oneDNN"
+                    : "this CPU has no bf16 instructions, so everything computes in float32");
+  }
   if (resolve_strategy(job.strategy, args.strategy).name == "parameter_server") {
     run_parameter_server_task(job, args, cores);
     return;
@@ -477,6 +488,15 @@ const CLI::Validator kVerbosity(
       return value == "0" || value == "1" || value == "2" ? "" : "must be 0, 1 or 2, got '" + value + "'";
     },
     "0|1|2");
+// --mixed-precision: a dtype policy's name, or an error that lists them.
+const CLI::Validator kPolicyName(
+    [](std::string& value) -> std::string {
+      for (const auto& name : nn::policy_choices())
+        if (value == name) return "";
+      return "unknown mixed precision '" + value +
+             "'; choose one of float32, bf16, mixed_bfloat16 (bf16 is Keras's mixed_bfloat16 policy)";
+    },
+    "float32|bf16|mixed_bfloat16");
 
 // --strategy, --replicas and --cross-device-ops on `command`.
 void add_strategy_options(CLI::App* command, StrategyFlags& flags) {
@@ -631,6 +651,13 @@ void add_train_commands(CLI::App& app) {
       ->add_option("--verbose", train_args->verbose,
                    "0 silent, 1 progress bar (a line per epoch when not a terminal), 2 a line per epoch")
       ->check(kVerbosity);
+  train
+      ->add_option("--mixed-precision", train_args->mixed_precision,
+                   "float32 (default), or bf16 (= mixed_bfloat16, Keras's policy): Dense, MultiHeadAttention's "
+                   "products and Conv1D/Conv2D compute in bfloat16 through oneDNN (forward and backward) while "
+                   "variables, optimizer updates and the loss stay float32; on a CPU without bf16 instructions it "
+                   "warns once and computes in float32")
+      ->check(kPolicyName);
   add_strategy_options(train, train_args->strategy);
   add_security_options(train, train_args->security);
   train->callback([train_args] { run_train(*train_args); });

@@ -4,6 +4,7 @@
 #include <mutex>
 
 #include "autograd/node.h"
+#include "kernels/compute_precision.h"
 #include "kernels/kernels.h"
 #include "nn/layer_util.h"
 #include "strata/error.h"
@@ -43,6 +44,7 @@ namespace detail {
 Variable dense_op(const Variable& x, const Variable& w, const Variable& b, bool relu) {
   const Tensor xv = x.value(), wv = w.value();
   Tensor y = kernels::dense(xv, wv, b.defined() ? b.value() : Tensor(), relu);
+  const kernels::ComputePrecision precision = kernels::compute_precision();  // the backward computes as this did
   std::vector<Variable> inputs = {x, w};
   if (b.defined()) inputs.push_back(b);
   const Tensor relu_out = relu ? y : Tensor();
@@ -50,8 +52,9 @@ Variable dense_op(const Variable& x, const Variable& w, const Variable& b, bool 
   return strata::detail::make_result(
       y, relu ? "dense_relu" : "dense", std::move(inputs),
       // Not a relu fusion partner (autograd/node.h): a max pool never reads this op's 2-D output directly.
-      [xv, wv, relu_out, relu, with_bias](const Tensor& dy,
-                                          const strata::detail::BackwardNeeds& needs) -> std::vector<Tensor> {
+      [xv, wv, relu_out, relu, with_bias, precision](
+          const Tensor& dy, const strata::detail::BackwardNeeds& needs) -> std::vector<Tensor> {
+        const kernels::ComputePrecisionScope scope(precision);
         kernels::DenseGrads g =
             kernels::dense_backward(xv, wv, relu_out, dy, relu, needs[0], needs[1], with_bias && needs[2]);
         std::vector<Tensor> grads = {std::move(g.dx), std::move(g.dw)};

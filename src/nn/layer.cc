@@ -5,9 +5,11 @@
 #include <set>
 #include <sstream>
 
+#include "kernels/compute_precision.h"
 #include "strata/error.h"
 #include "strata/gradient_tape.h"
 #include "strata/nn/functional.h"
+#include "strata/nn/policy.h"
 #include "strata/ops.h"
 #include "strata/random.h"
 
@@ -89,6 +91,11 @@ Variable Layer::run(const std::vector<Variable>& inputs, bool training) {
     shapes.push_back(x.shape());
   }
   if (!built_) build(shapes);
+  // The dtype policy (strata/nn/policy.h): the products and convolutions of this call, and of its gradient (each op
+  // keeps the precision it ran in), compute in bf16 under mixed_bfloat16; sublayers see the same policy.
+  const kernels::ComputePrecisionScope precision(effective_compute_dtype() == DType::kBFloat16
+                                                     ? kernels::ComputePrecision::kBFloat16
+                                                     : kernels::ComputePrecision::kFloat32);
   Variable out = call(inputs, training);
   if (input_shapes_.empty()) {
     for (auto s : shapes) {

@@ -15,6 +15,7 @@
 #include "strata/nn/layer_options.h"
 #include "strata/nn/merge_layers.h"
 #include "strata/nn/normalization.h"
+#include "strata/nn/policy.h"
 #include "strata/nn/preprocessing.h"
 #include "strata/nn/recurrent.h"
 #include "strata/nn/transformer.h"

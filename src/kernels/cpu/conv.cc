@@ -23,10 +23,16 @@
 //    dy[pixels, F]^T, and a col2im that adds each plane into dx shifted by its tap: 5-6x faster at
 //    C=1, 1.1-1.8x at C=2..4, even at C=6 (so the threshold stops at 4).
 //
+// Mixed precision (kernels/compute_precision.h): under ComputePrecision::kBFloat16 the primitives are built with
+// bf16 inputs (x and the kernel forward, dy and the kernel for dx, x and dy for dw) and float32 outputs, and the
+// float32 tensors are rounded to bf16 by the same input_in_format reorders that pick the layouts. The sgemm + col2im
+// input gradient (C <= 4) stays float32: it is the first layer's, which a model rarely asks for.
+//
 // Thread-safety: safe to call concurrently (see dnnl_util.h).
 #include <algorithm>
 #include <cstring>
 
+#include "kernels/compute_precision.h"
 #include "kernels/cpu/cpu_util.h"
 #include "kernels/cpu/dnnl_util.h"
 #include "kernels/device_dispatch.h"
@@ -65,8 +71,17 @@ ConvGeometry conv_geometry(const char* op, const Shape& x, const Shape& w, const
 
 bool is_empty(const ConvGeometry& g) { return g.n == 0 || g.c == 0 || g.f == 0 || g.h == 0 || g.w == 0; }
 
+// The data types of x, the kernel and y (or their gradients) a primitive is built with.
+struct ConvTypes {
+  memory::data_type x = memory::data_type::f32, w = memory::data_type::f32, y = memory::data_type::f32;
+};
+constexpr memory::data_type kBf16 = memory::data_type::bf16;
+
+bool bf16_compute() { return compute_precision() == ComputePrecision::kBFloat16; }
+
 CacheKey conv_key(const char* op, const ConvGeometry& g, const Conv2DParams& p, bool with_bias) {
   CacheKey key(op);
+  key << static_cast<int64_t>(bf16_compute());
   key << g.n << g.h << g.w << g.c << g.kh << g.kw << g.f << p.stride_h << p.stride_w << p.dilation_h << p.dilation_w
       << p.fused_relu
       << g.pad_top << g.pad_bottom << g.pad_left << g.pad_right << static_cast<int64_t>(with_bias);
@@ -81,12 +96,12 @@ struct ConvDescs {
 
 // Plain NHWC activations and HWIO kernels unless told otherwise (format_tag::any lets oneDNN choose).
 ConvDescs conv_descs(const ConvGeometry& g, const Conv2DParams& p, bool with_bias, tag weights_tag = tag::hwio,
-                     tag activations_tag = tag::nhwc) {
+                     tag activations_tag = tag::nhwc, ConvTypes types = {}) {
   ConvDescs d;
-  d.x = cpu::f32_desc(g.x_dims(), activations_tag);
-  d.w = cpu::f32_desc(g.w_dims(), weights_tag);
+  d.x = memory::desc(g.x_dims(), types.x, activations_tag);
+  d.w = memory::desc(g.w_dims(), types.w, weights_tag);
   if (with_bias) d.b = cpu::f32_desc({g.f}, tag::x);
-  d.y = cpu::f32_desc(g.y_dims(), activations_tag);
+  d.y = memory::desc(g.y_dims(), types.y, activations_tag);
   d.strides = {p.stride_h, p.stride_w};
   d.dilates = {p.dilation_h - 1, p.dilation_w - 1};
   d.pad_l = {g.pad_top, g.pad_left};
@@ -213,7 +228,8 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2D
 
   auto entry = cpu::cached<ForwardEntry>(conv_key(op, g, p, with_bias), [&] {
     return cpu::dnnl_call(op, [&] {
-      auto pd = forward_pd(conv_descs(g, p, with_bias, tag::any), p.fused_relu);
+      const ConvTypes types = bf16_compute() ? ConvTypes{.x = kBf16, .w = kBf16} : ConvTypes{};
+      auto pd = forward_pd(conv_descs(g, p, with_bias, tag::any, tag::nhwc, types), p.fused_relu);
       return std::make_shared<const ForwardEntry>(ForwardEntry{pd, dnnl::convolution_forward(pd)});
     });
   });
@@ -249,8 +265,11 @@ Tensor conv2d_backward_input(const Tensor& dy, const Tensor& w, const Shape& x_s
   }
   auto entry = cpu::cached<BackwardDataEntry>(conv_key(op, g, p, false), [&] {
     return cpu::dnnl_call(op, [&] {
-      const ConvDescs d = conv_descs(g, p, false, tag::any);
-      const auto hint = forward_pd(d);
+      const bool bf16 = bf16_compute();
+      const ConvDescs d = conv_descs(g, p, false, tag::any, tag::nhwc,
+                                     bf16 ? ConvTypes{.w = kBf16, .y = kBf16} : ConvTypes{});
+      const auto hint = forward_pd(conv_descs(g, p, false, tag::any, tag::nhwc,
+                                              bf16 ? ConvTypes{.x = kBf16, .w = kBf16} : ConvTypes{}));
       dnnl::convolution_backward_data::primitive_desc pd(
           {dnnl::algorithm::convolution_direct, d.x, d.w, d.y, d.strides, d.dilates, d.pad_l, d.pad_r},
           cpu::default_attr(), cpu::dnnl_engine(), hint);
@@ -291,8 +310,11 @@ Conv2DWeightGrads conv2d_backward_weights(const Tensor& x, const Tensor& dy, con
   auto entry = cpu::cached<BackwardWeightsEntry>(key, [&] {
     return cpu::dnnl_call(op, [&] {
       const tag activations = blocked_dy ? tag::any : tag::nhwc;
-      const ConvDescs d = conv_descs(g, p, with_bias, tag::any, activations);
-      const auto hint = forward_pd(d);
+      const bool bf16 = bf16_compute();
+      const ConvDescs d = conv_descs(g, p, with_bias, tag::any, activations,
+                                     bf16 ? ConvTypes{.x = kBf16, .y = kBf16} : ConvTypes{});
+      const auto hint = forward_pd(conv_descs(g, p, with_bias, tag::any, activations,
+                                              bf16 ? ConvTypes{.x = kBf16, .w = kBf16} : ConvTypes{}));
       dnnl::convolution_backward_weights::primitive_desc pd(
           {dnnl::algorithm::convolution_direct, d.x, d.w, d.b, d.y, d.strides, d.dilates, d.pad_l, d.pad_r},
           cpu::default_attr(), cpu::dnnl_engine(), hint);

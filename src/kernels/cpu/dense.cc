@@ -5,12 +5,16 @@
 // gradient and bias reduction were four more passes, four more tensors and three more tape nodes
 // beside two products that are already at the machine's peak; the passes here run over data the
 // product has just left in L1/L2.
+// Under ComputePrecision::kBFloat16 (mixed precision) the three products run in bf16 (cpu/bf16_gemm.h), the forward
+// one with the bias and relu as its post-ops; the relu mask and the bias gradient stay float32 passes.
 // Thread-safety: safe to call concurrently; each call writes only the tensors it allocates.
 #include <oneapi/dnnl/dnnl.h>
 
 #include <algorithm>
 #include <vector>
 
+#include "kernels/compute_precision.h"
+#include "kernels/cpu/bf16_gemm.h"
 #include "kernels/cpu/cpu_util.h"
 #include "kernels/cpu/dnnl_util.h"
 #include "kernels/device_dispatch.h"
@@ -90,6 +94,11 @@ Tensor dense(const Tensor& x, const Tensor& w, const Tensor& bias, bool relu) {
   Tensor y = Tensor::empty({M, N});
   if (y.numel() == 0) return y;
   float* py = y.data<float>();
+  if (K > 0 && compute_precision() == ComputePrecision::kBFloat16) {
+    cpu::gemm_bf16("dense", {.M = M, .N = N, .K = K}, x.data<float>(), w.data<float>(), py,
+                   bias.defined() ? bias.data<float>() : nullptr, relu);
+    return y;
+  }
   if (K == 0) {
     std::fill(py, py + M * N, 0.0f);
   } else {
@@ -148,11 +157,22 @@ DenseGrads dense_backward(const Tensor& x, const Tensor& w, const Tensor& y, con
     }
   }
   const float* pz = dz.data<float>();
+  const bool bf16 = compute_precision() == ComputePrecision::kBFloat16;
   if (want_dw || want_dx) cpu::sync_dnnl_threads();
+  // bf16: dz is an operand of both products, so it is rounded once (scratch slot 3; the products use 0-2).
+  const void* dz_bf16 = nullptr;
+  if (bf16 && M * N * K > 0 && (want_dw || want_dx)) {
+    void* buffer = cpu::thread_scratch(3, static_cast<size_t>(M * N) * 2);
+    cpu::to_bf16("dense_backward", pz, buffer, M * N);
+    dz_bf16 = buffer;
+  }
   if (want_dw) {
     g.dw = Tensor::empty({K, N});
     if (M == 0) {
       g.dw.fill_(0.0);
+    } else if (K * N > 0 && bf16) {
+      cpu::gemm_bf16("dense_backward", {.M = K, .N = N, .K = M, .ta = true}, x.data<float>(), nullptr,
+                     g.dw.data<float>(), nullptr, false, nullptr, dz_bf16);
     } else if (K * N > 0) {
       // dw = x^T dz: [K, M] x [M, N].
       check_sgemm(dnnl_sgemm('T', 'N', K, N, M, 1.0f, x.data<float>(), K, pz, N, 0.0f, g.dw.data<float>(), N), "x^T dy",
@@ -163,6 +183,9 @@ DenseGrads dense_backward(const Tensor& x, const Tensor& w, const Tensor& y, con
     g.dx = Tensor::empty({M, K});
     if (N == 0) {
       g.dx.fill_(0.0);
+    } else if (M * K > 0 && bf16) {
+      cpu::gemm_bf16("dense_backward", {.M = M, .N = K, .K = N, .tb = true}, nullptr, w.data<float>(),
+                     g.dx.data<float>(), nullptr, false, dz_bf16);
     } else if (M * K > 0) {
       // dx = dz w^T: [M, N] x [N, K].
       check_sgemm(dnnl_sgemm('N', 'T', M, K, N, 1.0f, pz, N, w.data<float>(), N, 0.0f, g.dx.data<float>(), K), "dy w^T",

@@ -4,11 +4,15 @@
 // it was as fast or faster on 256x784x128, its two backward products and 1024^3, at 1 and 2
 // threads, and it threads through OpenMP, whose thread count is a per-thread setting, so
 // strata::num_threads() of the calling thread is honoured without touching a global pool.
+// Under ComputePrecision::kBFloat16 (mixed precision) a product runs as one batched oneDNN bf16 matmul instead
+// (cpu/bf16_gemm.h), a shared operand broadcast by the primitive.
 // Thread-safety: safe to call concurrently; each call sets only the calling thread's OpenMP count.
 #include <oneapi/dnnl/dnnl.h>
 
 #include <atomic>
 
+#include "kernels/compute_precision.h"
+#include "kernels/cpu/bf16_gemm.h"
 #include "kernels/cpu/cpu_util.h"
 #include "kernels/cpu/dnnl_util.h"
 #include "kernels/device_dispatch.h"
@@ -55,6 +59,15 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool trans_a, bool trans_b) {
   const float* pb = b.data<float>();
   float* pc = out.data<float>();
   cpu::sync_dnnl_threads();  // dnnl_sgemm threads like the other oneDNN calls
+
+  if (compute_precision() == ComputePrecision::kBFloat16) {
+    cpu::Bf16Gemm g{.batch = batch, .a_batch = Ba, .b_batch = Bb, .M = M, .N = N, .K = K, .ta = trans_a, .tb = trans_b};
+    if (!batched || (a.rank() == 3 && b.rank() == 2 && !trans_a)) {
+      g = {.M = Ba * M, .N = N, .K = K, .ta = trans_a, .tb = trans_b};  // as one product, like the sgemm path
+    }
+    cpu::gemm_bf16("matmul", g, pa, pb, pc);
+    return out;
+  }
 
   // One product: both 2-D, or a batch of A rows against a shared B ([B*M, K] x [K, N]).
   if (!batched || (a.rank() == 3 && b.rank() == 2 && !trans_a)) {
