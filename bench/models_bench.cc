@@ -2,7 +2,7 @@
 // Fashion-MNIST with Model::fit and prints the images/s of one epoch after a warm-up epoch as JSON.
 // bench/models_bench.py runs it beside the same training in TensorFlow and PyTorch.
 //
-//   models_bench --model cnn|mlp|transformer --threads N [--data DIR] [--epochs 1] [--batch 64] [--steps N]
+//   models_bench --model cnn|mlp|transformer --threads N [--mixed-precision float32|bf16] [--data DIR] [--epochs 1] [--batch 64] [--steps N]
 //                [--steps-per-epoch S]
 //
 // --steps-per-epoch S makes each epoch (the warm-up one too) S steps of the data repeated, so that a short run times
@@ -24,6 +24,7 @@
 #include "strata/data/convert.h"
 #include "strata/data/dataset.h"
 #include "strata/nn/nn.h"
+#include "strata/nn/policy.h"
 #include "strata/optim/losses.h"
 #include "strata/optim/optimizers.h"
 #include "strata/random.h"
@@ -81,6 +82,7 @@ int main(int argc, char** argv) {
     else if (flag == "--batch") batch = std::stoll(argv[i + 1]);
     else if (flag == "--steps") steps = std::stoll(argv[i + 1]);
     else if (flag == "--steps-per-epoch") steps_per_epoch = std::stoll(argv[i + 1]);
+    else if (flag == "--mixed-precision") nn::set_global_policy(argv[i + 1]);  // strata/nn/policy.h
     else if (flag == "--pipeline-only") pipeline_only = std::string(argv[i + 1]) == "1";
     else {
       std::fprintf(stderr, "models_bench: unknown flag '%s'\n", flag.c_str());

@@ -251,7 +251,7 @@ def main():
     parser.add_argument("--binary", default=None)
     parser.add_argument("--data", default=peers.FASHION_MNIST)
     parser.add_argument("--rounds", type=int, default=1, help="runs of each side; the best of each is reported")
-    parser.add_argument("--models", default="cnn,mlp,transformer",
+    parser.add_argument("--models", default="cnn,mlp,transformer,transformer-bf16",
                         help="comma-separated subset of cnn, mlp, transformer, transformer-bf16")
     parser.add_argument("--threads", default="1,2", help="comma-separated thread counts")
     parser.add_argument("--steps", type=int, default=300,
