@@ -171,7 +171,19 @@ class CentralStorageStrategy(Strategy):
         super().__init__(_strata.CentralStorageStrategy(list(compute_devices or [])))
 
 
-class PipelineStrategy(Strategy):
+class _WorkerGroupMember:
+    """num_workers and worker_index of a strategy whose native side is one worker of a group."""
+
+    @property
+    def num_workers(self):
+        return self._native.num_workers
+
+    @property
+    def worker_index(self):
+        return self._native.worker_index
+
+
+class PipelineStrategy(_WorkerGroupMember, Strategy):
     """strata's pipeline parallelism (no TensorFlow counterpart): a Sequential model's training steps run as a pipeline
     of `stages` stages (threads of this process), each global batch split into `micro_batches` micro-batches run in
     the order of `schedule` ("gpipe", "1f1b", "interleaved" with `chunks` model chunks per stage, "zb-h1"). The layers
@@ -195,22 +207,12 @@ class PipelineStrategy(Strategy):
         super().__init__(_strata.PipelineStrategy(stages=stages, micro_batches=micro_batches, schedule=schedule,
                                                   chunks=chunks, bounds=[int(b) for b in (bounds or [])],
                                                   balance=balance, recompute=bool(recompute),
-                                                  implementation=options.implementation,
-                                                  bytes_per_pack=options.bytes_per_pack or (25 << 20),
-                                                  timeout_seconds=float(options.timeout_seconds or 300.0)))
+                                                  **options.native_kwargs()))
 
     @property
     def layout(self):
         """The last cut of the model's layers, a bracket per (virtual) stage: "[dense] [dense_1]"; "" before fit."""
         return self._native.layout
-
-    @property
-    def num_workers(self):
-        return self._native.num_workers
-
-    @property
-    def worker_index(self):
-        return self._native.worker_index
 
 
 class _Partitioners:
@@ -417,6 +419,11 @@ class CommunicationOptions:
         self.timeout_seconds = timeout_seconds
         self.implementation = implementation
 
+    def native_kwargs(self):
+        """The options as the C++ strategies' keyword arguments, the defaults filled in."""
+        return {"implementation": self.implementation, "bytes_per_pack": self.bytes_per_pack or (25 << 20),
+                "timeout_seconds": float(self.timeout_seconds or 300.0)}
+
 
 class experimental:  # noqa: N801 (tf.distribute.experimental's names)
     CommunicationImplementation = CommunicationImplementation
@@ -427,7 +434,7 @@ class experimental:  # noqa: N801 (tf.distribute.experimental's names)
     partitioners = partitioners
 
 
-class MultiWorkerMirroredStrategy(Strategy):
+class MultiWorkerMirroredStrategy(_WorkerGroupMember, Strategy):
     """Synchronous data parallelism across processes (workers), each with a copy of every variable, gradients
     all-reduced every step. The cluster comes from TF_CONFIG (`python -m strata.launch --workers N script.py` sets
     it), mpirun or torchrun; none: a single worker. Each worker takes its share of its host's cores (STRATA_NUM_THREADS
@@ -439,18 +446,7 @@ class MultiWorkerMirroredStrategy(Strategy):
             raise ValueError("cluster_resolver: strata reads the cluster from TF_CONFIG (or mpirun, torchrun); "
                              "pass None")
         options = communication_options or CommunicationOptions()
-        super().__init__(_strata.MultiWorkerMirroredStrategy(
-            implementation=options.implementation,
-            bytes_per_pack=options.bytes_per_pack or (25 << 20),
-            timeout_seconds=float(options.timeout_seconds or 300.0)))
-
-    @property
-    def num_workers(self):
-        return self._native.num_workers
-
-    @property
-    def worker_index(self):
-        return self._native.worker_index
+        super().__init__(_strata.MultiWorkerMirroredStrategy(**options.native_kwargs()))
 
 
 def _reduce_op_name(reduce_op):
