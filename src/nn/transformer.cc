@@ -5,6 +5,7 @@
 
 #include <vector>
 
+#include "nn/encoder_block.h"
 #include "nn/layer_util.h"
 #include "strata/error.h"
 #include "strata/ops.h"
@@ -110,19 +111,9 @@ Variable TransformerEncoder::call(const Variable& input, bool training) {
   check_sequence(s, label(*this));
   STRATA_CHECK(s[2] == hidden_dim_, ShapeError,
                label(*this) << " was built for " << hidden_dim_ << " features, got input " << shape_str(s));
-  const bool pre = options_.normalize_first;
-  // Self-attention sublayer.
-  Variable x = pre ? (*attention_norm_)(input, training) : input;
-  x = (*attention_)(x, training);
-  x = (*attention_dropout_)(x, training) + input;
-  if (!pre) x = (*attention_norm_)(x, training);
-  // Feed-forward sublayer.
-  const Variable residual = x;
-  Variable h = pre ? (*feedforward_norm_)(x, training) : x;
-  h = (*output_dense_)((*intermediate_dense_)(h, training), training);
-  h = (*feedforward_dropout_)(h, training) + residual;
-  if (!pre) h = (*feedforward_norm_)(h, training);
-  return h;
+  return detail::encoder_block({*attention_norm_, *attention_, *attention_dropout_, *feedforward_norm_,
+                                *intermediate_dense_, *output_dense_, *feedforward_dropout_},
+                               input, options_.normalize_first, training);
 }
 
 }  // namespace strata::nn

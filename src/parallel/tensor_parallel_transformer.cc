@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "nn/attention_heads.h"
+#include "nn/encoder_block.h"
 #include "nn/layer_util.h"
 #include "parallel/tensor_parallel_ops.h"
 #include "strata/error.h"
@@ -290,18 +291,9 @@ Variable TensorParallelTransformerEncoder::call(const Variable& input, bool trai
   check_sequence(s, label(*this), "input");
   STRATA_CHECK(s[2] == hidden_dim_, ShapeError,
                label(*this) << " was built for " << hidden_dim_ << " features, got input " << shape_str(s));
-  // nn::TransformerEncoder::call, term by term.
-  const bool pre = options_.normalize_first;
-  Variable x = pre ? (*attention_norm_)(input, training) : input;
-  x = (*attention_)(x, training);
-  x = (*attention_dropout_)(x, training) + input;
-  if (!pre) x = (*attention_norm_)(x, training);
-  const Variable residual = x;
-  Variable h = pre ? (*feedforward_norm_)(x, training) : x;
-  h = (*output_dense_)((*intermediate_dense_)(h, training), training);
-  h = (*feedforward_dropout_)(h, training) + residual;
-  if (!pre) h = (*feedforward_norm_)(h, training);
-  return h;
+  return nn::detail::encoder_block({*attention_norm_, *attention_, *attention_dropout_, *feedforward_norm_,
+                                    *intermediate_dense_, *output_dense_, *feedforward_dropout_},
+                                   input, options_.normalize_first, training);
 }
 
 void TensorParallelTransformerEncoder::check_full(const nn::TransformerEncoder& full) const {
