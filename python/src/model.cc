@@ -110,60 +110,6 @@ data::Dataset batches(const Tensor& x, const std::optional<Tensor>& y, int64_t b
   return d.batch(batch_size).prefetch(data::kAutotune);
 }
 
-nb::dict fit(Model& model, nb::handle x_array, nb::handle y_array, int64_t epochs, int64_t batch_size,
-             nb::handle validation_x, nb::handle validation_y, bool shuffle, std::optional<uint64_t> seed,
-             int verbose, std::vector<nb::object> callbacks, distribute::Strategy* strategy) {
-  const Tensor x = tensor_from_numpy(x_array, "fit x");
-  const Tensor y = tensor_from_numpy(y_array, "fit y");
-  FitOptions options{.epochs = epochs, .verbose = verbose};
-  if (!validation_x.is_none()) {
-    options.validation_data = batches(tensor_from_numpy(validation_x, "fit validation x"),
-                                      tensor_from_numpy(validation_y, "fit validation y"), batch_size, false, {});
-  }
-  auto bridge = std::make_shared<PythonCallbacks>(std::move(callbacks));
-  options.callbacks.push_back(bridge);
-  const data::Dataset train = batches(x, y, batch_size, shuffle, seed);
-  History history;
-  {
-    nb::gil_scoped_release released;
-    auto scope = scope_of(strategy);
-    history = model.fit(train, options);
-  }
-  bridge->rethrow_pending();
-  nb::dict out;
-  for (const auto& [name, values] : history.history) out[name.c_str()] = nb::cast(values);
-  return out;
-}
-
-std::vector<std::pair<std::string, double>> evaluate(Model& model, nb::handle x_array, nb::handle y_array,
-                                                     int64_t batch_size, int verbose,
-                                                     std::vector<nb::object> callbacks,
-                                                     distribute::Strategy* strategy) {
-  const data::Dataset test = batches(tensor_from_numpy(x_array, "evaluate x"),
-                                     tensor_from_numpy(y_array, "evaluate y"), batch_size, false, {});
-  auto bridge = std::make_shared<PythonCallbacks>(std::move(callbacks));
-  EvaluateOptions options{.callbacks = {bridge}, .verbose = verbose};
-  Logs logs;
-  {
-    nb::gil_scoped_release released;
-    auto scope = scope_of(strategy);
-    logs = model.evaluate(test, options);
-  }
-  bridge->rethrow_pending();
-  return logs.items();
-}
-
-nb::object predict(Model& model, nb::handle x_array, int64_t batch_size, distribute::Strategy* strategy) {
-  const data::Dataset inputs = batches(tensor_from_numpy(x_array, "predict x"), std::nullopt, batch_size, false, {});
-  Tensor out;
-  {
-    nb::gil_scoped_release released;
-    auto scope = scope_of(strategy);
-    out = model.predict(inputs);
-  }
-  return numpy_from_tensor(std::move(out));
-}
-
 // fit / evaluate / predict on a strata.data.Dataset: its elements are (x, y[, sample_weight]) batches by position,
 // as strata::Model::fit reads them (a dict's values in key order).
 nb::dict fit_dataset(Model& model, const data::Dataset& train, int64_t epochs, std::optional<data::Dataset> validation,
@@ -208,6 +154,35 @@ nb::object predict_dataset(Model& model, const data::Dataset& inputs, int64_t st
     out = model.predict(inputs, steps);
   }
   return numpy_from_tensor(std::move(out));
+}
+
+// fit / evaluate / predict on numpy arrays: the arrays become a batched Dataset (shuffled for fit), then as above.
+nb::dict fit(Model& model, nb::handle x_array, nb::handle y_array, int64_t epochs, int64_t batch_size,
+             nb::handle validation_x, nb::handle validation_y, bool shuffle, std::optional<uint64_t> seed,
+             int verbose, std::vector<nb::object> callbacks, distribute::Strategy* strategy) {
+  const Tensor x = tensor_from_numpy(x_array, "fit x");
+  const Tensor y = tensor_from_numpy(y_array, "fit y");
+  std::optional<data::Dataset> validation;
+  if (!validation_x.is_none()) {
+    validation = batches(tensor_from_numpy(validation_x, "fit validation x"),
+                         tensor_from_numpy(validation_y, "fit validation y"), batch_size, false, {});
+  }
+  return fit_dataset(model, batches(x, y, batch_size, shuffle, seed), epochs, std::move(validation), 0, 0, verbose,
+                     std::move(callbacks), strategy);
+}
+
+std::vector<std::pair<std::string, double>> evaluate(Model& model, nb::handle x_array, nb::handle y_array,
+                                                     int64_t batch_size, int verbose,
+                                                     std::vector<nb::object> callbacks,
+                                                     distribute::Strategy* strategy) {
+  const data::Dataset test = batches(tensor_from_numpy(x_array, "evaluate x"),
+                                     tensor_from_numpy(y_array, "evaluate y"), batch_size, false, {});
+  return evaluate_dataset(model, test, 0, verbose, std::move(callbacks), strategy);
+}
+
+nb::object predict(Model& model, nb::handle x_array, int64_t batch_size, distribute::Strategy* strategy) {
+  return predict_dataset(model, batches(tensor_from_numpy(x_array, "predict x"), std::nullopt, batch_size, false, {}),
+                         0, strategy);
 }
 
 }  // namespace
