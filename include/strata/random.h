@@ -4,7 +4,8 @@
 // every machine; different streams of one seed never overlap, so replica r of worker w can draw
 // from `Generator(seed, stream)` with a stream derived from (w, r) and stay reproducible and
 // disjoint. `offset` counts 128-bit blocks consumed, so a Generator's state is three integers that
-// checkpoints save and restore. Fills are sequential, so results do not depend on thread counts.
+// checkpoints save and restore. Block i of a fill is the counter offset + i whichever thread computes it, so
+// results do not depend on thread counts (fill_bernoulli, dropout's mask, splits its blocks across threads).
 //
 // Thread-safety: a Generator is not synchronised; give each thread its own (use `split`).
 // `default_generator()` is per thread.
@@ -41,7 +42,8 @@ class Generator {
   void fill_normal(float* out, int64_t n, float mean, float stddev);
   // Normal values redrawn until they fall within two standard deviations (like TensorFlow's).
   void fill_truncated_normal(float* out, int64_t n, float mean, float stddev);
-  // 1 with probability `p`, else 0.
+  // 1 with probability `p`, else 0. Runs on up to num_threads() threads (strata/threading.h): element i comes from
+  // block i / 4 of the reserved run whichever thread draws it, so the values equal a sequential fill's.
   void fill_bernoulli(float* out, int64_t n, float p);
 
   // A generator with the same seed on another stream (disjoint numbers).

@@ -34,6 +34,28 @@ TEST(RandomTest, KnownAnswerPinsTheAlgorithm) {
   EXPECT_EQ(b[3], 0x9b00dbd8u);
 }
 
+TEST(RandomTest, BernoulliEqualsTheSequentialDrawAtAnyThreadCount) {
+  // Element i is word i % 4 of block i / 4: the definition, drawn block by block.
+  for (const float p : {0.4f, 0.5f, 0.0f, 1.0f})
+  for (const int64_t n : {int64_t{1}, int64_t{7}, int64_t{63}, int64_t{65}, int64_t{100003}}) {
+    Generator reference(11, 3);
+    std::vector<float> expected(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; i += 4) {
+      const auto b = reference.next_block();
+      for (int64_t j = 0; j < 4 && i + j < n; ++j)
+        expected[static_cast<size_t>(i + j)] = static_cast<float>(b[j] >> 8) / 16777216.0f < p ? 1.0f : 0.0f;
+    }
+    for (int threads : {1, 2, 3}) {
+      ScopedNumThreads scoped(threads);
+      Generator g(11, 3);
+      std::vector<float> got(static_cast<size_t>(n), -1.0f);
+      g.fill_bernoulli(got.data(), n, p);
+      EXPECT_EQ(got, expected) << "p " << p << ", n " << n << ", " << threads << " threads";
+      EXPECT_EQ(g.state(), reference.state()) << "n " << n << ": the offset advances by the blocks drawn";
+    }
+  }
+}
+
 TEST(RandomTest, StateSavesAndRestores) {
   Generator g(7);
   std::vector<float> first(10);
