@@ -98,6 +98,25 @@ TEST(SoftmaxTest, LargeBatchesAtTwoThreads) {
   expect_near(softmax_backward(softmax(x2, 1), dy, 1), ref_backward(x2, dy, 1, false), 1e-5);
 }
 
+TEST(SoftmaxTest, AttentionShapesOnOneDnnMatchReference) {
+  // [batch, heads, T, T] probabilities are large enough for oneDNN's primitive; every kind and both directions.
+  const Tensor x = random_tensor({16, 4, 28, 28}, 7);
+  const Tensor dy = random_tensor({16, 4, 28, 28}, 8);
+  for (int threads : {1, 2}) {
+    ScopedNumThreads scope(threads);
+    const Tensor y = softmax(x);
+    const Tensor ly = log_softmax(x);
+    expect_near(y, ref_forward(x, -1, false), 1e-6);
+    expect_near(ly, ref_forward(x, -1, true), 1e-5);
+    expect_near(softmax_backward(y, dy), ref_backward(x, dy, -1, false), 1e-5);
+    expect_near(log_softmax_backward(ly, dy), ref_backward(x, dy, -1, true), 1e-5);
+  }
+  // A masked row (huge negative logits, as an attention mask adds) stays finite.
+  std::vector<float> values(static_cast<size_t>(x.numel()), 0.5f);
+  for (size_t i = 0; i < values.size(); i += 2) values[i] = -1e30f;
+  for (float v : softmax(Tensor::from_vector(values, x.shape())).to_vector<float>()) ASSERT_FALSE(std::isnan(v));
+}
+
 TEST(SoftmaxTest, StableWithHugeLogits) {
   const Tensor x = Tensor::from_list({1000, 999, -1000, 1e30f, 0, -1e30f}, {2, 3});
   const std::vector<float> y = softmax(x).to_vector<float>();

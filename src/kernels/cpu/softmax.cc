@@ -3,14 +3,16 @@
 // The tensor is seen as [outer, n, inner] around the axis. The last axis (inner == 1) runs one row
 // at a time; another axis runs blocks of up to kBlock adjacent columns so the inner loops stay
 // contiguous. Both subtract the maximum before exponentiating, so large logits never overflow, and
-// sums are accumulated in double. Plain loops were kept rather than oneDNN's softmax primitive:
-// the common shapes here ([batch, classes] with a few classes) are too small to repay creating a
-// primitive per call.
+// sums are accumulated in double. Tensors of kDnnlMinElements or more (attention's [batch, heads, T, T]
+// probabilities) run oneDNN's softmax_v2 primitive instead (vectorised exp, float sums; cached per shape, see
+// dnnl_util.h): on the Transformer job's attention it took the plain loops' 8% of a step's time. The plain loops stay
+// for the small shapes ([batch, classes] of a loss), where one call is shorter than a primitive's dispatch.
 // Thread-safety: safe to call concurrently on distinct outputs.
 #include <cmath>
 #include <limits>
 
 #include "kernels/cpu/cpu_util.h"
+#include "kernels/cpu/dnnl_util.h"
 #include "kernels/device_dispatch.h"
 #include "kernels/kernels.h"
 
@@ -19,7 +21,61 @@ namespace strata::kernels {
 namespace {
 
 constexpr int64_t kBlock = 64;
+constexpr int64_t kDnnlMinElements = 16384;
 enum class Kind { kSoftmax, kLogSoftmax };
+
+// ---- oneDNN, over the tensor seen as [outer, n, inner] with the softmax along dimension 1
+dnnl::memory::desc axis_desc(const cpu::AxisSplit& s) {
+  return cpu::f32_desc({s.outer, s.n, s.inner}, dnnl::memory::format_tag::abc);
+}
+dnnl::algorithm algorithm_of(Kind kind) {
+  return kind == Kind::kSoftmax ? dnnl::algorithm::softmax_accurate : dnnl::algorithm::softmax_log;
+}
+dnnl::softmax_v2_forward::primitive_desc forward_pd(const cpu::AxisSplit& s, Kind kind) {
+  const auto md = axis_desc(s);
+  return dnnl::softmax_v2_forward::primitive_desc(
+      {dnnl::prop_kind::forward_training, algorithm_of(kind), md, md, 1}, cpu::default_attr(), cpu::dnnl_engine());
+}
+cpu::CacheKey softmax_key(const char* op, const cpu::AxisSplit& s, Kind kind) {
+  cpu::CacheKey key(op);
+  key << s.outer << s.n << s.inner << static_cast<int64_t>(kind);
+  return key;
+}
+
+void dnnl_forward(const char* op, const cpu::AxisSplit& s, const Tensor& x, const Tensor& y, Kind kind) {
+  struct Entry {
+    dnnl::softmax_v2_forward::primitive_desc pd;
+    dnnl::softmax_v2_forward prim;
+  };
+  auto entry = cpu::cached<Entry>(softmax_key(op, s, kind), [&] {
+    return cpu::dnnl_call(op, [&] {
+      auto pd = forward_pd(s, kind);
+      return std::make_shared<const Entry>(Entry{pd, dnnl::softmax_v2_forward(pd)});
+    });
+  });
+  const auto md = axis_desc(s);
+  cpu::execute(op, entry->prim, entry->pd, {{DNNL_ARG_SRC, cpu::wrap(md, x)}, {DNNL_ARG_DST, cpu::wrap(md, y)}});
+}
+
+void dnnl_backward(const char* op, const cpu::AxisSplit& s, const Tensor& y, const Tensor& dy, const Tensor& dx,
+                   Kind kind) {
+  struct Entry {
+    dnnl::softmax_v2_backward::primitive_desc pd;
+    dnnl::softmax_v2_backward prim;
+  };
+  auto entry = cpu::cached<Entry>(softmax_key(op, s, kind), [&] {
+    return cpu::dnnl_call(op, [&] {
+      const auto md = axis_desc(s);
+      dnnl::softmax_v2_backward::primitive_desc pd({algorithm_of(kind), md, md, md, 1}, cpu::default_attr(),
+                                                   cpu::dnnl_engine(), forward_pd(s, kind));
+      return std::make_shared<const Entry>(Entry{pd, dnnl::softmax_v2_backward(pd)});
+    });
+  });
+  const auto md = axis_desc(s);
+  cpu::execute(op, entry->prim, entry->pd,
+               {{DNNL_ARG_DST, cpu::wrap(md, y)}, {DNNL_ARG_DIFF_DST, cpu::wrap(md, dy)},
+                {DNNL_ARG_DIFF_SRC, cpu::wrap(md, dx)}});
+}
 
 // ---- one contiguous row of n elements
 void forward_row(const float* x, float* y, int64_t n, Kind kind) {
@@ -139,6 +195,10 @@ Tensor forward(const char* op, const Tensor& x, int axis, Kind kind) {
   Tensor y = Tensor::empty(x.shape());
   if (x.numel() == 0) return y;
   const cpu::AxisSplit s = cpu::split_at_axis(x.shape(), ax);
+  if (x.numel() >= kDnnlMinElements) {
+    dnnl_forward(op, s, x, y, kind);
+    return y;
+  }
   const float* px = x.data<float>();
   float* py = y.data<float>();
   for_each_slice(
@@ -155,6 +215,10 @@ Tensor backward(const char* op, const Tensor& y, const Tensor& dy, int axis, Kin
   Tensor dx = Tensor::empty(y.shape());
   if (y.numel() == 0) return dx;
   const cpu::AxisSplit s = cpu::split_at_axis(y.shape(), ax);
+  if (y.numel() >= kDnnlMinElements) {
+    dnnl_backward(op, s, y, dy, dx, kind);
+    return dx;
+  }
   const float* py = y.data<float>();
   const float* pg = dy.data<float>();
   float* pd = dx.data<float>();
