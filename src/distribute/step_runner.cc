@@ -1,7 +1,11 @@
 // The default step runner (strata/distribute/training_program.h): a group's steps on every local replica in sync,
 // and the strategy's defaults for the extension point.
-// A replica on a GPU gets each batch copied there before its step (the copy waits for the host-to-device transfer).
-// Thread-safety: run_steps_on_replicas is called by fit's (or evaluate's) thread; the step-rows value is per thread.
+// A replica on a GPU steps on batches a DevicePrefetcher staged there (device_prefetch.h): each batch's copy is queued
+// on the GPU's copy stream through a pinned block, the next step's while the current one runs, and the step's kernels
+// wait for it on the device, not the host. Replicas on the host step on the batches as they are.
+// Thread-safety: run_steps_on_replicas is called by fit's (or evaluate's) thread; the step-rows value is per thread;
+// each replica thread has its own prefetcher.
+#include "distribute/device_prefetch.h"
 #include "strata/distribute/strategy.h"
 #include "strata/distribute/training_program.h"
 
@@ -32,10 +36,21 @@ void run_steps_on_replicas(Strategy& strategy, TrainingProgram& program, const S
   }
   strategy.run_replicas([&](int replica) {
     const Device device = strategy.replica_device(replica);
-    for (size_t k = 0; k < steps.size(); ++k) {
-      ScopedStepRows rows(steps.global_rows[k]);
-      step(batch_on_device(steps.batches[k][replica], device));  // a GPU replica: the batch's copy, made on its stream
+    if (device.is_cpu()) {
+      for (size_t k = 0; k < steps.size(); ++k) {
+        ScopedStepRows rows(steps.global_rows[k]);
+        step(steps.batches[k][replica]);
+      }
+      return;
     }
+    // A GPU replica: the group's batches go through pinned blocks on the copy stream, one step ahead.
+    DevicePrefetcher prefetch(strata::detail::make_device_copy_queue(device));
+    run_prefetched(
+        prefetch, steps.size(), [&](size_t k) -> const data::Element& { return steps.batches[k][replica]; },
+        [&](size_t k, const data::Element& batch) {
+          ScopedStepRows rows(steps.global_rows[k]);
+          step(batch);
+        });
   });
   program.merge_replica_trackers();
 }

@@ -1,6 +1,6 @@
-// Metric state updates: one loop per batch over the elements, reading y_true in its own dtype. Tensors on a GPU are
-// copied to the host first (a first cut: for fit's [batch, classes] predictions and [batch] labels the copy is small,
-// but it waits for the device; a device-side argmax-compare-sum would leave one number to read back).
+// Metric state updates: one loop per batch over the elements, reading y_true in its own dtype. With predictions on a
+// GPU, the accuracies and mean_squared_error score each row there (optim/cuda/metrics.cu) and only the batch's two
+// sums come back (one wait for the device); precision, recall and mean copy their tensors to the host first.
 // Thread-safety: see strata/optim/metrics.h (not synchronised).
 #include "strata/optim/metrics.h"
 
@@ -8,6 +8,7 @@
 #include <cctype>
 #include <initializer_list>
 
+#include "optim/cuda/optim_kernels.h"
 #include "strata/optim/losses.h"
 
 namespace strata::metrics {
@@ -38,7 +39,6 @@ void with_values(const char* who, const Tensor& t, const char* what, F&& f) {
   STRATA_THROW(InvalidArgument, who << ": " << what << " has unsupported dtype " << dtype_name(t.dtype()));
 }
 
-// Rows of a tensor as metrics see them: rank >= 2 is [rows, width]; rank 1 is one element per row.
 // Whether any of the defined tensors lives off the host.
 bool any_off_host(std::initializer_list<const Tensor*> tensors) {
   for (const Tensor* t : tensors)
@@ -48,6 +48,7 @@ bool any_off_host(std::initializer_list<const Tensor*> tensors) {
 // `t` on the host (itself when it is there, or undefined).
 Tensor on_host(const Tensor& t) { return !t.defined() || t.device().is_cpu() ? t : t.to(Device::cpu()); }
 
+// Rows of a tensor as metrics see them: rank >= 2 is [rows, width]; rank 1 is one element per row.
 int64_t rows_of(const Tensor& t) {
   if (t.rank() == 0) return 1;
   return t.rank() == 1 ? t.numel() : t.numel() / t.dim(-1);
@@ -134,6 +135,10 @@ void Mean::set_state(const std::vector<double>& state) { set_pair(name().c_str()
 int64_t MeanMetricWrapper::row_width(const Tensor& y_pred) { return y_pred.rank() >= 2 ? y_pred.dim(-1) : 1; }
 
 void MeanMetricWrapper::update_state(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) {
+  if (y_pred.defined() && !y_pred.device().is_cpu() && device_score().kind != DeviceScore::kNone) {
+    update_on_device(y_true, y_pred, sample_weight);
+    return;
+  }
   if (any_off_host({&y_true, &y_pred, &sample_weight})) {
     update_state(on_host(y_true), on_host(y_pred), on_host(sample_weight));
     return;
@@ -153,6 +158,47 @@ void MeanMetricWrapper::update_state(const Tensor& y_true, const Tensor& y_pred,
     total_ += scratch_[r] * inv_width * weight;
     count_ += weight;
   }
+}
+
+void MeanMetricWrapper::update_on_device(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight) {
+  const char* who = name().c_str();
+#ifndef STRATA_WITH_CUDA
+  (void)y_true;
+  (void)sample_weight;
+  STRATA_THROW(Unavailable, who << ": y_pred on " << y_pred.device().str() << " in a build without CUDA");
+#else
+  using Kind = optim::cuda::MetricScore;
+  static_assert(static_cast<int>(Kind::kAccuracy) == DeviceScore::kAccuracy &&
+                    static_cast<int>(Kind::kSparseCategoricalAccuracy) == DeviceScore::kSparseCategoricalAccuracy &&
+                    static_cast<int>(Kind::kCategoricalAccuracy) == DeviceScore::kCategoricalAccuracy &&
+                    static_cast<int>(Kind::kBinaryAccuracy) == DeviceScore::kBinaryAccuracy &&
+                    static_cast<int>(Kind::kSquaredError) == DeviceScore::kSquaredError,
+                "the GPU's scores are numbered as DeviceScore's");
+  STRATA_CHECK(y_pred.dtype() == DType::kFloat32, InvalidArgument, who << ": y_pred must be a float32 tensor");
+  STRATA_CHECK(y_true.defined(), InvalidArgument, who << ": y_true is undefined");
+  const DeviceScore kind = device_score();
+  const Device device = y_pred.device();
+  const int64_t rows = rows_of(y_pred), width = row_width(y_pred);
+  const bool sparse = kind.kind == DeviceScore::kSparseCategoricalAccuracy;
+  check_numel(who, y_true, sparse ? rows : y_pred.numel(), y_pred);
+  const DType t_dtype = y_true.dtype();
+  STRATA_CHECK(
+      t_dtype == DType::kFloat32 || t_dtype == DType::kInt32 || t_dtype == DType::kInt64 || t_dtype == DType::kUInt8,
+      InvalidArgument, who << ": y_true has unsupported dtype " << dtype_name(t_dtype));
+  const Tensor t = y_true.device() == device ? y_true : y_true.to(device);
+  Tensor w;
+  if (sample_weight.defined()) {
+    w = sample_weight.dtype() == DType::kFloat32 ? sample_weight : sample_weight.to(DType::kFloat32);
+    STRATA_CHECK(w.numel() == rows, ShapeError,
+                 who << ": sample_weight " << w.shape_str() << " needs one weight per example (" << rows << ")");
+    if (w.device() != device) w = w.to(device);
+  }
+  const optim::cuda::MetricSums sums =
+      optim::cuda::metric_sums(device.index, static_cast<Kind>(kind.kind), y_pred.data<float>(), t.raw_data(), t_dtype,
+                               w.defined() ? w.data<float>() : nullptr, rows, width, kind.threshold);
+  total_ += sums.total;
+  count_ += sums.count;
+#endif
 }
 
 void Accuracy::score(const Tensor& y_true, const Tensor& y_pred, int64_t rows, int64_t width, double* scores) const {

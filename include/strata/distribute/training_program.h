@@ -162,10 +162,12 @@ class ScopedStepRows {
 };
 
 // The steps of a group on every local replica of `strategy` (on the calling thread for the default strategy), then
-// the replicas' trackers folded into the model's: how every data-parallel strategy steps, and how evaluate does.
+// the replicas' trackers folded into the model's: how every data-parallel strategy steps, and how evaluate does. A
+// replica on a GPU gets its batches staged there ahead of its steps (src/distribute/device_prefetch.h).
 void run_steps_on_replicas(Strategy& strategy, TrainingProgram& program, const StepGroup& steps, bool training);
-// `batch` with every component on `device` (copies of those elsewhere; the batch itself for the host): what a
-// replica on a GPU steps on.
+// `batch` with every component on `device` (copies of those elsewhere, each waited for; the batch itself for the
+// host): what predict and a custom loop's DistributedIterator give a GPU replica. (run_steps_on_replicas stages a GPU
+// replica's batches through pinned blocks instead, without the host waiting.)
 data::Element batch_on_device(const data::Element& batch, Device device);
 
 // The runner of strategies whose replicas step in sync: run_steps_on_replicas.

@@ -7,7 +7,8 @@
 // y_pred is float32, [batch, classes] or [batch]; y_true int32/int64/uint8 or float32. sample_weight is
 // optional with one weight per example (per row of y_pred). A metric's state is a few doubles (e.g.
 // {total, count}); replicas merge by summing states (merge_state), which is exact for every metric
-// here. Updates are plain loops over the elements with no allocation.
+// here. Updates are plain loops over the elements with no allocation. With predictions on a GPU the accuracies and
+// mean_squared_error score the rows there and read back two numbers; precision, recall and mean copy to the host.
 //
 // Thread-safety: a metric is not synchronised; give each replica its own (clone) and merge.
 #pragma once
@@ -76,8 +77,25 @@ class MeanMetricWrapper : public Mean {
   virtual void score(const Tensor& y_true, const Tensor& y_pred, int64_t rows, int64_t width, double* scores) const = 0;
   // Elements of y_pred averaged per example (1 when an example is one element).
   static int64_t row_width(const Tensor& y_pred);
+  // The score as the GPU computes it (optim/cuda/metrics.cu): kNone when it cannot, and predictions on a GPU are
+  // then copied to the host; else their rows are scored there and two sums come back.
+  struct DeviceScore {
+    enum Kind {
+      kNone = -1,
+      kAccuracy,
+      kSparseCategoricalAccuracy,
+      kCategoricalAccuracy,
+      kBinaryAccuracy,
+      kSquaredError,
+    };
+    Kind kind = kNone;
+    float threshold = 0;  // kBinaryAccuracy's
+  };
+  virtual DeviceScore device_score() const { return {}; }
 
  private:
+  // update_state with y_pred on a GPU and a device_score: y_true and the weights follow it there.
+  void update_on_device(const Tensor& y_true, const Tensor& y_pred, const Tensor& sample_weight);
   std::vector<double> scratch_;  // reused between updates
 };
 
@@ -89,6 +107,7 @@ class Accuracy final : public MeanMetricWrapper {
   Direction direction() const override { return Direction::kUp; }
 
  protected:
+  DeviceScore device_score() const override { return {DeviceScore::kAccuracy}; }
   void score(const Tensor& y_true, const Tensor& y_pred, int64_t rows, int64_t width, double* scores) const override;
 };
 
@@ -101,6 +120,7 @@ class SparseCategoricalAccuracy final : public MeanMetricWrapper {
   Direction direction() const override { return Direction::kUp; }
 
  protected:
+  DeviceScore device_score() const override { return {DeviceScore::kSparseCategoricalAccuracy}; }
   void score(const Tensor& y_true, const Tensor& y_pred, int64_t rows, int64_t width, double* scores) const override;
 };
 
@@ -112,6 +132,7 @@ class CategoricalAccuracy final : public MeanMetricWrapper {
   Direction direction() const override { return Direction::kUp; }
 
  protected:
+  DeviceScore device_score() const override { return {DeviceScore::kCategoricalAccuracy}; }
   void score(const Tensor& y_true, const Tensor& y_pred, int64_t rows, int64_t width, double* scores) const override;
 };
 
@@ -124,6 +145,7 @@ class BinaryAccuracy final : public MeanMetricWrapper {
   Direction direction() const override { return Direction::kUp; }
 
  protected:
+  DeviceScore device_score() const override { return {DeviceScore::kBinaryAccuracy, threshold_}; }
   void score(const Tensor& y_true, const Tensor& y_pred, int64_t rows, int64_t width, double* scores) const override;
 
  private:
@@ -138,6 +160,7 @@ class MeanSquaredError final : public MeanMetricWrapper {
   Direction direction() const override { return Direction::kDown; }
 
  protected:
+  DeviceScore device_score() const override { return {DeviceScore::kSquaredError}; }
   void score(const Tensor& y_true, const Tensor& y_pred, int64_t rows, int64_t width, double* scores) const override;
 };
 

@@ -1,8 +1,9 @@
-// The GPU side of the optimizers and losses (optim/cuda/*.cu, built only with STRATA_WITH_CUDA): each optimizer's
-// per-element update as one pass over the variable, its gradient and its slots, and each fused loss's forward and
-// backward, with the arithmetic of the CPU loops in optimizers.cc and loss_ops.cc. Pointers are device memory of GPU
-// `device`; every function queues its work on that device's stream (core/cuda/cuda_context.h) and returns without
-// waiting, except where it says it returns a value to the host. Plain C++: the host files include it without CUDA.
+// The GPU side of the optimizers, losses and metrics (optim/cuda/*.cu, built only with STRATA_WITH_CUDA): each
+// optimizer's per-element update as one pass over the variable, its gradient and its slots, each fused loss's forward
+// and backward, and the accuracy-style metrics' sums, with the arithmetic of the CPU loops in optimizers.cc,
+// loss_ops.cc and metrics.cc. Pointers are device memory of GPU `device`; every function queues its work on that
+// device's stream (core/cuda/cuda_context.h) and returns without waiting, except where it says it returns a value to
+// the host. Plain C++: the host files include it without CUDA.
 // Thread-safety: functions of their arguments; concurrent calls must not write the same memory.
 #pragma once
 
@@ -70,5 +71,25 @@ void weighted_loss_forward(int device, const float* l, const float* w, int64_t g
                            double scale, float* out);
 void weighted_loss_backward(int device, const float* d, const float* w, int64_t group, int64_t n, bool reduce,
                             double scale, float* g);
+
+// ---- metrics (metrics.cc's MeanMetricWrapper scores on the device)
+
+// Which score() of metrics.cc a row gets.
+enum class MetricScore {
+  kAccuracy = 0,                   // elements equal to the truth
+  kSparseCategoricalAccuracy = 1,  // argmax == label (labels [rows]); width when so
+  kCategoricalAccuracy = 2,        // argmax == argmax of the one-hot truth; width when so
+  kBinaryAccuracy = 3,             // elements where the truth equals (p > threshold)
+  kSquaredError = 4,               // sum of (t - p)^2
+};
+struct MetricSums {
+  double total = 0;  // sum over rows of score_r / width * w_r
+  double count = 0;  // sum of w_r
+};
+// Over the rows of p ([rows, width], float32) and t (labels of `t_dtype`: int32, int64, uint8 or float32; [rows] for
+// the sparse accuracy, else shaped like p) with row weights w (null: 1): the two sums a MeanMetricWrapper adds to
+// its state. Waits for the device and returns them to the host.
+MetricSums metric_sums(int device, MetricScore which, const float* p, const void* t, DType t_dtype, const float* w,
+                       int64_t rows, int64_t width, float threshold);
 
 }  // namespace strata::optim::cuda
