@@ -6,6 +6,10 @@
 // D (N x M) = W (N x K) * X (K x M); the bias then runs along D's rows (N of them), as the epilogue wants. Should
 // cuBLASLt offer no algorithm for a shape (or the bias be misaligned for it), the product runs through cublasSgemm
 // and a Thrust pass adds the bias and relu.
+// Mixed precision (kernels/compute_precision.h), as the CPU's dense: under ComputePrecision::kBFloat16 the three
+// products take bfloat16 copies of their operands (compute_operand.h; dz is rounded once for both backward products)
+// and accumulate and write float32: cuBLASLt with CUDA_R_16BF A and B, float32 C, D and bias, and cublasGemmEx for
+// the others. The relu mask and the bias gradient stay float32. Built, not yet run on a GPU.
 // Thread-safety: as kernels.h; each call uses the calling thread's handles and the device's stream.
 #include <thrust/execution_policy.h>
 #include <thrust/fill.h>
@@ -18,6 +22,7 @@
 
 #include "kernels/cuda/cuda_kernel_util.h"
 #include "kernels/cuda/cuda_kernels.h"
+#include "kernels/cuda/compute_operand.h"
 #include "kernels/cuda/gemm_rows.h"
 #include "kernels/cuda/library_handles.h"
 #include "kernels/kernel_checks.h"
@@ -71,7 +76,11 @@ uint32_t alignment_of(const void* p) {
 // The bias vector's alignment the epilogue is trusted with (a vector is loaded 16 bytes at a time).
 constexpr uint32_t kBiasAlignment = 16;
 
-// y = epilogue(x w) through cuBLASLt; false (nothing queued) when cuBLASLt has no algorithm for it.
+// The cuBLASLt type of a product's operands (both float32 or both bfloat16, as compute_operand makes them).
+cudaDataType_t operand_type(const Tensor& t) { return t.dtype() == DType::kBFloat16 ? CUDA_R_16BF : CUDA_R_32F; }
+
+// y = epilogue(x w) through cuBLASLt, x and w float32 or bfloat16 (y and bias float32); false (nothing queued)
+// when cuBLASLt has no algorithm for it.
 bool lt_dense(const Tensor& x, const Tensor& w, const Tensor& bias, bool relu, Tensor& y) {
   if (bias.defined() && alignment_of(bias.data<float>()) < kBiasAlignment) return false;
   const int64_t M = x.dim(0), K = x.dim(1), N = w.dim(1);
@@ -95,8 +104,8 @@ bool lt_dense(const Tensor& x, const Tensor& w, const Tensor& bias, bool relu, T
                  "dense: cublasLtMatmulDescSetAttribute(BIAS_POINTER)");
   }
   // Column-major views: W is N x K (ld N), X is K x M (ld K), Y is N x M (ld N).
-  check_cublas(cublasLtMatrixLayoutCreate(&o.a, CUDA_R_32F, N, K, N), "dense: cublasLtMatrixLayoutCreate(w)");
-  check_cublas(cublasLtMatrixLayoutCreate(&o.b, CUDA_R_32F, K, M, K), "dense: cublasLtMatrixLayoutCreate(x)");
+  check_cublas(cublasLtMatrixLayoutCreate(&o.a, operand_type(w), N, K, N), "dense: cublasLtMatrixLayoutCreate(w)");
+  check_cublas(cublasLtMatrixLayoutCreate(&o.b, operand_type(x), K, M, K), "dense: cublasLtMatrixLayoutCreate(x)");
   check_cublas(cublasLtMatrixLayoutCreate(&o.d, CUDA_R_32F, N, M, N), "dense: cublasLtMatrixLayoutCreate(y)");
   check_cublas(cublasLtMatmulPreferenceCreate(&o.pref), "dense: cublasLtMatmulPreferenceCreate");
   const uint64_t ws_bytes = kLtWorkspace;
@@ -105,8 +114,8 @@ bool lt_dense(const Tensor& x, const Tensor& w, const Tensor& bias, bool relu, T
                "dense: cublasLtMatmulPreferenceSetAttribute");
   // cuBLASLt assumes 256-byte aligned operands unless told: a view (a batch's rows) may start anywhere.
   const std::pair<cublasLtMatmulPreferenceAttributes_t, const void*> operands[] = {
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, w.data<float>()},
-      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, x.data<float>()},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, w.raw_data()},
+      {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_B_BYTES, x.raw_data()},
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_C_BYTES, y.data<float>()},
       {CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, y.data<float>()}};
   for (const auto& [attribute, pointer] : operands) {
@@ -122,7 +131,7 @@ bool lt_dense(const Tensor& x, const Tensor& w, const Tensor& bias, bool relu, T
   void* ws = workspace(device, kLtWorkspace);
   const float one = 1.0f, zero = 0.0f;
   float* py = y.data<float>();
-  check_cublas(cublasLtMatmul(lt, o.op, &one, w.data<float>(), o.a, x.data<float>(), o.b, &zero, py, o.d, py, o.d,
+  check_cublas(cublasLtMatmul(lt, o.op, &one, w.raw_data(), o.a, x.raw_data(), o.b, &zero, py, o.d, py, o.d,
                               &result.algo, ws, kLtWorkspace, stream),
                "dense: cublasLtMatmul");
   return true;
@@ -145,14 +154,13 @@ Tensor dense(const Tensor& x, const Tensor& w, const Tensor& bias, bool relu) {
     y = zeros_on({M, N}, DType::kFloat32, dev);
   } else {
     y = Tensor::empty({M, N}, DType::kFloat32, dev);
+    const Tensor xo = compute_operand(x), wo = compute_operand(w);
     if (!bias.defined() && !relu) {
-      sgemm_rows(cublas_handle(dev.index), false, false, M, N, K, x.data<float>(), 0, w.data<float>(), 0,
-                 y.data<float>(), 0, 1);
+      gemm_rows("dense", cublas_handle(dev.index), false, false, M, N, K, xo, 0, wo, 0, y.data<float>(), 0, 1);
       return y;
     }
-    if (lt_dense(x, w, bias, relu, y)) return y;
-    sgemm_rows(cublas_handle(dev.index), false, false, M, N, K, x.data<float>(), 0, w.data<float>(), 0, y.data<float>(),
-               0, 1);
+    if (lt_dense(xo, wo, bias, relu, y)) return y;
+    gemm_rows("dense", cublas_handle(dev.index), false, false, M, N, K, xo, 0, wo, 0, y.data<float>(), 0, 1);
   }
   if (!bias.defined() && !relu) return y;
   thrust::for_each_n(thrust::cuda::par_nosync.on(stream), thrust::counting_iterator<int64_t>(0), M * N,
@@ -184,6 +192,8 @@ DenseGrads dense_backward(const Tensor& x, const Tensor& w, const Tensor& y, con
   }
   cublasHandle_t h = (want_db || want_dw || want_dx) ? cublas_handle(dev.index) : nullptr;
   const float* pz = dz.data<float>();
+  // dz as both products read it: rounded once under bf16, as the CPU kernel does.
+  const Tensor zo = (want_dw || want_dx) && M * N * K > 0 ? compute_operand(dz) : Tensor();
   if (want_db) {
     if (M == 0 || N == 0) {
       g.db = zeros_on({N}, DType::kFloat32, dev);
@@ -203,7 +213,8 @@ DenseGrads dense_backward(const Tensor& x, const Tensor& w, const Tensor& y, con
       g.dw = zeros_on({K, N}, DType::kFloat32, dev);
     } else {
       g.dw = Tensor::empty({K, N}, DType::kFloat32, dev);
-      sgemm_rows(h, true, false, K, N, M, x.data<float>(), 0, pz, 0, g.dw.data<float>(), 0, 1);  // x^T dz
+      gemm_rows("dense_backward", h, true, false, K, N, M, compute_operand(x), 0, zo, 0, g.dw.data<float>(), 0,
+                1);  // x^T dz
     }
   }
   if (want_dx) {
@@ -211,7 +222,8 @@ DenseGrads dense_backward(const Tensor& x, const Tensor& w, const Tensor& y, con
       g.dx = zeros_on({M, K}, DType::kFloat32, dev);
     } else {
       g.dx = Tensor::empty({M, K}, DType::kFloat32, dev);
-      sgemm_rows(h, false, true, M, K, N, pz, 0, w.data<float>(), 0, g.dx.data<float>(), 0, 1);  // dz w^T
+      gemm_rows("dense_backward", h, false, true, M, K, N, zo, 0, compute_operand(w), 0, g.dx.data<float>(), 0,
+                1);  // dz w^T
     }
   }
   return g;
