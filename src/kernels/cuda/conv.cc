@@ -13,6 +13,15 @@
 // unpadded on it; the input gradient is then the crop of the padded buffer's gradient.
 // Precision: float32 stays float32: the convolution's math type is CUDNN_FMA_MATH, which keeps TF32 tensor cores out
 // (CUDNN_DEFAULT_MATH lets cuDNN use them on Ampere and later); every algorithm runs under that math type.
+// Mixed precision (kernels/compute_precision.h): under ComputePrecision::kBFloat16 every pass (forward, input
+// gradient, kernel gradient) runs on bfloat16 copies of its float32 operands (compute_operand.h: x and the kernel,
+// dy and the kernel, x and dy), with float32 compute (the convolution descriptor's type) under CUDNN_TENSOR_OP_MATH.
+// cuDNN's legacy convolution API takes bf16 only in its bf16 configuration, whose output is bf16 as well, so y, dx
+// and the kernel gradient come out of cuDNN rounded to bf16 and are widened to the float32 tensors the kernels
+// return (the CPU's oneDNN primitives write float32 unrounded: a difference within bf16's tolerance). The bias, its
+// gradient and relu stay float32. Unlike the CPU, the input gradient of a convolution with C <= 4 channels is bf16
+// too (the CPU keeps its sgemm + col2im path float32). Built, not yet run on a GPU: should cuDNN refuse bf16 for a
+// pass on a shape, the pass fails naming it (the algorithm search's Unavailable) rather than run float32 unasked.
 // Algorithms: for each (device, pass, shape) the first call times cuDNN's algorithms (cudnnFind*; with
 // STRATA_CUDNN_ALGO_SEARCH=heuristic it asks cuDNN's heuristics, cudnnGet*Algorithm_v7, instead) and runs the first
 // candidate, fastest first, that cuDNN accepts (then the remaining algorithms, should every candidate be refused); that
@@ -30,8 +39,10 @@
 #include <unordered_map>
 #include <vector>
 
+#include "core/cuda/tensor_cuda.h"
 #include "kernels/cpu/dnnl_util.h"
 #include "kernels/cuda/column_sums.h"
+#include "kernels/cuda/compute_operand.h"
 #include "kernels/cuda/cuda_kernels.h"
 #include "kernels/cuda/cudnn_util.h"
 #include "kernels/cuda/library_handles.h"
@@ -76,30 +87,39 @@ enum class Layout : int64_t { kNhwc, kNchw };
 
 cudnnTensorFormat_t format_of(Layout layout) { return layout == Layout::kNhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW; }
 
-// A packed float32 tensor of cuDNN's dims [n, c, h, w], stored in `layout`.
+// cuDNN's name for a float32 or bfloat16 operand.
+cudnnDataType_t cudnn_type(DType dtype) {
+  return dtype == DType::kBFloat16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
+}
+
+// A packed tensor of cuDNN's dims [n, c, h, w] and `dtype` (float32 unless said), stored in `layout`.
 void describe_packed(const TensorDescriptor& d, const char* op, Layout layout, int64_t n, int64_t c, int64_t h,
-                     int64_t w) {
+                     int64_t w, DType dtype = DType::kFloat32) {
   STRATA_CHECK(n * c * h * w <= INT_MAX, ShapeError,
                op << ": a tensor of " << n * c * h * w << " elements is beyond cuDNN's limit of " << INT_MAX);
-  check_cudnn(cudnnSetTensor4dDescriptor(d.get(), format_of(layout), CUDNN_DATA_FLOAT, to_int(n, op, "batch"),
+  check_cudnn(cudnnSetTensor4dDescriptor(d.get(), format_of(layout), cudnn_type(dtype), to_int(n, op, "batch"),
                                          to_int(c, op, "channels"), to_int(h, op, "height"), to_int(w, op, "width")),
               "cudnnSetTensor4dDescriptor");
 }
 
-// The cuDNN descriptions of one convolution in one layout: x (or its padded copy), the kernel, y, the convolution.
+// The cuDNN descriptions of one convolution in one layout: x (or its padded copy), the kernel, y, the convolution,
+// and the dtype of all three tensors (float32, or bfloat16 under mixed precision; the compute is float32 either way).
 struct ConvDescs {
   TensorDescriptor x, y;
   FilterDescriptor w;
   ConvolutionDescriptor conv;
+  DType dtype = DType::kFloat32;
+  bool bf16() const { return dtype == DType::kBFloat16; }
 };
 
-void describe(const char* op, const ConvGeometry& g, const Conv2DParams& p, Layout layout, ConvDescs& d) {
-  describe_packed(d.x, op, layout, g.n, g.c, g.in_h(), g.in_w());
-  describe_packed(d.y, op, layout, g.n, g.f, g.oh, g.ow);
+void describe(const char* op, const ConvGeometry& g, const Conv2DParams& p, Layout layout, DType dtype, ConvDescs& d) {
+  d.dtype = dtype;
+  describe_packed(d.x, op, layout, g.n, g.c, g.in_h(), g.in_w(), dtype);
+  describe_packed(d.y, op, layout, g.n, g.f, g.oh, g.ow, dtype);
   STRATA_CHECK(g.kh * g.kw * g.c * g.f <= INT_MAX, ShapeError,
                op << ": a kernel of [" << g.kh << ", " << g.kw << ", " << g.c << ", " << g.f
                   << "] is beyond cuDNN's limit of " << INT_MAX << " elements");
-  check_cudnn(cudnnSetFilter4dDescriptor(d.w.get(), CUDNN_DATA_FLOAT, format_of(layout), to_int(g.f, op, "filters"),
+  check_cudnn(cudnnSetFilter4dDescriptor(d.w.get(), cudnn_type(dtype), format_of(layout), to_int(g.f, op, "filters"),
                                          to_int(g.c, op, "channels"), to_int(g.kh, op, "kernel height"),
                                          to_int(g.kw, op, "kernel width")),
               "cudnnSetFilter4dDescriptor");
@@ -107,7 +127,10 @@ void describe(const char* op, const ConvGeometry& g, const Conv2DParams& p, Layo
                                               to_int(g.cudnn_pad_w(), op, "padding"), p.stride_h, p.stride_w,
                                               p.dilation_h, p.dilation_w, CUDNN_CROSS_CORRELATION, CUDNN_DATA_FLOAT),
               "cudnnSetConvolution2dDescriptor");
-  check_cudnn(cudnnSetConvolutionMathType(d.conv.get(), CUDNN_FMA_MATH), "cudnnSetConvolutionMathType");
+  // float32: FMA math keeps TF32 out. bf16: tensor cores allowed (TENSOR_OP_MATH, not ..._ALLOW_CONVERSION: no
+  // operand is narrowed beyond the bf16 it already is).
+  check_cudnn(cudnnSetConvolutionMathType(d.conv.get(), d.bf16() ? CUDNN_TENSOR_OP_MATH : CUDNN_FMA_MATH),
+              "cudnnSetConvolutionMathType");
   int on = 0, oc = 0, oh = 0, ow = 0;
   check_cudnn(cudnnGetConvolution2dForwardOutputDim(d.conv.get(), d.x.get(), d.w.get(), &on, &oc, &oh, &ow),
               "cudnnGetConvolution2dForwardOutputDim");
@@ -185,6 +208,28 @@ Tensor cudnn_input(const char* op, const Tensor& x, const ConvGeometry& g) {
   return padded;
 }
 
+// The buffer a pass writes its output into: `dst` (float32 NHWC) itself when the pass runs in NHWC on float32, else a
+// new tensor of cuDNN's dims [n, c, h, w] stored in `layout`, in the pass's dtype, which store_nhwc then moves to dst.
+Tensor pass_output(const Tensor& dst, Layout layout, DType dtype, int64_t n, int64_t c, int64_t h, int64_t w) {
+  if (layout == Layout::kNhwc && dtype == DType::kFloat32) return dst;
+  const Shape shape = layout == Layout::kNhwc ? Shape{n, h, w, c} : Shape{n, c, h, w};
+  return Tensor::empty(shape, dtype, dst.device());
+}
+
+// dst (float32 NHWC [n, h, w, c]) = `out`, the buffer pass_output gave the pass: widened to float32 and moved back to
+// NHWC where it is not dst itself.
+void store_nhwc(cudnnHandle_t handle, const char* op, const Tensor& out, Layout layout, int64_t n, int64_t c,
+                int64_t h, int64_t w, Tensor& dst) {
+  if (out.raw_data() == dst.raw_data()) return;
+  if (layout == Layout::kNhwc) {  // a bf16 output in place: widened straight into dst
+    detail::cuda_convert(out.raw_data(), out.dtype(), dst.raw_data(), DType::kFloat32, out.numel(),
+                         dst.device().index);
+    return;
+  }
+  const Tensor wide = out.dtype() == DType::kFloat32 ? out : out.to(DType::kFloat32);
+  nchw_to_nhwc(handle, op, wide.data<float>(), n, c, h, w, dst.data<float>());
+}
+
 // ---------------------------------------------------------------- algorithm choice
 
 enum class Pass : int64_t { kForward, kBackwardData, kBackwardFilter };
@@ -198,6 +243,7 @@ bool nchw_forced() {
 std::string algo_key(Pass pass, int device, const ConvGeometry& g, const Conv2DParams& p) {
   const int64_t fields[] = {static_cast<int64_t>(pass),
                             static_cast<int64_t>(nchw_forced()),
+                            static_cast<int64_t>(operand_dtype()),
                             device,
                             g.n,
                             g.in_h(),
@@ -238,17 +284,21 @@ bool cached_choice(const std::string& key, AlgoChoice& choice) {
   return true;
 }
 
-// The algorithms cuDNN's heuristics rank for a pass that report success without tensor-op math, in cuDNN's order,
-// then every other algorithm of the pass (tried only if cuDNN refuses all of those; all run under FMA math).
+// The algorithms cuDNN's heuristics rank for a pass that report success without tensor-op math (with it too when
+// `tensor_ops`, bf16's passes), in cuDNN's order, then every other algorithm of the pass (tried only if cuDNN refuses
+// all of those; all run under the descriptor's math type).
 template <class Perf>
-std::vector<int> candidates(const std::vector<Perf>& perf, int returned, int algo_count) {
+std::vector<int> candidates(const std::vector<Perf>& perf, int returned, int algo_count, bool tensor_ops) {
   std::vector<int> out;
   std::vector<bool> listed(algo_count, false);
   for (int i = 0; i < returned; ++i) {
     const int algo = static_cast<int>(perf[i].algo);
     if (algo < 0 || algo >= algo_count || listed[algo]) continue;
     if (perf[i].status != CUDNN_STATUS_SUCCESS) continue;
-    if (perf[i].mathType != CUDNN_FMA_MATH && perf[i].mathType != CUDNN_DEFAULT_MATH) continue;
+    if (perf[i].mathType != CUDNN_FMA_MATH && perf[i].mathType != CUDNN_DEFAULT_MATH &&
+        !(tensor_ops && perf[i].mathType == CUDNN_TENSOR_OP_MATH)) {
+      continue;
+    }
     out.push_back(algo);
     listed[algo] = true;
   }
@@ -328,12 +378,14 @@ void run_in_a_layout(const char* op, const char* what, const std::string& key, A
   }
   if (!nchw_forced() && attempt(Layout::kNhwc, -1, refusal_nhwc)) return;
   if (attempt(Layout::kNchw, -1, refusal_nchw)) return;
-  STRATA_THROW(Unavailable, op << ": cuDNN runs no " << what << " algorithm on this shape in float32 (FMA math): NHWC, "
+  const char* precision = operand_dtype() == DType::kBFloat16 ? "in bf16 with float32 compute (mixed precision)"
+                                                               : "in float32 (FMA math)";
+  STRATA_THROW(Unavailable, op << ": cuDNN runs no " << what << " algorithm on this shape " << precision << ": NHWC, "
                                << refusal_nhwc << "; NCHW, " << refusal_nchw);
 }
 
 bool forward(cudnnHandle_t handle, int device, const std::string& key, Layout layout, int cached_algo,
-             const ConvDescs& d, const float* x, const float* w, float* y, std::string& refusal) {
+             const ConvDescs& d, const void* x, const void* w, void* y, std::string& refusal) {
   const float one = 1.0f, zero = 0.0f;
   return run_pass(
       "cudnnConvolutionForward", device, key, layout, cached_algo,
@@ -352,7 +404,7 @@ bool forward(cudnnHandle_t handle, int device, const std::string& key, Layout la
                                                             static_cast<int>(perf.size()), &returned, perf.data()),
                      "cudnnGetConvolutionForwardAlgorithm_v7", returned);
         }
-        return candidates(perf, returned, CUDNN_CONVOLUTION_FWD_ALGO_COUNT);
+        return candidates(perf, returned, CUDNN_CONVOLUTION_FWD_ALGO_COUNT, d.bf16());
       },
       [&](int algo, size_t* bytes) {
         return cudnnGetConvolutionForwardWorkspaceSize(handle, d.x.get(), d.w.get(), d.conv.get(), d.y.get(),
@@ -366,7 +418,7 @@ bool forward(cudnnHandle_t handle, int device, const std::string& key, Layout la
 }
 
 bool backward_data(cudnnHandle_t handle, int device, const std::string& key, Layout layout, int cached_algo,
-                   const ConvDescs& d, const float* w, const float* dy, float* dx, std::string& refusal) {
+                   const ConvDescs& d, const void* w, const void* dy, void* dx, std::string& refusal) {
   const float one = 1.0f, zero = 0.0f;
   return run_pass(
       "cudnnConvolutionBackwardData", device, key, layout, cached_algo,
@@ -386,7 +438,7 @@ bool backward_data(cudnnHandle_t handle, int device, const std::string& key, Lay
                                                                  perf.data()),
                      "cudnnGetConvolutionBackwardDataAlgorithm_v7", returned);
         }
-        return candidates(perf, returned, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT);
+        return candidates(perf, returned, CUDNN_CONVOLUTION_BWD_DATA_ALGO_COUNT, d.bf16());
       },
       [&](int algo, size_t* bytes) {
         return cudnnGetConvolutionBackwardDataWorkspaceSize(handle, d.w.get(), d.y.get(), d.conv.get(), d.x.get(),
@@ -401,7 +453,7 @@ bool backward_data(cudnnHandle_t handle, int device, const std::string& key, Lay
 }
 
 bool backward_filter(cudnnHandle_t handle, int device, const std::string& key, Layout layout, int cached_algo,
-                     const ConvDescs& d, const float* x, const float* dy, float* dw, std::string& refusal) {
+                     const ConvDescs& d, const void* x, const void* dy, void* dw, std::string& refusal) {
   const float one = 1.0f, zero = 0.0f;
   return run_pass(
       "cudnnConvolutionBackwardFilter", device, key, layout, cached_algo,
@@ -422,7 +474,7 @@ bool backward_filter(cudnnHandle_t handle, int device, const std::string& key, L
                                                                    perf.data()),
                      "cudnnGetConvolutionBackwardFilterAlgorithm_v7", returned);
         }
-        return candidates(perf, returned, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT);
+        return candidates(perf, returned, CUDNN_CONVOLUTION_BWD_FILTER_ALGO_COUNT, d.bf16());
       },
       [&](int algo, size_t* bytes) {
         return cudnnGetConvolutionBackwardFilterWorkspaceSize(handle, d.x.get(), d.y.get(), d.conv.get(), d.w.get(),
@@ -485,19 +537,16 @@ Tensor conv2d(const Tensor& x, const Tensor& w, const Tensor& bias, const Conv2D
     const std::string key = algo_key(Pass::kForward, device, g, p);
     run_in_a_layout(op, "forward convolution", key, [&](Layout layout, int algo, std::string& refusal) {
       ConvDescs d;
-      describe(op, g, p, layout, d);
-      const Tensor wk = filter_for(handle, w, g, layout);
-      if (layout == Layout::kNhwc) {
-        return forward(handle, device, key, layout, algo, d, xin.data<float>(), wk.data<float>(), y.data<float>(),
-                       refusal);
-      }
-      const Tensor xc = nhwc_to_nchw(handle, op, xin.data<float>(), g.n, g.c, g.in_h(), g.in_w(), x.device());
-      Tensor yc = Tensor::empty({g.n, g.f, g.oh, g.ow}, DType::kFloat32, x.device());
-      if (!forward(handle, device, key, layout, algo, d, xc.data<float>(), wk.data<float>(), yc.data<float>(),
-                   refusal)) {
+      describe(op, g, p, layout, operand_dtype(), d);
+      const Tensor wk = compute_operand(filter_for(handle, w, g, layout));
+      const Tensor xl = compute_operand(layout == Layout::kNhwc ? xin
+                                                                : nhwc_to_nchw(handle, op, xin.data<float>(), g.n, g.c,
+                                                                               g.in_h(), g.in_w(), x.device()));
+      Tensor yl = pass_output(y, layout, d.dtype, g.n, g.f, g.oh, g.ow);
+      if (!forward(handle, device, key, layout, algo, d, xl.raw_data(), wk.raw_data(), yl.raw_data(), refusal)) {
         return false;
       }
-      nchw_to_nhwc(handle, op, yc.data<float>(), g.n, g.f, g.oh, g.ow, y.data<float>());
+      store_nhwc(handle, op, yl, layout, g.n, g.f, g.oh, g.ow, y);
       return true;
     });
   }
@@ -539,19 +588,15 @@ Tensor conv2d_backward_input(const Tensor& dy, const Tensor& w, const Shape& x_s
   const std::string key = algo_key(Pass::kBackwardData, device, g, p);
   run_in_a_layout(op, "input-gradient convolution", key, [&](Layout layout, int algo, std::string& refusal) {
     ConvDescs d;
-    describe(op, g, p, layout, d);
-    const Tensor wk = filter_for(handle, w, g, layout);
-    if (layout == Layout::kNhwc) {
-      return backward_data(handle, device, key, layout, algo, d, wk.data<float>(), dy.data<float>(), din.data<float>(),
-                           refusal);
-    }
-    const Tensor dyc = nhwc_to_nchw(handle, op, dy.data<float>(), g.n, g.f, g.oh, g.ow, dy.device());
-    Tensor dinc = Tensor::empty({g.n, g.c, g.in_h(), g.in_w()}, DType::kFloat32, dy.device());
-    if (!backward_data(handle, device, key, layout, algo, d, wk.data<float>(), dyc.data<float>(), dinc.data<float>(),
-                       refusal)) {
+    describe(op, g, p, layout, operand_dtype(), d);
+    const Tensor wk = compute_operand(filter_for(handle, w, g, layout));
+    const Tensor dyl = compute_operand(
+        layout == Layout::kNhwc ? dy : nhwc_to_nchw(handle, op, dy.data<float>(), g.n, g.f, g.oh, g.ow, dy.device()));
+    Tensor dinl = pass_output(din, layout, d.dtype, g.n, g.c, g.in_h(), g.in_w());
+    if (!backward_data(handle, device, key, layout, algo, d, wk.raw_data(), dyl.raw_data(), dinl.raw_data(), refusal)) {
       return false;
     }
-    nchw_to_nhwc(handle, op, dinc.data<float>(), g.n, g.c, g.in_h(), g.in_w(), din.data<float>());
+    store_nhwc(handle, op, dinl, layout, g.n, g.c, g.in_h(), g.in_w(), din);
     return true;
   });
   if (g.explicit_padding()) crop_nhwc(op, device, din.data<float>(), g.pads, x_shape, dx.data<float>());
@@ -586,20 +631,19 @@ Conv2DWeightGrads conv2d_backward_weights(const Tensor& x, const Tensor& dy, con
   const std::string key = algo_key(Pass::kBackwardFilter, device, g, p);
   run_in_a_layout(op, "kernel-gradient convolution", key, [&](Layout layout, int algo, std::string& refusal) {
     ConvDescs d;
-    describe(op, g, p, layout, d);
-    Tensor dwl = Tensor::empty({g.f * g.c * g.kh * g.kw}, DType::kFloat32, x.device());
-    bool ran = false;
-    if (layout == Layout::kNhwc) {
-      ran = backward_filter(handle, device, key, layout, algo, d, xin.data<float>(), dy.data<float>(),
-                            dwl.data<float>(), refusal);
-    } else {
-      const Tensor xc = nhwc_to_nchw(handle, op, xin.data<float>(), g.n, g.c, g.in_h(), g.in_w(), x.device());
-      const Tensor dyc = nhwc_to_nchw(handle, op, dy.data<float>(), g.n, g.f, g.oh, g.ow, x.device());
-      ran = backward_filter(handle, device, key, layout, algo, d, xc.data<float>(), dyc.data<float>(),
-                            dwl.data<float>(), refusal);
+    describe(op, g, p, layout, operand_dtype(), d);
+    const bool nhwc = layout == Layout::kNhwc;
+    const Tensor xl = compute_operand(
+        nhwc ? xin : nhwc_to_nchw(handle, op, xin.data<float>(), g.n, g.c, g.in_h(), g.in_w(), x.device()));
+    const Tensor dyl =
+        compute_operand(nhwc ? dy : nhwc_to_nchw(handle, op, dy.data<float>(), g.n, g.f, g.oh, g.ow, x.device()));
+    Tensor dwl = Tensor::empty({g.f * g.c * g.kh * g.kw}, d.dtype, x.device());
+    if (!backward_filter(handle, device, key, layout, algo, d, xl.raw_data(), dyl.raw_data(), dwl.raw_data(),
+                         refusal)) {
+      return false;
     }
-    if (ran) filter_to_hwio(handle, dwl, g, layout, grads.dw);
-    return ran;
+    filter_to_hwio(handle, d.bf16() ? dwl.to(DType::kFloat32) : dwl, g, layout, grads.dw);
+    return true;
   });
   return grads;
 }
