@@ -318,6 +318,19 @@ void run_parameter_server_task(Job& job, const TrainArgs& args, const cluster::C
   print_test_line(model->evaluate(test_dataset(job)));
 }
 
+// Under mixed_bfloat16, one line of what computes in bf16 for replicas on `device`.
+void print_mixed_precision(const Device& device) {
+  if (nn::global_policy().compute_dtype() != DType::kBFloat16) return;
+  const char* what = !device.is_cpu() ? "Dense, attention and convolution products compute in bf16 on the GPU "
+                                        "(cuBLAS, cuDNN; a convolution's bf16 output is widened to float32)"
+                     : nn::effective_compute_dtype() == DType::kBFloat16
+                         ? "Dense, attention and convolution products compute in bf16 through oneDNN"
+                         : "this CPU has no bf16 instructions, so everything computes in float32";
+  std::printf("mixed precision: %s: %s; variables, gradients and the loss stay float32\n",
+              nn::global_policy().name().c_str(), what);
+  std::fflush(stdout);
+}
+
 void run_train(const TrainArgs& args) {
   apply_security_flags(args.security);  // before any service of the job starts
   const cluster::CoreShare cores = apply_core_share(args.threads);
@@ -325,16 +338,10 @@ void run_train(const TrainArgs& args) {
   if (args.epochs > 0) job.epochs = args.epochs;
   if (args.batch_size > 0) job.batch_size = args.batch_size;
   if (!args.checkpoint_dir.empty()) job.checkpoint_dir = args.checkpoint_dir;
-  // Before any layer runs: the policy decides how each call computes (it warns once where the CPU lacks bf16).
+  // Before any layer runs: the policy decides how each call computes (a layer on a CPU without bf16 warns once).
   nn::set_global_policy(args.mixed_precision);
-  if (nn::global_policy().compute_dtype() == DType::kBFloat16) {
-    std::printf("mixed precision: %s: %s; variables, gradients and the loss stay float32\n",
-                nn::global_policy().name().c_str(),
-                nn::effective_compute_dtype() == DType::kBFloat16
-                    ? "Dense, attention and convolution products compute in bf16 through oneDNN"
-                    : "this CPU has no bf16 instructions, so everything computes in float32");
-  }
   if (resolve_strategy(job.strategy, args.strategy).name == "parameter_server") {
+    print_mixed_precision(Device::cpu());  // every task of a parameter-server job computes on its CPU
     run_parameter_server_task(job, args, cores);
     return;
   }
@@ -371,6 +378,7 @@ void run_train(const TrainArgs& args) {
   if (!args.log_dir.empty()) check_output_directory(args.log_dir, "--log-dir");
   check_model_checkpoint_path(job);
   const std::unique_ptr<distribute::Strategy> strategy = open_strategy(job, args.strategy, cores);
+  print_mixed_precision(strategy->replica_device(0));  // once the devices are known to exist
 
   const data::Dataset train = train_dataset(job);
   const int64_t steps_per_epoch =
@@ -654,9 +662,9 @@ void add_train_commands(CLI::App& app) {
   train
       ->add_option("--mixed-precision", train_args->mixed_precision,
                    "float32 (default), or bf16 (= mixed_bfloat16, Keras's policy): Dense, MultiHeadAttention's "
-                   "products and Conv1D/Conv2D compute in bfloat16 through oneDNN (forward and backward) while "
-                   "variables, optimizer updates and the loss stay float32; on a CPU without bf16 instructions it "
-                   "warns once and computes in float32")
+                   "products and Conv1D/Conv2D compute in bfloat16 through oneDNN (forward and backward; with "
+                   "--device gpu through cuBLAS and cuDNN) while variables, optimizer updates and the loss stay "
+                   "float32; on a CPU without bf16 instructions it warns once and computes in float32")
       ->check(kPolicyName);
   add_strategy_options(train, train_args->strategy);
   add_security_options(train, train_args->security);

@@ -92,8 +92,10 @@ Variable Layer::run(const std::vector<Variable>& inputs, bool training) {
   }
   if (!built_) build(shapes);
   // The dtype policy (strata/nn/policy.h): the products and convolutions of this call, and of its gradient (each op
-  // keeps the precision it ran in), compute in bf16 under mixed_bfloat16; sublayers see the same policy.
-  const kernels::ComputePrecisionScope precision(effective_compute_dtype() == DType::kBFloat16
+  // keeps the precision it ran in), compute in bf16 under mixed_bfloat16, on a GPU or on a CPU with bf16 instructions
+  // (where the inputs are); sublayers see the same policy.
+  const Device device = inputs.empty() ? Device::cpu() : inputs.front().value().device();
+  const kernels::ComputePrecisionScope precision(effective_compute_dtype(device) == DType::kBFloat16
                                                      ? kernels::ComputePrecision::kBFloat16
                                                      : kernels::ComputePrecision::kFloat32);
   Variable out = call(inputs, training);

@@ -1,4 +1,5 @@
-// The global dtype policy (strata/nn/policy.h) and its one warning on CPUs without bf16 instructions.
+// The global dtype policy (strata/nn/policy.h) and its one warning when a layer on a CPU without bf16 instructions
+// computes under mixed_bfloat16 (layers on a GPU compute in bf16 there, whatever the CPU has).
 // Thread-safety: the policy and the test override are atomics; the warning is printed under a once-flag (atomic).
 #include "strata/nn/policy.h"
 
@@ -23,7 +24,7 @@ bool cpu_has_bf16() {
 }
 
 void warn_once_without_bf16() {
-  if (cpu_has_bf16() || g_warned.exchange(true)) return;
+  if (g_warned.exchange(true)) return;
   std::fprintf(stderr,
                "strata: warning: mixed precision mixed_bfloat16: this CPU has no bf16 instructions (oneDNN's ISA is "
                "%s; bf16 needs avx512_core_bf16 or AMX), so layers compute in float32\n",
@@ -51,16 +52,20 @@ DTypePolicy::DTypePolicy(const std::string& name) {
 
 void set_global_policy(const std::string& name) { set_global_policy(DTypePolicy(name)); }
 
-void set_global_policy(const DTypePolicy& policy) {
-  const bool mixed = policy.compute_dtype() == DType::kBFloat16;
-  g_mixed_bf16.store(mixed);
-  if (mixed) warn_once_without_bf16();
-}
+void set_global_policy(const DTypePolicy& policy) { g_mixed_bf16.store(policy.compute_dtype() == DType::kBFloat16); }
 
 DTypePolicy global_policy() { return DTypePolicy(g_mixed_bf16.load() ? "mixed_bfloat16" : "float32"); }
 
 DType effective_compute_dtype() {
   return g_mixed_bf16.load() && cpu_has_bf16() ? DType::kBFloat16 : DType::kFloat32;
+}
+
+DType effective_compute_dtype(const Device& device) {
+  if (!g_mixed_bf16.load()) return DType::kFloat32;
+  if (!device.is_cpu()) return DType::kBFloat16;  // cuBLAS and cuDNN take bf16 whatever the CPU has
+  if (cpu_has_bf16()) return DType::kBFloat16;
+  warn_once_without_bf16();
+  return DType::kFloat32;
 }
 
 namespace detail {

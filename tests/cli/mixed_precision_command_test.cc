@@ -1,11 +1,13 @@
 // `strata train --mixed-precision` end to end on a tiny job: bf16 trains and says so, an unknown value fails before
 // training with the choices listed, and a CPU whose oneDNN ISA lacks bf16 (ONEDNN_MAX_CPU_ISA=AVX2 pretends so) warns
-// once and trains exactly as float32 does.
+// once and trains exactly as float32 does; on a GPU (skipped without one) bf16 says it computes there and warns nothing
+// about the CPU.
 #include <gtest/gtest.h>
 
 #include <string>
 
 #include "cli/cli_test_util.h"
+#include "core/device_memory.h"
 #include "kernels/compute_precision.h"
 
 namespace strata::cli {
@@ -75,6 +77,21 @@ TEST(MixedPrecisionCommandTest, ACpuWithoutBf16WarnsOnceAndTrainsAsFloat32) {
   ASSERT_EQ(last_row(t.s.dir / "f32.csv").rfind("1,", 0), 0u);  // the second epoch's row (Keras counts from 0)
   EXPECT_EQ(last_row(t.s.dir / "bf16.csv"), last_row(t.s.dir / "f32.csv"));  // bit for bit float32's training
   EXPECT_EQ(last_line(out), last_line(f32));                                  // and its test line
+}
+
+TEST(MixedPrecisionCommandTest, OnAGpuBf16ComputesThereWhateverTheCpuHas) {
+  if (strata::detail::cuda_device_count() == 0) {
+    GTEST_SKIP() << "no CUDA device visible (scripts/gpu_check.sh's step 2c runs this on a GPU machine)";
+  }
+  TinyJob t("mixed_precision_gpu");
+  auto [rc, out] = run("ONEDNN_MAX_CPU_ISA=AVX2 " + std::string(STRATA_BINARY) + " train " + t.job +
+                       " --device gpu --epochs 1 --verbose 2 --mixed-precision bf16");
+  ASSERT_EQ(rc, 0) << out;
+  EXPECT_NE(out.find("mixed precision: mixed_bfloat16: Dense, attention and convolution products compute in bf16 on "
+                     "the GPU"),
+            std::string::npos)
+      << out;
+  EXPECT_EQ(out.find("strata: warning"), std::string::npos) << out;
 }
 
 }  // namespace

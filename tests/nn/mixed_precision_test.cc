@@ -1,6 +1,7 @@
 // Mixed precision (strata/nn/policy.h): under mixed_bfloat16, Dense, Conv2D, Conv1D and MultiHeadAttention compute
 // in bf16 and their outputs and gradients match float32 to bf16's tolerance; variables and gradients stay float32;
-// unknown policy names are refused with the choices; a CPU without bf16 instructions warns once and computes float32.
+// unknown policy names are refused with the choices; on a CPU without bf16 instructions the first layer call warns
+// once and layers compute float32, while layers on a GPU compute bf16 (policy-level here; tests/cuda run the kernels).
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -161,7 +162,7 @@ TEST_F(MixedPrecisionTest, TheGradientComputesInThePrecisionOfItsForwardCall) {
   test::expect_near(grads[0], same.tensors[1], 0.0f);
 }
 
-TEST_F(MixedPrecisionTest, ACpuWithoutBf16WarnsOnceAndComputesFloat32) {
+TEST_F(MixedPrecisionTest, ACpuWithoutBf16WarnsOnceAtTheFirstLayerCallAndComputesFloat32) {
   nn::Dense dense(8);
   const Tensor x = random_tensor({4, 10}, 10);
   const Tensor f32 = dense(x).value();
@@ -170,6 +171,11 @@ TEST_F(MixedPrecisionTest, ACpuWithoutBf16WarnsOnceAndComputesFloat32) {
   nn::set_global_policy("mixed_bfloat16");
   nn::set_global_policy("float32");
   nn::set_global_policy("bf16");
+  // Setting the policy says nothing: the model may run on a GPU, which computes bf16 whatever the CPU has.
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+  ::testing::internal::CaptureStderr();
+  const Tensor got = dense(x).value();
+  (void)dense(x);
   const std::string err = ::testing::internal::GetCapturedStderr();
   const std::string warning = "strata: warning: mixed precision mixed_bfloat16: this CPU has no bf16 instructions";
   EXPECT_THAT(err, HasSubstr(warning));
@@ -177,7 +183,22 @@ TEST_F(MixedPrecisionTest, ACpuWithoutBf16WarnsOnceAndComputesFloat32) {
   EXPECT_EQ(err.find(warning), err.rfind(warning)) << "warned more than once:\n" << err;
   EXPECT_EQ(nn::global_policy().name(), "mixed_bfloat16");
   EXPECT_EQ(nn::effective_compute_dtype(), DType::kFloat32);
-  test::expect_near(dense(x).value(), f32, 0.0f);  // bit for bit the float32 result
+  test::expect_near(got, f32, 0.0f);  // bit for bit the float32 result
+}
+
+TEST_F(MixedPrecisionTest, LayersOnAGpuComputeInBf16WhateverTheCpuHasAndWarnNothing) {
+  nn::detail::set_cpu_bf16_for_testing(false);
+  ::testing::internal::CaptureStderr();
+  nn::set_global_policy("bf16");
+  EXPECT_EQ(nn::effective_compute_dtype(Device::cuda(0)), DType::kBFloat16);
+  EXPECT_EQ(nn::effective_compute_dtype(Device::cuda(1)), DType::kBFloat16);
+  EXPECT_EQ(::testing::internal::GetCapturedStderr(), "");
+  nn::set_global_policy("float32");
+  EXPECT_EQ(nn::effective_compute_dtype(Device::cuda(0)), DType::kFloat32);
+  nn::detail::set_cpu_bf16_for_testing(true);
+  nn::set_global_policy("bf16");
+  EXPECT_EQ(nn::effective_compute_dtype(Device::cpu()), DType::kBFloat16);
+  EXPECT_EQ(nn::effective_compute_dtype(Device::cuda(0)), DType::kBFloat16);
 }
 
 TEST_F(MixedPrecisionTest, GradientDescentUnderMixedBfloat16UpdatesFloat32VariablesAndLowersTheLoss) {
