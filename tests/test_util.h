@@ -11,6 +11,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cmath>
 #include <mutex>
 #include <set>
 #include <string>
@@ -36,6 +38,19 @@ inline void expect_near(const Tensor& a, const Tensor& b, float tol = 1e-5f) {
   ASSERT_EQ(a.shape(), b.shape());
   const auto va = a.to_vector<float>(), vb = b.to_vector<float>();
   for (size_t i = 0; i < va.size(); ++i) ASSERT_NEAR(va[i], vb[i], tol) << "element " << i;
+}
+
+// The largest elementwise difference between a and b (host tensors of one size) relative to b's largest magnitude (the
+// difference itself when b is all zeros): how far a lower-precision result is from its reference.
+inline double relative_difference(const Tensor& a, const Tensor& b) {
+  const auto va = a.to_vector<double>(), vb = b.to_vector<double>();
+  EXPECT_EQ(va.size(), vb.size());
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < va.size() && i < vb.size(); ++i) {
+    diff = std::max(diff, std::fabs(va[i] - vb[i]));
+    scale = std::max(scale, std::fabs(vb[i]));
+  }
+  return scale > 0 ? diff / scale : diff;
 }
 
 // The message of the E that f() throws; a test failure when it throws nothing.

@@ -9,7 +9,6 @@
 // the difference grows with the sum of the terms' magnitudes, not with the (much smaller) result.
 #include <gtest/gtest.h>
 
-#include <cstdlib>
 #include <string>
 #include <thread>
 #include <vector>
@@ -141,10 +140,7 @@ TEST(GpuConvTest, TheNchwFallbackMatchesCpu) {
   STRATA_REQUIRE_GPU();
   // Where cuDNN refuses every NHWC algorithm of a pass, the pass runs in NCHW on copies; the environment forces that
   // path here, on shapes no other test uses (the algorithm cache remembers a shape's layout).
-  struct ForceNchw {
-    ForceNchw() { setenv("STRATA_CUDNN_CONV_LAYOUT", "nchw", 1); }
-    ~ForceNchw() { unsetenv("STRATA_CUDNN_CONV_LAYOUT"); }  // also when a check throws
-  } force_nchw;
+  const testing::ForceNchwConvolutions force_nchw;
   check_conv("nchw 3x3 same", {6, 13, 13, 5}, {3, 3, 5, 7}, conv_params(1, 1, k::Padding::kSame, true), true, 90);
   check_conv("nchw stride 2 same, asymmetric", {6, 14, 14, 5}, {3, 3, 5, 7}, conv_params(2, 2, k::Padding::kSame),
              false, 91);

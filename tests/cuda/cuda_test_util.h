@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <string>
 
 #include "core/device_memory.h"
@@ -37,6 +38,15 @@ inline Tensor random_host(const Shape& shape, uint64_t seed, float low = -1.0f, 
   for (int64_t i = 0; i < t.numel(); ++i) p[i] = low + (high - low) * gen.uniform();
   return t;
 }
+
+// While it lives, every cuDNN convolution pass runs in NCHW (STRATA_CUDNN_CONV_LAYOUT=nchw, conv.cc's fallback
+// layout), on shapes whose algorithm is not cached yet; the environment is restored also when a check throws.
+struct ForceNchwConvolutions {
+  ForceNchwConvolutions() { setenv("STRATA_CUDNN_CONV_LAYOUT", "nchw", 1); }
+  ~ForceNchwConvolutions() { unsetenv("STRATA_CUDNN_CONV_LAYOUT"); }
+  ForceNchwConvolutions(const ForceNchwConvolutions&) = delete;
+  ForceNchwConvolutions& operator=(const ForceNchwConvolutions&) = delete;
+};
 
 // Tolerance for float32 results of reductions and products of inner length up to a few thousand.
 inline constexpr double kFloat32Tolerance = 1e-4;

@@ -1,10 +1,13 @@
 // The single-GPU training step against the CPU's on the same inputs: the fused losses' values and gradients, each
 // optimizer's update (clipping by norm included) over a few steps, and Model::fit of a small Dense model under
 // OneDeviceStrategy("/gpu:0") against "/cpu:0" from the same initial weights (the same per-step losses, weights and
-// evaluation within 1e-4), one step per execution and four (each next batch staged on the GPU ahead of its step). Every
-// test skips without a GPU (STRATA_REQUIRE_GPU). Thread-safety: test-thread only.
+// evaluation within 1e-4), one step per execution and four (each next batch staged on the GPU ahead of its step), and
+// a Conv2D + Dense model's losses under mixed_bfloat16 on the GPU close to float32's (with no warning about the CPU's
+// bf16 instructions). Every test skips without a GPU (STRATA_REQUIRE_GPU). Thread-safety: test-thread only.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <functional>
 #include <memory>
 #include <string>
@@ -14,6 +17,7 @@
 #include "strata/distribute/strategies.h"
 #include "strata/gradient_tape.h"
 #include "strata/nn/nn.h"
+#include "strata/nn/policy.h"
 #include "strata/optim/losses.h"
 #include "strata/optim/metrics.h"
 #include "strata/optim/optimizers.h"
@@ -258,6 +262,59 @@ TEST(GpuTrainStepTest, FitWithBatchesStagedAheadFollowsTheCpu) {
   }
   for (size_t i = 0; i < cpu.weights.size(); ++i)
     expect_matches_cpu(on_gpu.weights[i], cpu.weights[i], 1e-4, "weights");
+}
+
+// Puts the policy back to float32 (and the CPU's bf16 answer to oneDNN's) on every way out of a test.
+struct PolicyReset {
+  ~PolicyReset() {
+    nn::detail::reset_cpu_bf16_for_testing();
+    nn::set_global_policy("float32");
+  }
+};
+
+// The per-step losses of fitting a small Conv2D + Dense model on the GPU under `policy`, from the same initial
+// weights each time; the variables must stay float32 on the GPU.
+std::vector<double> gpu_step_losses(const std::string& policy) {
+  nn::set_global_policy(policy);
+  distribute::OneDeviceStrategy strategy("/gpu:0");
+  const Tensor x = random_host({48, 8, 8, 3}, 70);
+  const auto dataset = data::Dataset::from_tensor_slices({x, labels_of(48, 4, DType::kInt64, 5)}).batch(8);
+  auto scope = strategy.scope();
+  manual_seed(4321);
+  Sequential model(std::vector<nn::LayerRef>{nn::Conv2D(8, 3, {.padding = "same", .activation = "relu"}),
+                                             nn::Conv2D(8, 3, {.strides = 2}), nn::Flatten(), nn::Dense(16, "relu"),
+                                             nn::Dense(4)});
+  model.build_for({1, 8, 8, 3});
+  model.compile(losses::SparseCategoricalCrossentropy({.from_logits = true}),
+                optim::Adam(optim::AdamOptions{.learning_rate = 0.01}));
+  auto steps = std::make_shared<StepLosses>();
+  model.fit(dataset, {.epochs = 3, .callbacks = {steps}, .verbose = 0});
+  for (const Variable& v : model.variables()) {
+    EXPECT_EQ(v.value().dtype(), DType::kFloat32) << v.name();
+    EXPECT_EQ(v.value().device(), gpu()) << v.name();
+  }
+  return steps->losses;
+}
+
+TEST(GpuTrainStepTest, MixedBfloat16TrainsLikeFloat32OnTheGpuWithoutTheCpusWarning) {
+  STRATA_REQUIRE_GPU();
+  const PolicyReset reset;
+  const std::vector<double> f32 = gpu_step_losses("float32");
+  // A CPU without bf16 instructions does not matter to a model on the GPU: no warning, and bf16 computes there.
+  nn::detail::set_cpu_bf16_for_testing(false);
+  ::testing::internal::CaptureStderr();
+  const std::vector<double> bf16 = gpu_step_losses("mixed_bfloat16");
+  const std::string err = ::testing::internal::GetCapturedStderr();
+  EXPECT_EQ(err.find("strata: warning"), std::string::npos) << err;
+  ASSERT_EQ(bf16.size(), f32.size());
+  ASSERT_FALSE(f32.empty());
+  EXPECT_LT(f32.back(), f32.front());  // it learned
+  double largest = 0;
+  for (size_t i = 0; i < f32.size(); ++i) {
+    EXPECT_NEAR(bf16[i], f32[i], 0.03 * f32.front()) << "step " << i;
+    largest = std::max(largest, std::fabs(bf16[i] - f32[i]));
+  }
+  EXPECT_GT(largest, 1e-7) << "bf16 trained bit for bit as float32: it did not compute in bf16";
 }
 
 TEST(GpuTrainStepTest, ADistributedIteratorHandsTheGpuReplicaItsBatchThere) {

@@ -3,7 +3,6 @@
 // tolerance, and exactly bf16's result where the operands are bf16 numbers already; the scope nests and restores.
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
 
 #include "kernels/compute_precision.h"
@@ -14,17 +13,7 @@ namespace strata::kernels {
 namespace {
 
 using test::random_tensor;
-
-double relative_difference(const Tensor& a, const Tensor& b) {
-  const auto va = a.to_vector<double>(), vb = b.to_vector<double>();
-  EXPECT_EQ(va.size(), vb.size());
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < va.size() && i < vb.size(); ++i) {
-    diff = std::max(diff, std::fabs(va[i] - vb[i]));
-    scale = std::max(scale, std::fabs(vb[i]));
-  }
-  return scale > 0 ? diff / scale : diff;
-}
+using test::relative_difference;
 
 // `f` computed in float32 and in bf16: shapes equal, float32 out, within 1e-2 of the scale, and (natively) not equal.
 template <class F>
