@@ -4,14 +4,16 @@
 // the same models in PyTorch; scripts/gpu_check.sh runs that on a GPU machine.
 //
 //   gpu_bench [--device cpu|gpu] [--steps 50] [--warmup 10] [--models cnn64,cnn1024,mlp512,resnet256] [--json]
-//             [--threads N]
+//             [--threads N] [--precisions fp32,bf16]
 //
 // Each model trains under OneDeviceStrategy("/gpu:0") (or "/cpu:0"): its variables live on that device and every
 // step is Model::train_step inside strategy.run, as fit's runner drives it, without fit's input pipeline. After
 // --warmup steps, --steps steps are timed on the wall clock; the clock is read once the device has finished (the
-// last step's loss is already on the host, and a trained weight is copied back to it). One line per model: model,
-// batch, device, ms/step, images/s; with --json one JSON object per model instead. A model that fails is named on
-// stderr and the others still run; the exit status is then 1.
+// last step's loss is already on the host, and a trained weight is copied back to it). --precisions (default fp32)
+// times each model once per precision: fp32, and bf16 under the mixed_bfloat16 policy (nn/policy.h: bf16 products
+// and convolutions, float32 variables and loss). One line per model and precision: model, batch, device, precision,
+// ms/step, images/s; with --json one JSON object each instead. A model that fails is named on stderr and the others
+// still run; the exit status is then 1.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -155,7 +157,7 @@ std::vector<std::string> split_commas(const std::string& s) {
 [[noreturn]] void usage(const std::string& why) {
   std::cerr << "gpu_bench: " << why
             << "\nusage: gpu_bench [--device cpu|gpu] [--steps N] [--warmup N] "
-               "[--models cnn64,cnn1024,mlp512,resnet256] [--json] [--threads N]\n";
+               "[--models cnn64,cnn1024,mlp512,resnet256] [--json] [--threads N] [--precisions fp32,bf16]\n";
   std::exit(2);
 }
 
@@ -168,6 +170,7 @@ int main(int argc, char** argv) {
   int threads = 0;
   bool json = false;
   std::vector<std::string> wanted = {"cnn64", "cnn1024", "mlp512", "resnet256"};
+  std::vector<std::string> precisions = {"fp32"};
   for (int i = 1; i < argc; ++i) {
     const std::string flag = argv[i];
     if (flag == "--json") {
@@ -182,6 +185,7 @@ int main(int argc, char** argv) {
       else if (flag == "--warmup") warmup = std::stoll(value);
       else if (flag == "--threads") threads = std::stoi(value);
       else if (flag == "--models") wanted = split_commas(value);
+      else if (flag == "--precisions") precisions = split_commas(value);
       else usage("unknown flag " + flag);
     } catch (const std::logic_error&) {
       usage(flag + ": not a number: '" + value + "'");
@@ -189,6 +193,8 @@ int main(int argc, char** argv) {
   }
   if (device != "cpu" && device != "gpu") usage("--device must be cpu or gpu, got '" + device + "'");
   if (steps < 1 || warmup < 0) usage("--steps must be positive and --warmup not negative");
+  for (const std::string& p : precisions)
+    if (p != "fp32" && p != "bf16") usage("--precisions takes fp32 and bf16, got '" + p + "'");
   if (threads > 0) set_num_threads(threads);
   const std::string device_name = device == "gpu" ? "/gpu:0" : "/cpu:0";
   const Device placement = device == "gpu" ? Device::cuda(0) : Device::cpu();
@@ -203,26 +209,31 @@ int main(int argc, char** argv) {
   }
   bool failed = false;
   for (const Spec* spec : chosen) {
-    const std::string& name = spec->name;
-    Result r;
-    try {
-      r = time_model(*spec, device_name, placement, warmup, steps);
-    } catch (const std::exception& e) {
-      // The other models still run: one missing GPU kernel should not hide the rest of the table.
-      std::cerr << "gpu_bench: " << name << " on " << device_name << ": " << e.what() << "\n";
-      failed = true;
-      continue;
+    for (const std::string& precision : precisions) {
+      const std::string& name = spec->name;
+      nn::set_global_policy(precision == "bf16" ? "mixed_bfloat16" : "float32");
+      Result r;
+      try {
+        r = time_model(*spec, device_name, placement, warmup, steps);
+      } catch (const std::exception& e) {
+        // The other models still run: one missing GPU kernel should not hide the rest of the table.
+        std::cerr << "gpu_bench: " << name << " " << precision << " on " << device_name << ": " << e.what() << "\n";
+        failed = true;
+        continue;
+      }
+      if (json) {
+        std::printf("{\"model\": \"%s\", \"key\": \"%s\", \"precision\": \"%s\", \"batch\": %lld, \"device\": \"%s\", "
+                    "\"ms_per_step\": %.4f, \"images_per_s\": %.1f, \"steps\": %lld, \"loss\": %.5f}\n",
+                    spec->model.c_str(), spec->name.c_str(), precision.c_str(), static_cast<long long>(spec->batch),
+                    device.c_str(), r.ms_per_step, r.images_per_s, static_cast<long long>(steps), r.last_loss);
+      } else {
+        std::printf("%-22s batch %5lld  %s  %s  %9.3f ms/step  %10.0f images/s\n", spec->model.c_str(),
+                    static_cast<long long>(spec->batch), device.c_str(), precision.c_str(), r.ms_per_step,
+                    r.images_per_s);
+      }
+      std::fflush(stdout);
     }
-    if (json) {
-      std::printf("{\"model\": \"%s\", \"key\": \"%s\", \"batch\": %lld, \"device\": \"%s\", \"ms_per_step\": %.4f, "
-                  "\"images_per_s\": %.1f, \"steps\": %lld, \"loss\": %.5f}\n",
-                  spec->model.c_str(), spec->name.c_str(), static_cast<long long>(spec->batch), device.c_str(),
-                  r.ms_per_step, r.images_per_s, static_cast<long long>(steps), r.last_loss);
-    } else {
-      std::printf("%-22s batch %5lld  %s  %9.3f ms/step  %10.0f images/s\n", spec->model.c_str(),
-                  static_cast<long long>(spec->batch), device.c_str(), r.ms_per_step, r.images_per_s);
-    }
-    std::fflush(stdout);
   }
+  nn::set_global_policy("float32");
   return failed ? 1 : 0;
 }

@@ -5,13 +5,15 @@ The tutorial CNN (Conv2D 32 3x3 relu -> MaxPool 2 -> Flatten -> Dense 64 relu ->
 an MLP 784-4096-4096-10 at batch 512, and a ResNet-20-style network on 32x32x3 images at batch 256 (3 stages of 3
 basic blocks, 16/32/64 filters, batch norm, stride-2 downsampling with a 1x1 projection shortcut, global average
 pool, Dense 10); Adam(1e-3) and cross-entropy from logits, on synthetic data already on the GPU. PyTorch runs each
-in fp32 and under torch.autocast("cuda", dtype=torch.bfloat16); strata runs fp32 (bf16 waits for mixed precision).
+in fp32 and under torch.autocast("cuda", dtype=torch.bfloat16); strata runs fp32 and under its mixed_bfloat16 policy
+(bf16 products and convolutions through cuBLAS and cuDNN, float32 variables; gpu_bench --precisions fp32,bf16).
 
     python3 bench/gpu_bench.py [--binary PATH/gpu_bench] [--steps 50] [--warmup 10]
         [--models cnn64,cnn1024,mlp512,resnet256] [--json-out FILE] [--torch-device cuda|cpu]
 
 Prints one table: model, batch, strata fp32 ms/step, torch fp32 ms/step, torch/strata (above 1.0: strata is
-faster; the issue's target is >= 1.0 on every row), torch bf16 ms/step, strata bf16. Each side times --steps
+faster; the issue's target is >= 1.0 on every row), torch bf16 ms/step, strata bf16 ms/step and torch/strata in bf16.
+Each side times --steps
 steps after --warmup, reading the clock after torch.cuda.synchronize() (strata: after its device has finished).
 PyTorch's fp32 runs with TF32 off (--tf32 turns it on), as strata's fp32 does.
 Without torch or a CUDA device it prints "no GPU: skipped" and exits 0 (1 with --require-gpu) (--torch-device cpu runs the PyTorch side
@@ -107,7 +109,7 @@ def time_torch(torch, key, device, bf16, steps, warmup):
 def run_strata(binary, keys, steps, warmup, timeout):
     """strata's ms per step by --models key, or an error message."""
     cmd = [binary, "--device", "gpu", "--json", "--steps", str(steps), "--warmup", str(warmup),
-           "--models", ",".join(keys)]
+           "--models", ",".join(keys), "--precisions", "fp32,bf16"]
     try:
         p = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout)
     except subprocess.TimeoutExpired as e:
@@ -121,12 +123,12 @@ def run_strata(binary, keys, steps, warmup, timeout):
 
 
 def parse_lines(stdout):
-    """gpu_bench --json's objects by --models key."""
+    """gpu_bench --json's objects by (--models key, precision)."""
     results = {}
     for line in stdout.splitlines():
         if line.startswith("{") and line.rstrip().endswith("}"):
             r = json.loads(line)
-            results[r["key"]] = r
+            results[(r["key"], r.get("precision", "fp32"))] = r
     return results
 
 
@@ -192,17 +194,21 @@ def main():
     else:
         strata = {}
     for k in keys:
-        s = strata.get(k)
-        rows[k]["strata_fp32_ms"] = s["ms_per_step"] if s else ("failed" if on_gpu else "-")
-        t = rows[k]["torch_fp32_ms"]
-        both = isinstance(t, float) and isinstance(rows[k]["strata_fp32_ms"], float)
-        rows[k]["torch_over_strata"] = t / rows[k]["strata_fp32_ms"] if both else "-"
-        rows[k]["strata_bf16_ms"] = "not yet"
+        for precision, ratio in (("fp32", "torch_over_strata"), ("bf16", "torch_over_strata_bf16")):
+            s = strata.get((k, precision))
+            ms = s["ms_per_step"] if s else ("failed" if on_gpu else "-")
+            rows[k][f"strata_{precision}_ms"] = ms
+            t = rows[k][f"torch_{precision}_ms"]
+            rows[k][ratio] = t / ms if isinstance(t, float) and isinstance(ms, float) else "-"
 
-    head = ["model", "batch", "strata fp32 ms", "torch fp32 ms", "torch/strata", "torch bf16 ms", "strata bf16"]
+    def ratio(r, key):
+        return f"{r[key]:.2f}" if isinstance(r[key], float) else "-"
+
+    head = ["model", "batch", "strata fp32 ms", "torch fp32 ms", "torch/strata", "strata bf16 ms", "torch bf16 ms",
+            "torch/strata bf16"]
     table = [head] + [[r["model"], str(r["batch"]), fmt(r["strata_fp32_ms"]), fmt(r["torch_fp32_ms"]),
-                       f"{r['torch_over_strata']:.2f}" if isinstance(r["torch_over_strata"], float) else "-",
-                       fmt(r["torch_bf16_ms"]), r["strata_bf16_ms"]] for r in rows.values()]
+                       ratio(r, "torch_over_strata"), fmt(r["strata_bf16_ms"]), fmt(r["torch_bf16_ms"]),
+                       ratio(r, "torch_over_strata_bf16")] for r in rows.values()]
     widths = [max(len(row[i]) for row in table) for i in range(len(head))]
     print()
     for row in table:

@@ -8,14 +8,17 @@
 # machine's pip packages (site-packages/nvidia/*/lib), /usr/local/cuda/lib64 and the driver's libcuda, checks that
 # every library the programs need resolves and that nvidia-smi sees a GPU, then runs, each step under its own time
 # limit and all of it within 6 minutes:
-#   1. cuda_test: every GPU op against the CPU result (gtest; XML report to $OUT/cuda_test.xml)
+#   1. cuda_test: every GPU op against the CPU result, float32 and the bf16 of mixed precision (gtest; XML report to
+#      $OUT/cuda_test.xml)
 #   2. the main job on the GPU: strata train fashion_mnist_cnn.yaml --device gpu --epochs 10 on the bundled
 #      Fashion-MNIST; passes at test accuracy >= 0.91
 #   2b. the strategies of several replicas on the GPU(s), one epoch each of the same job: --strategy mirrored (every
 #      visible GPU, NCCL all-reduce) and --strategy multi_worker_mirrored (a single worker on nccl)
-#   3. bench/gpu_bench.py: strata's step times beside that machine's PyTorch (fp32 and bf16), as one table
+#   2c. mixed precision on the GPU: one epoch of the same job with --mixed-precision bf16, the CPU's oneDNN held to
+#      AVX2 (no bf16 there): it must say its products compute in bf16 on the GPU, warn nothing about the CPU and learn
+#   3. bench/gpu_bench.py: strata's step times beside that machine's PyTorch, fp32 and bf16 on both sides, as one table
 #   4. gpu_ops_bench: each GPU kernel's time on those models' shapes (where a slow step comes from)
-# GPU_CHECK_STEPS (a comma list of tests, job, strategies, bench, ops) runs only those steps.
+# GPU_CHECK_STEPS (a comma list of tests, job, strategies, bf16, bench, ops) runs only those steps.
 # With $OUT set, the whole output also goes to $OUT/gpu_check.log (and the bench's figures to $OUT/gpu_bench.json).
 # It ends with PASS, FAIL or SKIP per step and exits 1 if any step failed. Without a GPU (the dry run) the GPU steps
 # are skipped, saying so (cuda_test still runs: its GPU tests skip themselves; gpu_bench trains one CPU step), and it
@@ -31,9 +34,9 @@ else
   BUNDLE=$(cd "$HERE/.." && pwd)/gpu-bundle
 fi
 WORK=${GPU_CHECK_WORK:-/tmp/strata-gpu-check}
-# Which steps run after the libraries (a comma list of tests, job, bench, ops; default all): a second call on the same
-# lease can rerun only what a fix touched.
-STEPS=",${GPU_CHECK_STEPS:-tests,job,strategies,bench,ops},"
+# Which steps run after the libraries (a comma list of tests, job, strategies, bf16, bench, ops; default all): a
+# second call on the same lease can rerun only what a fix touched.
+STEPS=",${GPU_CHECK_STEPS:-tests,job,strategies,bf16,bench,ops},"
 wanted() { [[ $STEPS == *",$1,"* ]]; }
 START=$SECONDS
 TOTAL_LIMIT=360  # seconds: the issue's 6 minutes for the whole check
@@ -248,6 +251,40 @@ else
     fi
   done
   if [[ $result == *FAIL* ]]; then record "strategies" "FAIL:$result"; else record "strategies" "PASS:$result"; fi
+fi
+
+# ---- 2c. mixed precision on the GPU: one epoch under --mixed-precision bf16
+section "2c. mixed precision: strata train fashion_mnist_cnn.yaml --device gpu --mixed-precision bf16 --epochs 1"
+if ! wanted bf16; then
+  record "mixed bf16" "SKIP (not in GPU_CHECK_STEPS)"
+elif ((!GPU)); then
+  record "mixed bf16" "SKIP (no GPU)"
+elif ((!LIBS_OK)); then
+  record "mixed bf16" "FAIL (libraries missing)"
+else
+  sed "s|^\(  directory:\).*|\1 $WORK/fashion-mnist|" "$WORK/configs/fashion_mnist_cnn.yaml" > "$WORK/fashion_mnist_cnn.yaml"
+  limit=$(budget 30)
+  log=$WORK/train_bf16.log
+  set +e
+  # oneDNN held to AVX2: a CPU without bf16 must not matter to (or be warned about by) a model on the GPU.
+  (cd "$WORK" && ONEDNN_MAX_CPU_ISA=AVX2 run_bin timeout -k 5 "$limit" "$WORK/bin/strata" train \
+    "$WORK/fashion_mnist_cnn.yaml" --device gpu --mixed-precision bf16 --epochs 1 --verbose 2) 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  set -e
+  accuracy=$(grep -oE 'test accuracy [0-9.]+' "$log" | tail -1 | awk '{print $3}' || true)
+  if ((rc == 124 || rc == 137)); then
+    record "mixed bf16" "FAIL (over its ${limit} s limit)"
+  elif ((rc != 0)); then
+    record "mixed bf16" "FAIL (exit $rc)"
+  elif ! grep -q 'compute in bf16 on the GPU' "$log"; then
+    record "mixed bf16" "FAIL (no line saying the products compute in bf16 on the GPU)"
+  elif grep -q 'strata: warning: mixed precision' "$log"; then
+    record "mixed bf16" "FAIL (it warned about the CPU's bf16 instructions)"
+  elif [[ -n $accuracy ]] && awk -v a="$accuracy" 'BEGIN {exit !(a >= 0.80)}'; then
+    record "mixed bf16" "PASS (test accuracy $accuracy after 1 epoch in bf16)"
+  else
+    record "mixed bf16" "FAIL (test accuracy '${accuracy}' < 0.80 after 1 epoch in bf16)"
+  fi
 fi
 
 # ---- 3. the bench beside PyTorch

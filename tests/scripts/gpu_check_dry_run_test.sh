@@ -21,7 +21,7 @@ fail() { echo "gpu_check_dry_run_test: $*" >&2; exit 1; }
 ((rc == 0)) || fail "gpu_check.sh exited $rc"
 grep -q '^gpu_check: PASS' "$scratch/check.txt" || fail "no 'gpu_check: PASS' line"
 grep -qE '^  libraries +PASS' "$scratch/check.txt" || fail "the libraries did not resolve"
-for step in cuda_test "main job" strategies bench; do
+for step in cuda_test "main job" strategies "mixed bf16" bench; do
   grep -qE "^  $step +SKIP \(no GPU" "$scratch/check.txt" || fail "step '$step' was not skipped for want of a GPU"
 done
 grep -q '^gpu_check: PASS' "$scratch/out/gpu_check.log" || fail "no log in \$OUT"
