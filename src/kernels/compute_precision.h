@@ -1,8 +1,10 @@
 // The precision the calling thread's matrix products and convolutions compute in (mixed precision, Keras's
-// mixed_bfloat16): float32 by default; inside a ComputePrecisionScope(kBFloat16) the CPU kernels of dense, matmul
-// and conv2d (forward and backward) round their float32 operands to bfloat16 with oneDNN reorders and run oneDNN's
-// bf16 primitives, which accumulate and write float32. Inputs, outputs and gradients stay float32 tensors.
-// Kernels of other devices ignore the setting (they compute in float32).
+// mixed_bfloat16): float32 by default; inside a ComputePrecisionScope(kBFloat16) the kernels of dense, matmul and
+// conv2d (forward and backward) round their float32 operands to bfloat16 and accumulate in float32. On the CPU:
+// oneDNN reorders and oneDNN's bf16 primitives, which write float32. On a GPU (kernels/cuda, built but not yet run
+// on a GPU): bf16 copies of the operands (cuda/compute_operand.h) into cuBLAS/cuBLASLt products with CUDA_R_16BF
+// inputs, CUBLAS_COMPUTE_32F and float32 outputs, and cuDNN bf16 convolutions with float32 compute, whose bf16 output
+// is widened to float32. Inputs, outputs and gradients stay float32 tensors either way.
 //
 // Thread-safety: the setting is per thread (thread_local); a scope must end on the thread that opened it.
 #pragma once
