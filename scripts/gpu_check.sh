@@ -66,6 +66,32 @@ summary() {
 }
 # Seconds a step may take: its own limit, or what is left of the 6 minutes if less.
 budget() { local left=$((TOTAL_LIMIT - (SECONDS - START) - 5)); ((left < $1)) && echo $((left > 1 ? left : 1)) || echo "$1"; }
+# Whether the GPU step KEY (a word of GPU_CHECK_STEPS) runs; if not, records why under NAME: not asked for, no GPU, or
+# libraries missing.
+gpu_step() {
+  if ! wanted "$1"; then record "$2" "SKIP (not in GPU_CHECK_STEPS)"; return 1; fi
+  if ((!GPU)); then record "$2" "SKIP (no GPU)"; return 1; fi
+  if ((!LIBS_OK)); then record "$2" "FAIL (libraries missing)"; return 1; fi
+  return 0
+}
+# $WORK/fashion_mnist_cnn.yaml: the job as configs/ has it, reading the bundled Fashion-MNIST.
+write_job() {
+  sed "s|^\(  directory:\).*|\1 $WORK/fashion-mnist|" "$WORK/configs/fashion_mnist_cnn.yaml" > "$WORK/fashion_mnist_cnn.yaml"
+  grep -q "directory: $WORK/fashion-mnist" "$WORK/fashion_mnist_cnn.yaml" ||
+    { echo "could not point the job at the data"; exit 1; }
+}
+# Trains that job on the GPU within LIMIT seconds with the further flags given, its output shown and kept in LOG; sets
+# rc (124 or 137: over the limit) and accuracy (its last "test accuracy", or empty).
+train_on_gpu() {
+  local limit=$1 log=$2
+  shift 2
+  set +e
+  (cd "$WORK" && run_bin timeout -k 5 "$limit" "$WORK/bin/strata" train "$WORK/fashion_mnist_cnn.yaml" --device gpu \
+    "$@") 2>&1 | tee "$log"
+  rc=${PIPESTATUS[0]}
+  set -e
+  accuracy=$(grep -oE 'test accuracy [0-9.]+' "$log" | tail -1 | awk '{print $3}' || true)
+}
 
 section "bundle $BUNDLE"
 [[ -f $BUNDLE/strata.tar.xz && -f $BUNDLE/fashion-mnist.tar.xz ]] ||
@@ -186,24 +212,10 @@ fi
 
 # ---- 2. the main job
 section "2. main job: strata train fashion_mnist_cnn.yaml --device gpu --epochs 10"
-if ! wanted job; then
-  record "main job" "SKIP (not in GPU_CHECK_STEPS)"
-elif ((!GPU)); then
-  record "main job" "SKIP (no GPU)"
-elif ((!LIBS_OK)); then
-  record "main job" "FAIL (libraries missing)"
-else
-  # The job as configs/ has it, reading the bundled Fashion-MNIST.
-  sed "s|^\(  directory:\).*|\1 $WORK/fashion-mnist|" "$WORK/configs/fashion_mnist_cnn.yaml" > "$WORK/fashion_mnist_cnn.yaml"
-  grep -q "directory: $WORK/fashion-mnist" "$WORK/fashion_mnist_cnn.yaml" || { echo "could not point the job at the data"; exit 1; }
+if gpu_step job "main job"; then
+  write_job
   limit=$(budget 150)
-  train_log=$WORK/train.log
-  set +e
-  (cd "$WORK" && run_bin timeout -k 5 "$limit" "$WORK/bin/strata" train "$WORK/fashion_mnist_cnn.yaml" --device gpu \
-    --epochs 10 --verbose 2) 2>&1 | tee "$train_log"
-  rc=${PIPESTATUS[0]}
-  set -e
-  accuracy=$(grep -oE 'test accuracy [0-9.]+' "$train_log" | tail -1 | awk '{print $3}' || true)
+  train_on_gpu "$limit" "$WORK/train.log" --epochs 10 --verbose 2
   if ((rc == 124 || rc == 137)); then
     record "main job" "FAIL (over its ${limit} s limit)"
   elif ((rc != 0)); then
@@ -219,25 +231,13 @@ fi
 
 # ---- 2b. mirrored and multi-worker mirrored on the GPU(s): one epoch each, over NCCL
 section "2b. strategies: strata train fashion_mnist_cnn.yaml --device gpu --strategy mirrored | multi_worker_mirrored"
-if ! wanted strategies; then
-  record "strategies" "SKIP (not in GPU_CHECK_STEPS)"
-elif ((!GPU)); then
-  record "strategies" "SKIP (no GPU)"
-elif ((!LIBS_OK)); then
-  record "strategies" "FAIL (libraries missing)"
-else
-  # (The job file step 2 pointed at the bundled data; made here too when step 2 was not wanted.)
-  sed "s|^\(  directory:\).*|\1 $WORK/fashion-mnist|" "$WORK/configs/fashion_mnist_cnn.yaml" > "$WORK/fashion_mnist_cnn.yaml"
+if gpu_step strategies "strategies"; then
+  write_job  # (again, for when step 2 was not wanted)
   result=""
   for strategy in mirrored multi_worker_mirrored; do
     limit=$(budget 30)
     log=$WORK/train_$strategy.log
-    set +e
-    (cd "$WORK" && run_bin timeout -k 5 "$limit" "$WORK/bin/strata" train "$WORK/fashion_mnist_cnn.yaml" --device gpu \
-      --strategy "$strategy" --epochs 1 --verbose 2) 2>&1 | tee "$log"
-    rc=${PIPESTATUS[0]}
-    set -e
-    accuracy=$(grep -oE 'test accuracy [0-9.]+' "$log" | tail -1 | awk '{print $3}' || true)
+    train_on_gpu "$limit" "$log" --strategy "$strategy" --epochs 1 --verbose 2
     if ((rc == 124 || rc == 137)); then
       result="$result FAIL($strategy: over its ${limit} s limit)"
     elif ((rc != 0)); then
@@ -255,23 +255,12 @@ fi
 
 # ---- 2c. mixed precision on the GPU: one epoch under --mixed-precision bf16
 section "2c. mixed precision: strata train fashion_mnist_cnn.yaml --device gpu --mixed-precision bf16 --epochs 1"
-if ! wanted bf16; then
-  record "mixed bf16" "SKIP (not in GPU_CHECK_STEPS)"
-elif ((!GPU)); then
-  record "mixed bf16" "SKIP (no GPU)"
-elif ((!LIBS_OK)); then
-  record "mixed bf16" "FAIL (libraries missing)"
-else
-  sed "s|^\(  directory:\).*|\1 $WORK/fashion-mnist|" "$WORK/configs/fashion_mnist_cnn.yaml" > "$WORK/fashion_mnist_cnn.yaml"
+if gpu_step bf16 "mixed bf16"; then
+  write_job
   limit=$(budget 30)
   log=$WORK/train_bf16.log
-  set +e
   # oneDNN held to AVX2: a CPU without bf16 must not matter to (or be warned about by) a model on the GPU.
-  (cd "$WORK" && ONEDNN_MAX_CPU_ISA=AVX2 run_bin timeout -k 5 "$limit" "$WORK/bin/strata" train \
-    "$WORK/fashion_mnist_cnn.yaml" --device gpu --mixed-precision bf16 --epochs 1 --verbose 2) 2>&1 | tee "$log"
-  rc=${PIPESTATUS[0]}
-  set -e
-  accuracy=$(grep -oE 'test accuracy [0-9.]+' "$log" | tail -1 | awk '{print $3}' || true)
+  ONEDNN_MAX_CPU_ISA=AVX2 train_on_gpu "$limit" "$log" --mixed-precision bf16 --epochs 1 --verbose 2
   if ((rc == 124 || rc == 137)); then
     record "mixed bf16" "FAIL (over its ${limit} s limit)"
   elif ((rc != 0)); then
@@ -318,13 +307,7 @@ fi
 
 # ---- 4. each GPU kernel's time on the models' shapes: where a slow step of the table above comes from
 section "4. gpu_ops_bench: op by op"
-if ! wanted ops; then
-  record "ops" "SKIP (not in GPU_CHECK_STEPS)"
-elif ((!GPU)); then
-  record "ops" "SKIP (no GPU)"
-elif ((!LIBS_OK)); then
-  record "ops" "FAIL (libraries missing)"
-else
+if gpu_step ops "ops"; then
   rc=0
   run_bin timeout -k 5 "$(budget 40)" "$WORK/bin/gpu_ops_bench" || rc=$?
   if ((rc == 0)); then record "ops" "PASS (times above)"; else record "ops" "FAIL (exit $rc)"; fi
