@@ -311,7 +311,7 @@ TEST(GpuTrainStepTest, MixedBfloat16TrainsLikeFloat32OnTheGpuWithoutTheCpusWarni
   EXPECT_LT(f32.back(), f32.front());  // it learned
   double largest = 0;
   for (size_t i = 0; i < f32.size(); ++i) {
-    EXPECT_NEAR(bf16[i], f32[i], 0.03 * f32.front()) << "step " << i;
+    EXPECT_NEAR(bf16[i], f32[i], 0.05 * f32.front()) << "step " << i;  // as the CPU's mixed precision test
     largest = std::max(largest, std::fabs(bf16[i] - f32[i]));
   }
   EXPECT_GT(largest, 1e-7) << "bf16 trained bit for bit as float32: it did not compute in bf16";
