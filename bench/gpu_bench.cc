@@ -222,10 +222,11 @@ int main(int argc, char** argv) {
         continue;
       }
       if (json) {
-        std::printf("{\"model\": \"%s\", \"key\": \"%s\", \"precision\": \"%s\", \"batch\": %lld, \"device\": \"%s\", "
-                    "\"ms_per_step\": %.4f, \"images_per_s\": %.1f, \"steps\": %lld, \"loss\": %.5f}\n",
-                    spec->model.c_str(), spec->name.c_str(), precision.c_str(), static_cast<long long>(spec->batch),
-                    device.c_str(), r.ms_per_step, r.images_per_s, static_cast<long long>(steps), r.last_loss);
+        std::printf(
+            "{\"model\": \"%s\", \"key\": \"%s\", \"precision\": \"%s\", \"batch\": %lld, \"device\": \"%s\", "
+            "\"ms_per_step\": %.4f, \"images_per_s\": %.1f, \"steps\": %lld, \"loss\": %.5f}\n",
+            spec->model.c_str(), spec->name.c_str(), precision.c_str(), static_cast<long long>(spec->batch),
+            device.c_str(), r.ms_per_step, r.images_per_s, static_cast<long long>(steps), r.last_loss);
       } else {
         std::printf("%-22s batch %5lld  %s  %s  %9.3f ms/step  %10.0f images/s\n", spec->model.c_str(),
                     static_cast<long long>(spec->batch), device.c_str(), precision.c_str(), r.ms_per_step,

@@ -74,8 +74,11 @@ TEST(GpuBf16Test, MatmulInEveryTransposeAndBatchLayout) {
     const struct {
       const char* what;
       Shape a, b;
-    } cases[] = {{"2-D", a2, b2},           {"batch x batch", a3, b3},        {"batch x shared", a3, b2},
-                 {"shared x batch", a2, b3}, {"batch of 1", {1, a2[0], a2[1]}, b3}};
+    } cases[] = {{"2-D", a2, b2},
+                 {"batch x batch", a3, b3},
+                 {"batch x shared", a3, b2},
+                 {"shared x batch", a2, b3},
+                 {"batch of 1", {1, a2[0], a2[1]}, b3}};
     for (const auto& c : cases) {
       const Tensor a = random_host(c.a, 10 + t), b = random_host(c.b, 20 + t);
       check_bf16(std::string("matmul ") + c.what + tr,
@@ -105,15 +108,13 @@ TEST(GpuBf16Test, ProductsOfBf16NumbersAreFloat32Exact) {
 
 TEST(GpuBf16Test, DenseForwardAndItsProductGradients) {
   STRATA_REQUIRE_GPU();
-  const struct {
-    int64_t M, K, N;
-  } shapes[] = {{7, 13, 5}, {64, 784, 128}, {512, 1024, 256}};
+  const struct { int64_t M, K, N; } shapes[] = {{7, 13, 5}, {64, 784, 128}, {512, 1024, 256}};
   for (const auto& s : shapes) {
     const float scale = 1.0f / std::sqrt(static_cast<float>(s.K));
     const Tensor x = random_host({s.M, s.K}, 50), w = random_host({s.K, s.N}, 51, -scale, scale);
     const Tensor bias = random_host({s.N}, 52), dy = random_host({s.M, s.N}, 53);
-    const std::string shape = " [" + std::to_string(s.M) + ", " + std::to_string(s.K) + "] x [" +
-                              std::to_string(s.K) + ", " + std::to_string(s.N) + "]";
+    const std::string shape = " [" + std::to_string(s.M) + ", " + std::to_string(s.K) + "] x [" + std::to_string(s.K) +
+                              ", " + std::to_string(s.N) + "]";
     for (int v = 0; v < 4; ++v) {
       const bool with_bias = v & 1, relu = v & 2;
       const Tensor b = with_bias ? bias : Tensor();
@@ -127,8 +128,7 @@ TEST(GpuBf16Test, DenseForwardAndItsProductGradients) {
       check_bf16("dense dx" + what, [&](bool gpu) { return grads(gpu).dx; });
       check_bf16("dense dw" + what, [&](bool gpu) { return grads(gpu).dw; });
       if (with_bias) {  // the bias gradient is a float32 column sum under either precision
-        testing::expect_matches_cpu(in_bf16([&] { return grads(true).db; }), grads(false).db, 1e-4,
-                                    "dense db" + what);
+        testing::expect_matches_cpu(in_bf16([&] { return grads(true).db; }), grads(false).db, 1e-4, "dense db" + what);
       }
     }
   }
@@ -150,13 +150,15 @@ void check_conv_bf16(const std::string& what, const Shape& x_shape, const Shape&
   const float scale = 1.0f / std::sqrt(static_cast<float>(w_shape[0] * w_shape[1] * w_shape[2]));
   const Tensor w = random_host(w_shape, seed + 1, -scale, scale);
   const Tensor dy = random_host(k::conv2d(x, w, bias, p).shape(), seed + 3);
-  check_bf16(what + ": conv2d", [&](bool gpu) { return k::conv2d(at(x, gpu), at(w, gpu), at(bias, gpu), p); },
-             kBf16Tolerance);
-  check_bf16(what + ": input gradient",
-             [&](bool gpu) { return k::conv2d_backward_input(at(dy, gpu), at(w, gpu), x_shape, p); }, kBf16Tolerance);
-  check_bf16(what + ": kernel gradient",
-             [&](bool gpu) { return k::conv2d_backward_weights(at(x, gpu), at(dy, gpu), w_shape, true, p).dw; },
-             kBf16Tolerance);
+  check_bf16(
+      what + ": conv2d", [&](bool gpu) { return k::conv2d(at(x, gpu), at(w, gpu), at(bias, gpu), p); }, kBf16Tolerance);
+  check_bf16(
+      what + ": input gradient",
+      [&](bool gpu) { return k::conv2d_backward_input(at(dy, gpu), at(w, gpu), x_shape, p); }, kBf16Tolerance);
+  check_bf16(
+      what + ": kernel gradient",
+      [&](bool gpu) { return k::conv2d_backward_weights(at(x, gpu), at(dy, gpu), w_shape, true, p).dw; },
+      kBf16Tolerance);
   const k::Conv2DWeightGrads f32 = k::conv2d_backward_weights(x, dy, w_shape, true, p);
   const Tensor db = in_bf16([&] { return k::conv2d_backward_weights(on_gpu(x), on_gpu(dy), w_shape, true, p).db; });
   // A float32 sum over every output pixel under either precision (the float32 tests' tolerance for it).

@@ -88,9 +88,7 @@ enum class Layout : int64_t { kNhwc, kNchw };
 cudnnTensorFormat_t format_of(Layout layout) { return layout == Layout::kNhwc ? CUDNN_TENSOR_NHWC : CUDNN_TENSOR_NCHW; }
 
 // cuDNN's name for a float32 or bfloat16 operand.
-cudnnDataType_t cudnn_type(DType dtype) {
-  return dtype == DType::kBFloat16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT;
-}
+cudnnDataType_t cudnn_type(DType dtype) { return dtype == DType::kBFloat16 ? CUDNN_DATA_BFLOAT16 : CUDNN_DATA_FLOAT; }
 
 // A packed tensor of cuDNN's dims [n, c, h, w] and `dtype` (float32 unless said), stored in `layout`.
 void describe_packed(const TensorDescriptor& d, const char* op, Layout layout, int64_t n, int64_t c, int64_t h,
@@ -218,12 +216,11 @@ Tensor pass_output(const Tensor& dst, Layout layout, DType dtype, int64_t n, int
 
 // dst (float32 NHWC [n, h, w, c]) = `out`, the buffer pass_output gave the pass: widened to float32 and moved back to
 // NHWC where it is not dst itself.
-void store_nhwc(cudnnHandle_t handle, const char* op, const Tensor& out, Layout layout, int64_t n, int64_t c,
-                int64_t h, int64_t w, Tensor& dst) {
+void store_nhwc(cudnnHandle_t handle, const char* op, const Tensor& out, Layout layout, int64_t n, int64_t c, int64_t h,
+                int64_t w, Tensor& dst) {
   if (out.raw_data() == dst.raw_data()) return;
   if (layout == Layout::kNhwc) {  // a bf16 output in place: widened straight into dst
-    detail::cuda_convert(out.raw_data(), out.dtype(), dst.raw_data(), DType::kFloat32, out.numel(),
-                         dst.device().index);
+    detail::cuda_convert(out.raw_data(), out.dtype(), dst.raw_data(), DType::kFloat32, out.numel(), dst.device().index);
     return;
   }
   const Tensor wide = out.dtype() == DType::kFloat32 ? out : out.to(DType::kFloat32);
@@ -378,8 +375,8 @@ void run_in_a_layout(const char* op, const char* what, const std::string& key, A
   }
   if (!nchw_forced() && attempt(Layout::kNhwc, -1, refusal_nhwc)) return;
   if (attempt(Layout::kNchw, -1, refusal_nchw)) return;
-  const char* precision = operand_dtype() == DType::kBFloat16 ? "in bf16 with float32 compute (mixed precision)"
-                                                               : "in float32 (FMA math)";
+  const char* precision =
+      operand_dtype() == DType::kBFloat16 ? "in bf16 with float32 compute (mixed precision)" : "in float32 (FMA math)";
   STRATA_THROW(Unavailable, op << ": cuDNN runs no " << what << " algorithm on this shape " << precision << ": NHWC, "
                                << refusal_nhwc << "; NCHW, " << refusal_nchw);
 }

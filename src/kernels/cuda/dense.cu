@@ -20,9 +20,9 @@
 #include <cstdint>
 #include <utility>
 
+#include "kernels/cuda/compute_operand.h"
 #include "kernels/cuda/cuda_kernel_util.h"
 #include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/compute_operand.h"
 #include "kernels/cuda/gemm_rows.h"
 #include "kernels/cuda/library_handles.h"
 #include "kernels/kernel_checks.h"

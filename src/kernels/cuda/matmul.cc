@@ -10,9 +10,9 @@
 // Thread-safety: as kernels.h; each call uses the calling thread's cuBLAS handle on the device's stream.
 #include <cuda_runtime_api.h>
 
+#include "kernels/cuda/compute_operand.h"
 #include "kernels/cuda/cuda_kernel_util.h"
 #include "kernels/cuda/cuda_kernels.h"
-#include "kernels/cuda/compute_operand.h"
 #include "kernels/cuda/gemm_rows.h"
 #include "kernels/cuda/library_handles.h"
 #include "kernels/kernel_checks.h"
