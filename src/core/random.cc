@@ -84,9 +84,10 @@ __attribute__((target("avx512f"))) void bernoulli_lanes_avx512(uint64_t first, u
     k0 += kWeyl0;
     k1 += kWeyl1;
   }
-  // to_unit(x) < p compares 24-bit integers exactly: (x >> 8) * 2^-24 < p  <=>  (x >> 8) < ceil(p * 2^24).
-  const double scaled = std::ceil(static_cast<double>(p) * 16777216.0);
-  const __m512i threshold = _mm512_set1_epi32(static_cast<int>(std::clamp(scaled, 0.0, 16777216.0)));
+  // to_unit(x) < p compares 24-bit integers exactly: (x >> 8) * 2^-24 < p  <=>  (x >> 8) < ceil(p * 2^24). A p that
+  // is not above 0 (NaN included) keeps nothing, as the float comparison would.
+  const double scaled = p > 0.0f ? std::min(std::ceil(static_cast<double>(p) * 16777216.0), 16777216.0) : 0.0;
+  const __m512i threshold = _mm512_set1_epi32(static_cast<int>(scaled));
   const __m512 one = _mm512_set1_ps(1.0f);
   alignas(64) float words[4][kLanes];
   const __m512i c[4] = {c0, c1, c2, c3};

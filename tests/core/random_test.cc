@@ -36,7 +36,7 @@ TEST(RandomTest, KnownAnswerPinsTheAlgorithm) {
 
 TEST(RandomTest, BernoulliEqualsTheSequentialDrawAtAnyThreadCount) {
   // Element i is word i % 4 of block i / 4: the definition, drawn block by block.
-  for (const float p : {0.4f, 0.5f, 0.0f, 1.0f})
+  for (const float p : {0.4f, 0.5f, 0.0f, 1.0f, -0.5f, 2.0f, std::nanf("")})
   for (const int64_t n : {int64_t{1}, int64_t{7}, int64_t{63}, int64_t{65}, int64_t{100003}}) {
     Generator reference(11, 3);
     std::vector<float> expected(static_cast<size_t>(n));
