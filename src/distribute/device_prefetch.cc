@@ -131,6 +131,9 @@ void DevicePrefetcher::stage(const data::Element& batch) {
     throw;
   }
   block.ticket = queue_->record();
+  // The destinations stay allocated until the copies ran, even when the step that takes this batch drops it first
+  // (an error unwinding it): the device's allocator may not hand memory a queued copy still writes to another tensor.
+  block.hold = placed;
   in_flight_.push_back(index);
   const detail::CopyQueue::Ticket mine = queue_->record();
   staged_.push_back(Staged{data::Element(std::move(placed), batch.shared_names()), mine});

@@ -49,7 +49,7 @@ class DevicePrefetcher {
     void* data = nullptr;
     size_t size = 0;
     std::optional<detail::CopyQueue::Ticket> ticket;  // the copies queued from it, until seen done
-    std::vector<Tensor> hold;  // destinations of a failed batch's queued copies, kept until those ran
+    std::vector<Tensor> hold;  // destinations of the copies queued from it, kept until those ran
   };
   struct Staged {
     data::Element batch;
