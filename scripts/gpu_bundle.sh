@@ -73,6 +73,15 @@ if ((BUILD_IT)); then
   echo "== building strata, cuda_test, gpu_bench and gpu_ops_bench in $BUILD (-j$JOBS)"
   ninja -C "$BUILD" -j"$JOBS" strata_cli_main cuda_test gpu_bench gpu_ops_bench
 fi
+# setup.sh --test compiles its CUDA tree without optimisation (build type None) only to prove it builds; a bundle of
+# it runs, but its host code is -O0, so gpu_bench's step times beside PyTorch's would not be strata's.
+BUILD_TYPE=$(grep '^CMAKE_BUILD_TYPE:' "$BUILD/CMakeCache.txt" | cut -d= -f2)
+case $BUILD_TYPE in
+  Release|RelWithDebInfo|MinSizeRel) ;;
+  *) echo "gpu_bundle.sh: warning: $BUILD is built without optimisation (CMAKE_BUILD_TYPE='$BUILD_TYPE'): its" \
+          "timings are not strata's; for the bench, configure another dir with -DSTRATA_WITH_CUDA=ON" \
+          "-DCMAKE_BUILD_TYPE=Release and pass --build-dir" >&2 ;;
+esac
 BINARIES=("$BUILD/strata" "$BUILD/tests/cuda_test" "$BUILD/bench/gpu_bench" "$BUILD/bench/gpu_ops_bench")
 for b in "${BINARIES[@]}"; do [[ -x $b ]] || die "$b was not built"; done
 
