@@ -100,6 +100,13 @@ Variable scatter_to(const Variable& x, CommunicatorPtr comm, int axis) {
       });
 }
 
+std::pair<int, int> rank_and_size(const CommunicatorPtr& comm, const char* layer) {
+  STRATA_CHECK(comm != nullptr, InvalidArgument, layer << " needs a communicator, got none");
+  const int rank = comm->rank(), size = comm->size();
+  shard_range(size, rank, size, "world size");  // rank in [0, size), size >= 1
+  return {rank, size};
+}
+
 init::Initializer slice_of_whole(init::Initializer whole, Shape whole_shape, int axis, int rank, int world_size) {
   return [whole = std::move(whole), whole_shape = std::move(whole_shape), axis, rank, world_size](
              const Shape&, Generator& gen) { return shard_of(whole(whole_shape, gen), axis, rank, world_size); };

@@ -19,14 +19,6 @@ namespace {
 
 using nn::detail::label;
 
-// This rank and the group's size, from a communicator that must be there and be sane.
-std::pair<int, int> rank_and_size(const std::shared_ptr<comm::Communicator>& comm, const char* layer) {
-  STRATA_CHECK(comm != nullptr, InvalidArgument, layer << " needs a communicator, got none");
-  const int rank = comm->rank(), size = comm->size();
-  shard_range(size, rank, size, "world size");  // rank in [0, size), size >= 1
-  return {rank, size};
-}
-
 // [..., features] -> [rows, features] (a view for rank 2).
 Variable as_matrix(const Variable& x) { return x.shape().size() == 2 ? x : reshape(x, {-1, x.shape().back()}); }
 
@@ -58,7 +50,7 @@ void check_full_dense(const nn::Layer& layer, const nn::Dense& full, int64_t uni
 ColumnParallelDense::ColumnParallelDense(int64_t units, std::shared_ptr<comm::Communicator> comm,
                                          ColumnParallelDenseOptions options)
     : LayerBase(options.name), units_(units), comm_(std::move(comm)), options_(std::move(options)) {
-  std::tie(rank_, world_size_) = rank_and_size(comm_, "ColumnParallelDense");
+  std::tie(rank_, world_size_) = detail::rank_and_size(comm_, "ColumnParallelDense");
   shard_range(units_, rank_, world_size_, "ColumnParallelDense units");
 }
 
@@ -101,7 +93,7 @@ void ColumnParallelDense::load_shard_of(const nn::Dense& full) {
 RowParallelDense::RowParallelDense(int64_t units, std::shared_ptr<comm::Communicator> comm,
                                    RowParallelDenseOptions options)
     : LayerBase(options.name), units_(units), comm_(std::move(comm)), options_(std::move(options)) {
-  std::tie(rank_, world_size_) = rank_and_size(comm_, "RowParallelDense");
+  std::tie(rank_, world_size_) = detail::rank_and_size(comm_, "RowParallelDense");
   STRATA_CHECK(units > 0, InvalidArgument, "RowParallelDense needs a positive number of units, got " << units);
 }
 
@@ -148,7 +140,7 @@ ChannelParallelConv2D::ChannelParallelConv2D(int64_t filters, nn::Size2 kernel_s
       kernel_size_(kernel_size),
       comm_(std::move(comm)),
       options_(std::move(options)) {
-  std::tie(rank_, world_size_) = rank_and_size(comm_, "ChannelParallelConv2D");
+  std::tie(rank_, world_size_) = detail::rank_and_size(comm_, "ChannelParallelConv2D");
   shard_range(filters_, rank_, world_size_, "ChannelParallelConv2D filters");
   const auto& o = options_;
   STRATA_CHECK(kernel_size.h > 0 && kernel_size.w > 0 && o.strides.h > 0 && o.strides.w > 0 && o.dilation_rate.h > 0 &&
@@ -210,7 +202,7 @@ RowParallelEmbedding::RowParallelEmbedding(int64_t input_dim, int64_t output_dim
       output_dim_(output_dim),
       comm_(std::move(comm)),
       options_(std::move(options)) {
-  std::tie(rank_, world_size_) = rank_and_size(comm_, "RowParallelEmbedding");
+  std::tie(rank_, world_size_) = detail::rank_and_size(comm_, "RowParallelEmbedding");
   shard_range(input_dim_, rank_, world_size_, "RowParallelEmbedding input_dim");
   STRATA_CHECK(output_dim > 0, InvalidArgument, "RowParallelEmbedding needs a positive output_dim, got " << output_dim);
 }

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <utility>
 
 #include "strata/comm/communicator.h"
 #include "strata/init.h"
@@ -17,6 +18,9 @@ Variable copy_to(const Variable& x, CommunicatorPtr comm);
 Variable reduce_from(const Variable& x, CommunicatorPtr comm);
 Variable gather_from(const Variable& x, CommunicatorPtr comm, int axis);
 Variable scatter_to(const Variable& x, CommunicatorPtr comm, int axis);
+
+// This rank and the group's size, from a communicator that must be there and be sane (InvalidArgument naming `layer`).
+std::pair<int, int> rank_and_size(const CommunicatorPtr& comm, const char* layer);
 
 // An initializer that draws the whole weight `whole_shape` with `whole` and keeps rank's slice along `axis`.
 init::Initializer slice_of_whole(init::Initializer whole, Shape whole_shape, int axis, int rank, int world_size);

@@ -20,13 +20,6 @@ namespace {
 
 using nn::detail::label;
 
-std::pair<int, int> rank_and_size(const std::shared_ptr<comm::Communicator>& comm, const char* layer) {
-  STRATA_CHECK(comm != nullptr, InvalidArgument, layer << " needs a communicator, got none");
-  const int rank = comm->rank(), size = comm->size();
-  shard_range(size, rank, size, "world size");  // rank in [0, size), size >= 1
-  return {rank, size};
-}
-
 void check_sequence(const Shape& s, const std::string& who, const char* what) {
   STRATA_CHECK(s.size() == 3 && s[2] > 0, ShapeError,
                who << " wants its " << what << " as [batch, steps, features], got "
@@ -86,7 +79,7 @@ TensorParallelMultiHeadAttention::TensorParallelMultiHeadAttention(int64_t num_h
       key_dim_(key_dim),
       comm_(std::move(comm)),
       options_(std::move(options)) {
-  std::tie(rank_, world_size_) = rank_and_size(comm_, "TensorParallelMultiHeadAttention");
+  std::tie(rank_, world_size_) = detail::rank_and_size(comm_, "TensorParallelMultiHeadAttention");
   STRATA_CHECK(
       num_heads > 0 && key_dim > 0, InvalidArgument,
       "TensorParallelMultiHeadAttention needs positive num_heads and key_dim, got " << num_heads << " and " << key_dim);
@@ -224,7 +217,7 @@ TensorParallelTransformerEncoder::TensorParallelTransformerEncoder(int64_t inter
       num_heads_(num_heads),
       comm_(std::move(comm)),
       options_(std::move(options)) {
-  std::tie(rank_, world_size_) = rank_and_size(comm_, "TensorParallelTransformerEncoder");
+  std::tie(rank_, world_size_) = detail::rank_and_size(comm_, "TensorParallelTransformerEncoder");
   STRATA_CHECK(intermediate_dim > 0 && num_heads > 0, InvalidArgument,
                "TensorParallelTransformerEncoder needs positive intermediate_dim and num_heads, got "
                    << intermediate_dim << " and " << num_heads);
