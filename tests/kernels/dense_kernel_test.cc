@@ -80,15 +80,19 @@ TEST(DenseKernelTest, ForwardAndBackwardMatchTheReference) {
 TEST(DenseKernelTest, ResultsDoNotDependOnTheThreadCount) {
   const Tensor x = random_tensor({1000, 16}, 5), w = random_tensor({16, 64}, 6), b = random_tensor({64}, 7);
   const Tensor dy = random_tensor({1000, 64}, 8);
-  auto run = [&](int threads) {
+  auto forward = [&](int threads) {
     ScopedNumThreads scoped(threads);
-    const Tensor y = dense(x, w, b, true);
-    DenseGrads g = dense_backward(x, w, y, dy, true, true, true, true);
-    return std::vector<std::vector<float>>{y.to_vector<float>(), g.db.to_vector<float>()};
+    return dense(x, w, b, true);
   };
-  const auto one = run(1), two = run(2);
-  EXPECT_EQ(one[0], two[0]);
-  EXPECT_EQ(one[1], two[1]);  // bit for bit: the row blocks do not follow the threads
+  const Tensor y = forward(1);
+  // The product is oneDNN's sgemm, whose sums may be split otherwise at another thread count (its AVX2 kernels do):
+  // equal to within rounding.
+  expect_close(forward(2), y.to_vector<double>(), 1e-5, "y at 2 threads");
+  auto bias_gradient = [&](int threads) {
+    ScopedNumThreads scoped(threads);
+    return dense_backward(x, w, y, dy, true, false, false, true).db.to_vector<float>();
+  };
+  EXPECT_EQ(bias_gradient(1), bias_gradient(2));  // bit for bit: strata's row blocks do not follow the threads
 }
 
 TEST(DenseKernelTest, ComputesOnlyTheGradientsAskedFor) {
