@@ -9,12 +9,16 @@
 # packs with xz -1 (both for tests/scripts/gpu_check_dry_run_test.sh, which dry-runs the check from a CPU build).
 # The packed data set is kept in --cache-dir (default DIR/gpu-bundle-cache) and packed again only when it changes.
 #
-# It configures DIR (default build-cuda) with -DSTRATA_WITH_CUDA=ON if it is not configured yet, builds the three
-# programs the check runs (strata, cuda_test, gpu_bench), and writes:
+# It configures DIR (default build-gpu-bundle) if it is not configured yet, with -DSTRATA_WITH_CUDA=ON, Release,
+# -DBUILD_SHARED_LIBS=ON (the four programs then load one copy of strata's layers, libstrata_*.so, instead of each
+# linking its own) and -DCMAKE_CUDA_ARCHITECTURES=90-real: machine code for the lent H200 (sm_90) only, without the
+# PTX that newer GPUs would compile (the library build's default keeps it; packed, it is 0.7 MiB more, and with it the
+# bundle passes 40 MiB). It builds the four programs the check runs (strata, cuda_test, gpu_bench, gpu_ops_bench),
+# and writes:
 #   gpu_check.sh           the check (scripts/gpu_check.sh), run there as `bash gpu-bundle/gpu_check.sh`
-#   strata.tar.xz          bin/{strata,cuda_test,gpu_bench,gpu_ops_bench} (stripped), lib/ (the shared libraries they need, but
-#                          glibc's, the CUDA libraries and the C++/zlib/OpenSSL runtime every Ubuntu 24.04 with
-#                          Python has: see SYSTEM_LIBS), bench/gpu_bench.py, bench/bench_common.py,
+#   strata.tar.xz          bin/{strata,cuda_test,gpu_bench,gpu_ops_bench} (stripped), lib/ (the shared libraries they
+#                          need, strata's own stripped, but glibc's, the CUDA libraries and the C++/zlib/OpenSSL
+#                          runtime every Ubuntu 24.04 with Python has: see SYSTEM_LIBS), bench/gpu_bench.py, bench/bench_common.py,
 #                          configs/fashion_mnist_cnn.yaml and BUILD_INFO
 #   fashion-mnist.tar.xz   the four Fashion-MNIST IDX files, uncompressed inside (xz packs them 15% smaller than
 #                          their .gz files; strata reads either)
@@ -24,7 +28,7 @@
 set -euo pipefail
 
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
-BUILD=$REPO/build-cuda
+BUILD=$REPO/build-gpu-bundle
 OUTDIR=$REPO/gpu-bundle
 MAX_MIB=40
 DATA=/usr/share/datasets/fashion-mnist
@@ -63,8 +67,9 @@ EXCLUDE="^(${GLIBC_LIBS}|${CUDA_LIBS}|${SYSTEM_LIBS})\.so"
 
 # ---- 1. the CUDA build
 if [[ ! -f $BUILD/build.ninja ]]; then
-  echo "== configuring $BUILD (-DSTRATA_WITH_CUDA=ON)"
-  cmake -S "$REPO" -B "$BUILD" -G Ninja -DSTRATA_WITH_CUDA=ON -DSTRATA_BUILD_EXAMPLES=OFF
+  echo "== configuring $BUILD (-DSTRATA_WITH_CUDA=ON, Release, -DBUILD_SHARED_LIBS=ON, sm_90 machine code only)"
+  cmake -S "$REPO" -B "$BUILD" -G Ninja -DSTRATA_WITH_CUDA=ON -DCMAKE_BUILD_TYPE=Release -DBUILD_SHARED_LIBS=ON \
+    -DCMAKE_CUDA_ARCHITECTURES=90-real -DSTRATA_BUILD_EXAMPLES=OFF -DSTRATA_PYTHON=OFF
 fi
 if ((NEED_CUDA)) && ! grep -q '^STRATA_WITH_CUDA:BOOL=ON' "$BUILD/CMakeCache.txt"; then
   die "$BUILD is configured without -DSTRATA_WITH_CUDA=ON; give another --build-dir"
@@ -82,6 +87,10 @@ case $BUILD_TYPE in
           "timings are not strata's; for the bench, configure another dir with -DSTRATA_WITH_CUDA=ON" \
           "-DCMAKE_BUILD_TYPE=Release and pass --build-dir" >&2 ;;
 esac
+if ! grep -q '^BUILD_SHARED_LIBS:BOOL=ON' "$BUILD/CMakeCache.txt"; then
+  echo "gpu_bundle.sh: warning: $BUILD links strata's layers statically, so each of the four programs carries its" \
+       "own copy and the bundle will likely pass ${MAX_MIB} MiB; configure it with -DBUILD_SHARED_LIBS=ON" >&2
+fi
 BINARIES=("$BUILD/strata" "$BUILD/tests/cuda_test" "$BUILD/bench/gpu_bench" "$BUILD/bench/gpu_ops_bench")
 for b in "${BINARIES[@]}"; do [[ -x $b ]] || die "$b was not built"; done
 
@@ -99,6 +108,7 @@ missing=$(ldd "${BINARIES[@]}" | grep 'not found' || true)
 ldd "${BINARIES[@]}" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u | while read -r name path; do
   if [[ $name =~ $EXCLUDE ]]; then continue; fi
   cp -L "$path" "$STAGE/lib/$name"
+  if [[ $name == libstrata_* ]]; then strip --strip-unneeded "$STAGE/lib/$name"; fi
 done
 cp "$REPO/bench/gpu_bench.py" "$REPO/bench/bench_common.py" "$STAGE/bench/"
 cp "$REPO/configs/fashion_mnist_cnn.yaml" "$STAGE/configs/"
@@ -107,7 +117,9 @@ cp "$REPO/configs/fashion_mnist_cnn.yaml" "$STAGE/configs/"
   cuda=$(grep -ho 'CMAKE_CUDA_COMPILER_VERSION "[^"]*"' "$BUILD"/CMakeFiles/*/CMakeCUDACompiler.cmake 2>/dev/null | head -1 || true)
   # shellcheck disable=SC1091
   echo "built: $(date -u +%Y-%m-%dT%H:%M:%SZ) on $(. /etc/os-release && echo "$PRETTY_NAME"), nvcc ${cuda#* }"
-  echo "build dir: $BUILD ($(grep '^CMAKE_BUILD_TYPE:' "$BUILD/CMakeCache.txt" | cut -d= -f2))"
+  echo "build dir: $BUILD ($(grep '^CMAKE_BUILD_TYPE:' "$BUILD/CMakeCache.txt" | cut -d= -f2)," \
+       "CUDA architectures $(grep '^CMAKE_CUDA_ARCHITECTURES:' "$BUILD/CMakeCache.txt" | cut -d= -f2)," \
+       "shared layers $(grep '^BUILD_SHARED_LIBS:' "$BUILD/CMakeCache.txt" | cut -d= -f2))"
   echo "not carried (the GPU machine's own): glibc, CUDA libraries, ${SYSTEM_LIBS//\\/}"
 } > "$STAGE/BUILD_INFO"
 
