@@ -12,14 +12,13 @@
 # It configures DIR (default build-gpu-bundle) if it is not configured yet, with -DSTRATA_WITH_CUDA=ON, Release,
 # -DBUILD_SHARED_LIBS=ON (the four programs then load one copy of strata's layers, libstrata_*.so, instead of each
 # linking its own) and -DCMAKE_CUDA_ARCHITECTURES=90-real: machine code for the lent H200 (sm_90) only, without the
-# PTX that newer GPUs would compile (the library build's default keeps it; packed, it is 0.7 MiB more, and with it the
-# bundle passes 40 MiB). It builds the four programs the check runs (strata, cuda_test, gpu_bench, gpu_ops_bench),
-# and writes:
+# PTX that newer GPUs would compile (the library build's default keeps it; here it would cost part of the room under
+# 40 MiB). It builds the four programs the check runs (strata, cuda_test, gpu_bench, gpu_ops_bench), and writes:
 #   gpu_check.sh           the check (scripts/gpu_check.sh), run there as `bash gpu-bundle/gpu_check.sh`
 #   strata.tar.xz          bin/{strata,cuda_test,gpu_bench,gpu_ops_bench} (stripped), lib/ (the shared libraries they
 #                          need, strata's own stripped, but glibc's, the CUDA libraries and the C++/zlib/OpenSSL
-#                          runtime every Ubuntu 24.04 with Python has: see SYSTEM_LIBS), bench/gpu_bench.py, bench/bench_common.py,
-#                          configs/fashion_mnist_cnn.yaml and BUILD_INFO
+#                          runtime every Ubuntu 24.04 with Python has: see SYSTEM_LIBS), bench/gpu_bench.py,
+#                          bench/bench_common.py, configs/fashion_mnist_cnn.yaml and BUILD_INFO
 #   fashion-mnist.tar.xz   the four Fashion-MNIST IDX files, uncompressed inside (xz packs them 15% smaller than
 #                          their .gz files; strata reads either)
 #   MANIFEST               what is inside, and the sizes
@@ -89,7 +88,7 @@ case $BUILD_TYPE in
 esac
 if ! grep -q '^BUILD_SHARED_LIBS:BOOL=ON' "$BUILD/CMakeCache.txt"; then
   echo "gpu_bundle.sh: warning: $BUILD links strata's layers statically, so each of the four programs carries its" \
-       "own copy and the bundle will likely pass ${MAX_MIB} MiB; configure it with -DBUILD_SHARED_LIBS=ON" >&2
+       "own copy and the bundle may pass ${MAX_MIB} MiB; configure it with -DBUILD_SHARED_LIBS=ON" >&2
 fi
 BINARIES=("$BUILD/strata" "$BUILD/tests/cuda_test" "$BUILD/bench/gpu_bench" "$BUILD/bench/gpu_ops_bench")
 for b in "${BINARIES[@]}"; do [[ -x $b ]] || die "$b was not built"; done
